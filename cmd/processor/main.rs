@@ -1,0 +1,302 @@
+//! `processor`: the command line of Feed. Only flags and wiring live here;
+//! everything else is the `feed` library.
+
+use std::io::BufRead;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use feed::store::{NewItem, OnFailure, PartitionSpec};
+
+#[derive(Parser)]
+#[command(name = "processor", version, about = "Feed: a partition processor on a relational database")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the processor daemon: lease partitions and deliver their items to the handler.
+    Run(Box<RunArgs>),
+    /// Apply the schema migrations and exit.
+    Migrate(DbArgs),
+    /// Create or extend a partition from JSON lines, in one transaction.
+    Enqueue(EnqueueArgs),
+    /// Put failed items back to available with fresh attempts and reopen their partitions.
+    Retry(RetryArgs),
+}
+
+#[derive(Args, Clone)]
+struct DbArgs {
+    /// Database URL: sqlite://PATH?mode=rwc, postgres://… or mysql://… [default: sqlite://feed.db?mode=rwc]
+    #[arg(long, env = "FEED_DATABASE_URL", default_value = "sqlite://feed.db?mode=rwc", hide_default_value = true, hide_env_values = true)]
+    database_url: String,
+}
+
+#[derive(Args)]
+struct RunArgs {
+    #[command(flatten)]
+    db: DbArgs,
+    /// Where items are POSTed, e.g. http://127.0.0.1:9000/feed (required)
+    #[arg(long, env = "FEED_HANDLER_URL")]
+    handler_url: String,
+    /// Items in flight at once [default: 64]
+    #[arg(long, env = "FEED_CONCURRENCY", default_value_t = 64, hide_default_value = true)]
+    concurrency: usize,
+    /// Idle polling interval; with work pending the processor re-polls at once [default: 1s]
+    #[arg(long, env = "FEED_POLL_INTERVAL", default_value = "1s", value_parser = duration, hide_default_value = true)]
+    poll_interval: Duration,
+    /// How often the session is heartbeated [default: 1s]
+    #[arg(long, env = "FEED_HEARTBEAT_INTERVAL", default_value = "1s", value_parser = duration, hide_default_value = true)]
+    heartbeat_interval: Duration,
+    /// A session silent this long is dead and its partitions are taken over [default: 10s]
+    #[arg(long, env = "FEED_SESSION_EXPIRY", default_value = "10s", value_parser = duration, hide_default_value = true)]
+    session_expiry: Duration,
+    /// How often leases are balanced across processors [default: 2s]
+    #[arg(long, env = "FEED_ACQUIRE_INTERVAL", default_value = "2s", value_parser = duration, hide_default_value = true)]
+    acquire_interval: Duration,
+    /// Cap on partitions held by this processor [default: none]
+    #[arg(long, env = "FEED_MAX_PARTITIONS")]
+    max_partitions: Option<usize>,
+    /// Timeout of one handler call [default: 30s]
+    #[arg(long, env = "FEED_REQUEST_TIMEOUT", default_value = "30s", value_parser = duration, hide_default_value = true)]
+    request_timeout: Duration,
+    /// Attempts per step before an item fails; 0 = unlimited [default: 5]
+    #[arg(long, env = "FEED_MAX_ATTEMPTS", default_value_t = 5, hide_default_value = true)]
+    max_attempts: u32,
+    /// First retry delay, doubled each attempt, with jitter [default: 1s]
+    #[arg(long, env = "FEED_BACKOFF_BASE", default_value = "1s", value_parser = duration, hide_default_value = true)]
+    backoff_base: Duration,
+    /// Largest retry delay [default: 5m]
+    #[arg(long, env = "FEED_BACKOFF_MAX", default_value = "5m", value_parser = duration, hide_default_value = true)]
+    backoff_max: Duration,
+    /// Extra request header 'Name: value', repeatable (FEED_HEADER takes several, one per line) [default: none]
+    #[arg(long = "header", env = "FEED_HEADER", value_parser = header, value_delimiter = '\n', hide_env_values = true)]
+    headers: Vec<(String, String)>,
+    /// Sign requests: Feed-Signature: t=<unix>,v1=<hex HMAC-SHA256 of "t.body"> [default: none]
+    #[arg(long, env = "FEED_SIGNING_SECRET", hide_env_values = true)]
+    signing_secret: Option<String>,
+    /// Content-Type of requests [default: application/json]
+    #[arg(long, env = "FEED_CONTENT_TYPE", default_value = "application/json", hide_default_value = true)]
+    content_type: String,
+    /// Largest handler response body accepted, in bytes [default: 16777216 (16 MiB)]
+    #[arg(long, env = "FEED_MAX_RESPONSE_BYTES", default_value_t = 16 << 20, hide_default_value = true)]
+    max_response_bytes: usize,
+    /// Address of the health and metrics listener; 'off' disables it [default: 0.0.0.0:8080]
+    #[arg(long, env = "FEED_LISTEN", default_value = "0.0.0.0:8080", hide_default_value = true)]
+    listen: String,
+    /// Log format [default: text]
+    #[arg(long, env = "FEED_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text, hide_default_value = true)]
+    log_format: LogFormat,
+    /// On SIGTERM/SIGINT, how long in-flight calls may finish before exit [default: 30s]
+    #[arg(long, env = "FEED_DRAIN_TIMEOUT", default_value = "30s", value_parser = duration, hide_default_value = true)]
+    drain_timeout: Duration,
+    /// Do not apply migrations at start [default: off]
+    #[arg(long, env = "FEED_NO_MIGRATE")]
+    no_migrate: bool,
+}
+
+#[derive(Args)]
+struct EnqueueArgs {
+    #[command(flatten)]
+    db: DbArgs,
+    /// The partition to create or extend
+    #[arg(long)]
+    partition: String,
+    /// Keep the partition open when everything is done (default: close it)
+    #[arg(long)]
+    no_auto_close: bool,
+    /// Never advance the gate automatically
+    #[arg(long)]
+    manual_checkpoint: bool,
+    /// When an item fails for good: block (partition fails) or continue [default: block]
+    #[arg(long, value_enum, default_value_t = OnFailure::Block, hide_default_value = true)]
+    on_failure: OnFailure,
+    /// Take each line as the item's data itself, not as {"id", "gate", "data"}
+    #[arg(long)]
+    raw: bool,
+    /// JSON lines file; '-' or absent = standard input
+    file: Option<String>,
+}
+
+#[derive(Args)]
+struct RetryArgs {
+    #[command(flatten)]
+    db: DbArgs,
+    /// Only this partition's failed items
+    #[arg(long, conflicts_with = "all", required_unless_present = "all")]
+    partition: Option<String>,
+    /// Every failed item
+    #[arg(long)]
+    all: bool,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+fn duration(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s)
+        .map_err(|e| format!("{e}; write durations like 500ms, 30s or 5m"))
+}
+
+fn header(s: &str) -> Result<(String, String), String> {
+    let (name, value) = s
+        .split_once(':')
+        .ok_or_else(|| "expected 'Name: value'".to_string())?;
+    let name = name.trim();
+    if name.is_empty() {
+        return Err("the header name is empty; expected 'Name: value'".into());
+    }
+    Ok((name.to_string(), value.trim().to_string()))
+}
+
+fn init_logs(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,sqlx=warn,sea_orm_migration=warn"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+/// Resolves at the first SIGTERM/SIGINT; a second one exits at once.
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+    let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
+    tokio::select! { _ = term.recv() => {}, _ = int.recv() => {} }
+    tokio::spawn(async move {
+        tokio::select! { _ = term.recv() => {}, _ = int.recv() => {} }
+        eprintln!("second signal: exiting now");
+        std::process::exit(130);
+    });
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Run(args) => run(*args).await,
+        Command::Migrate(db) => migrate(db).await,
+        Command::Enqueue(args) => enqueue(args).await,
+        Command::Retry(args) => retry(args).await,
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            let usage = matches!(
+                e.downcast_ref::<feed::Error>(),
+                Some(feed::Error::Config(_) | feed::Error::DatabaseUrl(_) | feed::Error::Invalid(_))
+            );
+            ExitCode::from(if usage { 2 } else { 1 })
+        }
+    }
+}
+
+async fn run(a: RunArgs) -> anyhow::Result<()> {
+    init_logs(a.log_format);
+    let mut c = feed::Config::new(a.db.database_url, a.handler_url);
+    c.concurrency = a.concurrency;
+    c.poll_interval = a.poll_interval;
+    c.heartbeat_interval = a.heartbeat_interval;
+    c.session_expiry = a.session_expiry;
+    c.acquire_interval = a.acquire_interval;
+    c.max_partitions = a.max_partitions;
+    c.request_timeout = a.request_timeout;
+    c.max_attempts = a.max_attempts;
+    c.backoff_base = a.backoff_base;
+    c.backoff_max = a.backoff_max;
+    c.headers = a.headers;
+    c.signing_secret = a.signing_secret;
+    c.content_type = a.content_type;
+    c.max_response_bytes = a.max_response_bytes;
+    c.listen = (a.listen != "off").then_some(a.listen);
+    c.drain_timeout = a.drain_timeout;
+    c.migrate = !a.no_migrate;
+    Ok(feed::run(c, shutdown_signal()).await?)
+}
+
+async fn connect(db: &DbArgs) -> anyhow::Result<feed::Store> {
+    let store = feed::Store::connect(&db.database_url, 4).await?;
+    store.migrate().await.context("applying migrations")?;
+    Ok(store)
+}
+
+async fn migrate(db: DbArgs) -> anyhow::Result<()> {
+    init_logs(LogFormat::Text);
+    connect(&db).await?;
+    println!("migrations applied");
+    Ok(())
+}
+
+async fn enqueue(a: EnqueueArgs) -> anyhow::Result<()> {
+    let reader: Box<dyn BufRead> = match a.file.as_deref() {
+        None | Some("-") => Box::new(std::io::stdin().lock()),
+        Some(path) => Box::new(std::io::BufReader::new(
+            std::fs::File::open(path).with_context(|| format!("opening {path}"))?,
+        )),
+    };
+    let mut items = Vec::new();
+    for (n, line) in reader.lines().enumerate() {
+        let line = line.with_context(|| format!("reading line {}", n + 1))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        items.push(parse_line(&line, a.raw).map_err(|e| {
+            feed::Error::Invalid(format!("line {}: {e}; nothing was written", n + 1))
+        })?);
+    }
+    let store = connect(&a.db).await?;
+    let spec = PartitionSpec {
+        auto_close: !a.no_auto_close,
+        manual_checkpoint: a.manual_checkpoint,
+        on_failure: a.on_failure,
+    };
+    let r = store.enqueue(&a.partition, &spec, items).await?;
+    let what = if r.created {
+        "created"
+    } else if r.reopened {
+        "reopened"
+    } else {
+        "extended"
+    };
+    println!("{} items enqueued; partition {} {what}", r.items, a.partition);
+    Ok(())
+}
+
+/// One JSON line: `{"id"?, "gate"?, "data"}`, or with `raw` the data itself.
+fn parse_line(line: &str, raw: bool) -> Result<NewItem, String> {
+    if raw {
+        return Ok(NewItem { id: None, gate: None, data: line.as_bytes().to_vec() });
+    }
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Line {
+        id: Option<String>,
+        gate: Option<i64>,
+        data: serde_json::Value,
+    }
+    let l: Line = serde_json::from_str(line).map_err(|e| {
+        format!("{e}; expected {{\"id\"?: string, \"gate\"?: int, \"data\": any}} (or use --raw)")
+    })?;
+    if l.gate.is_some_and(|g| g < 0) {
+        return Err("gate must not be negative".into());
+    }
+    Ok(NewItem { id: l.id, gate: l.gate, data: serde_json::to_vec(&l.data).map_err(|e| e.to_string())? })
+}
+
+async fn retry(a: RetryArgs) -> anyhow::Result<()> {
+    let store = connect(&a.db).await?;
+    let n = store.retry_failed(a.partition.as_deref()).await?;
+    println!("{n} failed items back to available");
+    Ok(())
+}

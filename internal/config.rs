@@ -1,0 +1,95 @@
+//! Settings of a running processor, with the defaults that DESIGN.md gives.
+
+use std::time::Duration;
+
+/// How a processor runs. `cmd/processor` fills it from flags and `FEED_*`
+/// variables; Rust programs build it with [`Config::new`] and adjust fields.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// sqlite, postgres or mysql URL; may carry a password, so never log it raw.
+    pub database_url: String,
+    /// Where items are POSTed.
+    pub handler_url: String,
+    /// Items in flight at once.
+    pub concurrency: usize,
+    /// How long to wait between polls when there is no work.
+    pub poll_interval: Duration,
+    /// How often the session row is heartbeated.
+    pub heartbeat_interval: Duration,
+    /// A session silent for this long is dead and its partitions are free.
+    pub session_expiry: Duration,
+    /// How often leases are balanced.
+    pub acquire_interval: Duration,
+    /// Cap on partitions held by this processor.
+    pub max_partitions: Option<usize>,
+    /// Per handler call.
+    pub request_timeout: Duration,
+    /// Attempts per step before an item fails; 0 = unlimited.
+    pub max_attempts: u32,
+    /// First retry delay; doubles each attempt.
+    pub backoff_base: Duration,
+    /// Largest retry delay.
+    pub backoff_max: Duration,
+    /// Extra request headers; values may be secrets.
+    pub headers: Vec<(String, String)>,
+    /// HMAC-SHA256 key for `Feed-Signature`.
+    pub signing_secret: Option<String>,
+    /// `Content-Type` of requests.
+    pub content_type: String,
+    /// Largest handler response body accepted.
+    pub max_response_bytes: usize,
+    /// Address of the health and metrics listener; None = no listener.
+    pub listen: Option<String>,
+    /// How long in-flight calls may finish after a shutdown signal.
+    pub drain_timeout: Duration,
+    /// Apply migrations at start.
+    pub migrate: bool,
+}
+
+impl Config {
+    /// A configuration with DESIGN.md's defaults.
+    pub fn new(database_url: impl Into<String>, handler_url: impl Into<String>) -> Self {
+        Self {
+            database_url: database_url.into(),
+            handler_url: handler_url.into(),
+            concurrency: 64,
+            poll_interval: Duration::from_secs(1),
+            heartbeat_interval: Duration::from_secs(1),
+            session_expiry: Duration::from_secs(10),
+            acquire_interval: Duration::from_secs(2),
+            max_partitions: None,
+            request_timeout: Duration::from_secs(30),
+            max_attempts: 5,
+            backoff_base: Duration::from_secs(1),
+            backoff_max: Duration::from_secs(300),
+            headers: Vec::new(),
+            signing_secret: None,
+            content_type: "application/json".into(),
+            max_response_bytes: 16 << 20,
+            listen: None,
+            drain_timeout: Duration::from_secs(30),
+            migrate: true,
+        }
+    }
+
+    /// Rejects settings that cannot work together.
+    pub fn validate(&self) -> crate::Result<()> {
+        let bad = |m: &str| Err(crate::Error::Config(m.into()));
+        if self.concurrency == 0 {
+            return bad("--concurrency must be at least 1");
+        }
+        if self.heartbeat_interval >= self.session_expiry {
+            return bad("--heartbeat-interval must be shorter than --session-expiry");
+        }
+        if self.backoff_base > self.backoff_max {
+            return bad("--backoff-base must not exceed --backoff-max");
+        }
+        if self.max_partitions == Some(0) {
+            return bad("--max-partitions must be at least 1");
+        }
+        if self.poll_interval.is_zero() || self.acquire_interval.is_zero() {
+            return bad("--poll-interval and --acquire-interval must be above zero");
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,176 @@
+//! Fan-in: moving a partition past a gate, closing it, or failing it.
+//!
+//! A held partition is checked only when it may have run dry: newly leased,
+//! changed by someone else, or after one of its results was written and none
+//! of its items are in flight. All checked partitions are read in two
+//! statements, whatever their number.
+
+use std::collections::{BTreeMap, HashSet};
+
+use crate::Result;
+use crate::leases::Held;
+use crate::run::Shared;
+use crate::store::{GateCount, HeldPartition};
+
+/// What a gate check did.
+#[derive(Debug, Default)]
+pub struct Checked {
+    /// A gate advanced: new items are ready, poll at once.
+    pub advanced: bool,
+}
+
+/// What the counts of one partition call for.
+#[derive(Debug, PartialEq)]
+enum Decision {
+    /// Items Feed cannot run (below the gate, unknown status) must be failed first.
+    FailUnrunnable,
+    /// Items are still available at the current gate.
+    Wait,
+    /// A failed item blocks fan-in (`on_failure = block`).
+    Fail,
+    /// Advance to the lowest gate with available items.
+    Advance(i64),
+    /// Nothing available is left: close.
+    Close,
+    /// Nothing to do (manual checkpoint, or `auto_close = false`).
+    Hold,
+}
+
+fn decide(p: &HeldPartition, counts: &[&GateCount]) -> Decision {
+    let unrunnable = counts.iter().any(|c| {
+        (c.status == "available" && c.gate < p.gate) || !matches!(c.status.as_str(), "available" | "failed")
+    });
+    if unrunnable {
+        return Decision::FailUnrunnable;
+    }
+    if counts.iter().any(|c| c.status == "available" && c.gate == p.gate) {
+        return Decision::Wait;
+    }
+    if p.on_failure != "continue" && counts.iter().any(|c| c.status == "failed") {
+        return Decision::Fail;
+    }
+    match counts.iter().filter(|c| c.status == "available").map(|c| c.gate).min() {
+        Some(_) if p.manual_checkpoint => Decision::Hold,
+        Some(g) => Decision::Advance(g),
+        None if p.auto_close => Decision::Close,
+        None => Decision::Hold,
+    }
+}
+
+/// Checks the dirty partitions of `held` that have nothing in flight.
+pub async fn check(
+    shared: &Shared,
+    me: &str,
+    held: &mut Held,
+    busy: &HashSet<String>,
+) -> Result<Checked> {
+    let ids: Vec<String> = held
+        .dirty
+        .iter()
+        .filter(|id| !busy.contains(*id))
+        .take(500)
+        .cloned()
+        .collect();
+    let mut out = Checked::default();
+    if ids.is_empty() {
+        return Ok(out);
+    }
+    for id in &ids {
+        held.dirty.remove(id);
+    }
+    let store = &shared.store;
+    let parts = store.partitions_for_check(me, &ids).await?;
+    let present: HashSet<&str> = parts.iter().map(|p| p.id.as_str()).collect();
+    for id in &ids {
+        if !present.contains(id.as_str()) {
+            held.versions.remove(id);
+        }
+    }
+    let counts = store.unfinished_counts(&ids).await?;
+    let mut by_partition: BTreeMap<&str, Vec<&GateCount>> = BTreeMap::new();
+    for c in &counts {
+        by_partition.entry(c.partition_id.as_str()).or_default().push(c);
+    }
+    for p in &parts {
+        let mine = by_partition.get(p.id.as_str()).cloned().unwrap_or_default();
+        let decision = decide(p, &mine);
+        let ok = match decision {
+            Decision::Wait | Decision::Hold => true,
+            Decision::FailUnrunnable => {
+                let n = store.fail_unrunnable(p, me).await?;
+                tracing::warn!(partition = %p.id, gate = p.gate, items = n, "failed items that can never run (below the partition's gate or with an unknown status); see their last_error");
+                false
+            }
+            Decision::Advance(g) => {
+                let ok = store.advance_gate(p, me, g).await?;
+                if ok {
+                    tracing::info!(partition = %p.id, from = p.gate, gate = g, "gate advanced");
+                    shared.metrics.gate_advances.inc();
+                    held.versions.insert(p.id.clone(), p.version + 1);
+                    out.advanced = true;
+                }
+                ok
+            }
+            Decision::Close | Decision::Fail => {
+                let status = if decision == Decision::Close { "complete" } else { "failed" };
+                let ok = store.finish_partition(p, me, status).await?;
+                if ok {
+                    held.versions.remove(&p.id);
+                    if status == "complete" {
+                        tracing::info!(partition = %p.id, gate = p.gate, "partition complete");
+                        shared.metrics.partitions_closed.inc();
+                    } else {
+                        tracing::warn!(partition = %p.id, gate = p.gate, "partition failed: an item exhausted its attempts (on_failure = block); fix it and run `processor retry`");
+                        shared.metrics.partitions_failed.inc();
+                    }
+                }
+                ok
+            }
+        };
+        if !ok {
+            // Someone changed it meanwhile (OCC): read it again next time.
+            held.dirty.insert(p.id.clone());
+        }
+    }
+    shared.metrics.partitions_held.set(held.versions.len() as i64);
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn part(gate: i64) -> HeldPartition {
+        HeldPartition {
+            id: "p".into(),
+            gate,
+            version: 1,
+            auto_close: true,
+            manual_checkpoint: false,
+            on_failure: "block".into(),
+        }
+    }
+
+    fn count(gate: i64, status: &str) -> GateCount {
+        GateCount { partition_id: "p".into(), gate, status: status.into(), count: 1 }
+    }
+
+    #[test]
+    fn decisions() {
+        let p = part(1);
+        let (a1, a3, f1, a0) = (count(1, "available"), count(3, "available"), count(1, "failed"), count(0, "available"));
+        assert_eq!(decide(&p, &[&a1, &a3]), Decision::Wait);
+        assert_eq!(decide(&p, &[&a3]), Decision::Advance(3));
+        assert_eq!(decide(&p, &[]), Decision::Close);
+        assert_eq!(decide(&p, &[&f1, &a3]), Decision::Fail);
+        assert_eq!(decide(&p, &[&a0]), Decision::FailUnrunnable);
+        assert_eq!(decide(&p, &[&count(1, "weird")]), Decision::FailUnrunnable);
+        let cont = HeldPartition { on_failure: "continue".into(), ..part(1) };
+        assert_eq!(decide(&cont, &[&f1, &a3]), Decision::Advance(3));
+        assert_eq!(decide(&cont, &[&f1]), Decision::Close);
+        let manual = HeldPartition { manual_checkpoint: true, ..part(1) };
+        assert_eq!(decide(&manual, &[&a3]), Decision::Hold);
+        let open = HeldPartition { auto_close: false, ..part(1) };
+        assert_eq!(decide(&open, &[]), Decision::Hold);
+    }
+}

@@ -1,0 +1,35 @@
+//! Feed: a partition processor on a relational database.
+//!
+//! Producers write partitions and items; a processor leases partitions,
+//! delivers each item at its partition's gate to a handler, stores the
+//! answer `{gate, done, data}`, advances the gate when the gate runs dry
+//! (fan-in) and closes the partition when everything is done.
+//!
+//! Modules, by what they own:
+//! - [`store`]: all SQL (one place per dialect difference) and producer operations;
+//! - [`session`]: the processor's session row and heartbeat;
+//! - [`leases`]: leasing, balancing and stealing partitions;
+//! - [`dispatch`]: the poll/deliver/acknowledge loop;
+//! - [`gates`]: fan-in: advancing, closing and failing partitions;
+//! - [`handler`]: the [`Processor`] trait and the HTTP handler protocol;
+//! - [`server`] and [`metrics`]: health and Prometheus metrics;
+//! - [`run`](mod@run): start-up and graceful shutdown.
+
+pub mod backoff;
+pub mod config;
+pub mod dispatch;
+pub mod error;
+pub mod gates;
+pub mod handler;
+pub mod leases;
+pub mod metrics;
+pub mod run;
+pub mod server;
+pub mod session;
+pub mod store;
+
+pub use config::Config;
+pub use error::{Error, Result};
+pub use handler::{HttpProcessor, Job, Outcome, Processor};
+pub use run::{run, run_with};
+pub use store::Store;

@@ -1,0 +1,150 @@
+//! Starting and stopping a processor: connect (waiting for the database),
+//! migrate, register a session, run the loops, and on shutdown drain,
+//! release every partition and delete the session so others take over at once.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use prometheus_client::registry::Registry;
+use tokio_util::sync::CancellationToken;
+
+use crate::handler::{HttpProcessor, Processor};
+use crate::metrics::Metrics;
+use crate::server::Health;
+use crate::session::{self, Session};
+use crate::store::{Store, redact};
+use crate::{Config, Error, Result, dispatch};
+
+/// What the loops of one processor share.
+pub struct Shared {
+    /// Settings.
+    pub config: Config,
+    /// The database.
+    pub store: Store,
+    /// This processor's session.
+    pub session: Session,
+    /// Exported counters.
+    pub metrics: Metrics,
+    /// What `/readyz` reports.
+    pub health: Arc<Health>,
+    /// Turns items into outcomes (HTTP by default).
+    pub processor: Arc<dyn Processor>,
+}
+
+/// Runs a processor that POSTs items to `config.handler_url` until
+/// `shutdown` resolves.
+pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<()> {
+    let processor = Arc::new(HttpProcessor::new(&config)?);
+    run_with(config, processor, shutdown).await
+}
+
+/// Runs a processor with any [`Processor`] (an in-process handler, say)
+/// until `shutdown` resolves.
+pub async fn run_with(
+    config: Config,
+    processor: Arc<dyn Processor>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<()> {
+    config.validate()?;
+    let cancel = CancellationToken::new();
+    {
+        let cancel = cancel.clone();
+        tokio::spawn(async move {
+            shutdown.await;
+            tracing::info!("shutdown requested: no new work; draining");
+            cancel.cancel();
+        });
+    }
+    let mut registry = Registry::default();
+    let metrics = Metrics::new(&mut registry);
+    let health = Arc::new(Health::default());
+    let server = match &config.listen {
+        Some(addr) => Some(listen(addr, health.clone(), registry, cancel.clone()).await?),
+        None => None,
+    };
+
+    let Some(store) = connect(&config, &cancel).await? else {
+        return Ok(());
+    };
+    health.database.store(true, std::sync::atomic::Ordering::Relaxed);
+    if config.migrate {
+        store.migrate().await?;
+    }
+    let id = session::new_id();
+    let shared = Arc::new(Shared {
+        config,
+        store,
+        session: Session::new(id.clone()),
+        metrics,
+        health: health.clone(),
+        processor,
+    });
+    session::register(&shared, &id).await?;
+    health.session.store(true, std::sync::atomic::Ordering::Relaxed);
+    health.handler.store(true, std::sync::atomic::Ordering::Relaxed);
+    tracing::info!(session = %id, database = %redact(&shared.config.database_url), handler = %shared.config.handler_url, "processor started");
+
+    let keeper_stop = CancellationToken::new();
+    let keeper = tokio::spawn(session::keep(shared.clone(), keeper_stop.clone()));
+    dispatch::run(shared.clone(), cancel.clone()).await;
+
+    // Hand over at once: release partitions, then delete the session.
+    let me = shared.session.id();
+    match shared.store.release_all(&me).await {
+        Ok(n) => tracing::info!(partitions = n, "released partitions"),
+        Err(e) => tracing::warn!(error = %e, "could not release partitions; they free up when the session expires"),
+    }
+    keeper_stop.cancel();
+    let _ = keeper.await;
+    if let Err(e) = shared.store.delete_session(&me).await {
+        tracing::warn!(error = %e, "could not delete the session row; it expires by itself");
+    }
+    if let Some(server) = server {
+        let _ = server.await;
+    }
+    tracing::info!(session = %me, "processor stopped");
+    Ok(())
+}
+
+/// Connects, retrying with backoff while the database is unreachable;
+/// None when shutdown came first. A URL that can never work fails at once.
+async fn connect(config: &Config, cancel: &CancellationToken) -> Result<Option<Store>> {
+    let pool = u32::try_from(config.concurrency / 4 + 4).unwrap_or(32).min(32);
+    let mut delay = Duration::from_millis(500);
+    loop {
+        match Store::connect(&config.database_url, pool).await {
+            Ok(store) => return Ok(Some(store)),
+            Err(Error::Connect { url, reason }) => {
+                tracing::warn!(database = %url, error = %reason, retry_in = ?delay, "database unreachable; retrying");
+            }
+            Err(e) => return Err(e),
+        }
+        tokio::select! {
+            _ = cancel.cancelled() => return Ok(None),
+            _ = tokio::time::sleep(delay) => {}
+        }
+        delay = (delay * 2).min(Duration::from_secs(30));
+    }
+}
+
+async fn listen(
+    addr: &str,
+    health: Arc<Health>,
+    registry: Registry,
+    cancel: CancellationToken,
+) -> Result<tokio::task::JoinHandle<()>> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|source| Error::Listen {
+            addr: addr.to_string(),
+            source,
+        })?;
+    let app = crate::server::router(health, Arc::new(registry));
+    Ok(tokio::spawn(async move {
+        let stop = async move { cancel.cancelled().await };
+        if let Err(e) = axum::serve(listener, app).with_graceful_shutdown(stop).await {
+            tracing::warn!(error = %e, "health listener stopped");
+        }
+    }))
+}

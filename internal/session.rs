@@ -1,0 +1,121 @@
+//! The processor's session: one row in `feed_processors`, heartbeated.
+//!
+//! Every lease hangs off this one row, so holding many partitions costs one
+//! heartbeat write. When the row is found gone the session is dead and every
+//! lease with it: a new session is registered and work starts over. When
+//! heartbeats fail for longer than the expiry, the processor stops
+//! acknowledging on its own (its monotonic clock is enough for that).
+
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use tokio_util::sync::CancellationToken;
+
+use crate::run::Shared;
+
+/// The current session id and when it was last heartbeated successfully.
+#[derive(Debug)]
+pub struct Session {
+    state: RwLock<State>,
+}
+
+#[derive(Debug)]
+struct State {
+    id: String,
+    last_ok: Instant,
+}
+
+impl Session {
+    /// A session that was just registered.
+    pub fn new(id: String) -> Self {
+        Self {
+            state: RwLock::new(State {
+                id,
+                last_ok: Instant::now(),
+            }),
+        }
+    }
+
+    /// The session id leases and results are fenced with.
+    pub fn id(&self) -> String {
+        self.state.read().expect("session lock").id.clone()
+    }
+
+    /// Whether results may still be acknowledged: the last good heartbeat
+    /// is younger than the expiry.
+    pub fn live(&self, expiry: Duration) -> bool {
+        self.state.read().expect("session lock").last_ok.elapsed() < expiry
+    }
+
+    fn renewed(&self) {
+        self.state.write().expect("session lock").last_ok = Instant::now();
+    }
+
+    fn replace(&self, id: String) {
+        *self.state.write().expect("session lock") = State {
+            id,
+            last_ok: Instant::now(),
+        };
+    }
+}
+
+/// A new session id.
+pub fn new_id() -> String {
+    uuid::Uuid::new_v4().to_string()
+}
+
+/// Registers a session row, retrying while the database is unreachable.
+pub async fn register(shared: &Shared, id: &str) -> crate::Result<()> {
+    let host = gethostname::gethostname().to_string_lossy().into_owned();
+    shared
+        .store
+        .register_session(id, &host, std::process::id())
+        .await
+}
+
+/// Heartbeats until cancelled; replaces the session when its row is gone.
+pub async fn keep(shared: Arc<Shared>, cancel: CancellationToken) {
+    let expiry = shared.config.session_expiry;
+    let mut tick = tokio::time::interval(shared.config.heartbeat_interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut warned = false;
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        let id = shared.session.id();
+        match shared.store.heartbeat(&id).await {
+            Ok(true) => {
+                shared.session.renewed();
+                shared.health.database.store(true, std::sync::atomic::Ordering::Relaxed);
+                warned = false;
+            }
+            Ok(false) => {
+                tracing::warn!(session = %id, "session row is gone (declared dead): every lease is lost; registering a new session");
+                shared.metrics.sessions_lost.inc();
+                let new = new_id();
+                match register(&shared, &new).await {
+                    Ok(()) => {
+                        shared.session.replace(new.clone());
+                        tracing::info!(session = %new, "registered a new session");
+                    }
+                    Err(e) => tracing::warn!(error = %e, "cannot register a new session; will retry"),
+                }
+            }
+            Err(e) => {
+                shared.health.database.store(false, std::sync::atomic::Ordering::Relaxed);
+                if !shared.session.live(expiry) && !warned {
+                    warned = true;
+                    tracing::error!(session = %id, error = %e, "no successful heartbeat for the session expiry: results are no longer acknowledged until the database is back");
+                } else {
+                    tracing::warn!(session = %id, error = %e, "heartbeat failed");
+                }
+            }
+        }
+        shared.health.session.store(
+            shared.session.live(expiry),
+            std::sync::atomic::Ordering::Relaxed,
+        );
+    }
+}

@@ -1,0 +1,89 @@
+//! The few places where SQLite, PostgreSQL and MySQL/MariaDB differ, kept in one file.
+
+use sea_orm::{DbBackend, Statement, Value};
+
+/// The database clock as integer epoch milliseconds. Every time comparison
+/// goes through this, never through a processor's clock.
+pub fn now_ms(backend: DbBackend) -> &'static str {
+    match backend {
+        DbBackend::Postgres => "(FLOOR(EXTRACT(EPOCH FROM CLOCK_TIMESTAMP()) * 1000)::BIGINT)",
+        DbBackend::MySql => "CAST(FLOOR(UNIX_TIMESTAMP(NOW(3)) * 1000) AS SIGNED)",
+        _ => "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)",
+    }
+}
+
+/// `data` as bytes: SQLite keeps whatever type a producer inserted (a TEXT
+/// literal stays TEXT), so it is cast on the way out.
+pub fn data_column(backend: DbBackend, alias: &str) -> String {
+    match backend {
+        DbBackend::Sqlite => format!("CAST({alias}.data AS BLOB)"),
+        _ => format!("{alias}.data"),
+    }
+}
+
+/// Builds a statement from SQL written with `?` placeholders and `{now}` for
+/// the database clock; PostgreSQL gets `$1, $2, …`. Feed's SQL never has a
+/// literal `?` inside a string.
+pub fn stmt(backend: DbBackend, sql: &str, values: Vec<Value>) -> Statement {
+    let sql = sql.replace("{now}", now_ms(backend));
+    let sql = if backend == DbBackend::Postgres {
+        let mut out = String::with_capacity(sql.len() + 16);
+        let mut n = 0;
+        for c in sql.chars() {
+            if c == '?' {
+                n += 1;
+                out.push('$');
+                out.push_str(&n.to_string());
+            } else {
+                out.push(c);
+            }
+        }
+        out
+    } else {
+        sql
+    };
+    Statement::from_sql_and_values(backend, sql, values)
+}
+
+/// `?, ?, ?` for an `IN (…)` list of `n` values.
+pub fn marks(n: usize) -> String {
+    vec!["?"; n].join(", ")
+}
+
+/// Whether an error is a transient conflict that is retried rather than
+/// reported: serialization failures and deadlocks (PostgreSQL 40001/40P01,
+/// MySQL 1213/1205), SQLite BUSY/LOCKED, and dropped connections.
+pub fn is_transient(err: &sea_orm::DbErr) -> bool {
+    let text = err.to_string();
+    [
+        "40001",
+        "40P01",
+        "1213",
+        "1205",
+        "database is locked",
+        "database table is locked",
+        "SQLITE_BUSY",
+        "Deadlock",
+        "deadlock",
+        "could not serialize",
+        "Connection reset",
+        "connection closed",
+        "PoolTimedOut",
+        "pool timed out",
+    ]
+    .iter()
+    .any(|needle| text.contains(needle))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn postgres_placeholders_are_numbered() {
+        let s = stmt(DbBackend::Postgres, "a = ? AND b = ?", vec![1.into(), 2.into()]);
+        assert_eq!(s.sql, "a = $1 AND b = $2");
+        let s = stmt(DbBackend::Sqlite, "a = ? AND b = ?", vec![1.into(), 2.into()]);
+        assert_eq!(s.sql, "a = ? AND b = ?");
+    }
+}
