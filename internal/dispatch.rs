@@ -166,7 +166,10 @@ impl Dispatcher {
     fn start(&mut self, item: ReadyItem) {
         self.in_flight
             .insert(item.id.clone(), item.partition_id.clone());
-        self.shared.metrics.in_flight.set(self.in_flight.len() as i64);
+        self.shared
+            .metrics
+            .in_flight
+            .set(self.in_flight.len() as i64);
         let shared = self.shared.clone();
         let me = self.me.clone();
         self.tasks.spawn(async move {
@@ -182,14 +185,19 @@ impl Dispatcher {
             return;
         };
         self.in_flight.remove(&id);
-        self.shared.metrics.in_flight.set(self.in_flight.len() as i64);
+        self.shared
+            .metrics
+            .in_flight
+            .set(self.in_flight.len() as i64);
         self.held.dirty.insert(partition);
         let health = &self.shared.health.handler;
         match delivery {
             Delivery::Unreachable => {
                 health.store(false, Ordering::Relaxed);
                 if self.paused_until.is_none() {
-                    tracing::warn!("handler unreachable: pausing dispatch (no attempts are counted)");
+                    tracing::warn!(
+                        "handler unreachable: pausing dispatch (no attempts are counted)"
+                    );
                 } else {
                     self.pause = (self.pause * 2).min(Duration::from_secs(10));
                 }
@@ -210,7 +218,10 @@ impl Dispatcher {
         if self.tasks.is_empty() {
             return;
         }
-        tracing::info!(in_flight = self.tasks.len(), "draining in-flight deliveries");
+        tracing::info!(
+            in_flight = self.tasks.len(),
+            "draining in-flight deliveries"
+        );
         let deadline = Instant::now() + timeout;
         while !self.tasks.is_empty() {
             tokio::select! {
@@ -253,7 +264,12 @@ async fn deliver(shared: &Shared, me: &str, item: ReadyItem) -> Delivery {
     let cfg = &shared.config;
     let span = (item.partition_id.as_str(), item.id.as_str(), item.gate);
     if shared.session.id() != me || !shared.session.live(cfg.session_expiry) {
-        tracing::warn!(partition = span.0, item = span.1, gate = span.2, "result not written: this processor's session is no longer live");
+        tracing::warn!(
+            partition = span.0,
+            item = span.1,
+            gate = span.2,
+            "result not written: this processor's session is no longer live"
+        );
         shared.metrics.outcome("rejected");
         return Delivery::Finished;
     }
@@ -265,14 +281,40 @@ async fn deliver(shared: &Shared, me: &str, item: ReadyItem) -> Delivery {
         Ok(true) => {
             shared.metrics.outcome(label);
             match label {
-                "failed" => tracing::warn!(partition = span.0, item = span.1, gate = span.2, attempts = write.attempts, error = write.last_error.as_deref().unwrap_or(""), "item failed"),
-                "retried" => tracing::info!(partition = span.0, item = span.1, gate = span.2, attempt, error = write.last_error.as_deref().unwrap_or(""), "attempt failed; will retry"),
-                _ => tracing::debug!(partition = span.0, item = span.1, gate = span.2, next_gate = write.gate, outcome = label, "result written"),
+                "failed" => tracing::warn!(
+                    partition = span.0,
+                    item = span.1,
+                    gate = span.2,
+                    attempts = write.attempts,
+                    error = write.last_error.as_deref().unwrap_or(""),
+                    "item failed"
+                ),
+                "retried" => tracing::info!(
+                    partition = span.0,
+                    item = span.1,
+                    gate = span.2,
+                    attempt,
+                    error = write.last_error.as_deref().unwrap_or(""),
+                    "attempt failed; will retry"
+                ),
+                _ => tracing::debug!(
+                    partition = span.0,
+                    item = span.1,
+                    gate = span.2,
+                    next_gate = write.gate,
+                    outcome = label,
+                    "result written"
+                ),
             }
         }
         Ok(false) => {
             shared.metrics.outcome("rejected");
-            tracing::warn!(partition = span.0, item = span.1, gate = span.2, "stale result rejected: the item changed or its partition is no longer held by this session");
+            tracing::warn!(
+                partition = span.0,
+                item = span.1,
+                gate = span.2,
+                "stale result rejected: the item changed or its partition is no longer held by this session"
+            );
         }
         Err(e) => {
             shared.metrics.outcome("rejected");
@@ -313,6 +355,7 @@ fn decide(
                 attempts: if done { attempts } else { 0 },
                 last_error: None,
                 delay: None,
+                new_step: true,
             };
             return Some((w, if done { "done" } else { "stepped" }));
         }
@@ -323,10 +366,16 @@ fn decide(
         } => {
             let exhausted = cfg.max_attempts != 0 && attempt >= cfg.max_attempts;
             if !retry {
-                return Some((failed(item, attempts, format!("{message} (not retried)")), "failed"));
+                return Some((
+                    failed(item, attempts, format!("{message} (not retried)")),
+                    "failed",
+                ));
             }
             if exhausted {
-                let msg = format!("{message} (attempt {attempt} of {}; no attempts left)", cfg.max_attempts);
+                let msg = format!(
+                    "{message} (attempt {attempt} of {}; no attempts left)",
+                    cfg.max_attempts
+                );
                 return Some((failed(item, attempts, msg), "failed"));
             }
             let delay = retry_after
@@ -339,6 +388,7 @@ fn decide(
                 attempts,
                 last_error: Some(message),
                 delay: Some(delay),
+                new_step: false,
             }
         }
     };
@@ -353,5 +403,6 @@ fn failed(item: &ReadyItem, attempts: i32, message: String) -> ItemWrite {
         attempts,
         last_error: Some(message),
         delay: None,
+        new_step: true,
     }
 }

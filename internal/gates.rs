@@ -38,18 +38,27 @@ enum Decision {
 
 fn decide(p: &HeldPartition, counts: &[&GateCount]) -> Decision {
     let unrunnable = counts.iter().any(|c| {
-        (c.status == "available" && c.gate < p.gate) || !matches!(c.status.as_str(), "available" | "failed")
+        (c.status == "available" && c.gate < p.gate)
+            || !matches!(c.status.as_str(), "available" | "failed")
     });
     if unrunnable {
         return Decision::FailUnrunnable;
     }
-    if counts.iter().any(|c| c.status == "available" && c.gate == p.gate) {
+    if counts
+        .iter()
+        .any(|c| c.status == "available" && c.gate == p.gate)
+    {
         return Decision::Wait;
     }
     if p.on_failure != "continue" && counts.iter().any(|c| c.status == "failed") {
         return Decision::Fail;
     }
-    match counts.iter().filter(|c| c.status == "available").map(|c| c.gate).min() {
+    match counts
+        .iter()
+        .filter(|c| c.status == "available")
+        .map(|c| c.gate)
+        .min()
+    {
         Some(_) if p.manual_checkpoint => Decision::Hold,
         Some(g) => Decision::Advance(g),
         None if p.auto_close => Decision::Close,
@@ -89,7 +98,10 @@ pub async fn check(
     let counts = store.unfinished_counts(&ids).await?;
     let mut by_partition: BTreeMap<&str, Vec<&GateCount>> = BTreeMap::new();
     for c in &counts {
-        by_partition.entry(c.partition_id.as_str()).or_default().push(c);
+        by_partition
+            .entry(c.partition_id.as_str())
+            .or_default()
+            .push(c);
     }
     for p in &parts {
         let mine = by_partition.get(p.id.as_str()).cloned().unwrap_or_default();
@@ -112,7 +124,11 @@ pub async fn check(
                 ok
             }
             Decision::Close | Decision::Fail => {
-                let status = if decision == Decision::Close { "complete" } else { "failed" };
+                let status = if decision == Decision::Close {
+                    "complete"
+                } else {
+                    "failed"
+                };
                 let ok = store.finish_partition(p, me, status).await?;
                 if ok {
                     held.versions.remove(&p.id);
@@ -132,7 +148,10 @@ pub async fn check(
             held.dirty.insert(p.id.clone());
         }
     }
-    shared.metrics.partitions_held.set(held.versions.len() as i64);
+    shared
+        .metrics
+        .partitions_held
+        .set(held.versions.len() as i64);
     Ok(out)
 }
 
@@ -152,25 +171,44 @@ mod tests {
     }
 
     fn count(gate: i64, status: &str) -> GateCount {
-        GateCount { partition_id: "p".into(), gate, status: status.into(), count: 1 }
+        GateCount {
+            partition_id: "p".into(),
+            gate,
+            status: status.into(),
+            count: 1,
+        }
     }
 
     #[test]
     fn decisions() {
         let p = part(1);
-        let (a1, a3, f1, a0) = (count(1, "available"), count(3, "available"), count(1, "failed"), count(0, "available"));
+        let (a1, a3, f1, a0) = (
+            count(1, "available"),
+            count(3, "available"),
+            count(1, "failed"),
+            count(0, "available"),
+        );
         assert_eq!(decide(&p, &[&a1, &a3]), Decision::Wait);
         assert_eq!(decide(&p, &[&a3]), Decision::Advance(3));
         assert_eq!(decide(&p, &[]), Decision::Close);
         assert_eq!(decide(&p, &[&f1, &a3]), Decision::Fail);
         assert_eq!(decide(&p, &[&a0]), Decision::FailUnrunnable);
         assert_eq!(decide(&p, &[&count(1, "weird")]), Decision::FailUnrunnable);
-        let cont = HeldPartition { on_failure: "continue".into(), ..part(1) };
+        let cont = HeldPartition {
+            on_failure: "continue".into(),
+            ..part(1)
+        };
         assert_eq!(decide(&cont, &[&f1, &a3]), Decision::Advance(3));
         assert_eq!(decide(&cont, &[&f1]), Decision::Close);
-        let manual = HeldPartition { manual_checkpoint: true, ..part(1) };
+        let manual = HeldPartition {
+            manual_checkpoint: true,
+            ..part(1)
+        };
         assert_eq!(decide(&manual, &[&a3]), Decision::Hold);
-        let open = HeldPartition { auto_close: false, ..part(1) };
+        let open = HeldPartition {
+            auto_close: false,
+            ..part(1)
+        };
         assert_eq!(decide(&open, &[]), Decision::Hold);
     }
 }

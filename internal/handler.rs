@@ -118,7 +118,9 @@ impl HttpProcessor {
                 Error::Config(format!("--header name {name:?} is not a valid header name"))
             })?;
             let mut v = HeaderValue::from_str(value).map_err(|_| {
-                Error::Config(format!("--header {name}: the value is not a valid header value"))
+                Error::Config(format!(
+                    "--header {name}: the value is not a valid header value"
+                ))
             })?;
             v.set_sensitive(true);
             headers.append(n, v);
@@ -280,7 +282,10 @@ pub fn parse_response(status: StatusCode, body: &[u8], retry_after: Option<Durat
             .map(str::to_owned)
             .unwrap_or_else(|| err.to_string());
         let no_retry = err.get("no_retry").and_then(|v| v.as_bool()) == Some(true);
-        return failed(format!("handler error (HTTP {}): {message}", status.as_u16()), !no_retry);
+        return failed(
+            format!("handler error (HTTP {}): {message}", status.as_u16()),
+            !no_retry,
+        );
     }
     if !status.is_success() {
         let code = status.as_u16();
@@ -292,7 +297,10 @@ pub fn parse_response(status: StatusCode, body: &[u8], retry_after: Option<Durat
         } else {
             "not retried"
         };
-        return failed(format!("handler answered HTTP {code} ({why}){}", snippet(body)), retry);
+        return failed(
+            format!("handler answered HTTP {code} ({why}){}", snippet(body)),
+            retry,
+        );
     }
     if body.iter().all(u8::is_ascii_whitespace) {
         return Outcome::Step {
@@ -360,19 +368,46 @@ mod tests {
 
     #[test]
     fn answers() {
-        assert_eq!(ok(""), Outcome::Step { gate: None, done: true, data: None });
+        assert_eq!(
+            ok(""),
+            Outcome::Step {
+                gate: None,
+                done: true,
+                data: None
+            }
+        );
         assert_eq!(
             ok(r#"{"gate": 2, "done": false, "data": {"a": 1}}"#),
-            Outcome::Step { gate: Some(2), done: false, data: Some(br#"{"a":1}"#.to_vec()) }
+            Outcome::Step {
+                gate: Some(2),
+                done: false,
+                data: Some(br#"{"a":1}"#.to_vec())
+            }
         );
         assert_eq!(
             ok(r#"{"complete": true, "response": [1]}"#),
-            Outcome::Step { gate: None, done: true, data: Some(b"[1]".to_vec()) }
+            Outcome::Step {
+                gate: None,
+                done: true,
+                data: Some(b"[1]".to_vec())
+            }
         );
-        assert!(matches!(ok(r#"{"gate": "x"}"#), Outcome::Failed { retry: true, .. }));
-        assert!(matches!(ok(r#"{"gate": -1}"#), Outcome::Failed { retry: true, .. }));
-        assert!(matches!(ok(r#"{"done": "yes"}"#), Outcome::Failed { retry: true, .. }));
-        assert!(matches!(ok("not json"), Outcome::Failed { retry: true, .. }));
+        assert!(matches!(
+            ok(r#"{"gate": "x"}"#),
+            Outcome::Failed { retry: true, .. }
+        ));
+        assert!(matches!(
+            ok(r#"{"gate": -1}"#),
+            Outcome::Failed { retry: true, .. }
+        ));
+        assert!(matches!(
+            ok(r#"{"done": "yes"}"#),
+            Outcome::Failed { retry: true, .. }
+        ));
+        assert!(matches!(
+            ok("not json"),
+            Outcome::Failed { retry: true, .. }
+        ));
     }
 
     #[test]
@@ -382,8 +417,17 @@ mod tests {
             br#"{"error": {"message": "bad pdf", "no_retry": true}}"#,
             None,
         );
-        assert!(matches!(e, Outcome::Failed { retry: false, ref message, .. } if message.contains("bad pdf")));
-        for (code, retry) in [(408, true), (429, true), (503, true), (404, false), (422, false), (302, false)] {
+        assert!(
+            matches!(e, Outcome::Failed { retry: false, ref message, .. } if message.contains("bad pdf"))
+        );
+        for (code, retry) in [
+            (408, true),
+            (429, true),
+            (503, true),
+            (404, false),
+            (422, false),
+            (302, false),
+        ] {
             let s = StatusCode::from_u16(code).unwrap();
             assert!(
                 matches!(parse_response(s, b"", None), Outcome::Failed { retry: r, .. } if r == retry),

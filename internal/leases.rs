@@ -76,7 +76,10 @@ pub async fn balance(shared: &Shared, me: &str, held: &mut Held) -> Result<()> {
     if want > 0 {
         steal_one(shared, me, target, held).await?;
     }
-    shared.metrics.partitions_held.set(held.versions.len() as i64);
+    shared
+        .metrics
+        .partitions_held
+        .set(held.versions.len() as i64);
     Ok(())
 }
 

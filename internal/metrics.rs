@@ -67,15 +67,47 @@ impl Metrics {
             "Handler call latency",
             m.handler_seconds.clone(),
         );
-        r.register("items_in_flight", "Items being delivered now", m.in_flight.clone());
-        r.register("partitions_held", "Partitions held by this processor", m.partitions_held.clone());
+        r.register(
+            "items_in_flight",
+            "Items being delivered now",
+            m.in_flight.clone(),
+        );
+        r.register(
+            "partitions_held",
+            "Partitions held by this processor",
+            m.partitions_held.clone(),
+        );
         r.register("gate_advances", "Gate advances", m.gate_advances.clone());
-        r.register("partitions_closed", "Partitions closed as complete", m.partitions_closed.clone());
-        r.register("partitions_failed", "Partitions marked failed", m.partitions_failed.clone());
-        r.register("steals", "Partitions stolen from other sessions", m.steals.clone());
-        r.register("leases_lost", "Partitions lost to others or to an expired session", m.leases_lost.clone());
-        r.register("sessions_lost", "Times this processor's session was found dead", m.sessions_lost.clone());
-        r.register("sessions_alive", "Live processor sessions", m.sessions_alive.clone());
+        r.register(
+            "partitions_closed",
+            "Partitions closed as complete",
+            m.partitions_closed.clone(),
+        );
+        r.register(
+            "partitions_failed",
+            "Partitions marked failed",
+            m.partitions_failed.clone(),
+        );
+        r.register(
+            "steals",
+            "Partitions stolen from other sessions",
+            m.steals.clone(),
+        );
+        r.register(
+            "leases_lost",
+            "Partitions lost to others or to an expired session",
+            m.leases_lost.clone(),
+        );
+        r.register(
+            "sessions_lost",
+            "Times this processor's session was found dead",
+            m.sessions_lost.clone(),
+        );
+        r.register(
+            "sessions_alive",
+            "Live processor sessions",
+            m.sessions_alive.clone(),
+        );
         r.register(
             "handler_unreachable",
             "Deliveries that could not reach the handler (no attempt counted)",

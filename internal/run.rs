@@ -34,7 +34,10 @@ pub struct Shared {
 
 /// Runs a processor that POSTs items to `config.handler_url` until
 /// `shutdown` resolves.
-pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<()> {
+pub async fn run(
+    config: Config,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<()> {
     let processor = Arc::new(HttpProcessor::new(&config)?);
     run_with(config, processor, shutdown).await
 }
@@ -67,7 +70,9 @@ pub async fn run_with(
     let Some(store) = connect(&config, &cancel).await? else {
         return Ok(());
     };
-    health.database.store(true, std::sync::atomic::Ordering::Relaxed);
+    health
+        .database
+        .store(true, std::sync::atomic::Ordering::Relaxed);
     if config.migrate {
         store.migrate().await?;
     }
@@ -81,8 +86,12 @@ pub async fn run_with(
         processor,
     });
     session::register(&shared, &id).await?;
-    health.session.store(true, std::sync::atomic::Ordering::Relaxed);
-    health.handler.store(true, std::sync::atomic::Ordering::Relaxed);
+    health
+        .session
+        .store(true, std::sync::atomic::Ordering::Relaxed);
+    health
+        .handler
+        .store(true, std::sync::atomic::Ordering::Relaxed);
     tracing::info!(session = %id, database = %redact(&shared.config.database_url), handler = %shared.config.handler_url, "processor started");
 
     let keeper_stop = CancellationToken::new();
@@ -93,7 +102,9 @@ pub async fn run_with(
     let me = shared.session.id();
     match shared.store.release_all(&me).await {
         Ok(n) => tracing::info!(partitions = n, "released partitions"),
-        Err(e) => tracing::warn!(error = %e, "could not release partitions; they free up when the session expires"),
+        Err(e) => {
+            tracing::warn!(error = %e, "could not release partitions; they free up when the session expires")
+        }
     }
     keeper_stop.cancel();
     let _ = keeper.await;
@@ -110,7 +121,9 @@ pub async fn run_with(
 /// Connects, retrying with backoff while the database is unreachable;
 /// None when shutdown came first. A URL that can never work fails at once.
 async fn connect(config: &Config, cancel: &CancellationToken) -> Result<Option<Store>> {
-    let pool = u32::try_from(config.concurrency / 4 + 4).unwrap_or(32).min(32);
+    let pool = u32::try_from(config.concurrency / 4 + 4)
+        .unwrap_or(32)
+        .min(32);
     let mut delay = Duration::from_millis(500);
     loop {
         match Store::connect(&config.database_url, pool).await {
@@ -143,7 +156,10 @@ async fn listen(
     let app = crate::server::router(health, Arc::new(registry));
     Ok(tokio::spawn(async move {
         let stop = async move { cancel.cancelled().await };
-        if let Err(e) = axum::serve(listener, app).with_graceful_shutdown(stop).await {
+        if let Err(e) = axum::serve(listener, app)
+            .with_graceful_shutdown(stop)
+            .await
+        {
             tracing::warn!(error = %e, "health listener stopped");
         }
     }))

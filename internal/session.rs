@@ -88,7 +88,10 @@ pub async fn keep(shared: Arc<Shared>, cancel: CancellationToken) {
         match shared.store.heartbeat(&id).await {
             Ok(true) => {
                 shared.session.renewed();
-                shared.health.database.store(true, std::sync::atomic::Ordering::Relaxed);
+                shared
+                    .health
+                    .database
+                    .store(true, std::sync::atomic::Ordering::Relaxed);
                 warned = false;
             }
             Ok(false) => {
@@ -100,11 +103,16 @@ pub async fn keep(shared: Arc<Shared>, cancel: CancellationToken) {
                         shared.session.replace(new.clone());
                         tracing::info!(session = %new, "registered a new session");
                     }
-                    Err(e) => tracing::warn!(error = %e, "cannot register a new session; will retry"),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "cannot register a new session; will retry")
+                    }
                 }
             }
             Err(e) => {
-                shared.health.database.store(false, std::sync::atomic::Ordering::Relaxed);
+                shared
+                    .health
+                    .database
+                    .store(false, std::sync::atomic::Ordering::Relaxed);
                 if !shared.session.live(expiry) && !warned {
                     warned = true;
                     tracing::error!(session = %id, error = %e, "no successful heartbeat for the session expiry: results are no longer acknowledged until the database is back");

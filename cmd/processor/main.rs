@@ -10,7 +10,11 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use feed::store::{NewItem, OnFailure, PartitionSpec};
 
 #[derive(Parser)]
-#[command(name = "processor", version, about = "Feed: a partition processor on a relational database")]
+#[command(
+    name = "processor",
+    version,
+    about = "Feed: a partition processor on a relational database"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -31,7 +35,13 @@ enum Command {
 #[derive(Args, Clone)]
 struct DbArgs {
     /// Database URL: sqlite://PATH?mode=rwc, postgres://… or mysql://… [default: sqlite://feed.db?mode=rwc]
-    #[arg(long, env = "FEED_DATABASE_URL", default_value = "sqlite://feed.db?mode=rwc", hide_default_value = true, hide_env_values = true)]
+    #[arg(
+        long,
+        env = "FEED_DATABASE_URL",
+        default_value = "sqlite://feed.db?mode=rwc",
+        hide_default_value = true,
+        hide_env_values = true
+    )]
     database_url: String,
 }
 
@@ -43,7 +53,12 @@ struct RunArgs {
     #[arg(long, env = "FEED_HANDLER_URL")]
     handler_url: String,
     /// Items in flight at once [default: 64]
-    #[arg(long, env = "FEED_CONCURRENCY", default_value_t = 64, hide_default_value = true)]
+    #[arg(
+        long,
+        env = "FEED_CONCURRENCY",
+        default_value_t = 64,
+        hide_default_value = true
+    )]
     concurrency: usize,
     /// Idle polling interval; with work pending the processor re-polls at once [default: 1s]
     #[arg(long, env = "FEED_POLL_INTERVAL", default_value = "1s", value_parser = duration, hide_default_value = true)]
@@ -64,7 +79,12 @@ struct RunArgs {
     #[arg(long, env = "FEED_REQUEST_TIMEOUT", default_value = "30s", value_parser = duration, hide_default_value = true)]
     request_timeout: Duration,
     /// Attempts per step before an item fails; 0 = unlimited [default: 5]
-    #[arg(long, env = "FEED_MAX_ATTEMPTS", default_value_t = 5, hide_default_value = true)]
+    #[arg(
+        long,
+        env = "FEED_MAX_ATTEMPTS",
+        default_value_t = 5,
+        hide_default_value = true
+    )]
     max_attempts: u32,
     /// First retry delay, doubled each attempt, with jitter [default: 1s]
     #[arg(long, env = "FEED_BACKOFF_BASE", default_value = "1s", value_parser = duration, hide_default_value = true)]
@@ -79,13 +99,23 @@ struct RunArgs {
     #[arg(long, env = "FEED_SIGNING_SECRET", hide_env_values = true)]
     signing_secret: Option<String>,
     /// Content-Type of requests [default: application/json]
-    #[arg(long, env = "FEED_CONTENT_TYPE", default_value = "application/json", hide_default_value = true)]
+    #[arg(
+        long,
+        env = "FEED_CONTENT_TYPE",
+        default_value = "application/json",
+        hide_default_value = true
+    )]
     content_type: String,
     /// Largest handler response body accepted, in bytes [default: 16777216 (16 MiB)]
     #[arg(long, env = "FEED_MAX_RESPONSE_BYTES", default_value_t = 16 << 20, hide_default_value = true)]
     max_response_bytes: usize,
     /// Address of the health and metrics listener; 'off' disables it [default: 0.0.0.0:8080]
-    #[arg(long, env = "FEED_LISTEN", default_value = "0.0.0.0:8080", hide_default_value = true)]
+    #[arg(
+        long,
+        env = "FEED_LISTEN",
+        default_value = "0.0.0.0:8080",
+        hide_default_value = true
+    )]
     listen: String,
     /// Log format [default: text]
     #[arg(long, env = "FEED_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text, hide_default_value = true)]
@@ -140,8 +170,7 @@ enum LogFormat {
 }
 
 fn duration(s: &str) -> Result<Duration, String> {
-    humantime::parse_duration(s)
-        .map_err(|e| format!("{e}; write durations like 500ms, 30s or 5m"))
+    humantime::parse_duration(s).map_err(|e| format!("{e}; write durations like 500ms, 30s or 5m"))
 }
 
 fn header(s: &str) -> Result<(String, String), String> {
@@ -156,8 +185,9 @@ fn header(s: &str) -> Result<(String, String), String> {
 }
 
 fn init_logs(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,sqlx=warn,sea_orm_migration=warn"));
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::new("info,sqlx=warn,sea_orm_migration=warn")
+    });
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
@@ -195,7 +225,9 @@ async fn main() -> ExitCode {
             eprintln!("error: {e:#}");
             let usage = matches!(
                 e.downcast_ref::<feed::Error>(),
-                Some(feed::Error::Config(_) | feed::Error::DatabaseUrl(_) | feed::Error::Invalid(_))
+                Some(
+                    feed::Error::Config(_) | feed::Error::DatabaseUrl(_) | feed::Error::Invalid(_)
+                )
             );
             ExitCode::from(if usage { 2 } else { 1 })
         }
@@ -269,14 +301,21 @@ async fn enqueue(a: EnqueueArgs) -> anyhow::Result<()> {
     } else {
         "extended"
     };
-    println!("{} items enqueued; partition {} {what}", r.items, a.partition);
+    println!(
+        "{} items enqueued; partition {} {what}",
+        r.items, a.partition
+    );
     Ok(())
 }
 
 /// One JSON line: `{"id"?, "gate"?, "data"}`, or with `raw` the data itself.
 fn parse_line(line: &str, raw: bool) -> Result<NewItem, String> {
     if raw {
-        return Ok(NewItem { id: None, gate: None, data: line.as_bytes().to_vec() });
+        return Ok(NewItem {
+            id: None,
+            gate: None,
+            data: line.as_bytes().to_vec(),
+        });
     }
     #[derive(serde::Deserialize)]
     #[serde(deny_unknown_fields)]
@@ -291,7 +330,11 @@ fn parse_line(line: &str, raw: bool) -> Result<NewItem, String> {
     if l.gate.is_some_and(|g| g < 0) {
         return Err("gate must not be negative".into());
     }
-    Ok(NewItem { id: l.id, gate: l.gate, data: serde_json::to_vec(&l.data).map_err(|e| e.to_string())? })
+    Ok(NewItem {
+        id: l.id,
+        gate: l.gate,
+        data: serde_json::to_vec(&l.data).map_err(|e| e.to_string())?,
+    })
 }
 
 async fn retry(a: RetryArgs) -> anyhow::Result<()> {

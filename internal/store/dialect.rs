@@ -81,9 +81,17 @@ mod tests {
 
     #[test]
     fn postgres_placeholders_are_numbered() {
-        let s = stmt(DbBackend::Postgres, "a = ? AND b = ?", vec![1.into(), 2.into()]);
+        let s = stmt(
+            DbBackend::Postgres,
+            "a = ? AND b = ?",
+            vec![1.into(), 2.into()],
+        );
         assert_eq!(s.sql, "a = $1 AND b = $2");
-        let s = stmt(DbBackend::Sqlite, "a = ? AND b = ?", vec![1.into(), 2.into()]);
+        let s = stmt(
+            DbBackend::Sqlite,
+            "a = ? AND b = ?",
+            vec![1.into(), 2.into()],
+        );
         assert_eq!(s.sql, "a = ? AND b = ?");
     }
 }

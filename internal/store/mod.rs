@@ -14,8 +14,8 @@ use sea_orm::{
 };
 
 pub use dialect::is_transient;
-pub use producer::{Enqueued, NewItem, OnFailure, PartitionSpec};
 use dialect::{data_column, marks, stmt};
+pub use producer::{Enqueued, NewItem, OnFailure, PartitionSpec};
 
 use crate::{Error, Result};
 
@@ -58,6 +58,11 @@ pub struct ItemWrite {
     pub last_error: Option<String>,
     /// Retry delay from now (database clock); None = may run at once.
     pub delay: Option<Duration>,
+    /// A new step (or a final state) bumps `version`; a failed attempt does
+    /// not, so the `Idempotency-Key` (id + version) is stable across retries
+    /// of one step. Every write changes `version` or `attempts`, and both are
+    /// checked, so a stale writer can never overwrite a newer result.
+    pub new_step: bool,
 }
 
 /// A partition this processor holds, as read for a gate check.
@@ -146,12 +151,10 @@ impl Store {
                     .foreign_keys(false)
             });
         }
-        let db = Database::connect(opts)
-            .await
-            .map_err(|e| Error::Connect {
-                url: redact(&url),
-                reason: e.to_string().replace(&url, &redact(&url)),
-            })?;
+        let db = Database::connect(opts).await.map_err(|e| Error::Connect {
+            url: redact(&url),
+            reason: e.to_string().replace(&url, &redact(&url)),
+        })?;
         let backend = db.get_database_backend();
         Ok(Store { db, backend })
     }
@@ -177,7 +180,8 @@ impl Store {
                 Ok(()) => return Ok(()),
                 Err(e) if attempt < 10 => {
                     tracing::debug!(error = %e, attempt, "migration raced another processor; retrying");
-                    tokio::time::sleep(delay + Duration::from_millis(rand::random::<u64>() % 50)).await;
+                    tokio::time::sleep(delay + Duration::from_millis(rand::random::<u64>() % 50))
+                        .await;
                     delay = (delay * 2).min(Duration::from_secs(2));
                 }
                 Err(e) => return Err(e.into()),
@@ -208,7 +212,9 @@ impl Store {
     /// The database clock, in epoch milliseconds.
     pub async fn now_ms(&self) -> Result<i64> {
         let rows = self.query("SELECT {now} AS now", vec![]).await?;
-        let row = rows.first().ok_or_else(|| Error::NotFound("clock".into()))?;
+        let row = rows
+            .first()
+            .ok_or_else(|| Error::NotFound("clock".into()))?;
         get(row, "now")
     }
 
@@ -397,8 +403,8 @@ impl Store {
             .collect()
     }
 
-    /// Writes a handler result, fenced: only if the item's version is
-    /// unchanged and its partition is owned by `session`, a live session,
+    /// Writes a handler result, fenced: only if the item's version and
+    /// attempts are unchanged and its partition is owned by `session`, a live session,
     /// checked in the same statement. False = rejected (stale).
     pub async fn write_result(
         &self,
@@ -426,14 +432,16 @@ impl Store {
             w.last_error.clone().into(),
             item.id.clone().into(),
             item.version.into(),
+            item.attempts.into(),
             item.partition_id.clone().into(),
             session.into(),
             ms(expiry).into(),
         ]);
+        let bump = i32::from(w.new_step);
         let sql = format!(
             "UPDATE feed_items SET status = ?, gate = ?, {data_set}not_before = {not_before}, \
-             attempts = ?, last_error = ?, version = version + 1, updated_at = {{now}} \
-             WHERE id = ? AND version = ? AND EXISTS (SELECT 1 FROM feed_partitions p \
+             attempts = ?, last_error = ?, version = version + {bump}, updated_at = {{now}} \
+             WHERE id = ? AND version = ? AND attempts = ? AND EXISTS (SELECT 1 FROM feed_partitions p \
              JOIN feed_processors s ON s.id = p.owner WHERE p.id = ? AND p.owner = ? \
              AND s.heartbeat_at >= {{now}} - ?)"
         );
@@ -506,7 +514,12 @@ impl Store {
             .exec(
                 "UPDATE feed_partitions SET gate = ?, version = version + 1, updated_at = {now} \
                  WHERE id = ? AND version = ? AND owner = ?",
-                vec![gate.into(), p.id.clone().into(), p.version.into(), me.into()],
+                vec![
+                    gate.into(),
+                    p.id.clone().into(),
+                    p.version.into(),
+                    me.into(),
+                ],
             )
             .await?;
         Ok(n == 1)

@@ -125,7 +125,11 @@ impl Store {
     ) -> Result<Enqueued> {
         let b = self.backend();
         let txn = self.begin_write().await?;
-        let lock = if b == DbBackend::Sqlite { "" } else { " FOR UPDATE" };
+        let lock = if b == DbBackend::Sqlite {
+            ""
+        } else {
+            " FOR UPDATE"
+        };
         let rows = txn
             .query_all_raw(stmt(
                 b,

@@ -72,7 +72,10 @@ fn statements(backend: DbBackend) -> Vec<String> {
     ];
     let indexes = [
         // Serves the dispatch query: a held partition's available items at its gate.
-        ("feed_items_dispatch", "feed_items (partition_id, status, gate)"),
+        (
+            "feed_items_dispatch",
+            "feed_items (partition_id, status, gate)",
+        ),
         // Serves leasing and balancing: active partitions by owner.
         ("feed_partitions_owner", "feed_partitions (status, owner)"),
     ];

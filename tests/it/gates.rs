@@ -1,0 +1,180 @@
+//! Fan-out, fan-in and closing (DESIGN §1).
+
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::on_all_backends;
+use crate::support::{Backend, Handler, Proc, TestDb, json as reply, wait_for};
+
+on_all_backends!(
+    fan_out_then_fan_in,
+    three_steps_at_one_gate,
+    plain_sql_rows,
+    auto_close_off_stays_open,
+    manual_checkpoint_holds_gate
+);
+
+/// Items at gate 0 move to gate 2 or finish; nothing at gate 2 is called
+/// before every gate-0 item is complete; then the partition closes.
+async fn fan_out_then_fan_in(b: Backend) {
+    let Some(db) = TestDb::new(b).await else {
+        return;
+    };
+    db.partition("resumes", true, false, "block").await;
+    for i in 0..30 {
+        db.item(&format!("r{i}"), "resumes", 0, json!({"n": i}))
+            .await;
+    }
+    let h = Handler::start(|c| {
+        let n = c.data["n"].as_i64().unwrap();
+        match c.gate {
+            0 if n % 3 == 0 => reply(200, json!({"gate": 2, "data": {"n": n, "classified": true}})),
+            0 => reply(200, json!({"done": true})),
+            _ => reply(200, json!({"done": true, "data": {"n": n, "classified": c.data["classified"], "ranked": true}})),
+        }
+    })
+    .await;
+    let _p = Proc::start(&db, &h.url(), &[]);
+    wait_for("partition complete", Duration::from_secs(30), || async {
+        db.partition_status("resumes").await == "complete"
+    })
+    .await;
+    let calls = h.calls();
+    let last_gate0 = calls.iter().rposition(|c| c.gate == 0).unwrap();
+    let first_gate2 = calls.iter().position(|c| c.gate == 2).unwrap();
+    assert!(
+        last_gate0 < first_gate2,
+        "a gate-2 call came before the last gate-0 call"
+    );
+    assert_eq!(calls.iter().filter(|c| c.gate == 0).count(), 30);
+    assert_eq!(calls.iter().filter(|c| c.gate == 2).count(), 10);
+    assert!(calls.iter().all(|c| c.gate == 0 || c.gate == 2));
+    let (_, gate, owner) = db.partition_row("resumes").await;
+    assert_eq!(gate, 2);
+    assert_eq!(owner, None, "a closed partition is released");
+    let r0 = db.item_row("r0").await;
+    assert_eq!((r0.status.as_str(), r0.gate), ("complete", 2));
+    // The gate-2 call received the data stored by the gate-0 answer.
+    assert_eq!(r0.data, json!({"n": 0, "classified": true, "ranked": true}));
+    let r1 = db.item_row("r1").await;
+    assert_eq!(
+        (r1.status.as_str(), r1.gate, r1.data),
+        ("complete", 0, json!({"n": 1}))
+    );
+}
+
+/// A handler-driven state machine: three steps at the same gate; the
+/// stored data is the third step's.
+async fn three_steps_at_one_gate(b: Backend) {
+    let Some(db) = TestDb::new(b).await else {
+        return;
+    };
+    db.partition("p", true, false, "block").await;
+    db.item("i", "p", 0, json!({"step": 0})).await;
+    let h = Handler::start(|c| {
+        let step = c.data["step"].as_i64().unwrap() + 1;
+        reply(200, json!({"done": step == 3, "data": {"step": step}}))
+    })
+    .await;
+    let _p = Proc::start(&db, &h.url(), &[]);
+    wait_for("partition complete", Duration::from_secs(30), || async {
+        db.partition_status("p").await == "complete"
+    })
+    .await;
+    let row = db.item_row("i").await;
+    assert_eq!(row.data, json!({"step": 3}));
+    assert_eq!(row.status, "complete");
+    let calls = h.calls_for("i");
+    assert_eq!(calls.len(), 3);
+    let keys: std::collections::HashSet<_> =
+        calls.iter().map(|c| c.idempotency_key.clone()).collect();
+    assert_eq!(keys.len(), 3, "each step has its own idempotency key");
+    assert!(calls.iter().all(|c| c.attempt == 1));
+}
+
+/// A producer writing only the required columns with plain SQL.
+async fn plain_sql_rows(b: Backend) {
+    let Some(db) = TestDb::new(b).await else {
+        return;
+    };
+    db.exec("INSERT INTO feed_partitions (id) VALUES ('plain')", vec![])
+        .await;
+    db.exec(
+        "INSERT INTO feed_items (id, partition_id, data) VALUES ('a', 'plain', '{\"x\": 1}'), ('b', 'plain', 'not json')",
+        vec![],
+    )
+    .await;
+    let h = Handler::start(|_| reply(200, json!({"done": true}))).await;
+    let _p = Proc::start(&db, &h.url(), &[]);
+    wait_for("partition complete", Duration::from_secs(30), || async {
+        db.partition_status("plain").await == "complete"
+    })
+    .await;
+    let calls = h.calls();
+    assert_eq!(calls.len(), 2);
+    let a = calls.iter().find(|c| c.item == "a").unwrap();
+    assert_eq!(a.data, json!({"x": 1}));
+    assert_eq!(a.partition, "plain");
+    assert_eq!(a.gate, 0);
+    assert_eq!(a.headers["content-type"], "application/json");
+    assert_eq!(db.item_row("b").await.status, "complete");
+}
+
+/// `auto_close = false`: everything done, the partition stays available.
+async fn auto_close_off_stays_open(b: Backend) {
+    let Some(db) = TestDb::new(b).await else {
+        return;
+    };
+    db.partition("open", false, false, "block").await;
+    db.item("a", "open", 0, json!({})).await;
+    let h = Handler::start(|_| reply(200, json!({"done": true}))).await;
+    let _p = Proc::start(&db, &h.url(), &[]);
+    wait_for("item complete", Duration::from_secs(30), || async {
+        db.item_row("a").await.status == "complete"
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(db.partition_status("open").await, "available");
+    // New work in the open partition is picked up.
+    db.item("b", "open", 0, json!({})).await;
+    wait_for("late item complete", Duration::from_secs(30), || async {
+        db.item_row("b").await.status == "complete"
+    })
+    .await;
+    assert_eq!(db.partition_status("open").await, "available");
+}
+
+/// `manual_checkpoint`: the gate stays until the user moves it.
+async fn manual_checkpoint_holds_gate(b: Backend) {
+    let Some(db) = TestDb::new(b).await else {
+        return;
+    };
+    db.partition("m", true, true, "block").await;
+    db.item("g0", "m", 0, json!({})).await;
+    db.item("g1", "m", 1, json!({})).await;
+    let h = Handler::start(|_| reply(200, json!({"done": true}))).await;
+    let _p = Proc::start(&db, &h.url(), &[]);
+    wait_for("gate-0 item complete", Duration::from_secs(30), || async {
+        db.item_row("g0").await.status == "complete"
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let (status, gate, _) = db.partition_row("m").await;
+    assert_eq!((status.as_str(), gate), ("available", 0));
+    assert!(
+        h.calls_for("g1").is_empty(),
+        "gate 1 ran without a checkpoint"
+    );
+    // The user advances the gate (OCC write, as the library would).
+    db.exec(
+        "UPDATE feed_partitions SET gate = 1, version = version + 1 WHERE id = 'm'",
+        vec![],
+    )
+    .await;
+    wait_for("partition complete", Duration::from_secs(30), || async {
+        db.partition_status("m").await == "complete"
+    })
+    .await;
+    assert_eq!(h.calls_for("g1").len(), 1);
+}

@@ -1,0 +1,9 @@
+//! End-to-end tests: the real `processor` binary against real databases
+//! (SQLite, PostgreSQL, MariaDB) and a real HTTP handler served here.
+
+mod support;
+
+mod fencing;
+mod gates;
+mod protocol;
+mod sessions;

@@ -1,0 +1,319 @@
+//! The handler protocol (DESIGN §4): retries, failures, Retry-After,
+//! a handler that is down, and the request headers.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use serde_json::json;
+
+use crate::on_all_backends;
+use crate::support::{Backend, Handler, Proc, TestDb, free_port, json as reply, wait_for};
+
+on_all_backends!(
+    retry_then_success,
+    exhausted_attempts_fail_partition,
+    on_failure_continue_closes,
+    no_retry_fails_at_once,
+    non_retryable_4xx,
+    retry_after_is_honoured,
+    gate_below_partition_gate_fails,
+    handler_down_then_up,
+);
+
+/// Two 500s then success: three attempts, 1-based `Feed-Attempt`, one idempotency key.
+async fn retry_then_success(b: Backend) {
+    let Some(db) = TestDb::new(b).await else {
+        return;
+    };
+    db.partition("p", true, false, "block").await;
+    db.item("i", "p", 0, json!({"v": 1})).await;
+    let h = Handler::start(|c| {
+        if c.attempt < 3 {
+            reply(500, json!({"oops": c.attempt}))
+        } else {
+            reply(200, json!({"done": true, "data": {"v": 2}}))
+        }
+    })
+    .await;
+    let _p = Proc::start(&db, &h.url(), &[]);
+    wait_for("partition complete", Duration::from_secs(30), || async {
+        db.partition_status("p").await == "complete"
+    })
+    .await;
+    let calls = h.calls_for("i");
+    assert_eq!(
+        calls.iter().map(|c| c.attempt).collect::<Vec<_>>(),
+        vec![1, 2, 3]
+    );
+    assert!(
+        calls
+            .iter()
+            .all(|c| c.idempotency_key == calls[0].idempotency_key)
+    );
+    assert!(
+        calls.iter().all(|c| c.data == json!({"v": 1})),
+        "a failed attempt changed the data"
+    );
+    let row = db.item_row("i").await;
+    assert_eq!(
+        (row.status.as_str(), row.attempts, row.data),
+        ("complete", 3, json!({"v": 2}))
+    );
+    assert_eq!(row.last_error, None);
+}
+
+/// Every attempt fails: the item is `failed` with `attempts` and
+/// `last_error`; the partition is `failed`.
+async fn exhausted_attempts_fail_partition(b: Backend) {
+    let Some(db) = TestDb::new(b).await else {
+        return;
+    };
+    db.partition("p", true, false, "block").await;
+    db.item("bad", "p", 0, json!({})).await;
+    db.item("good", "p", 0, json!({})).await;
+    db.item("later", "p", 1, json!({})).await;
+    let h = Handler::start(|c| {
+        if c.item == "bad" {
+            reply(503, json!({"busy": true}))
+        } else {
+            reply(200, json!({"done": true}))
+        }
+    })
+    .await;
+    let _p = Proc::start(&db, &h.url(), &["--max-attempts", "3"]);
+    wait_for("partition failed", Duration::from_secs(30), || async {
+        db.partition_status("p").await == "failed"
+    })
+    .await;
+    let row = db.item_row("bad").await;
+    assert_eq!((row.status.as_str(), row.attempts), ("failed", 3));
+    let err = row.last_error.unwrap();
+    assert!(
+        err.contains("HTTP 503") && err.contains("attempt 3 of 3"),
+        "{err}"
+    );
+    assert_eq!(h.calls_for("bad").len(), 3);
+    assert_eq!(db.item_row("good").await.status, "complete");
+    assert!(
+        h.calls_for("later").is_empty(),
+        "fan-in passed a failed item"
+    );
+    assert_eq!(db.item_row("later").await.status, "available");
+}
+
+/// `on_failure = continue`: failed items count as finished.
+async fn on_failure_continue_closes(b: Backend) {
+    let Some(db) = TestDb::new(b).await else {
+        return;
+    };
+    db.partition("p", true, false, "continue").await;
+    db.item("bad", "p", 0, json!({})).await;
+    db.item("later", "p", 1, json!({})).await;
+    let h = Handler::start(|c| {
+        if c.item == "bad" {
+            reply(500, json!({}))
+        } else {
+            reply(200, json!({"done": true}))
+        }
+    })
+    .await;
+    let _p = Proc::start(&db, &h.url(), &["--max-attempts", "2"]);
+    wait_for("partition complete", Duration::from_secs(30), || async {
+        db.partition_status("p").await == "complete"
+    })
+    .await;
+    assert_eq!(db.item_row("bad").await.status, "failed");
+    assert_eq!(db.item_row("later").await.status, "complete");
+}
+
+/// `{"error": {"no_retry": true}}` fails the item on the first attempt.
+async fn no_retry_fails_at_once(b: Backend) {
+    let Some(db) = TestDb::new(b).await else {
+        return;
+    };
+    db.partition("p", true, false, "block").await;
+    db.item("i", "p", 0, json!({"keep": "me"})).await;
+    let h = Handler::start(|_| {
+        reply(
+            200,
+            json!({"error": {"message": "corrupt PDF", "no_retry": true}}),
+        )
+    })
+    .await;
+    let _p = Proc::start(&db, &h.url(), &[]);
+    wait_for("partition failed", Duration::from_secs(30), || async {
+        db.partition_status("p").await == "failed"
+    })
+    .await;
+    let row = db.item_row("i").await;
+    assert_eq!((row.status.as_str(), row.attempts), ("failed", 1));
+    assert!(row.last_error.unwrap().contains("corrupt PDF"));
+    assert_eq!(row.data, json!({"keep": "me"}));
+    assert_eq!(h.calls().len(), 1);
+}
+
+/// 404 and 422 are not retried.
+async fn non_retryable_4xx(b: Backend) {
+    let Some(db) = TestDb::new(b).await else {
+        return;
+    };
+    db.partition("p", true, false, "continue").await;
+    db.item("nf", "p", 0, json!({})).await;
+    db.item("ue", "p", 0, json!({})).await;
+    let h = Handler::start(|c| {
+        let code = if c.item == "nf" {
+            StatusCode::NOT_FOUND
+        } else {
+            StatusCode::UNPROCESSABLE_ENTITY
+        };
+        (code, "no such thing").into_response()
+    })
+    .await;
+    let _p = Proc::start(&db, &h.url(), &[]);
+    wait_for("partition complete", Duration::from_secs(30), || async {
+        db.partition_status("p").await == "complete"
+    })
+    .await;
+    for (id, code) in [("nf", "404"), ("ue", "422")] {
+        let row = db.item_row(id).await;
+        assert_eq!((row.status.as_str(), row.attempts), ("failed", 1));
+        let err = row.last_error.unwrap();
+        assert!(err.contains(code) && err.contains("not retried"), "{err}");
+        assert_eq!(h.calls_for(id).len(), 1);
+    }
+}
+
+/// 429 with `Retry-After: 2`: the retry waits at least that long, even
+/// with a tiny backoff, and the delay is stored in `not_before`.
+async fn retry_after_is_honoured(b: Backend) {
+    let Some(db) = TestDb::new(b).await else {
+        return;
+    };
+    db.partition("p", true, false, "block").await;
+    db.item("i", "p", 0, json!({})).await;
+    let h = Handler::start(|c| {
+        if c.attempt == 1 {
+            (
+                StatusCode::TOO_MANY_REQUESTS,
+                [("Retry-After", "2")],
+                "slow down",
+            )
+                .into_response()
+        } else {
+            reply(200, json!({"done": true}))
+        }
+    })
+    .await;
+    let _p = Proc::start(&db, &h.url(), &[]);
+    wait_for(
+        "first attempt recorded",
+        Duration::from_secs(30),
+        || async { db.item_row("i").await.attempts == 1 },
+    )
+    .await;
+    let row = db.item_row("i").await;
+    assert!(row.not_before.is_some(), "the retry time is stored");
+    assert!(row.last_error.unwrap().contains("429"));
+    wait_for("partition complete", Duration::from_secs(30), || async {
+        db.partition_status("p").await == "complete"
+    })
+    .await;
+    let calls = h.calls_for("i");
+    assert_eq!(calls.len(), 2);
+    let gap = calls[1].at - calls[0].at;
+    assert!(
+        gap >= Duration::from_millis(1900),
+        "retried after {gap:?}, before Retry-After"
+    );
+}
+
+/// A handler answering a gate below the partition's gate fails the item
+/// with a message that says so.
+async fn gate_below_partition_gate_fails(b: Backend) {
+    let Some(db) = TestDb::new(b).await else {
+        return;
+    };
+    db.partition("p", true, false, "block").await;
+    db.item("i", "p", 1, json!({})).await;
+    db.exec("UPDATE feed_partitions SET gate = 1 WHERE id = 'p'", vec![])
+        .await;
+    let h = Handler::start(|_| reply(200, json!({"gate": 0}))).await;
+    let _p = Proc::start(&db, &h.url(), &[]);
+    wait_for("partition failed", Duration::from_secs(30), || async {
+        db.partition_status("p").await == "failed"
+    })
+    .await;
+    let row = db.item_row("i").await;
+    assert_eq!((row.status.as_str(), row.gate), ("failed", 1));
+    let err = row.last_error.unwrap();
+    assert!(
+        err.contains("gate 0") && err.contains("below the partition's gate 1"),
+        "{err}"
+    );
+}
+
+/// The handler is down (connection refused) for a while: no attempts are
+/// burned; once it is up everything finishes on the first attempt.
+async fn handler_down_then_up(b: Backend) {
+    let Some(db) = TestDb::new(b).await else {
+        return;
+    };
+    db.partition("p", true, false, "block").await;
+    for i in 0..5 {
+        db.item(&format!("i{i}"), "p", 0, json!({})).await;
+    }
+    let port = free_port();
+    let url = format!("http://127.0.0.1:{port}/feed");
+    let p = Proc::start(&db, &url, &["--max-attempts", "2"]);
+    wait_for(
+        "processor reports unreachable",
+        Duration::from_secs(30),
+        || async {
+            crate::support::metric(&p.metrics().await, "feed_handler_unreachable_total") >= 3.0
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let ready = reqwest::get(format!("http://{}/readyz", p.listen.as_ref().unwrap()))
+        .await
+        .unwrap();
+    assert_eq!(
+        ready.status().as_u16(),
+        503,
+        "readyz must say not ready while the handler is down"
+    );
+    for i in 0..5 {
+        let row = db.item_row(&format!("i{i}")).await;
+        assert_eq!(
+            (row.status.as_str(), row.attempts),
+            ("available", 0),
+            "an attempt was burned"
+        );
+    }
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+        .await
+        .unwrap();
+    let seen = Arc::new(AtomicU32::new(0));
+    let s = seen.clone();
+    let h = Handler::serve(
+        listener,
+        Arc::new(Box::new(move |_: &crate::support::Call| {
+            s.fetch_add(1, Ordering::SeqCst);
+            reply(200, json!({"done": true}))
+        })),
+    )
+    .await;
+    wait_for("partition complete", Duration::from_secs(60), || async {
+        db.partition_status("p").await == "complete"
+    })
+    .await;
+    for i in 0..5 {
+        let row = db.item_row(&format!("i{i}")).await;
+        assert_eq!((row.status.as_str(), row.attempts), ("complete", 1));
+    }
+    assert_eq!(h.calls().len(), 5);
+    assert_eq!(seen.load(Ordering::SeqCst), 5);
+}

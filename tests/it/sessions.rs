@@ -1,0 +1,136 @@
+//! Sessions (DESIGN §3): concurrent start-up, a lost session, graceful shutdown.
+
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::on_all_backends;
+use crate::support::{Backend, Handler, Proc, TestDb, json as reply, wait_for};
+
+on_all_backends!(
+    three_processors_start_on_empty_database,
+    lost_session_is_replaced,
+    sigterm_hands_over
+);
+
+/// Three processors started at the same moment on an empty database all
+/// come up (the migrations race) and share the work.
+async fn three_processors_start_on_empty_database(b: Backend) {
+    let Some(db) = TestDb::empty(b).await else {
+        return;
+    };
+    let h = Handler::start(|_| reply(200, json!({"done": true}))).await;
+    let procs: Vec<Proc> = (0..3).map(|_| Proc::start(&db, &h.url(), &[])).collect();
+    wait_for("three sessions", Duration::from_secs(30), || async {
+        db.store.migrate().await.is_ok() && db.sessions().await.len() == 3
+    })
+    .await;
+    for p in 0..6 {
+        db.partition(&format!("p{p}"), true, false, "block").await;
+        db.item(&format!("i{p}"), &format!("p{p}"), 0, json!({}))
+            .await;
+    }
+    wait_for(
+        "every partition complete",
+        Duration::from_secs(30),
+        || async {
+            let mut all = true;
+            for p in 0..6 {
+                all &= db.partition_status(&format!("p{p}")).await == "complete";
+            }
+            all
+        },
+    )
+    .await;
+    assert_eq!(h.calls().len(), 6);
+    for mut p in procs {
+        assert!(
+            p.child.try_wait().unwrap().is_none(),
+            "a processor exited:\n{}",
+            p.log()
+        );
+        assert!(p.terminate().success());
+    }
+}
+
+/// Deleting a processor's session row (as another processor does for a
+/// dead session) makes it drop its leases, register anew and go on.
+async fn lost_session_is_replaced(b: Backend) {
+    let Some(db) = TestDb::new(b).await else {
+        return;
+    };
+    db.partition("p", false, false, "block").await;
+    db.item("a", "p", 0, json!({})).await;
+    let h = Handler::start(|_| reply(200, json!({"done": true}))).await;
+    let p = Proc::start(&db, &h.url(), &[]);
+    wait_for("first item", Duration::from_secs(30), || async {
+        db.item_row("a").await.status == "complete"
+    })
+    .await;
+    let old = db.sessions().await;
+    assert_eq!(old.len(), 1);
+    db.exec("DELETE FROM feed_processors", vec![]).await;
+    wait_for(
+        "a new session owns the partition",
+        Duration::from_secs(30),
+        || async {
+            let now = db.sessions().await;
+            let owner = db.partition_row("p").await.2;
+            now.len() == 1 && now != old && owner.as_ref() == now.first()
+        },
+    )
+    .await;
+    db.item("b", "p", 0, json!({})).await;
+    wait_for(
+        "item after re-registering",
+        Duration::from_secs(30),
+        || async { db.item_row("b").await.status == "complete" },
+    )
+    .await;
+    assert!(crate::support::metric(&p.metrics().await, "feed_sessions_lost_total") >= 1.0);
+}
+
+/// SIGTERM: in-flight calls finish and are written, partitions are
+/// released, the session row is deleted, exit code 0.
+async fn sigterm_hands_over(b: Backend) {
+    let Some(db) = TestDb::new(b).await else {
+        return;
+    };
+    db.partition("p", true, false, "block").await;
+    db.item("slow", "p", 0, json!({})).await;
+    db.item("next", "p", 1, json!({})).await;
+    let h = Handler::start_async(|c| async move {
+        if c.item == "slow" {
+            tokio::time::sleep(Duration::from_millis(1500)).await;
+        }
+        reply(200, json!({"done": true}))
+    })
+    .await;
+    let mut p = Proc::start(&db, &h.url(), &[]);
+    wait_for("slow call", Duration::from_secs(30), || async {
+        !h.calls().is_empty()
+    })
+    .await;
+    let status = p.terminate();
+    assert!(status.success(), "exit status {status:?}");
+    assert_eq!(
+        db.item_row("slow").await.status,
+        "complete",
+        "the in-flight result was written"
+    );
+    let (st, gate, owner) = db.partition_row("p").await;
+    assert_eq!(st, "available");
+    assert_eq!(owner, None, "partition released");
+    assert!(gate <= 1);
+    assert!(db.sessions().await.is_empty(), "session row deleted");
+    assert!(
+        h.calls_for("next").is_empty(),
+        "no new work after the signal"
+    );
+    // Another processor takes over and finishes.
+    let _q = Proc::start(&db, &h.url(), &[]);
+    wait_for("partition complete", Duration::from_secs(30), || async {
+        db.partition_status("p").await == "complete"
+    })
+    .await;
+}
