@@ -30,6 +30,20 @@ enum Command {
     Enqueue(EnqueueArgs),
     /// Put failed items back to available with fresh attempts and reopen their partitions.
     Retry(RetryArgs),
+    /// Exit 0 when a running processor answers its /healthz (for container health checks).
+    Health(HealthArgs),
+}
+
+#[derive(Args)]
+struct HealthArgs {
+    /// The processor's health URL [default: http://127.0.0.1:8080/healthz]
+    #[arg(
+        long,
+        env = "FEED_HEALTH_URL",
+        default_value = "http://127.0.0.1:8080/healthz",
+        hide_default_value = true
+    )]
+    url: String,
 }
 
 #[derive(Args, Clone)]
@@ -218,6 +232,7 @@ async fn main() -> ExitCode {
         Command::Migrate(db) => migrate(db).await,
         Command::Enqueue(args) => enqueue(args).await,
         Command::Retry(args) => retry(args).await,
+        Command::Health(args) => health(args).await,
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -341,5 +356,24 @@ async fn retry(a: RetryArgs) -> anyhow::Result<()> {
     let store = connect(&a.db).await?;
     let n = store.retry_failed(a.partition.as_deref()).await?;
     println!("{n} failed items back to available");
+    Ok(())
+}
+
+async fn health(a: HealthArgs) -> anyhow::Result<()> {
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(3))
+        .build()?;
+    let resp = client
+        .get(&a.url)
+        .send()
+        .await
+        .with_context(|| format!("GET {}", a.url))?;
+    anyhow::ensure!(
+        resp.status().is_success(),
+        "{} answered {}",
+        a.url,
+        resp.status()
+    );
+    println!("ok");
     Ok(())
 }

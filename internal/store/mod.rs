@@ -6,6 +6,8 @@
 mod dialect;
 pub mod producer;
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use sea_orm::{
@@ -24,6 +26,8 @@ use crate::{Error, Result};
 pub struct Store {
     db: DatabaseConnection,
     backend: DbBackend,
+    /// Statements issued through this store (all clones), for benchmarks.
+    statements: Arc<AtomicU64>,
 }
 
 /// An item ready to be sent to the handler.
@@ -156,7 +160,21 @@ impl Store {
             reason: e.to_string().replace(&url, &redact(&url)),
         })?;
         let backend = db.get_database_backend();
-        Ok(Store { db, backend })
+        Ok(Store {
+            db,
+            backend,
+            statements: Arc::default(),
+        })
+    }
+
+    /// Statements issued so far by this store and its clones (transactions
+    /// count their statements), so benchmarks can report statements per item.
+    pub fn statements(&self) -> u64 {
+        self.statements.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn count(&self, n: u64) {
+        self.statements.fetch_add(n, Ordering::Relaxed);
     }
 
     /// The backend this store talks to.
@@ -192,6 +210,7 @@ impl Store {
 
     async fn exec(&self, sql: &str, values: Vec<Value>) -> Result<u64> {
         retry(|| async {
+            self.count(1);
             self.db
                 .execute_raw(stmt(self.backend, sql, values.clone()))
                 .await
@@ -202,6 +221,7 @@ impl Store {
 
     async fn query(&self, sql: &str, values: Vec<Value>) -> Result<Vec<QueryResult>> {
         retry(|| async {
+            self.count(1);
             self.db
                 .query_all_raw(stmt(self.backend, sql, values.clone()))
                 .await
