@@ -61,15 +61,22 @@ pub async fn run_with(
     }
     let mut registry = Registry::default();
     let metrics = Metrics::new(&mut registry);
+    let statements = prometheus_client::metrics::counter::Counter::default();
+    registry.register(
+        "feed_statements",
+        "SQL statements issued by this processor",
+        statements.clone(),
+    );
     let health = Arc::new(Health::default());
     let server = match &config.listen {
         Some(addr) => Some(listen(addr, health.clone(), registry, cancel.clone()).await?),
         None => None,
     };
 
-    let Some(store) = connect(&config, &cancel).await? else {
+    let Some(mut store) = connect(&config, &cancel).await? else {
         return Ok(());
     };
+    store.set_statement_counter(statements);
     health
         .database
         .store(true, std::sync::atomic::Ordering::Relaxed);

@@ -6,9 +6,9 @@
 mod dialect;
 pub mod producer;
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
+
+use prometheus_client::metrics::counter::Counter;
 
 use sea_orm::{
     ConnectOptions, ConnectionTrait, Database, DatabaseConnection, DbBackend, DbErr, QueryResult,
@@ -26,8 +26,9 @@ use crate::{Error, Result};
 pub struct Store {
     db: DatabaseConnection,
     backend: DbBackend,
-    /// Statements issued through this store (all clones), for benchmarks.
-    statements: Arc<AtomicU64>,
+    /// Statements issued through this store (all clones), exported as
+    /// `feed_statements_total` so benchmarks can report statements per item.
+    statements: Counter,
 }
 
 /// An item ready to be sent to the handler.
@@ -163,18 +164,29 @@ impl Store {
         Ok(Store {
             db,
             backend,
-            statements: Arc::default(),
+            statements: Counter::default(),
         })
     }
 
     /// Statements issued so far by this store and its clones (transactions
     /// count their statements), so benchmarks can report statements per item.
     pub fn statements(&self) -> u64 {
-        self.statements.load(Ordering::Relaxed)
+        self.statements.get()
+    }
+
+    /// The counter behind [`Store::statements`], to register as a metric.
+    pub fn statement_counter(&self) -> Counter {
+        self.statements.clone()
+    }
+
+    /// Counts into `counter` from now on (the processor's exported metric).
+    pub fn set_statement_counter(&mut self, counter: Counter) {
+        counter.inc_by(self.statements.get());
+        self.statements = counter;
     }
 
     pub(crate) fn count(&self, n: u64) {
-        self.statements.fetch_add(n, Ordering::Relaxed);
+        self.statements.inc_by(n);
     }
 
     /// The backend this store talks to.
