@@ -17,6 +17,7 @@
 
 pub mod backoff;
 pub mod config;
+pub mod demo;
 pub mod dispatch;
 pub mod error;
 pub mod gates;

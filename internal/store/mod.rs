@@ -5,6 +5,7 @@
 
 mod dialect;
 pub mod producer;
+pub mod status;
 
 use std::time::Duration;
 

@@ -1,0 +1,233 @@
+//! `processor demo`: the resume example of Go Feed, end to end, on a
+//! temporary SQLite database with a built-in HTTP handler.
+//!
+//! Gate 0 fans out: every resume is classified (a score from its skills and
+//! years). Gate 1 fans in: one ranking item, dispatched only when every
+//! resume is classified, picks the top 10. The real processor runs in
+//! between, exactly as `processor run` would.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::Json;
+use axum::http::HeaderMap;
+use serde_json::{Value, json};
+
+use crate::store::{NewItem, PartitionSpec};
+use crate::{Config, Result, Store};
+
+const PARTITION: &str = "resumes";
+const SKILLS: &[&str] = &[
+    "rust",
+    "sql",
+    "go",
+    "python",
+    "kubernetes",
+    "postgres",
+    "http",
+    "ml",
+];
+const NAMES: &[&str] = &[
+    "Ada",
+    "Alan",
+    "Barbara",
+    "Dennis",
+    "Edsger",
+    "Frances",
+    "Grace",
+    "Guido",
+    "Jim",
+    "John",
+    "Ken",
+    "Leslie",
+    "Linus",
+    "Margaret",
+    "Niklaus",
+    "Radia",
+    "Rob",
+    "Sophie",
+    "Tony",
+    "Whitfield",
+];
+
+/// What the demo ended with, to print and to check against the database.
+#[derive(Debug)]
+pub struct DemoSummary {
+    /// Resumes classified at gate 0.
+    pub classified: i64,
+    /// The ranking item's answer: the top 10 candidates.
+    pub top: Vec<Value>,
+    /// The partition's final status.
+    pub status: String,
+    /// Wall time.
+    pub elapsed: Duration,
+}
+
+/// Runs the demo with `resumes` resumes, printing progress to stdout.
+pub async fn run(resumes: usize) -> Result<DemoSummary> {
+    let dir = std::env::temp_dir().join(format!("feed-demo-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir).map_err(|e| crate::Error::Invalid(format!("temp dir: {e}")))?;
+    let url = format!("sqlite://{}/demo.db?mode=rwc", dir.display());
+    let result = run_in(&url, resumes).await;
+    let _ = std::fs::remove_dir_all(&dir);
+    result
+}
+
+async fn run_in(url: &str, resumes: usize) -> Result<DemoSummary> {
+    let started = Instant::now();
+    let store = Store::connect(url, 4).await?;
+    store.migrate().await?;
+    let mut items: Vec<NewItem> = (0..resumes)
+        .map(|i| {
+            let skills: Vec<&str> = SKILLS
+                .iter()
+                .copied()
+                .filter(|_| rand::random::<f64>() < 0.4)
+                .collect();
+            let data = json!({
+                "candidate": format!("{} #{i}", NAMES[i % NAMES.len()]),
+                "years": rand::random::<u64>() % 15,
+                "skills": skills,
+            });
+            NewItem {
+                id: Some(format!("resume-{i:03}")),
+                gate: Some(0),
+                data: data.to_string().into_bytes(),
+            }
+        })
+        .collect();
+    items.push(NewItem {
+        id: Some("ranking".into()),
+        gate: Some(1),
+        data: json!({"pick": 10}).to_string().into_bytes(),
+    });
+    store
+        .enqueue(PARTITION, &PartitionSpec::default(), items)
+        .await?;
+    println!(
+        "enqueued partition {PARTITION:?}: {resumes} resumes at gate 0, 1 ranking item at gate 1"
+    );
+
+    let (handler_url, _server) = serve_handler().await?;
+    let mut config = Config::new(url, handler_url);
+    config.poll_interval = Duration::from_millis(100);
+    config.acquire_interval = Duration::from_millis(200);
+    config.concurrency = 4;
+    let done = Arc::new(tokio::sync::Notify::new());
+    let stop = done.clone();
+    let processor = tokio::spawn(crate::run(config, async move { stop.notified().await }));
+
+    let mut last = String::new();
+    let status = loop {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let s = store.status(Some(PARTITION)).await?;
+        let Some(p) = s.partitions.first() else {
+            continue;
+        };
+        let count = |gate: i64, status: &str| {
+            p.items_by_gate
+                .get(&gate)
+                .and_then(|m| m.get(status))
+                .copied()
+                .unwrap_or(0)
+        };
+        let line = format!(
+            "gate {} | classify (gate 0): {}/{} done | rank (gate 1): {} | partition {}",
+            p.gate,
+            count(0, "complete"),
+            resumes,
+            if count(1, "complete") == 1 {
+                "done"
+            } else if p.gate >= 1 {
+                "running"
+            } else {
+                "waiting for fan-in"
+            },
+            p.status
+        );
+        if line != last {
+            println!("{line}");
+            last = line;
+        }
+        if p.status != "available" {
+            break p.status.clone();
+        }
+    };
+    done.notify_one();
+    let _ = processor.await;
+
+    let rows = store.status(Some(PARTITION)).await?;
+    let classified = rows.partitions[0]
+        .items_by_gate
+        .get(&0)
+        .and_then(|m| m.get("complete"))
+        .copied()
+        .unwrap_or(0);
+    let ranking = store.item_data("ranking").await?;
+    let top = serde_json::from_slice::<Value>(&ranking)
+        .ok()
+        .and_then(|v| v.get("top").and_then(|t| t.as_array().cloned()))
+        .unwrap_or_default();
+    Ok(DemoSummary {
+        classified,
+        top,
+        status,
+        elapsed: started.elapsed(),
+    })
+}
+
+/// The example handler: classify at gate 0, rank at gate 1.
+async fn serve_handler() -> Result<(String, tokio::task::JoinHandle<()>)> {
+    let scores: Arc<Mutex<HashMap<String, (String, i64)>>> = Arc::default();
+    let app = axum::Router::new().route(
+        "/feed",
+        axum::routing::post(move |headers: HeaderMap, Json(data): Json<Value>| {
+            let scores = scores.clone();
+            async move {
+                let gate = headers
+                    .get("feed-gate")
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("0");
+                let item = headers
+                    .get("feed-item-id")
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("")
+                    .to_string();
+                if gate == "0" {
+                    // Pretend to OCR and classify.
+                    tokio::time::sleep(Duration::from_millis(100 + rand::random::<u64>() % 200))
+                        .await;
+                    let skills = data["skills"].as_array().map_or(0, Vec::len) as i64;
+                    let score = skills * 10 + data["years"].as_i64().unwrap_or(0) * 3;
+                    let name = data["candidate"].as_str().unwrap_or("?").to_string();
+                    scores.lock().expect("scores").insert(item, (name, score));
+                    let mut out = data.clone();
+                    out["score"] = json!(score);
+                    Json(json!({"done": true, "data": out}))
+                } else {
+                    let mut all: Vec<(String, i64)> =
+                        scores.lock().expect("scores").values().cloned().collect();
+                    all.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+                    let n = data["pick"].as_u64().unwrap_or(10) as usize;
+                    let top: Vec<Value> = all
+                        .iter()
+                        .take(n)
+                        .map(|(c, s)| json!({"candidate": c, "score": s}))
+                        .collect();
+                    Json(json!({"done": true, "data": {"top": top, "ranked": all.len()}}))
+                }
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .map_err(|e| crate::Error::Invalid(format!("cannot start the demo handler: {e}")))?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| crate::Error::Invalid(e.to_string()))?;
+    let task = tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    Ok((format!("http://{addr}/feed"), task))
+}

@@ -1,0 +1,224 @@
+//! What `processor status` shows: partitions, items, failures, processors.
+
+use std::collections::BTreeMap;
+
+use sea_orm::Value;
+use serde::Serialize;
+
+use super::dialect::stmt;
+use super::{Store, get};
+use crate::Result;
+use sea_orm::ConnectionTrait;
+
+/// At most this many partitions and failed items are listed.
+pub const LIST_LIMIT: usize = 500;
+
+/// A snapshot of the queue. The JSON form is stable: fields are only added.
+#[derive(Debug, Serialize)]
+pub struct Status {
+    /// Number of partitions per status.
+    pub partitions_by_status: BTreeMap<String, i64>,
+    /// Partitions (all, or the one asked), at most [`LIST_LIMIT`].
+    pub partitions: Vec<PartitionStatus>,
+    /// Failed items with their attempts and last error, at most [`LIST_LIMIT`].
+    pub failed_items: Vec<FailedItem>,
+    /// Live and not yet reaped processor sessions.
+    pub processors: Vec<ProcessorStatus>,
+}
+
+/// One partition's state.
+#[derive(Debug, Serialize)]
+pub struct PartitionStatus {
+    /// Partition id.
+    pub id: String,
+    /// available, complete or failed.
+    pub status: String,
+    /// Current gate.
+    pub gate: i64,
+    /// Session holding it.
+    pub owner: Option<String>,
+    /// Items per status.
+    pub items_by_status: BTreeMap<String, i64>,
+    /// Items per gate, then per status.
+    pub items_by_gate: BTreeMap<i64, BTreeMap<String, i64>>,
+}
+
+/// A failed item.
+#[derive(Debug, Serialize)]
+pub struct FailedItem {
+    /// Item id.
+    pub id: String,
+    /// Its partition.
+    pub partition_id: String,
+    /// Its gate.
+    pub gate: i64,
+    /// Calls made for its last step.
+    pub attempts: i32,
+    /// Why it failed.
+    pub last_error: Option<String>,
+}
+
+/// A processor session.
+#[derive(Debug, Serialize)]
+pub struct ProcessorStatus {
+    /// Session id.
+    pub id: String,
+    /// Host it runs on.
+    pub hostname: String,
+    /// Its process id.
+    pub pid: i64,
+    /// Feed version.
+    pub software_version: String,
+    /// Registered at (epoch ms, database clock).
+    pub started_at: i64,
+    /// Last heartbeat (epoch ms, database clock).
+    pub heartbeat_at: i64,
+    /// Milliseconds since the last heartbeat.
+    pub heartbeat_age_ms: i64,
+    /// Active partitions it holds.
+    pub partitions: i64,
+}
+
+impl Store {
+    async fn rows(&self, sql: &str, values: Vec<Value>) -> Result<Vec<sea_orm::QueryResult>> {
+        self.count(1);
+        Ok(self
+            .connection()
+            .query_all_raw(stmt(self.backend(), sql, values))
+            .await?)
+    }
+
+    /// Reads a status snapshot, of one partition or of all.
+    pub async fn status(&self, partition: Option<&str>) -> Result<Status> {
+        let (filter, pfilter, values): (&str, &str, Vec<Value>) = match partition {
+            Some(p) => (" WHERE partition_id = ?", " WHERE id = ?", vec![p.into()]),
+            None => ("", "", vec![]),
+        };
+        let mut partitions_by_status = BTreeMap::new();
+        for r in self
+            .rows(
+                &format!(
+                    "SELECT status, COUNT(*) AS n FROM feed_partitions{pfilter} GROUP BY status"
+                ),
+                values.clone(),
+            )
+            .await?
+        {
+            partitions_by_status.insert(get(&r, "status")?, get(&r, "n")?);
+        }
+        let mut partitions = Vec::new();
+        let mut index = BTreeMap::new();
+        for r in self
+            .rows(
+                &format!(
+                    "SELECT id, status, gate, owner FROM feed_partitions{pfilter} \
+                     ORDER BY CASE status WHEN 'failed' THEN 0 WHEN 'available' THEN 1 ELSE 2 END, id LIMIT {LIST_LIMIT}"
+                ),
+                values.clone(),
+            )
+            .await?
+        {
+            let id: String = get(&r, "id")?;
+            index.insert(id.clone(), partitions.len());
+            partitions.push(PartitionStatus {
+                id,
+                status: get(&r, "status")?,
+                gate: get(&r, "gate")?,
+                owner: get(&r, "owner")?,
+                items_by_status: BTreeMap::new(),
+                items_by_gate: BTreeMap::new(),
+            });
+        }
+        for r in self
+            .rows(
+                &format!(
+                    "SELECT partition_id, gate, status, COUNT(*) AS n FROM feed_items{filter} \
+                     GROUP BY partition_id, gate, status"
+                ),
+                values.clone(),
+            )
+            .await?
+        {
+            let pid: String = get(&r, "partition_id")?;
+            let Some(&i) = index.get(&pid) else { continue };
+            let (gate, status, n): (i64, String, i64) =
+                (get(&r, "gate")?, get(&r, "status")?, get(&r, "n")?);
+            let p = &mut partitions[i];
+            *p.items_by_status.entry(status.clone()).or_default() += n;
+            *p.items_by_gate
+                .entry(gate)
+                .or_default()
+                .entry(status)
+                .or_default() += n;
+        }
+        let failed_filter = if partition.is_some() {
+            " AND partition_id = ?"
+        } else {
+            ""
+        };
+        let failed_items = self
+            .rows(
+                &format!(
+                    "SELECT id, partition_id, gate, attempts, last_error FROM feed_items \
+                     WHERE status = 'failed'{failed_filter} ORDER BY partition_id, id LIMIT {LIST_LIMIT}"
+                ),
+                values,
+            )
+            .await?
+            .iter()
+            .map(|r| {
+                Ok(FailedItem {
+                    id: get(r, "id")?,
+                    partition_id: get(r, "partition_id")?,
+                    gate: get(r, "gate")?,
+                    attempts: get(r, "attempts")?,
+                    last_error: get(r, "last_error")?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let processors = self
+            .rows(
+                "SELECT s.id, s.hostname, s.pid, s.software_version, s.started_at, s.heartbeat_at, \
+                 {now} - s.heartbeat_at AS age, \
+                 (SELECT COUNT(*) FROM feed_partitions p WHERE p.owner = s.id AND p.status = 'available') AS n \
+                 FROM feed_processors s ORDER BY s.started_at",
+                vec![],
+            )
+            .await?
+            .iter()
+            .map(|r| {
+                Ok(ProcessorStatus {
+                    id: get(r, "id")?,
+                    hostname: get(r, "hostname")?,
+                    pid: get(r, "pid")?,
+                    software_version: get(r, "software_version")?,
+                    started_at: get(r, "started_at")?,
+                    heartbeat_at: get(r, "heartbeat_at")?,
+                    heartbeat_age_ms: get(r, "age")?,
+                    partitions: get(r, "n")?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Status {
+            partitions_by_status,
+            partitions,
+            failed_items,
+            processors,
+        })
+    }
+}
+
+impl Store {
+    /// One item's data bytes.
+    pub async fn item_data(&self, id: &str) -> Result<Vec<u8>> {
+        let sql = format!(
+            "SELECT {} AS data FROM feed_items i WHERE i.id = ?",
+            super::dialect::data_column(self.backend(), "i")
+        );
+        let rows = self.rows(&sql, vec![id.into()]).await?;
+        let row = rows
+            .first()
+            .ok_or_else(|| crate::Error::NotFound(format!("item {id}")))?;
+        get(row, "data")
+    }
+}
