@@ -64,8 +64,12 @@ pub struct DemoSummary {
     pub elapsed: Duration,
 }
 
-/// Runs the demo with `resumes` resumes, printing progress to stdout.
-pub async fn run(resumes: usize) -> Result<DemoSummary> {
+/// Runs the demo with `resumes` resumes, printing progress to stdout, on
+/// `database_url` or else a temporary SQLite database removed afterwards.
+pub async fn run(resumes: usize, database_url: Option<&str>) -> Result<DemoSummary> {
+    if let Some(url) = database_url {
+        return run_in(url, resumes).await;
+    }
     let dir = std::env::temp_dir().join(format!("feed-demo-{}", uuid::Uuid::new_v4().simple()));
     std::fs::create_dir_all(&dir).map_err(|e| crate::Error::Invalid(format!("temp dir: {e}")))?;
     let url = format!("sqlite://{}/demo.db?mode=rwc", dir.display());

@@ -52,6 +52,9 @@ struct StatusArgs {
 
 #[derive(Args)]
 struct DemoArgs {
+    /// Keep the demo's database here instead of a temporary file (to inspect it afterwards)
+    #[arg(long)]
+    database_url: Option<String>,
     /// Number of resumes to classify at gate 0 [default: 40]
     #[arg(long, default_value_t = 40, hide_default_value = true)]
     resumes: usize,
@@ -317,9 +320,11 @@ async fn enqueue(a: EnqueueArgs) -> anyhow::Result<()> {
             std::fs::File::open(path).with_context(|| format!("opening {path}"))?,
         )),
     };
+    let bar = progress();
     let mut items = Vec::new();
     for (n, line) in reader.lines().enumerate() {
         let line = line.with_context(|| format!("reading line {}", n + 1))?;
+        bar.inc(1);
         if line.trim().is_empty() {
             continue;
         }
@@ -327,6 +332,7 @@ async fn enqueue(a: EnqueueArgs) -> anyhow::Result<()> {
             feed::Error::Invalid(format!("line {}: {e}; nothing was written", n + 1))
         })?);
     }
+    bar.set_message(format!("writing {} items in one transaction", items.len()));
     let store = connect(&a.db).await?;
     let spec = PartitionSpec {
         auto_close: !a.no_auto_close,
@@ -334,6 +340,7 @@ async fn enqueue(a: EnqueueArgs) -> anyhow::Result<()> {
         on_failure: a.on_failure,
     };
     let r = store.enqueue(&a.partition, &spec, items).await?;
+    bar.finish_and_clear();
     let what = if r.created {
         "created"
     } else if r.reopened {
@@ -346,6 +353,21 @@ async fn enqueue(a: EnqueueArgs) -> anyhow::Result<()> {
         r.items, a.partition
     );
     Ok(())
+}
+
+/// A line counter on a terminal; hidden when stderr is not one.
+fn progress() -> indicatif::ProgressBar {
+    use std::io::IsTerminal;
+    if !std::io::stderr().is_terminal() {
+        return indicatif::ProgressBar::hidden();
+    }
+    let bar = indicatif::ProgressBar::new_spinner();
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{spinner} {pos} lines read {msg} ({elapsed})")
+            .expect("static template"),
+    );
+    bar.enable_steady_tick(Duration::from_millis(120));
+    bar
 }
 
 /// One JSON line: `{"id"?, "gate"?, "data"}`, or with `raw` the data itself.
@@ -516,7 +538,7 @@ async fn demo(a: DemoArgs) -> anyhow::Result<()> {
     println!(
         "Feed demo: the resume example (gate 0: classify each resume; gate 1: rank and pick the top 10)"
     );
-    let s = feed::demo::run(a.resumes).await?;
+    let s = feed::demo::run(a.resumes, a.database_url.as_deref()).await?;
     println!();
     println!("top candidates:");
     for (i, c) in s.top.iter().enumerate() {

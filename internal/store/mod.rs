@@ -143,6 +143,14 @@ impl Store {
                 )));
             }
         };
+        if scheme != "sqlite"
+            && let Err(e) = url::Url::parse(&url)
+        {
+            return Err(Error::DatabaseUrl(format!(
+                "{}: {e}; expected e.g. postgres://user:password@host:5432/db",
+                redact(&url)
+            )));
+        }
         let mut opts = ConnectOptions::new(url.clone());
         opts.max_connections(max_connections.max(2))
             .min_connections(1)

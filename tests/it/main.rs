@@ -3,6 +3,7 @@
 
 mod support;
 
+mod cli;
 mod fencing;
 mod gates;
 mod protocol;

@@ -27,6 +27,8 @@ pub struct TestDb {
     pub url: String,
     pub store: feed::Store,
     name: String,
+    /// Drop the database at the end (false for an alias).
+    owned: bool,
     _dir: Option<tempfile::TempDir>,
 }
 
@@ -83,8 +85,22 @@ impl TestDb {
             url,
             store,
             name,
+            owned: true,
             _dir: dir,
         })
+    }
+
+    /// Another handle on the same database under a different URL (e.g.
+    /// with a password); dropping it does not drop the database.
+    pub fn alias(db: &TestDb, url: &str) -> TestDb {
+        TestDb {
+            backend: db.backend,
+            url: url.to_string(),
+            store: db.store.clone(),
+            name: String::new(),
+            owned: false,
+            _dir: None,
+        }
     }
 
     fn db_backend(&self) -> DbBackend {
@@ -199,6 +215,7 @@ impl TestDb {
 impl Drop for TestDb {
     fn drop(&mut self) {
         let admin = match self.backend {
+            _ if !self.owned => return,
             Backend::Sqlite => return,
             Backend::Postgres => PG_ADMIN,
             Backend::Mysql => MY_ADMIN,

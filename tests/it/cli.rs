@@ -1,0 +1,536 @@
+//! The commands besides `run` (DESIGN §5): enqueue, status, retry, demo,
+//! and what the command line does with bad input and secrets.
+
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::support::{Backend, Handler, Proc, TestDb, json as reply, metric, wait_for};
+
+/// Runs `processor args…` with `stdin`.
+pub fn processor(args: &[&str], stdin: &str) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_processor"))
+        .args(args)
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+macro_rules! on_sqlite_and_postgres {
+    ($($name:ident),* $(,)?) => {
+        $(
+            mod $name {
+                use $crate::support::Backend;
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn sqlite() { super::$name(Backend::Sqlite).await }
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn postgres() { super::$name(Backend::Postgres).await }
+            }
+        )*
+    };
+}
+
+on_sqlite_and_postgres!(
+    enqueue_is_all_or_nothing,
+    enqueue_refuses_low_gate_and_reopens,
+    status_and_retry,
+    metrics_move,
+    secrets_never_printed
+);
+
+async fn enqueue_is_all_or_nothing(b: Backend) {
+    let Some(db) = TestDb::new(b).await else {
+        return;
+    };
+    let bad = "{\"id\": \"a\", \"data\": {\"x\": 1}}\n{\"id\": \"b\", \"data\": 2}\n{\"id\": \"c\", \"dta\": 3}\n";
+    let o = processor(
+        &["enqueue", "--database-url", &db.url, "--partition", "p"],
+        bad,
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let t = text(&o);
+    assert!(
+        t.contains("line 3") && t.contains("nothing was written"),
+        "{t}"
+    );
+    assert!(
+        db.query("SELECT id FROM feed_items", vec![])
+            .await
+            .is_empty()
+    );
+    assert!(
+        db.query("SELECT id FROM feed_partitions", vec![])
+            .await
+            .is_empty()
+    );
+
+    let good = "{\"id\": \"a\", \"data\": {\"x\": 1}}\n\n{\"data\": [2]}\n";
+    let o = processor(
+        &[
+            "enqueue",
+            "--database-url",
+            &db.url,
+            "--partition",
+            "p",
+            "--on-failure",
+            "continue",
+            "--no-auto-close",
+            "-",
+        ],
+        good,
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("2 items enqueued; partition p created"));
+    assert_eq!(db.item_row("a").await.data, json!({"x": 1}));
+    let rows = db
+        .query(
+            "SELECT on_failure, auto_close FROM feed_partitions WHERE id = 'p'",
+            vec![],
+        )
+        .await;
+    assert_eq!(
+        rows[0].try_get::<String>("", "on_failure").unwrap(),
+        "continue"
+    );
+    assert!(!rows[0].try_get::<bool>("", "auto_close").unwrap());
+
+    // --raw: each line is the data itself, even when it is not JSON.
+    let o = processor(
+        &[
+            "enqueue",
+            "--database-url",
+            &db.url,
+            "--partition",
+            "raw",
+            "--raw",
+        ],
+        "plain text\n{\"id\": 1}\n",
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let n = db
+        .query(
+            "SELECT id FROM feed_items WHERE partition_id = 'raw'",
+            vec![],
+        )
+        .await
+        .len();
+    assert_eq!(n, 2);
+}
+
+async fn enqueue_refuses_low_gate_and_reopens(b: Backend) {
+    let Some(db) = TestDb::new(b).await else {
+        return;
+    };
+    db.partition("p", true, false, "block").await;
+    db.exec(
+        "UPDATE feed_partitions SET gate = 3, status = 'complete' WHERE id = 'p'",
+        vec![],
+    )
+    .await;
+    let o = processor(
+        &["enqueue", "--database-url", &db.url, "--partition", "p"],
+        "{\"id\": \"low\", \"gate\": 1, \"data\": {}}\n",
+    );
+    assert_eq!(o.status.code(), Some(2));
+    let t = text(&o);
+    assert!(t.contains("gate 1") && t.contains("current gate 3"), "{t}");
+    assert!(
+        db.query("SELECT id FROM feed_items", vec![])
+            .await
+            .is_empty()
+    );
+
+    let o = processor(
+        &["enqueue", "--database-url", &db.url, "--partition", "p"],
+        "{\"id\": \"ok\", \"data\": {}}\n",
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("reopened"));
+    assert_eq!(db.partition_status("p").await, "available");
+    assert_eq!(
+        db.item_row("ok").await.gate,
+        3,
+        "gate defaults to the partition's gate"
+    );
+
+    let h = Handler::start(|_| reply(200, json!({"done": true}))).await;
+    let _p = Proc::start(&db, &h.url(), &[]);
+    wait_for(
+        "reopened partition complete",
+        Duration::from_secs(30),
+        || async { db.partition_status("p").await == "complete" },
+    )
+    .await;
+}
+
+async fn status_and_retry(b: Backend) {
+    let Some(db) = TestDb::new(b).await else {
+        return;
+    };
+    db.partition("p", true, false, "block").await;
+    db.item("bad", "p", 0, json!({})).await;
+    db.item("good", "p", 0, json!({})).await;
+    let fail = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let f = fail.clone();
+    let h = Handler::start(move |c| {
+        if c.item == "bad" && f.load(std::sync::atomic::Ordering::SeqCst) {
+            reply(
+                200,
+                json!({"error": {"message": "cannot parse resume", "no_retry": true}}),
+            )
+        } else {
+            reply(200, json!({"done": true}))
+        }
+    })
+    .await;
+    let p = Proc::start(&db, &h.url(), &[]);
+    wait_for("partition failed", Duration::from_secs(30), || async {
+        db.partition_status("p").await == "failed"
+    })
+    .await;
+    let o = processor(&["status", "--database-url", &db.url, "--json"], "");
+    assert!(o.status.success(), "{}", text(&o));
+    let s: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(s["partitions_by_status"]["failed"], 1);
+    assert_eq!(s["partitions"][0]["id"], "p");
+    assert_eq!(s["partitions"][0]["gate"], 0);
+    assert_eq!(
+        s["partitions"][0]["items_by_status"],
+        json!({"complete": 1, "failed": 1})
+    );
+    assert_eq!(
+        s["partitions"][0]["items_by_gate"]["0"],
+        json!({"complete": 1, "failed": 1})
+    );
+    assert_eq!(s["failed_items"][0]["id"], "bad");
+    assert_eq!(s["failed_items"][0]["attempts"], 1);
+    assert!(
+        s["failed_items"][0]["last_error"]
+            .as_str()
+            .unwrap()
+            .contains("cannot parse resume")
+    );
+    assert_eq!(s["processors"].as_array().unwrap().len(), 1);
+    let table = processor(
+        &["status", "--database-url", &db.url, "--partition", "p"],
+        "",
+    );
+    let t = text(&table);
+    assert!(
+        t.contains("failed") && t.contains("cannot parse resume") && t.contains("0: 0/1/1"),
+        "{t}"
+    );
+
+    fail.store(false, std::sync::atomic::Ordering::SeqCst);
+    let o = processor(
+        &["retry", "--database-url", &db.url, "--partition", "p"],
+        "",
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("1 failed items back to available"));
+    wait_for(
+        "partition complete after retry",
+        Duration::from_secs(30),
+        || async { db.partition_status("p").await == "complete" },
+    )
+    .await;
+    let row = db.item_row("bad").await;
+    assert_eq!((row.status.as_str(), row.attempts), ("complete", 1));
+    drop(p);
+    let o = processor(&["retry", "--database-url", &db.url], "");
+    assert_eq!(o.status.code(), Some(2), "retry needs --partition or --all");
+}
+
+async fn metrics_move(b: Backend) {
+    let Some(db) = TestDb::new(b).await else {
+        return;
+    };
+    db.partition("p", true, false, "block").await;
+    for i in 0..4 {
+        db.item(&format!("i{i}"), "p", 0, json!({})).await;
+    }
+    db.item("g1", "p", 1, json!({})).await;
+    let h = Handler::start(|c| {
+        if c.item == "i0" && c.attempt == 1 {
+            reply(500, json!({}))
+        } else {
+            reply(200, json!({"done": true}))
+        }
+    })
+    .await;
+    let p = Proc::start(&db, &h.url(), &[]);
+    wait_for("partition complete", Duration::from_secs(30), || async {
+        db.partition_status("p").await == "complete"
+    })
+    .await;
+    let m = p.metrics().await;
+    assert_eq!(metric(&m, "feed_items_total{outcome=\"done\"}"), 5.0, "{m}");
+    assert_eq!(metric(&m, "feed_items_total{outcome=\"retried\"}"), 1.0);
+    assert_eq!(
+        metric(&m, "feed_handler_request_duration_seconds_count"),
+        6.0
+    );
+    assert_eq!(metric(&m, "feed_gate_advances_total"), 1.0);
+    assert_eq!(metric(&m, "feed_partitions_closed_total"), 1.0);
+    assert_eq!(metric(&m, "feed_sessions_alive"), 1.0);
+    assert!(metric(&m, "feed_statements_total") > 0.0);
+    for series in [
+        "feed_items_in_flight",
+        "feed_partitions_held",
+        "feed_steals_total",
+        "feed_leases_lost_total",
+        "feed_partitions_failed_total",
+    ] {
+        assert!(m.lines().any(|l| l.starts_with(series)), "{series} missing");
+    }
+    let base = format!("http://{}", p.listen.as_ref().unwrap());
+    assert_eq!(
+        reqwest::get(format!("{base}/healthz"))
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    assert_eq!(
+        reqwest::get(format!("{base}/readyz"))
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    assert_eq!(
+        reqwest::get(format!("{base}/admin"))
+            .await
+            .unwrap()
+            .status(),
+        404
+    );
+}
+
+/// A database password, the signing secret and `--header` values never
+/// appear in logs, errors, `status` or `/metrics`.
+async fn secrets_never_printed(b: Backend) {
+    let Some(db) = TestDb::new(b).await else {
+        return;
+    };
+    // Trust auth accepts any password, so the URL can carry one.
+    let url = match b {
+        Backend::Postgres => db.url.replace("postgres@", "postgres:pw-s3cret@"),
+        _ => db.url.clone(),
+    };
+    db.partition("p", true, false, "block").await;
+    db.item("i", "p", 0, json!({"n": 1})).await;
+    let h = Handler::start(|c| {
+        let auth = c
+            .headers
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
+        if auth != "Bearer tok-s3cret" {
+            return reply(401, json!({}));
+        }
+        reply(200, json!({"done": true}))
+    })
+    .await;
+    let secret_db = clone_url(&db, &url);
+    let p = Proc::start(
+        &secret_db,
+        &h.url(),
+        &[
+            "--header",
+            "Authorization: Bearer tok-s3cret",
+            "--signing-secret",
+            "sig-s3cret",
+        ],
+    );
+    wait_for("partition complete", Duration::from_secs(30), || async {
+        db.partition_status("p").await == "complete"
+    })
+    .await;
+    let sig = h.calls()[0].headers["feed-signature"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    let (t, v1) = sig.trim_start_matches("t=").split_once(",v1=").unwrap();
+    assert_eq!(
+        sig,
+        feed::handler::signature(b"sig-s3cret", t.parse().unwrap(), br#"{"n":1}"#)
+    );
+    assert_eq!(v1.len(), 64);
+    let m = p.metrics().await;
+    let status = text(&processor(&["status", "--database-url", &url], ""));
+    let bad_scheme = text(&processor(
+        &[
+            "status",
+            "--database-url",
+            &url.replace("postgres:", "postgresx:")
+                .replace("sqlite:", "sqlitex:"),
+        ],
+        "",
+    ));
+    let mut proc_ = p;
+    proc_.terminate();
+    let log = proc_.log();
+    for (what, out) in [
+        ("log", &log),
+        ("metrics", &m),
+        ("status", &status),
+        ("error", &bad_scheme),
+    ] {
+        for secret in ["pw-s3cret", "tok-s3cret", "sig-s3cret"] {
+            assert!(!out.contains(secret), "{secret} printed in {what}:\n{out}");
+        }
+    }
+    assert!(log.contains("processor started"), "{log}");
+}
+
+/// A second handle on the same database under another URL (no drop of its own).
+fn clone_url(db: &TestDb, url: &str) -> TestDb {
+    TestDb::alias(db, url)
+}
+
+#[tokio::test]
+async fn demo_summary_matches_database() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}/demo.db?mode=rwc", dir.path().display());
+    let o = tokio::task::spawn_blocking({
+        let url = url.clone();
+        move || processor(&["demo", "--resumes", "12", "--database-url", &url], "")
+    })
+    .await
+    .unwrap();
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    assert!(
+        t.contains("summary: 12 resumes classified, 10 ranked, partition complete"),
+        "{t}"
+    );
+    let store = feed::Store::connect(&url, 2).await.unwrap();
+    let s = store.status(Some("resumes")).await.unwrap();
+    assert_eq!(s.partitions[0].status, "complete");
+    assert_eq!(s.partitions[0].gate, 1);
+    assert_eq!(s.partitions[0].items_by_status["complete"], 13);
+    let top: Value = serde_json::from_slice(&store.item_data("ranking").await.unwrap()).unwrap();
+    let first = top["top"][0]["candidate"].as_str().unwrap();
+    assert!(
+        t.contains(&format!(" 1. {first}")),
+        "the printed ranking is the stored one:\n{t}"
+    );
+}
+
+#[test]
+fn bad_command_lines_exit_2_with_one_line() {
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &[
+                "run",
+                "--handler-url",
+                "http://x/",
+                "--database-url",
+                "oracle://u:pw-s3cret@h/db",
+            ],
+            "scheme must be",
+        ),
+        (
+            &[
+                "run",
+                "--handler-url",
+                "http://x/",
+                "--database-url",
+                "postgres://u:pw-s3cret@[bad/db",
+            ],
+            "invalid database URL",
+        ),
+        (
+            &["run", "--handler-url", "http://x/", "--poll-interval", "5q"],
+            "500ms",
+        ),
+        (&["run"], "--handler-url"),
+        (&["run", "--handler-url", "ftp://x/"], "http:// or https://"),
+        (
+            &[
+                "run",
+                "--handler-url",
+                "http://x/",
+                "--heartbeat-interval",
+                "20s",
+            ],
+            "--heartbeat-interval must be shorter",
+        ),
+        (
+            &["retry", "--partition", "a", "--all"],
+            "cannot be used with",
+        ),
+        (
+            &["run", "--handler-url", "http://x/", "--header", "NoColon"],
+            "Name: value",
+        ),
+    ];
+    for (args, hint) in cases {
+        let o = processor(args, "");
+        let err = String::from_utf8_lossy(&o.stderr).to_string();
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(hint), "{args:?}: {err}");
+        assert!(
+            !err.contains("pw-s3cret"),
+            "{args:?} printed a password: {err}"
+        );
+        assert!(
+            err.lines().filter(|l| l.starts_with("error")).count() == 1,
+            "{args:?}: {err}"
+        );
+    }
+}
+
+#[test]
+fn readme_documents_every_flag() {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    for cmd in [
+        "run", "migrate", "enqueue", "status", "retry", "demo", "health",
+    ] {
+        let o = processor(&[cmd, "--help"], "");
+        let help = String::from_utf8_lossy(&o.stdout).to_string();
+        assert!(
+            readme.contains(&format!("processor {cmd}")),
+            "README lacks `processor {cmd}`"
+        );
+        for flag in help
+            .split_whitespace()
+            .filter(|w| w.starts_with("--") && w.len() > 2)
+        {
+            let flag = flag.trim_end_matches(|c: char| !c.is_ascii_alphanumeric());
+            if flag == "--help" {
+                continue;
+            }
+            let documented = readme.match_indices(flag).any(|(i, _)| {
+                let next = readme[i + flag.len()..].chars().next().unwrap_or(' ');
+                !next.is_ascii_alphanumeric() && next != '-'
+            });
+            assert!(
+                documented,
+                "README does not document {flag} of `processor {cmd}`"
+            );
+        }
+    }
+}
