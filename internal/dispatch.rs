@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 use crate::handler::{Job, Outcome};
 use crate::leases::{self, Held};
 use crate::run::Shared;
-use crate::store::{ItemWrite, ReadyItem};
+use crate::store::{Ack, ItemWrite, ReadyItem};
 use crate::{backoff, gates};
 
 /// How one delivery ended, reported back to the loop.
@@ -59,6 +59,10 @@ pub async fn run(shared: Arc<Shared>, cancel: CancellationToken) {
     let mut acquire = tokio::time::interval(cfg.acquire_interval);
     acquire.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut next_poll = Instant::now();
+    // While every slot is busy and more work is ready, partitions are not
+    // running dry: check gates at most once per poll interval then.
+    let mut full = false;
+    let mut next_check = Instant::now();
     loop {
         tokio::select! {
             biased;
@@ -80,17 +84,21 @@ pub async fn run(shared: Arc<Shared>, cancel: CancellationToken) {
                     next_poll = Instant::now();
                 }
             }
+            _ = shared.wake.notified() => next_poll = Instant::now(),
             _ = tokio::time::sleep_until(next_poll) => {}
         }
         d.sync_session();
-        let busy = d.busy_partitions();
-        match gates::check(&shared, &d.me, &mut d.held, &busy).await {
-            Ok(c) if c.advanced => next_poll = Instant::now(),
-            Ok(_) => {}
-            Err(e) => tracing::warn!(error = %e, "gate check failed; will retry"),
+        if !full || Instant::now() >= next_check {
+            next_check = Instant::now() + cfg.poll_interval;
+            let busy = d.busy_partitions();
+            match gates::check(&shared, &d.me, &mut d.held, &busy).await {
+                Ok(c) if c.advanced => next_poll = Instant::now(),
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, "gate check failed; will retry"),
+            }
         }
         if Instant::now() >= next_poll {
-            next_poll = d.poll().await;
+            (next_poll, full) = d.poll().await;
         }
     }
     d.drain(cfg.drain_timeout).await;
@@ -114,21 +122,22 @@ impl Dispatcher {
         self.in_flight.values().cloned().collect()
     }
 
-    /// Fetches and starts ready items; returns when to poll next.
-    async fn poll(&mut self) -> Instant {
+    /// Fetches and starts ready items; returns when to poll next and
+    /// whether more work was ready than slots.
+    async fn poll(&mut self) -> (Instant, bool) {
         let shared = self.shared.clone();
         let cfg = &shared.config;
         let now = Instant::now();
         if let Some(until) = self.paused_until {
             if now < until {
-                return until;
+                return (until, false);
             }
             if !self.in_flight.is_empty() {
-                return now + cfg.poll_interval;
+                return (now + cfg.poll_interval, false);
             }
         }
         if !self.shared.session.live(cfg.session_expiry) {
-            return now + cfg.poll_interval;
+            return (now + cfg.poll_interval, false);
         }
         // One probe delivery while the handler is down.
         let slots = if self.paused_until.is_some() {
@@ -137,16 +146,17 @@ impl Dispatcher {
             cfg.concurrency - self.in_flight.len()
         };
         if slots == 0 {
-            return now + cfg.poll_interval;
+            return (now + cfg.poll_interval, false);
         }
         let limit = slots + self.in_flight.len();
         let items = match self.shared.store.ready_items(&self.me, limit).await {
             Ok(items) => items,
             Err(e) => {
                 tracing::warn!(error = %e, "polling for items failed; will retry");
-                return now + cfg.poll_interval;
+                return (now + cfg.poll_interval, false);
             }
         };
+        let full = items.len() == limit;
         let mut started = 0;
         for item in items {
             if started == slots {
@@ -160,7 +170,7 @@ impl Dispatcher {
         }
         // Either the slots are now full (the next completion polls again at
         // once) or nothing more is ready: wait for the poll interval.
-        now + cfg.poll_interval
+        (now + cfg.poll_interval, full)
     }
 
     fn start(&mut self, item: ReadyItem) {
@@ -273,11 +283,16 @@ async fn deliver(shared: &Shared, me: &str, item: ReadyItem) -> Delivery {
         shared.metrics.outcome("rejected");
         return Delivery::Finished;
     }
-    match shared
-        .store
-        .write_result(&item, me, cfg.session_expiry, &write)
-        .await
-    {
+    let (attempts, error, next_gate) = (write.attempts, write.last_error.clone(), write.gate);
+    let (partition, id, gate) = (item.partition_id.clone(), item.id.clone(), item.gate);
+    let span = (partition.as_str(), id.as_str(), gate);
+    let error = error.as_deref().unwrap_or("");
+    let ack = Ack {
+        item,
+        session: me.to_string(),
+        write,
+    };
+    match shared.completer.write(ack).await {
         Ok(true) => {
             shared.metrics.outcome(label);
             match label {
@@ -285,8 +300,8 @@ async fn deliver(shared: &Shared, me: &str, item: ReadyItem) -> Delivery {
                     partition = span.0,
                     item = span.1,
                     gate = span.2,
-                    attempts = write.attempts,
-                    error = write.last_error.as_deref().unwrap_or(""),
+                    attempts,
+                    error,
                     "item failed"
                 ),
                 "retried" => tracing::info!(
@@ -294,14 +309,14 @@ async fn deliver(shared: &Shared, me: &str, item: ReadyItem) -> Delivery {
                     item = span.1,
                     gate = span.2,
                     attempt,
-                    error = write.last_error.as_deref().unwrap_or(""),
+                    error,
                     "attempt failed; will retry"
                 ),
                 _ => tracing::debug!(
                     partition = span.0,
                     item = span.1,
                     gate = span.2,
-                    next_gate = write.gate,
+                    next_gate,
                     outcome = label,
                     "result written"
                 ),

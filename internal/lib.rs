@@ -10,12 +10,14 @@
 //! - [`session`]: the processor's session row and heartbeat;
 //! - [`leases`]: leasing, balancing and stealing partitions;
 //! - [`dispatch`]: the poll/deliver/acknowledge loop;
+//! - [`completer`]: batched, fenced result writes;
 //! - [`gates`]: fan-in: advancing, closing and failing partitions;
 //! - [`handler`]: the [`Processor`] trait and the HTTP handler protocol;
 //! - [`server`] and [`metrics`]: health and Prometheus metrics;
 //! - [`run`](mod@run): start-up and graceful shutdown.
 
 pub mod backoff;
+pub mod completer;
 pub mod config;
 pub mod demo;
 pub mod dispatch;
@@ -24,6 +26,7 @@ pub mod gates;
 pub mod handler;
 pub mod leases;
 pub mod metrics;
+pub mod notify;
 pub mod run;
 pub mod server;
 pub mod session;

@@ -9,6 +9,7 @@ use std::time::Duration;
 use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
 
+use crate::completer::Completer;
 use crate::handler::{HttpProcessor, Processor};
 use crate::metrics::Metrics;
 use crate::server::Health;
@@ -30,6 +31,10 @@ pub struct Shared {
     pub health: Arc<Health>,
     /// Turns items into outcomes (HTTP by default).
     pub processor: Arc<dyn Processor>,
+    /// Writes results in batches.
+    pub completer: Completer,
+    /// Wakes the dispatch loop when new work may be ready (PostgreSQL NOTIFY).
+    pub wake: Arc<tokio::sync::Notify>,
 }
 
 /// Runs a processor that POSTs items to `config.handler_url` until
@@ -84,7 +89,14 @@ pub async fn run_with(
         store.migrate().await?;
     }
     let id = session::new_id();
+    let completer = Completer::start(store.clone(), config.session_expiry);
+    let wake = Arc::new(tokio::sync::Notify::new());
+    if store.backend() == sea_orm::DbBackend::Postgres {
+        crate::notify::listen(config.database_url.clone(), wake.clone(), cancel.clone());
+    }
     let shared = Arc::new(Shared {
+        wake,
+        completer,
         config,
         store,
         session: Session::new(id.clone()),

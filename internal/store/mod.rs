@@ -5,6 +5,7 @@
 
 mod dialect;
 pub mod producer;
+mod results;
 pub mod status;
 
 use std::time::Duration;
@@ -19,6 +20,7 @@ use sea_orm::{
 pub use dialect::is_transient;
 use dialect::{data_column, marks, stmt};
 pub use producer::{Enqueued, NewItem, OnFailure, PartitionSpec};
+pub use results::Ack;
 
 use crate::{Error, Result};
 
@@ -444,51 +446,6 @@ impl Store {
             .collect()
     }
 
-    /// Writes a handler result, fenced: only if the item's version and
-    /// attempts are unchanged and its partition is owned by `session`, a live session,
-    /// checked in the same statement. False = rejected (stale).
-    pub async fn write_result(
-        &self,
-        item: &ReadyItem,
-        session: &str,
-        expiry: Duration,
-        w: &ItemWrite,
-    ) -> Result<bool> {
-        let mut values: Vec<Value> = vec![w.status.into(), w.gate.into()];
-        let data_set = if let Some(d) = &w.data {
-            values.push(d.clone().into());
-            "data = ?, "
-        } else {
-            ""
-        };
-        let not_before = match w.delay {
-            Some(d) => {
-                values.push(ms(d).into());
-                "{now} + ?"
-            }
-            None => "NULL",
-        };
-        values.extend([
-            w.attempts.into(),
-            w.last_error.clone().into(),
-            item.id.clone().into(),
-            item.version.into(),
-            item.attempts.into(),
-            item.partition_id.clone().into(),
-            session.into(),
-            ms(expiry).into(),
-        ]);
-        let bump = i32::from(w.new_step);
-        let sql = format!(
-            "UPDATE feed_items SET status = ?, gate = ?, {data_set}not_before = {not_before}, \
-             attempts = ?, last_error = ?, version = version + {bump}, updated_at = {{now}} \
-             WHERE id = ? AND version = ? AND attempts = ? AND EXISTS (SELECT 1 FROM feed_partitions p \
-             JOIN feed_processors s ON s.id = p.owner WHERE p.id = ? AND p.owner = ? \
-             AND s.heartbeat_at >= {{now}} - ?)"
-        );
-        Ok(self.exec(&sql, values).await? == 1)
-    }
-
     // ---- gates ----
 
     /// The held partitions among `ids`, for a gate check.
@@ -641,13 +598,13 @@ fn unknown_status_message(backend: DbBackend) -> &'static str {
 }
 
 /// A duration as integer milliseconds for SQL arithmetic.
-fn ms(d: Duration) -> i64 {
+pub(crate) fn ms(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
 /// Retries a statement on transient conflicts (serialization failures,
 /// deadlocks, SQLite BUSY, dropped connections) with a short jittered backoff.
-async fn retry<T, F, Fut>(mut op: F) -> Result<T>
+pub(crate) async fn retry<T, F, Fut>(mut op: F) -> Result<T>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<T, DbErr>>,

@@ -216,6 +216,9 @@ impl Store {
             ))
             .await?
             .rows_affected();
+        if b == DbBackend::Postgres && n > 0 {
+            txn.execute_unprepared("NOTIFY feed_items").await?;
+        }
         txn.commit().await?;
         Ok(n)
     }

@@ -9,6 +9,7 @@
 pub use sea_orm_migration::prelude::*;
 
 mod m20261121_000001_create_tables;
+mod m20261121_000002_notify;
 
 /// Applies Feed's migrations in order.
 pub struct Migrator;
@@ -16,7 +17,10 @@ pub struct Migrator;
 #[async_trait::async_trait]
 impl MigratorTrait for Migrator {
     fn migrations() -> Vec<Box<dyn MigrationTrait>> {
-        vec![Box::new(m20261121_000001_create_tables::Migration)]
+        vec![
+            Box::new(m20261121_000001_create_tables::Migration),
+            Box::new(m20261121_000002_notify::Migration),
+        ]
     }
 
     fn migration_table_name() -> DynIden {

@@ -42,7 +42,12 @@ async fn three_processors_start_on_empty_database(b: Backend) {
         },
     )
     .await;
-    assert_eq!(h.calls().len(), 6);
+    // Delivery is at least once: a partition stolen to rebalance while its
+    // call was in flight is delivered again (and only one result is written).
+    for p in 0..6 {
+        assert!(!h.calls_for(&format!("i{p}")).is_empty());
+        assert_eq!(db.item_row(&format!("i{p}")).await.version, 1);
+    }
     for mut p in procs {
         assert!(
             p.child.try_wait().unwrap().is_none(),

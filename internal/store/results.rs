@@ -1,0 +1,112 @@
+//! Writing handler results: fenced, and batched into one transaction.
+
+use std::time::Duration;
+
+use sea_orm::{
+    ConnectionTrait, SqliteTransactionMode, Statement, TransactionOptions, TransactionTrait, Value,
+};
+
+use super::dialect::stmt;
+use super::{ItemWrite, ReadyItem, Store, ms, retry};
+use crate::Result;
+
+/// One result to write: the item as it was delivered, the session that
+/// delivered it, and its new state.
+#[derive(Clone, Debug)]
+pub struct Ack {
+    /// The item as fetched (its version and attempts are the fence).
+    pub item: ReadyItem,
+    /// The session that held the partition when the item was delivered.
+    pub session: String,
+    /// The new state.
+    pub write: ItemWrite,
+}
+
+impl Store {
+    /// The fenced UPDATE: it changes the row only if the item's version and
+    /// attempts are unchanged and its partition is owned by `session`, a
+    /// live session (database clock), all checked in this one statement.
+    fn result_statement(&self, ack: &Ack, expiry: Duration) -> Statement {
+        let (item, w) = (&ack.item, &ack.write);
+        let mut values: Vec<Value> = vec![w.status.into(), w.gate.into()];
+        let data_set = if let Some(d) = &w.data {
+            values.push(d.clone().into());
+            "data = ?, "
+        } else {
+            ""
+        };
+        let not_before = match w.delay {
+            Some(d) => {
+                values.push(ms(d).into());
+                "{now} + ?"
+            }
+            None => "NULL",
+        };
+        values.extend([
+            w.attempts.into(),
+            w.last_error.clone().into(),
+            item.id.clone().into(),
+            item.version.into(),
+            item.attempts.into(),
+            item.partition_id.clone().into(),
+            ack.session.clone().into(),
+            ms(expiry).into(),
+        ]);
+        let bump = i32::from(w.new_step);
+        let sql = format!(
+            "UPDATE feed_items SET status = ?, gate = ?, {data_set}not_before = {not_before}, \
+             attempts = ?, last_error = ?, version = version + {bump}, updated_at = {{now}} \
+             WHERE id = ? AND version = ? AND attempts = ? AND EXISTS (SELECT 1 FROM feed_partitions p \
+             JOIN feed_processors s ON s.id = p.owner WHERE p.id = ? AND p.owner = ? \
+             AND s.heartbeat_at >= {{now}} - ?)"
+        );
+        stmt(self.backend, &sql, values)
+    }
+
+    /// Writes one result; false = rejected as stale.
+    pub async fn write_result(&self, ack: &Ack, expiry: Duration) -> Result<bool> {
+        Ok(self
+            .write_results(std::slice::from_ref(ack), expiry)
+            .await?[0])
+    }
+
+    /// Writes many results in one transaction (one commit instead of one
+    /// per item), each with its own fence; returns, per result, whether it
+    /// was written (false = rejected as stale). Transient conflicts retry
+    /// the whole batch.
+    pub async fn write_results(&self, acks: &[Ack], expiry: Duration) -> Result<Vec<bool>> {
+        if acks.is_empty() {
+            return Ok(vec![]);
+        }
+        if acks.len() == 1 {
+            let st = self.result_statement(&acks[0], expiry);
+            return retry(|| async {
+                self.count(1);
+                self.db
+                    .execute_raw(st.clone())
+                    .await
+                    .map(|r| vec![r.rows_affected() == 1])
+            })
+            .await;
+        }
+        let statements: Vec<Statement> = acks
+            .iter()
+            .map(|a| self.result_statement(a, expiry))
+            .collect();
+        retry(|| async {
+            let opts = TransactionOptions {
+                sqlite_transaction_mode: Some(SqliteTransactionMode::Immediate),
+                ..Default::default()
+            };
+            let txn = self.db.begin_with_options(opts).await?;
+            let mut out = Vec::with_capacity(statements.len());
+            for st in &statements {
+                self.count(1);
+                out.push(txn.execute_raw(st.clone()).await?.rows_affected() == 1);
+            }
+            txn.commit().await?;
+            Ok(out)
+        })
+        .await
+    }
+}
