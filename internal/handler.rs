@@ -274,7 +274,11 @@ pub fn parse_response(status: StatusCode, body: &[u8], retry_after: Option<Durat
         retry,
         retry_after,
     };
-    let answer: Option<Answer> = serde_json::from_slice(body).ok();
+    // Only a JSON object is an answer (serde would read an array as a tuple).
+    let answer: Option<Answer> = serde_json::from_slice::<serde_json::Value>(body)
+        .ok()
+        .filter(serde_json::Value::is_object)
+        .and_then(|v| serde_json::from_value(v).ok());
     if let Some(err) = answer.as_ref().and_then(|a| a.error.as_ref()) {
         let message = err
             .get("message")

@@ -23,6 +23,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the processor daemon: lease partitions and deliver their items to the handler.
+    #[command(args_override_self = true)]
     Run(Box<RunArgs>),
     /// Apply the schema migrations and exit.
     Migrate(DbArgs),
@@ -136,8 +137,16 @@ struct RunArgs {
     #[arg(long = "header", env = "FEED_HEADER", value_parser = header, value_delimiter = '\n', hide_env_values = true)]
     headers: Vec<(String, String)>,
     /// Sign requests: Feed-Signature: t=<unix>,v1=<hex HMAC-SHA256 of "t.body"> [default: none]
-    #[arg(long, env = "FEED_SIGNING_SECRET", hide_env_values = true)]
+    #[arg(
+        long,
+        env = "FEED_SIGNING_SECRET",
+        hide_env_values = true,
+        conflicts_with = "signing_secret_file"
+    )]
     signing_secret: Option<String>,
+    /// Read the signing secret from this file (trailing newline ignored) [default: none]
+    #[arg(long, env = "FEED_SIGNING_SECRET_FILE")]
+    signing_secret_file: Option<std::path::PathBuf>,
     /// Content-Type of requests [default: application/json]
     #[arg(
         long,
@@ -291,7 +300,17 @@ async fn run(a: RunArgs) -> anyhow::Result<()> {
     c.backoff_base = a.backoff_base;
     c.backoff_max = a.backoff_max;
     c.headers = a.headers;
-    c.signing_secret = a.signing_secret;
+    c.signing_secret = match &a.signing_secret_file {
+        Some(path) => Some(
+            std::fs::read_to_string(path)
+                .map_err(|e| {
+                    feed::Error::Config(format!("--signing-secret-file {}: {e}", path.display()))
+                })?
+                .trim_end_matches(['\r', '\n'])
+                .to_string(),
+        ),
+        None => a.signing_secret,
+    };
     c.content_type = a.content_type;
     c.max_response_bytes = a.max_response_bytes;
     c.listen = (a.listen != "off").then_some(a.listen);

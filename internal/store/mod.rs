@@ -157,7 +157,8 @@ impl Store {
         opts.max_connections(max_connections.max(2))
             .min_connections(1)
             .connect_timeout(Duration::from_secs(10))
-            .acquire_timeout(Duration::from_secs(30))
+            .acquire_timeout(Duration::from_secs(5))
+            .set_application_name("feed-processor")
             .sqlx_logging(false);
         if scheme == "sqlite" {
             opts.map_sqlx_sqlite_opts(|o| {

@@ -6,5 +6,6 @@ mod support;
 mod cli;
 mod fencing;
 mod gates;
+mod hostile;
 mod protocol;
 mod sessions;

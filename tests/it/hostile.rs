@@ -1,0 +1,398 @@
+//! A hostile world (issue 5): misbehaving handlers, bad rows written by
+//! hand, an unreachable database and killed connections. Whatever happens,
+//! the processor keeps running, loses nothing, and says what went wrong.
+
+use std::time::Duration;
+
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::on_all_backends;
+use crate::support::{Backend, Handler, Proc, TestDb, free_port, json as reply, wait_for};
+
+on_all_backends!(misbehaving_handlers, broken_connections, hand_written_rows);
+
+macro_rules! on_sqlite_and_postgres {
+    ($($name:ident),* $(,)?) => {
+        $(
+            mod $name {
+                use $crate::support::Backend;
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn sqlite() { super::$name(Backend::Sqlite).await }
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn postgres() { super::$name(Backend::Postgres).await }
+            }
+        )*
+    };
+}
+
+on_sqlite_and_postgres!(signed_requests_verify);
+
+const BEHAVIOURS: &[&str] = &[
+    "slow", "nonjson", "gate_x", "neg_gate", "done_str", "big", "r301", "r302", "r429", "r503date",
+    "ok", "array",
+];
+
+/// Every kind of bad answer at once, one item each; `continue` so the
+/// partition closes when they are settled.
+async fn misbehaving_handlers(b: Backend) {
+    let Some(db) = TestDb::new(b).await else {
+        return;
+    };
+    db.partition("p", true, false, "continue").await;
+    for name in BEHAVIOURS {
+        db.item(name, "p", 0, json!({"keep": name})).await;
+    }
+    let h = Handler::start_async(|c| async move {
+        let first = c.attempt == 1;
+        match c.item.as_str() {
+            "slow" => {
+                tokio::time::sleep(Duration::from_secs(3)).await;
+                reply(200, json!({"done": true}))
+            }
+            "nonjson" => (StatusCode::OK, "<html>oops</html>").into_response(),
+            "gate_x" => reply(200, json!({"gate": "x"})),
+            "neg_gate" => reply(200, json!({"gate": -1})),
+            "done_str" => reply(200, json!({"done": "yes"})),
+            "big" => reply(200, json!({"done": true, "data": "x".repeat(5000)})),
+            "array" => reply(200, json!([1, 2])),
+            "r301" => (
+                StatusCode::MOVED_PERMANENTLY,
+                [("Location", "http://example.com/")],
+                "",
+            )
+                .into_response(),
+            "r302" => {
+                (StatusCode::FOUND, [("Location", "http://example.com/")], "").into_response()
+            }
+            "r429" if first => {
+                (StatusCode::TOO_MANY_REQUESTS, [("Retry-After", "1")], "").into_response()
+            }
+            "r503date" if first => {
+                let when =
+                    httpdate::fmt_http_date(std::time::SystemTime::now() + Duration::from_secs(2));
+                (StatusCode::SERVICE_UNAVAILABLE, [("Retry-After", when)], "").into_response()
+            }
+            _ => reply(200, json!({"done": true})),
+        }
+    })
+    .await;
+    let _p = Proc::start(
+        &db,
+        &h.url(),
+        &[
+            "--max-attempts",
+            "2",
+            "--request-timeout",
+            "1s",
+            "--max-response-bytes",
+            "1000",
+        ],
+    );
+    wait_for("ok item complete", Duration::from_secs(30), || async {
+        db.item_row("ok").await.status == "complete"
+    })
+    .await;
+    wait_for("partition complete", Duration::from_secs(60), || async {
+        db.partition_status("p").await == "complete"
+    })
+    .await;
+    let expect: &[(&str, &str, i32, &str)] = &[
+        ("slow", "failed", 2, "--request-timeout"),
+        ("nonjson", "failed", 2, "not a JSON object"),
+        ("array", "failed", 2, "not a JSON object"),
+        ("gate_x", "failed", 2, "non-negative integer"),
+        ("neg_gate", "failed", 2, "non-negative integer"),
+        ("done_str", "failed", 2, "true or false"),
+        ("big", "failed", 2, "exceeds the 1000 byte cap"),
+        ("r301", "failed", 1, "redirects are not followed"),
+        ("r302", "failed", 1, "redirects are not followed"),
+        ("r429", "complete", 2, ""),
+        ("r503date", "complete", 2, ""),
+        ("ok", "complete", 1, ""),
+    ];
+    for (id, status, attempts, error) in expect {
+        let row = db.item_row(id).await;
+        assert_eq!(
+            (row.status.as_str(), row.attempts),
+            (*status, *attempts),
+            "{id}: {row:?}"
+        );
+        assert_eq!(
+            row.data,
+            json!({"keep": id}),
+            "{id}: data changed without a valid answer"
+        );
+        if error.is_empty() {
+            assert_eq!(row.last_error, None, "{id}");
+        } else {
+            let e = row.last_error.unwrap_or_default();
+            assert!(e.contains(error), "{id}: {e}");
+        }
+    }
+    assert_eq!(h.calls_for("r301").len(), 1);
+    for (id, min) in [("r429", 900), ("r503date", 900)] {
+        let calls = h.calls_for(id);
+        let gap = calls[1].at - calls[0].at;
+        assert!(
+            gap >= Duration::from_millis(min),
+            "{id}: retried after {gap:?}"
+        );
+    }
+}
+
+/// A handler whose connection dies: cut off mid-body, or reset. Each is a
+/// failed attempt (retried), the data is kept, and the processor goes on.
+async fn broken_connections(b: Backend) {
+    let Some(db) = TestDb::new(b).await else {
+        return;
+    };
+    db.partition("p", true, false, "continue").await;
+    db.item("cut", "p", 0, json!({"keep": 1})).await;
+    db.item("reset", "p", 0, json!({"keep": 2})).await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/feed", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut sock, _)) = listener.accept().await else {
+                return;
+            };
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 65536];
+                let mut got = Vec::new();
+                while !String::from_utf8_lossy(&got).contains("\r\n\r\n") {
+                    let Ok(n) = sock.read(&mut buf).await else {
+                        return;
+                    };
+                    if n == 0 {
+                        return;
+                    }
+                    got.extend_from_slice(&buf[..n]);
+                }
+                let head = String::from_utf8_lossy(&got).to_lowercase();
+                if head.contains("feed-item-id: cut") {
+                    let _ = sock
+                        .write_all(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"done\": tr")
+                        .await;
+                    let _ = sock.shutdown().await;
+                } else {
+                    let _ = sock.set_linger(Some(Duration::ZERO));
+                }
+            });
+        }
+    });
+    let p = Proc::start(&db, &url, &["--max-attempts", "2"]);
+    wait_for("partition complete", Duration::from_secs(30), || async {
+        db.partition_status("p").await == "complete"
+    })
+    .await;
+    for (id, keep) in [("cut", 1), ("reset", 2)] {
+        let row = db.item_row(id).await;
+        assert_eq!(
+            (row.status.as_str(), row.attempts),
+            ("failed", 2),
+            "{id}: {row:?}"
+        );
+        assert_eq!(row.data, json!({"keep": keep}));
+        assert!(
+            row.last_error.unwrap().contains("handler request failed"),
+            "{id}"
+        );
+    }
+    let mut p = p;
+    assert!(p.child.try_wait().unwrap().is_none(), "the processor died");
+    assert!(p.terminate().success());
+}
+
+/// Rows written by hand that Feed cannot run are failed with a
+/// `last_error` that says why; a far gate is reached in one step.
+async fn hand_written_rows(b: Backend) {
+    let Some(db) = TestDb::new(b).await else {
+        return;
+    };
+    db.partition("p", true, false, "continue").await;
+    db.item("ok", "p", 0, json!({})).await;
+    db.item("far", "p", 1000, json!({})).await;
+    db.item("neg", "p", -1, json!({})).await;
+    db.exec(
+        "INSERT INTO feed_items (id, partition_id, status, data) VALUES ('weird', 'p', 'pending', ?)",
+        vec![b"{}".to_vec().into()],
+    )
+    .await;
+    let h = Handler::start(|_| reply(200, json!({"done": true}))).await;
+    let p = Proc::start(&db, &h.url(), &[]);
+    wait_for("partition complete", Duration::from_secs(30), || async {
+        db.partition_status("p").await == "complete"
+    })
+    .await;
+    let (_, gate, _) = db.partition_row("p").await;
+    assert_eq!(
+        gate, 1000,
+        "the gate jumped straight to the next gate with work"
+    );
+    assert_eq!(db.item_row("far").await.status, "complete");
+    let weird = db.item_row("weird").await;
+    assert_eq!(weird.status, "failed");
+    assert!(
+        weird
+            .last_error
+            .unwrap()
+            .contains("unknown status 'pending'")
+    );
+    let neg = db.item_row("neg").await;
+    assert_eq!(neg.status, "failed");
+    assert!(
+        neg.last_error
+            .unwrap()
+            .contains("below its partition's gate")
+    );
+    assert!(h.calls_for("neg").is_empty() && h.calls_for("weird").is_empty());
+    let mut p = p;
+    assert!(p.terminate().success());
+}
+
+/// `Feed-Signature` verifies with the secret (read from a file) and a
+/// tampered body does not.
+async fn signed_requests_verify(b: Backend) {
+    let Some(db) = TestDb::new(b).await else {
+        return;
+    };
+    db.partition("p", true, false, "block").await;
+    db.item("i", "p", 0, json!({"amount": 10})).await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("secret");
+    std::fs::write(&file, "file-s3cret\n").unwrap();
+    let h = Handler::start(|c| {
+        let sig = c
+            .headers
+            .get("feed-signature")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
+        let body = serde_json::to_vec(&c.data).unwrap();
+        if verify(sig, b"file-s3cret", &body) && !verify(sig, b"file-s3cret", br#"{"amount":1000}"#)
+        {
+            reply(200, json!({"done": true, "data": {"verified": true}}))
+        } else {
+            reply(
+                401,
+                json!({"error": {"message": "bad signature", "no_retry": true}}),
+            )
+        }
+    })
+    .await;
+    let file_arg = file.display().to_string();
+    let _p = Proc::start(&db, &h.url(), &["--signing-secret-file", &file_arg]);
+    wait_for("partition settled", Duration::from_secs(30), || async {
+        db.partition_status("p").await != "available"
+    })
+    .await;
+    assert_eq!(db.item_row("i").await.data, json!({"verified": true}));
+}
+
+/// What a handler does: recompute the HMAC of "t.body" and compare.
+fn verify(header: &str, secret: &[u8], body: &[u8]) -> bool {
+    let Some((t, _)) = header.trim_start_matches("t=").split_once(",v1=") else {
+        return false;
+    };
+    let Ok(t) = t.parse() else { return false };
+    feed::handler::signature(secret, t, body) == header
+}
+
+/// The database is unreachable when the processor starts: it retries,
+/// says why, reports not ready, and works once the database appears.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn database_unreachable_at_start() {
+    let Some(db) = TestDb::new(Backend::Postgres).await else {
+        return;
+    };
+    db.partition("p", true, false, "block").await;
+    db.item("i", "p", 0, json!({})).await;
+    let port = free_port();
+    let url = db
+        .url
+        .replace("127.0.0.1:5432", &format!("127.0.0.1:{port}"));
+    let h = Handler::start(|_| reply(200, json!({"done": true}))).await;
+    let p = Proc::start(&TestDb::alias(&db, &url), &h.url(), &[]);
+    let ready = format!("http://{}/readyz", p.listen.as_ref().unwrap());
+    wait_for(
+        "the processor logs the unreachable database",
+        Duration::from_secs(30),
+        || async { p.log().contains("database unreachable; retrying") },
+    )
+    .await;
+    assert_eq!(reqwest::get(&ready).await.unwrap().status(), 503);
+    assert_eq!(db.partition_status("p").await, "available");
+    // The database appears: a proxy on the port the processor dials.
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+        .await
+        .unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut client, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                if let Ok(mut server) = tokio::net::TcpStream::connect("127.0.0.1:5432").await {
+                    let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                }
+            });
+        }
+    });
+    wait_for("partition complete", Duration::from_secs(60), || async {
+        db.partition_status("p").await == "complete"
+    })
+    .await;
+    assert_eq!(reqwest::get(&ready).await.unwrap().status(), 200);
+}
+
+/// PostgreSQL kills the processor's connections mid-run, several times:
+/// it survives, every item is acknowledged exactly once, work resumes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_connections_killed() {
+    let Some(db) = TestDb::new(Backend::Postgres).await else {
+        return;
+    };
+    db.partition("p", true, false, "block").await;
+    for i in 0..200 {
+        db.item(&format!("i{i}"), "p", 0, json!({"n": i})).await;
+    }
+    let h = Handler::start_async(|_| async {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        reply(200, json!({"done": true}))
+    })
+    .await;
+    let mut p = Proc::start(&db, &h.url(), &["--concurrency", "8"]);
+    let name = db.url.rsplit('/').next().unwrap().to_string();
+    for _ in 0..4 {
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        let admin = feed::Store::connect("postgres://postgres@127.0.0.1:5432/postgres", 1)
+            .await
+            .unwrap();
+        use sea_orm::ConnectionTrait;
+        admin
+            .connection()
+            .execute_unprepared(&format!(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+                 WHERE datname = '{name}' AND application_name = 'feed-processor'"
+            ))
+            .await
+            .unwrap();
+    }
+    wait_for("partition complete", Duration::from_secs(60), || async {
+        db.partition_status("p").await == "complete"
+    })
+    .await;
+    for i in 0..200 {
+        let row = db.item_row(&format!("i{i}")).await;
+        assert_eq!(
+            (row.status.as_str(), row.version),
+            ("complete", 1),
+            "i{i} acknowledged more than once"
+        );
+    }
+    assert!(
+        p.child.try_wait().unwrap().is_none(),
+        "the processor died:\n{}",
+        p.log()
+    );
+    assert!(p.terminate().success());
+}
