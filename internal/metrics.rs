@@ -41,6 +41,8 @@ pub struct Metrics {
     pub sessions_alive: Gauge,
     /// Deliveries that found the handler unreachable (no attempt counted).
     pub handler_unreachable: Counter,
+    /// Available items in held partitions, as of the last acquire cycle.
+    pub backlog: Gauge,
 }
 
 impl Metrics {
@@ -59,6 +61,7 @@ impl Metrics {
             sessions_lost: Counter::default(),
             sessions_alive: Gauge::default(),
             handler_unreachable: Counter::default(),
+            backlog: Gauge::default(),
         };
         let r = registry.sub_registry_with_prefix("feed");
         r.register("items", "Handler results by outcome", m.items.clone());
@@ -107,6 +110,11 @@ impl Metrics {
             "sessions_alive",
             "Live processor sessions",
             m.sessions_alive.clone(),
+        );
+        r.register(
+            "backlog_items",
+            "Available items in held partitions (as of the last acquire cycle)",
+            m.backlog.clone(),
         );
         r.register(
             "handler_unreachable",

@@ -39,6 +39,14 @@ pub struct Shared {
 
 /// Runs a processor that POSTs items to `config.handler_url` until
 /// `shutdown` resolves.
+///
+/// ```no_run
+/// # async fn f() -> feed::Result<()> {
+/// let mut config = feed::Config::new("sqlite://feed.db?mode=rwc", "http://127.0.0.1:9000/feed");
+/// config.concurrency = 16;
+/// feed::run(config, async { tokio::signal::ctrl_c().await.ok(); }).await
+/// # }
+/// ```
 pub async fn run(
     config: Config,
     shutdown: impl Future<Output = ()> + Send + 'static,
@@ -49,6 +57,26 @@ pub async fn run(
 
 /// Runs a processor with any [`Processor`] (an in-process handler, say)
 /// until `shutdown` resolves.
+///
+/// ```no_run
+/// use std::sync::Arc;
+/// use feed::{Config, Job, Outcome, Processor};
+///
+/// struct Done;
+///
+/// #[async_trait::async_trait]
+/// impl Processor for Done {
+///     async fn process(&self, _job: &Job) -> Outcome {
+///         Outcome::Step { gate: None, done: true, data: None }
+///     }
+/// }
+///
+/// # async fn f() -> feed::Result<()> {
+/// // The handler URL is unused with an in-process processor.
+/// let config = Config::new("sqlite://feed.db?mode=rwc", "http://unused/");
+/// feed::run_with(config, Arc::new(Done), async { tokio::signal::ctrl_c().await.ok(); }).await
+/// # }
+/// ```
 pub async fn run_with(
     config: Config,
     processor: Arc<dyn Processor>,

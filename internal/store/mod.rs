@@ -112,6 +112,8 @@ pub struct LeaseCounts {
     pub active: i64,
     /// Of those, owned by this session.
     pub mine: i64,
+    /// Available items in the partitions this session holds.
+    pub backlog: i64,
 }
 
 /// A database URL with its password replaced, safe for logs and errors.
@@ -133,6 +135,13 @@ fn get<T: sea_orm::TryGetable>(row: &QueryResult, col: &str) -> Result<T> {
 impl Store {
     /// Connects to a `sqlite:`, `postgres:` or `mysql:` (or `mariadb:`) URL.
     /// SQLite gets WAL and a busy timeout so readers never block the writer.
+    ///
+    /// ```no_run
+    /// # async fn f() -> feed::Result<()> {
+    /// let store = feed::Store::connect("postgres://feed:secret@db/feed", 8).await?;
+    /// store.migrate().await?;
+    /// # Ok(()) }
+    /// ```
     pub async fn connect(url: &str, max_connections: u32) -> Result<Store> {
         let scheme = url.split(':').next().unwrap_or_default();
         let url = match scheme {
@@ -317,8 +326,10 @@ impl Store {
                 "SELECT \
                  (SELECT COUNT(*) FROM feed_processors WHERE heartbeat_at >= {now} - ?) AS sessions, \
                  (SELECT COUNT(*) FROM feed_partitions WHERE status = 'available') AS active, \
-                 (SELECT COUNT(*) FROM feed_partitions WHERE status = 'available' AND owner = ?) AS mine",
-                vec![ms(expiry).into(), me.into()],
+                 (SELECT COUNT(*) FROM feed_partitions WHERE status = 'available' AND owner = ?) AS mine, \
+                 (SELECT COUNT(*) FROM feed_partitions p JOIN feed_items i ON i.partition_id = p.id \
+                  WHERE p.owner = ? AND p.status = 'available' AND i.status = 'available') AS backlog",
+                vec![ms(expiry).into(), me.into(), me.into()],
             )
             .await?;
         let row = rows
@@ -328,6 +339,7 @@ impl Store {
             sessions: get(row, "sessions")?,
             active: get(row, "active")?,
             mine: get(row, "mine")?,
+            backlog: get(row, "backlog")?,
         })
     }
 

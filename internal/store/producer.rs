@@ -189,6 +189,13 @@ impl Store {
     /// attempts reset, and reopens their partitions. `last_error` is kept as
     /// history until the next attempt overwrites or clears it. Returns the
     /// number of items reset.
+    ///
+    /// ```no_run
+    /// # async fn f(store: feed::Store) -> feed::Result<()> {
+    /// let n = store.retry_failed(Some("folder-1")).await?;
+    /// println!("{n} items will run again");
+    /// # Ok(()) }
+    /// ```
     pub async fn retry_failed(&self, partition: Option<&str>) -> Result<u64> {
         let b = self.backend();
         let txn = self.begin_write().await?;

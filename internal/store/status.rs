@@ -89,6 +89,15 @@ impl Store {
     }
 
     /// Reads a status snapshot, of one partition or of all.
+    ///
+    /// ```no_run
+    /// # async fn f(store: feed::Store) -> feed::Result<()> {
+    /// let s = store.status(Some("folder-1")).await?;
+    /// for item in &s.failed_items {
+    ///     eprintln!("{} failed after {} attempts: {:?}", item.id, item.attempts, item.last_error);
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub async fn status(&self, partition: Option<&str>) -> Result<Status> {
         let (filter, pfilter, values): (&str, &str, Vec<Value>) = match partition {
             Some(p) => (" WHERE partition_id = ?", " WHERE id = ?", vec![p.into()]),

@@ -3,9 +3,11 @@
 
 mod support;
 
+mod chaos;
 mod cli;
 mod fencing;
 mod gates;
 mod hostile;
+mod library;
 mod protocol;
 mod sessions;

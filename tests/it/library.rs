@@ -1,0 +1,83 @@
+//! The library API: enqueue in a transaction, an in-process `Processor`,
+//! status and retry, without HTTP.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use feed::store::{NewItem, PartitionSpec};
+use feed::{Config, Job, Outcome, Processor};
+
+use crate::support::{Backend, TestDb, wait_for};
+
+struct Doubler;
+
+#[async_trait::async_trait]
+impl Processor for Doubler {
+    async fn process(&self, job: &Job) -> Outcome {
+        let n: i64 = serde_json::from_slice(&job.data).unwrap_or(0);
+        if n < 0 {
+            return Outcome::Failed {
+                message: "negative".into(),
+                retry: false,
+                retry_after: None,
+            };
+        }
+        Outcome::Step {
+            gate: Some(job.gate + 1),
+            done: job.gate == 1,
+            data: Some((n * 2).to_string().into_bytes()),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_process_processor() {
+    let Some(db) = TestDb::new(Backend::Sqlite).await else {
+        return;
+    };
+    let items = (0..5)
+        .map(|i| NewItem {
+            id: Some(format!("n{i}")),
+            gate: None,
+            data: i.to_string().into_bytes(),
+        })
+        .chain([NewItem {
+            id: Some("neg".into()),
+            gate: None,
+            data: b"-1".to_vec(),
+        }])
+        .collect();
+    let spec = PartitionSpec {
+        on_failure: feed::store::OnFailure::Continue,
+        ..Default::default()
+    };
+    let r = db.store.enqueue("lib", &spec, items).await.unwrap();
+    assert!(r.created && r.items == 6);
+    let mut config = Config::new(db.url.clone(), "http://unused.invalid/");
+    config.poll_interval = Duration::from_millis(50);
+    config.acquire_interval = Duration::from_millis(100);
+    let stop = Arc::new(tokio::sync::Notify::new());
+    let s = stop.clone();
+    let run = tokio::spawn(feed::run_with(config, Arc::new(Doubler), async move {
+        s.notified().await
+    }));
+    wait_for("partition complete", Duration::from_secs(30), || async {
+        db.partition_status("lib").await == "complete"
+    })
+    .await;
+    stop.notify_one();
+    run.await.unwrap().unwrap();
+    let st = db.store.status(Some("lib")).await.unwrap();
+    assert_eq!(st.partitions[0].gate, 1, "done items at gate 2 do not move the partition");
+    assert_eq!(st.failed_items.len(), 1);
+    assert_eq!(
+        String::from_utf8(db.store.item_data("n3").await.unwrap()).unwrap(),
+        "12"
+    );
+    assert!(
+        st.processors.is_empty(),
+        "the session row is deleted at shutdown"
+    );
+    assert_eq!(db.store.retry_failed(Some("lib")).await.unwrap(), 1);
+    assert_eq!(db.partition_status("lib").await, "available");
+}
