@@ -178,7 +178,7 @@ async fn broken_connections(b: Backend) {
                         .await;
                     let _ = sock.shutdown().await;
                 } else {
-                    let _ = sock.set_linger(Some(Duration::ZERO));
+                    let _ = sock.set_zero_linger(); // closing now sends a TCP reset
                 }
             });
         }

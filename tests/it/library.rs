@@ -68,7 +68,10 @@ async fn in_process_processor() {
     stop.notify_one();
     run.await.unwrap().unwrap();
     let st = db.store.status(Some("lib")).await.unwrap();
-    assert_eq!(st.partitions[0].gate, 1, "done items at gate 2 do not move the partition");
+    assert_eq!(
+        st.partitions[0].gate, 1,
+        "done items at gate 2 do not move the partition"
+    );
     assert_eq!(st.failed_items.len(), 1);
     assert_eq!(
         String::from_utf8(db.store.item_data("n3").await.unwrap()).unwrap(),
