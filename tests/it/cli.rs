@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
+use crate::on_sqlite_and_postgres;
 use crate::support::{Backend, Handler, Proc, TestDb, json as reply, metric, wait_for};
 
 /// Runs `processor args…` with `stdin`.
@@ -34,20 +35,6 @@ fn text(o: &Output) -> String {
         String::from_utf8_lossy(&o.stdout),
         String::from_utf8_lossy(&o.stderr)
     )
-}
-
-macro_rules! on_sqlite_and_postgres {
-    ($($name:ident),* $(,)?) => {
-        $(
-            mod $name {
-                use $crate::support::Backend;
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn sqlite() { super::$name(Backend::Sqlite).await }
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn postgres() { super::$name(Backend::Postgres).await }
-            }
-        )*
-    };
 }
 
 on_sqlite_and_postgres!(
@@ -204,10 +191,7 @@ async fn status_and_retry(b: Backend) {
     })
     .await;
     let p = Proc::start(&db, &h.url(), &[]);
-    wait_for("partition failed", Duration::from_secs(30), || async {
-        db.partition_status("p").await == "failed"
-    })
-    .await;
+    db.wait_partition("p", "failed").await;
     let o = processor(&["status", "--database-url", &db.url, "--json"], "");
     assert!(o.status.success(), "{}", text(&o));
     let s: Value = serde_json::from_slice(&o.stdout).unwrap();
@@ -279,10 +263,7 @@ async fn metrics_move(b: Backend) {
     })
     .await;
     let p = Proc::start(&db, &h.url(), &[]);
-    wait_for("partition complete", Duration::from_secs(30), || async {
-        db.partition_status("p").await == "complete"
-    })
-    .await;
+    db.wait_partition("p", "complete").await;
     let m = p.metrics().await;
     assert_eq!(metric(&m, "feed_items_total{outcome=\"done\"}"), 5.0, "{m}");
     assert_eq!(metric(&m, "feed_items_total{outcome=\"retried\"}"), 1.0);
@@ -363,10 +344,7 @@ async fn secrets_never_printed(b: Backend) {
             "sig-s3cret",
         ],
     );
-    wait_for("partition complete", Duration::from_secs(30), || async {
-        db.partition_status("p").await == "complete"
-    })
-    .await;
+    db.wait_partition("p", "complete").await;
     let sig = h.calls()[0].headers["feed-signature"]
         .to_str()
         .unwrap()

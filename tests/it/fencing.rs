@@ -81,10 +81,7 @@ async fn late_result_after_lease_change_is_rejected(b: Backend) {
 
     // B answers: its result is the one stored, written once.
     release_b.send(true).unwrap();
-    wait_for("partition complete", Duration::from_secs(30), || async {
-        db.partition_status("p").await == "complete"
-    })
-    .await;
+    db.wait_partition("p", "complete").await;
     let row = db.item_row("x").await;
     assert_eq!(row.data, json!({"by": b_id}));
     assert_eq!(row.version, 1, "exactly one result was written");

@@ -36,10 +36,7 @@ async fn fan_out_then_fan_in(b: Backend) {
     })
     .await;
     let _p = Proc::start(&db, &h.url(), &[]);
-    wait_for("partition complete", Duration::from_secs(30), || async {
-        db.partition_status("resumes").await == "complete"
-    })
-    .await;
+    db.wait_partition("resumes", "complete").await;
     let calls = h.calls();
     let last_gate0 = calls.iter().rposition(|c| c.gate == 0).unwrap();
     let first_gate2 = calls.iter().position(|c| c.gate == 2).unwrap();
@@ -78,10 +75,7 @@ async fn three_steps_at_one_gate(b: Backend) {
     })
     .await;
     let _p = Proc::start(&db, &h.url(), &[]);
-    wait_for("partition complete", Duration::from_secs(30), || async {
-        db.partition_status("p").await == "complete"
-    })
-    .await;
+    db.wait_partition("p", "complete").await;
     let row = db.item_row("i").await;
     assert_eq!(row.data, json!({"step": 3}));
     assert_eq!(row.status, "complete");
@@ -107,10 +101,7 @@ async fn plain_sql_rows(b: Backend) {
     .await;
     let h = Handler::start(|_| reply(200, json!({"done": true}))).await;
     let _p = Proc::start(&db, &h.url(), &[]);
-    wait_for("partition complete", Duration::from_secs(30), || async {
-        db.partition_status("plain").await == "complete"
-    })
-    .await;
+    db.wait_partition("plain", "complete").await;
     let calls = h.calls();
     assert_eq!(calls.len(), 2);
     let a = calls.iter().find(|c| c.item == "a").unwrap();
@@ -172,9 +163,6 @@ async fn manual_checkpoint_holds_gate(b: Backend) {
         vec![],
     )
     .await;
-    wait_for("partition complete", Duration::from_secs(30), || async {
-        db.partition_status("m").await == "complete"
-    })
-    .await;
+    db.wait_partition("m", "complete").await;
     assert_eq!(h.calls_for("g1").len(), 1);
 }

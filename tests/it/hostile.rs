@@ -10,23 +10,10 @@ use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::on_all_backends;
+use crate::on_sqlite_and_postgres;
 use crate::support::{Backend, Handler, Proc, TestDb, free_port, json as reply, wait_for};
 
 on_all_backends!(misbehaving_handlers, broken_connections, hand_written_rows);
-
-macro_rules! on_sqlite_and_postgres {
-    ($($name:ident),* $(,)?) => {
-        $(
-            mod $name {
-                use $crate::support::Backend;
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn sqlite() { super::$name(Backend::Sqlite).await }
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn postgres() { super::$name(Backend::Postgres).await }
-            }
-        )*
-    };
-}
 
 on_sqlite_and_postgres!(signed_requests_verify);
 
@@ -95,10 +82,7 @@ async fn misbehaving_handlers(b: Backend) {
         db.item_row("ok").await.status == "complete"
     })
     .await;
-    wait_for("partition complete", Duration::from_secs(60), || async {
-        db.partition_status("p").await == "complete"
-    })
-    .await;
+    db.wait_partition("p", "complete").await;
     let expect: &[(&str, &str, i32, &str)] = &[
         ("slow", "failed", 2, "--request-timeout"),
         ("nonjson", "failed", 2, "not a JSON object"),
@@ -184,10 +168,7 @@ async fn broken_connections(b: Backend) {
         }
     });
     let p = Proc::start(&db, &url, &["--max-attempts", "2"]);
-    wait_for("partition complete", Duration::from_secs(30), || async {
-        db.partition_status("p").await == "complete"
-    })
-    .await;
+    db.wait_partition("p", "complete").await;
     for (id, keep) in [("cut", 1), ("reset", 2)] {
         let row = db.item_row(id).await;
         assert_eq!(
@@ -223,10 +204,7 @@ async fn hand_written_rows(b: Backend) {
     .await;
     let h = Handler::start(|_| reply(200, json!({"done": true}))).await;
     let p = Proc::start(&db, &h.url(), &[]);
-    wait_for("partition complete", Duration::from_secs(30), || async {
-        db.partition_status("p").await == "complete"
-    })
-    .await;
+    db.wait_partition("p", "complete").await;
     let (_, gate, _) = db.partition_row("p").await;
     assert_eq!(
         gate, 1000,
@@ -337,10 +315,7 @@ async fn database_unreachable_at_start() {
             });
         }
     });
-    wait_for("partition complete", Duration::from_secs(60), || async {
-        db.partition_status("p").await == "complete"
-    })
-    .await;
+    db.wait_partition("p", "complete").await;
     assert_eq!(reqwest::get(&ready).await.unwrap().status(), 200);
 }
 
@@ -377,10 +352,7 @@ async fn postgres_connections_killed() {
             .await
             .unwrap();
     }
-    wait_for("partition complete", Duration::from_secs(60), || async {
-        db.partition_status("p").await == "complete"
-    })
-    .await;
+    db.wait_partition("p", "complete").await;
     for i in 0..200 {
         let row = db.item_row(&format!("i{i}")).await;
         assert_eq!(

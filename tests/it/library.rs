@@ -7,7 +7,7 @@ use std::time::Duration;
 use feed::store::{NewItem, PartitionSpec};
 use feed::{Config, Job, Outcome, Processor};
 
-use crate::support::{Backend, TestDb, wait_for};
+use crate::support::{Backend, TestDb};
 
 struct Doubler;
 
@@ -61,10 +61,7 @@ async fn in_process_processor() {
     let run = tokio::spawn(feed::run_with(config, Arc::new(Doubler), async move {
         s.notified().await
     }));
-    wait_for("partition complete", Duration::from_secs(30), || async {
-        db.partition_status("lib").await == "complete"
-    })
-    .await;
+    db.wait_partition("lib", "complete").await;
     stop.notify_one();
     run.await.unwrap().unwrap();
     let st = db.store.status(Some("lib")).await.unwrap();

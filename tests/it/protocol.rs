@@ -39,10 +39,7 @@ async fn retry_then_success(b: Backend) {
     })
     .await;
     let _p = Proc::start(&db, &h.url(), &[]);
-    wait_for("partition complete", Duration::from_secs(30), || async {
-        db.partition_status("p").await == "complete"
-    })
-    .await;
+    db.wait_partition("p", "complete").await;
     let calls = h.calls_for("i");
     assert_eq!(
         calls.iter().map(|c| c.attempt).collect::<Vec<_>>(),
@@ -84,10 +81,7 @@ async fn exhausted_attempts_fail_partition(b: Backend) {
     })
     .await;
     let _p = Proc::start(&db, &h.url(), &["--max-attempts", "3"]);
-    wait_for("partition failed", Duration::from_secs(30), || async {
-        db.partition_status("p").await == "failed"
-    })
-    .await;
+    db.wait_partition("p", "failed").await;
     let row = db.item_row("bad").await;
     assert_eq!((row.status.as_str(), row.attempts), ("failed", 3));
     let err = row.last_error.unwrap();
@@ -121,10 +115,7 @@ async fn on_failure_continue_closes(b: Backend) {
     })
     .await;
     let _p = Proc::start(&db, &h.url(), &["--max-attempts", "2"]);
-    wait_for("partition complete", Duration::from_secs(30), || async {
-        db.partition_status("p").await == "complete"
-    })
-    .await;
+    db.wait_partition("p", "complete").await;
     assert_eq!(db.item_row("bad").await.status, "failed");
     assert_eq!(db.item_row("later").await.status, "complete");
 }
@@ -144,10 +135,7 @@ async fn no_retry_fails_at_once(b: Backend) {
     })
     .await;
     let _p = Proc::start(&db, &h.url(), &[]);
-    wait_for("partition failed", Duration::from_secs(30), || async {
-        db.partition_status("p").await == "failed"
-    })
-    .await;
+    db.wait_partition("p", "failed").await;
     let row = db.item_row("i").await;
     assert_eq!((row.status.as_str(), row.attempts), ("failed", 1));
     assert!(row.last_error.unwrap().contains("corrupt PDF"));
@@ -173,10 +161,7 @@ async fn non_retryable_4xx(b: Backend) {
     })
     .await;
     let _p = Proc::start(&db, &h.url(), &[]);
-    wait_for("partition complete", Duration::from_secs(30), || async {
-        db.partition_status("p").await == "complete"
-    })
-    .await;
+    db.wait_partition("p", "complete").await;
     for (id, code) in [("nf", "404"), ("ue", "422")] {
         let row = db.item_row(id).await;
         assert_eq!((row.status.as_str(), row.attempts), ("failed", 1));
@@ -217,10 +202,7 @@ async fn retry_after_is_honoured(b: Backend) {
     let row = db.item_row("i").await;
     assert!(row.not_before.is_some(), "the retry time is stored");
     assert!(row.last_error.unwrap().contains("429"));
-    wait_for("partition complete", Duration::from_secs(30), || async {
-        db.partition_status("p").await == "complete"
-    })
-    .await;
+    db.wait_partition("p", "complete").await;
     let calls = h.calls_for("i");
     assert_eq!(calls.len(), 2);
     let gap = calls[1].at - calls[0].at;
@@ -242,10 +224,7 @@ async fn gate_below_partition_gate_fails(b: Backend) {
         .await;
     let h = Handler::start(|_| reply(200, json!({"gate": 0}))).await;
     let _p = Proc::start(&db, &h.url(), &[]);
-    wait_for("partition failed", Duration::from_secs(30), || async {
-        db.partition_status("p").await == "failed"
-    })
-    .await;
+    db.wait_partition("p", "failed").await;
     let row = db.item_row("i").await;
     assert_eq!((row.status.as_str(), row.gate), ("failed", 1));
     let err = row.last_error.unwrap();
@@ -306,10 +285,7 @@ async fn handler_down_then_up(b: Backend) {
         })),
     )
     .await;
-    wait_for("partition complete", Duration::from_secs(60), || async {
-        db.partition_status("p").await == "complete"
-    })
-    .await;
+    db.wait_partition("p", "complete").await;
     for i in 0..5 {
         let row = db.item_row(&format!("i{i}")).await;
         assert_eq!((row.status.as_str(), row.attempts), ("complete", 1));

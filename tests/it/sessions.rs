@@ -134,8 +134,5 @@ async fn sigterm_hands_over(b: Backend) {
     );
     // Another processor takes over and finishes.
     let _q = Proc::start(&db, &h.url(), &[]);
-    wait_for("partition complete", Duration::from_secs(30), || async {
-        db.partition_status("p").await == "complete"
-    })
-    .await;
+    db.wait_partition("p", "complete").await;
 }

@@ -210,6 +210,16 @@ impl TestDb {
     pub async fn partition_status(&self, id: &str) -> String {
         self.partition_row(id).await.0
     }
+
+    /// Waits (up to a minute) until partition `id` has `status`.
+    pub async fn wait_partition(&self, id: &str, status: &str) {
+        wait_for(
+            &format!("partition {id} {status}"),
+            Duration::from_secs(60),
+            || async { self.partition_status(id).await == status },
+        )
+        .await;
+    }
 }
 
 impl Drop for TestDb {
@@ -292,6 +302,23 @@ impl Handler {
         Fut: Future<Output = Response> + Send + 'static,
     {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        Self::serve_async(listener, answer).await
+    }
+
+    /// Serves `answer` on a listener the caller bound (e.g. a port chosen earlier).
+    pub async fn serve(listener: tokio::net::TcpListener, answer: Arc<Answer>) -> Handler {
+        Self::serve_async(listener, move |c| {
+            let answer = answer.clone();
+            async move { answer(&c) }
+        })
+        .await
+    }
+
+    async fn serve_async<F, Fut>(listener: tokio::net::TcpListener, answer: F) -> Handler
+    where
+        F: Fn(Call) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Response> + Send + 'static,
+    {
         let addr = listener.local_addr().unwrap();
         let ledger: Arc<Mutex<Vec<Call>>> = Arc::default();
         let answer = Arc::new(answer);
@@ -303,26 +330,6 @@ impl Handler {
                 let call = parse_call(headers, &body);
                 l.lock().push(call.clone());
                 answer(call).await
-            }
-        });
-        let task = tokio::spawn(async move {
-            axum::serve(listener, app).await.unwrap();
-        });
-        Handler { addr, ledger, task }
-    }
-
-    /// Serves `answer` on a listener the caller bound (e.g. a port chosen earlier).
-    pub async fn serve(listener: tokio::net::TcpListener, answer: Arc<Answer>) -> Handler {
-        let addr = listener.local_addr().unwrap();
-        let ledger: Arc<Mutex<Vec<Call>>> = Arc::default();
-        let l = ledger.clone();
-        let app = axum::Router::new().fallback(move |headers: HeaderMap, body: Bytes| {
-            let l = l.clone();
-            let answer = answer.clone();
-            async move {
-                let call = parse_call(headers, &body);
-                l.lock().push(call.clone());
-                answer(&call)
             }
         });
         let task = tokio::spawn(async move {
@@ -518,6 +525,22 @@ macro_rules! on_all_backends {
                 async fn postgres() { super::$name(Backend::Postgres).await }
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn mariadb() { super::$name(Backend::Mysql).await }
+            }
+        )*
+    };
+}
+
+/// Declares one test per backend, SQLite and PostgreSQL only, for an `async fn(Backend)`.
+#[macro_export]
+macro_rules! on_sqlite_and_postgres {
+    ($($name:ident),* $(,)?) => {
+        $(
+            mod $name {
+                use $crate::support::Backend;
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn sqlite() { super::$name(Backend::Sqlite).await }
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn postgres() { super::$name(Backend::Postgres).await }
             }
         )*
     };
