@@ -91,8 +91,9 @@ pub async fn check(
     let parts = store.partitions_for_check(me, &ids).await?;
     let present: HashSet<&str> = parts.iter().map(|p| p.id.as_str()).collect();
     for id in &ids {
-        if !present.contains(id.as_str()) {
-            held.versions.remove(id);
+        if !present.contains(id.as_str()) && held.versions.remove(id).is_some() {
+            tracing::info!(partition = %id, "lost partition (taken by another processor, released or closed by someone else)");
+            shared.metrics.leases_lost.inc();
         }
     }
     let counts = store.unfinished_counts(&ids).await?;

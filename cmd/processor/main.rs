@@ -246,17 +246,21 @@ fn init_logs(format: LogFormat) {
     }
 }
 
-/// Resolves at the first SIGTERM/SIGINT; a second one exits at once.
-async fn shutdown_signal() {
+/// Installs the SIGTERM/SIGINT handlers now (so a signal that arrives
+/// during start-up is not lost) and returns a future that resolves at the
+/// first one; a second one exits at once.
+fn shutdown_signal() -> std::io::Result<impl std::future::Future<Output = ()>> {
     use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
-    let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
-    tokio::select! { _ = term.recv() => {}, _ = int.recv() => {} }
-    tokio::spawn(async move {
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    Ok(async move {
         tokio::select! { _ = term.recv() => {}, _ = int.recv() => {} }
-        eprintln!("second signal: exiting now");
-        std::process::exit(130);
-    });
+        tokio::spawn(async move {
+            tokio::select! { _ = term.recv() => {}, _ = int.recv() => {} }
+            eprintln!("second signal: exiting now");
+            std::process::exit(130);
+        });
+    })
 }
 
 #[tokio::main]
@@ -287,6 +291,7 @@ async fn main() -> ExitCode {
 }
 
 async fn run(a: RunArgs) -> anyhow::Result<()> {
+    let shutdown = shutdown_signal().context("installing signal handlers")?;
     init_logs(a.log_format);
     let mut c = feed::Config::new(a.db.database_url, a.handler_url);
     c.concurrency = a.concurrency;
@@ -316,7 +321,7 @@ async fn run(a: RunArgs) -> anyhow::Result<()> {
     c.listen = (a.listen != "off").then_some(a.listen);
     c.drain_timeout = a.drain_timeout;
     c.migrate = !a.no_migrate;
-    Ok(feed::run(c, shutdown_signal()).await?)
+    Ok(feed::run(c, shutdown).await?)
 }
 
 async fn connect(db: &DbArgs) -> anyhow::Result<feed::Store> {

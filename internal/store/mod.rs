@@ -405,21 +405,6 @@ impl Store {
             .transpose()
     }
 
-    /// One active partition of `owner` (a candidate to steal), the most
-    /// recently updated one so that the owner's longest-held work stays put.
-    pub async fn one_partition_of(&self, owner: &str) -> Result<Option<(String, i64)>> {
-        let rows = self
-            .query(
-                "SELECT id, version FROM feed_partitions WHERE owner = ? AND status = 'available' \
-                 ORDER BY updated_at DESC LIMIT 1",
-                vec![owner.into()],
-            )
-            .await?;
-        rows.first()
-            .map(|r| Ok((get(r, "id")?, get(r, "version")?)))
-            .transpose()
-    }
-
     /// Releases every partition owned by `me` so others can take them at once.
     pub async fn release_all(&self, me: &str) -> Result<u64> {
         self.exec(
