@@ -6,12 +6,18 @@
 
 use std::time::Duration;
 
-use tokio::sync::{mpsc, oneshot};
+use std::sync::Arc;
+
+use tokio::sync::{Mutex, mpsc, oneshot};
 
 use crate::store::{Ack, Store};
 
-/// Most results written in one transaction.
+/// Most results written in one batch.
 const MAX_BATCH: usize = 256;
+
+/// Batches written concurrently: while one is in the database the next
+/// one forms, so a slow commit does not stall every delivery.
+const WORKERS: usize = 2;
 
 type Reply = oneshot::Sender<Result<bool, String>>;
 
@@ -25,7 +31,10 @@ impl Completer {
     /// Starts the completer task; it ends when every handle is dropped.
     pub fn start(store: Store, expiry: Duration) -> Completer {
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(run(store, expiry, rx));
+        let rx = Arc::new(Mutex::new(rx));
+        for _ in 0..WORKERS {
+            tokio::spawn(run(store.clone(), expiry, rx.clone()));
+        }
         Completer { tx }
     }
 
@@ -40,15 +49,24 @@ impl Completer {
     }
 }
 
-async fn run(store: Store, expiry: Duration, mut rx: mpsc::UnboundedReceiver<(Ack, Reply)>) {
-    while let Some(first) = rx.recv().await {
-        let mut batch = vec![first];
-        while batch.len() < MAX_BATCH {
-            match rx.try_recv() {
-                Ok(next) => batch.push(next),
-                Err(_) => break,
+async fn run(
+    store: Store,
+    expiry: Duration,
+    rx: Arc<Mutex<mpsc::UnboundedReceiver<(Ack, Reply)>>>,
+) {
+    loop {
+        let batch = {
+            let mut rx = rx.lock().await;
+            let Some(first) = rx.recv().await else { return };
+            let mut batch = vec![first];
+            while batch.len() < MAX_BATCH {
+                match rx.try_recv() {
+                    Ok(next) => batch.push(next),
+                    Err(_) => break,
+                }
             }
-        }
+            batch
+        };
         let (acks, replies): (Vec<Ack>, Vec<Reply>) = batch.into_iter().unzip();
         match store.write_results(&acks, expiry).await {
             Ok(written) => {

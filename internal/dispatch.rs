@@ -148,8 +148,15 @@ impl Dispatcher {
         if slots == 0 {
             return (now + cfg.poll_interval, false);
         }
-        let limit = slots + self.in_flight.len();
-        let items = match self.shared.store.ready_items(&self.me, limit).await {
+        // Up to a thousand in-flight ids are left out in SQL; beyond that
+        // (huge --concurrency) extra rows are fetched and skipped here.
+        let skip: Vec<String> = if self.in_flight.len() <= 1000 {
+            self.in_flight.keys().cloned().collect()
+        } else {
+            Vec::new()
+        };
+        let limit = slots + self.in_flight.len() - skip.len();
+        let items = match self.shared.store.ready_items(&self.me, limit, &skip).await {
             Ok(items) => items,
             Err(e) => {
                 tracing::warn!(error = %e, "polling for items failed; will retry");

@@ -418,18 +418,30 @@ impl Store {
     // ---- dispatch ----
 
     /// One query for all held partitions: available items at their
-    /// partition's gate whose `not_before` has passed.
-    pub async fn ready_items(&self, me: &str, limit: usize) -> Result<Vec<ReadyItem>> {
+    /// partition's gate whose `not_before` has passed, leaving out `skip`
+    /// (the items already in flight here).
+    pub async fn ready_items(
+        &self,
+        me: &str,
+        limit: usize,
+        skip: &[String],
+    ) -> Result<Vec<ReadyItem>> {
+        let not_in = if skip.is_empty() {
+            String::new()
+        } else {
+            format!(" AND i.id NOT IN ({})", marks(skip.len()))
+        };
         let sql = format!(
             "SELECT i.id, i.partition_id, i.gate, {data} AS data, i.attempts, i.version \
              FROM feed_partitions p JOIN feed_items i ON i.partition_id = p.id AND i.gate = p.gate \
              WHERE p.owner = ? AND p.status = 'available' AND i.status = 'available' \
-             AND (i.not_before IS NULL OR i.not_before <= {{now}}) LIMIT ?",
+             AND (i.not_before IS NULL OR i.not_before <= {{now}}){not_in} LIMIT ?",
             data = data_column(self.backend, "i")
         );
-        let rows = self
-            .query(&sql, vec![me.into(), (limit as i64).into()])
-            .await?;
+        let mut values: Vec<Value> = vec![me.into()];
+        values.extend(skip.iter().map(|s| Value::from(s.clone())));
+        values.push((limit as i64).into());
+        let rows = self.query(&sql, values).await?;
         rows.iter()
             .map(|r| {
                 Ok(ReadyItem {

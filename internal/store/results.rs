@@ -3,12 +3,16 @@
 use std::time::Duration;
 
 use sea_orm::{
-    ConnectionTrait, SqliteTransactionMode, Statement, TransactionOptions, TransactionTrait, Value,
+    ConnectionTrait, DbBackend, SqliteTransactionMode, Statement, TransactionOptions,
+    TransactionTrait, Value,
 };
 
 use super::dialect::stmt;
 use super::{ItemWrite, ReadyItem, Store, ms, retry};
 use crate::Result;
+
+/// Rows per batched UPDATE (12 parameters each: well under every backend's limit).
+const BATCH_ROWS: usize = 256;
 
 /// One result to write: the item as it was delivered, the session that
 /// delivered it, and its new state.
@@ -63,6 +67,72 @@ impl Store {
         stmt(self.backend, &sql, values)
     }
 
+    /// PostgreSQL and SQLite: every result of the batch in one fenced
+    /// `UPDATE … FROM (VALUES …) RETURNING id` (one round trip). The fence
+    /// is the same as [`Self::result_statement`]'s, per row; RETURNING says
+    /// which rows passed it.
+    async fn write_batch(&self, acks: &[Ack], expiry: Duration) -> Result<Vec<bool>> {
+        let pg = self.backend == DbBackend::Postgres;
+        let row = if pg {
+            "(?::text, ?::bigint, ?::int, ?::text, ?::text, ?::text, ?::bigint, ?::bytea, ?::bigint, ?::int, ?::text, ?::int)"
+        } else {
+            "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+        };
+        let mut values: Vec<Value> = Vec::with_capacity(acks.len() * 12 + 1);
+        for a in acks {
+            let (item, w) = (&a.item, &a.write);
+            values.extend([
+                item.id.clone().into(),
+                item.version.into(),
+                item.attempts.into(),
+                item.partition_id.clone().into(),
+                a.session.clone().into(),
+                w.status.into(),
+                w.gate.into(),
+                w.data.clone().into(),
+                w.delay.map(ms).into(),
+                w.attempts.into(),
+                w.last_error.clone().into(),
+                i32::from(w.new_step).into(),
+            ]);
+        }
+        values.push(ms(expiry).into());
+        let rows = vec![row; acks.len()].join(", ");
+        let cols = "id, old_version, old_attempts, partition_id, session, status, gate, data, delay, attempts, last_error, bump";
+        let source = if pg {
+            format!("(VALUES {rows}) AS v({cols})")
+        } else {
+            let named: Vec<String> = cols
+                .split(", ")
+                .enumerate()
+                .map(|(n, c)| format!("column{} AS {c}", n + 1))
+                .collect();
+            format!("(SELECT {} FROM (VALUES {rows})) AS v", named.join(", "))
+        };
+        let returning = if pg { "i.id" } else { "id" };
+        let sql = format!(
+            "UPDATE feed_items AS i SET status = v.status, gate = v.gate, data = COALESCE(v.data, i.data), \
+             not_before = CASE WHEN v.delay IS NULL THEN NULL ELSE {{now}} + v.delay END, \
+             attempts = v.attempts, last_error = v.last_error, version = i.version + v.bump, updated_at = {{now}} \
+             FROM {source} \
+             WHERE i.id = v.id AND i.version = v.old_version AND i.attempts = v.old_attempts \
+             AND EXISTS (SELECT 1 FROM feed_partitions p JOIN feed_processors s ON s.id = p.owner \
+             WHERE p.id = v.partition_id AND p.owner = v.session AND s.heartbeat_at >= {{now}} - ?) \
+             RETURNING {returning}"
+        );
+        let st = stmt(self.backend, &sql, values);
+        let rows = retry(|| async {
+            self.count(1);
+            self.db.query_all_raw(st.clone()).await
+        })
+        .await?;
+        let written: std::collections::HashSet<String> = rows
+            .iter()
+            .filter_map(|r| r.try_get::<String>("", "id").ok())
+            .collect();
+        Ok(acks.iter().map(|a| written.contains(&a.item.id)).collect())
+    }
+
     /// Writes one result; false = rejected as stale.
     pub async fn write_result(&self, ack: &Ack, expiry: Duration) -> Result<bool> {
         Ok(self
@@ -77,6 +147,13 @@ impl Store {
     pub async fn write_results(&self, acks: &[Ack], expiry: Duration) -> Result<Vec<bool>> {
         if acks.is_empty() {
             return Ok(vec![]);
+        }
+        if self.backend != DbBackend::MySql {
+            let mut out = Vec::with_capacity(acks.len());
+            for chunk in acks.chunks(BATCH_ROWS) {
+                out.extend(self.write_batch(chunk, expiry).await?);
+            }
+            return Ok(out);
         }
         if acks.len() == 1 {
             let st = self.result_statement(&acks[0], expiry);
