@@ -3,7 +3,11 @@
 # Run:    docker run feed-processor run --database-url postgres://… --handler-url http://…
 
 FROM rust:1.95-slim-bookworm AS chef
-RUN cargo install cargo-chef --locked --version ^0.1
+# cmake and perl: aws-lc-sys (rustls' crypto) may build its C sources with them.
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends cmake perl pkg-config \
+ && rm -rf /var/lib/apt/lists/* \
+ && cargo install cargo-chef --locked --version ^0.1
 WORKDIR /src
 
 # The dependency recipe changes only when Cargo.toml/Cargo.lock do.
