@@ -6,7 +6,7 @@
 //! handler call: each delivery is a task that calls the handler, then writes
 //! its result in one fenced statement.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -38,6 +38,11 @@ struct Dispatcher {
     held: Held,
     /// Item id → partition id, for items being delivered.
     in_flight: HashMap<String, String>,
+    /// Fetched, not yet started: a prefetch buffer so that the next
+    /// completions start work without a query each.
+    buffer: VecDeque<ReadyItem>,
+    /// The last fetch filled its limit: more work is probably ready.
+    more: bool,
     tasks: JoinSet<(String, String, Delivery)>,
     /// While the handler is unreachable: no dispatch before this instant, then one probe.
     paused_until: Option<Instant>,
@@ -51,6 +56,8 @@ pub async fn run(shared: Arc<Shared>, cancel: CancellationToken) {
         shared: shared.clone(),
         held: Held::default(),
         in_flight: HashMap::new(),
+        buffer: VecDeque::new(),
+        more: false,
         tasks: JoinSet::new(),
         paused_until: None,
         pause: Duration::from_millis(250),
@@ -80,6 +87,9 @@ pub async fn run(shared: Arc<Shared>, cancel: CancellationToken) {
                 if let Err(e) = leases::balance(&shared, &d.me, &mut d.held).await {
                     tracing::warn!(error = %e, "balancing leases failed; will retry");
                 }
+                // Buffered items of partitions lost meanwhile are not delivered.
+                let held = &d.held.versions;
+                d.buffer.retain(|i| held.contains_key(&i.partition_id));
                 if d.held.versions.len() != before {
                     next_poll = Instant::now();
                 }
@@ -114,12 +124,17 @@ impl Dispatcher {
             self.shared.metrics.leases_lost.inc_by(lost as u64);
             self.me = id;
             self.held = Held::default();
+            self.buffer.clear();
             self.shared.metrics.partitions_held.set(0);
         }
     }
 
     fn busy_partitions(&self) -> HashSet<String> {
-        self.in_flight.values().cloned().collect()
+        self.in_flight
+            .values()
+            .cloned()
+            .chain(self.buffer.iter().map(|i| i.partition_id.clone()))
+            .collect()
     }
 
     /// Fetches and starts ready items; returns when to poll next and
@@ -148,36 +163,47 @@ impl Dispatcher {
         if slots == 0 {
             return (now + cfg.poll_interval, false);
         }
-        // Up to a thousand in-flight ids are left out in SQL; beyond that
-        // (huge --concurrency) extra rows are fetched and skipped here.
-        let skip: Vec<String> = if self.in_flight.len() <= 1000 {
-            self.in_flight.keys().cloned().collect()
-        } else {
-            Vec::new()
-        };
-        let limit = slots + self.in_flight.len() - skip.len();
-        let items = match self.shared.store.ready_items(&self.me, limit, &skip).await {
-            Ok(items) => items,
-            Err(e) => {
-                tracing::warn!(error = %e, "polling for items failed; will retry");
-                return (now + cfg.poll_interval, false);
-            }
-        };
-        let full = items.len() == limit;
-        let mut started = 0;
-        for item in items {
-            if started == slots {
+        // Refill the buffer when it could not cover the free slots and half
+        // the concurrency again; then one query serves several completions.
+        if self.buffer.len() < slots + cfg.concurrency / 2 {
+            self.refill(cfg.concurrency * 2 - self.buffer.len().min(cfg.concurrency))
+                .await;
+        }
+        for _ in 0..slots {
+            let Some(item) = self.buffer.pop_front() else {
                 break;
-            }
-            if self.in_flight.contains_key(&item.id) {
-                continue;
-            }
+            };
             self.start(item);
-            started += 1;
         }
         // Either the slots are now full (the next completion polls again at
         // once) or nothing more is ready: wait for the poll interval.
-        (now + cfg.poll_interval, full)
+        (now + cfg.poll_interval, self.more)
+    }
+
+    /// Fetches up to `want` ready items that are neither in flight nor
+    /// buffered. Up to a thousand such ids are left out in SQL; beyond that
+    /// (huge --concurrency) extra rows are fetched and skipped here.
+    async fn refill(&mut self, want: usize) {
+        let known: Vec<String> = self
+            .in_flight
+            .keys()
+            .cloned()
+            .chain(self.buffer.iter().map(|i| i.id.clone()))
+            .collect();
+        let skip: &[String] = if known.len() <= 1000 { &known } else { &[] };
+        let limit = want + known.len() - skip.len();
+        match self.shared.store.ready_items(&self.me, limit, skip).await {
+            Ok(items) => {
+                self.more = items.len() == limit;
+                let buffered: HashSet<String> = self.buffer.iter().map(|i| i.id.clone()).collect();
+                self.buffer.extend(
+                    items.into_iter().filter(|i| {
+                        !self.in_flight.contains_key(&i.id) && !buffered.contains(&i.id)
+                    }),
+                );
+            }
+            Err(e) => tracing::warn!(error = %e, "polling for items failed; will retry"),
+        }
     }
 
     fn start(&mut self, item: ReadyItem) {
