@@ -9,6 +9,11 @@ use anyhow::Context;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use feed::store::{NewItem, OnFailure, PartitionSpec};
 
+/// glibc's malloc cost a fifth of the processor's CPU under load (perf);
+/// mimalloc is much cheaper for its many small, short-lived allocations.
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(
     name = "processor",

@@ -80,21 +80,7 @@ impl Store {
         };
         let mut values: Vec<Value> = Vec::with_capacity(acks.len() * 12 + 1);
         for a in acks {
-            let (item, w) = (&a.item, &a.write);
-            values.extend([
-                item.id.clone().into(),
-                item.version.into(),
-                item.attempts.into(),
-                item.partition_id.clone().into(),
-                a.session.clone().into(),
-                w.status.into(),
-                w.gate.into(),
-                w.data.clone().into(),
-                w.delay.map(ms).into(),
-                w.attempts.into(),
-                w.last_error.clone().into(),
-                i32::from(w.new_step).into(),
-            ]);
+            values.extend(row_values(a));
         }
         values.push(ms(expiry).into());
         let rows = vec![row; acks.len()].join(", ");
@@ -155,6 +141,62 @@ impl Store {
             }
             return Ok(out);
         }
+        if acks.len() > 1 {
+            let mut out = Vec::with_capacity(acks.len());
+            for chunk in acks.chunks(BATCH_ROWS) {
+                match self.write_batch_mysql(chunk, expiry).await? {
+                    Some(all) => out.extend(all),
+                    None => out.extend(self.write_each(chunk, expiry).await?),
+                }
+            }
+            return Ok(out);
+        }
+        self.write_each(acks, expiry).await
+    }
+
+    /// MySQL/MariaDB (no UPDATE … RETURNING): the whole batch in one
+    /// multi-table UPDATE with the same per-row fence. When every row was
+    /// written it commits; when some were rejected it rolls back and
+    /// returns None, and the caller writes the rows one by one to learn
+    /// which (rejections are rare: a lease change mid-call).
+    async fn write_batch_mysql(&self, acks: &[Ack], expiry: Duration) -> Result<Option<Vec<bool>>> {
+        let row = "SELECT ? AS id, ? AS old_version, ? AS old_attempts, ? AS partition_id, ? AS session, \
+                   ? AS status, ? AS gate, ? AS data, ? AS delay, ? AS attempts, ? AS last_error, ? AS bump";
+        let mut values: Vec<Value> = Vec::with_capacity(acks.len() * 12 + 1);
+        for a in acks {
+            values.extend(row_values(a));
+        }
+        values.push(ms(expiry).into());
+        let rows = vec![row; acks.len()].join(" UNION ALL ");
+        let sql = format!(
+            "UPDATE feed_items i JOIN ({rows}) v ON i.id = v.id \
+             JOIN feed_partitions p ON p.id = v.partition_id JOIN feed_processors s ON s.id = p.owner \
+             SET i.status = v.status, i.gate = v.gate, i.data = COALESCE(v.data, i.data), \
+             i.not_before = CASE WHEN v.delay IS NULL THEN NULL ELSE {{now}} + v.delay END, \
+             i.attempts = v.attempts, i.last_error = v.last_error, i.version = i.version + v.bump, \
+             i.updated_at = {{now}} \
+             WHERE i.version = v.old_version AND i.attempts = v.old_attempts \
+             AND p.owner = v.session AND s.heartbeat_at >= {{now}} - ?"
+        );
+        let st = stmt(self.backend, &sql, values);
+        let n = acks.len() as u64;
+        retry(|| async {
+            let txn = self.db.begin().await?;
+            self.count(1);
+            let written = txn.execute_raw(st.clone()).await?.rows_affected();
+            if written == n {
+                txn.commit().await?;
+                Ok(Some(vec![true; acks.len()]))
+            } else {
+                txn.rollback().await?;
+                Ok(None)
+            }
+        })
+        .await
+    }
+
+    /// One fenced UPDATE per result, in one transaction (one commit).
+    async fn write_each(&self, acks: &[Ack], expiry: Duration) -> Result<Vec<bool>> {
         if acks.len() == 1 {
             let st = self.result_statement(&acks[0], expiry);
             return retry(|| async {
@@ -186,4 +228,25 @@ impl Store {
         })
         .await
     }
+}
+
+/// One result as the 12 values of a batch row: id, old_version,
+/// old_attempts, partition_id, session, status, gate, data, delay,
+/// attempts, last_error, bump.
+fn row_values(a: &Ack) -> [Value; 12] {
+    let (item, w) = (&a.item, &a.write);
+    [
+        item.id.clone().into(),
+        item.version.into(),
+        item.attempts.into(),
+        item.partition_id.clone().into(),
+        a.session.clone().into(),
+        w.status.into(),
+        w.gate.into(),
+        w.data.clone().into(),
+        w.delay.map(ms).into(),
+        w.attempts.into(),
+        w.last_error.clone().into(),
+        i32::from(w.new_step).into(),
+    ]
 }
