@@ -174,7 +174,8 @@ impl Store {
                 o.journal_mode(sea_orm::sqlx::sqlite::SqliteJournalMode::Wal)
                     .synchronous(sea_orm::sqlx::sqlite::SqliteSynchronous::Normal)
                     .busy_timeout(Duration::from_secs(30))
-                    .foreign_keys(false)
+                    // As on PostgreSQL and MySQL: an item must name an existing partition.
+                    .foreign_keys(true)
             });
         }
         let db = Database::connect(opts).await.map_err(|e| Error::Connect {

@@ -512,3 +512,29 @@ fn readme_documents_every_flag() {
         }
     }
 }
+
+/// `--log-format json`: every log line is a JSON object with fields.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_logs() {
+    let Some(db) = TestDb::new(Backend::Sqlite).await else {
+        return;
+    };
+    db.partition("p", true, false, "block").await;
+    db.item("i", "p", 0, json!({})).await;
+    let h = Handler::start(|_| reply(200, json!({"done": true}))).await;
+    let mut p = Proc::start(&db, &h.url(), &["--log-format", "json"]);
+    db.wait_partition("p", "complete").await;
+    assert!(p.terminate().success());
+    let log = p.log();
+    let lines: Vec<Value> = log
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    assert!(
+        lines
+            .iter()
+            .any(|l| l["fields"]["message"] == "partition complete"
+                && l["fields"]["partition"] == "p"),
+        "{log}"
+    );
+}

@@ -110,6 +110,11 @@ async fn plain_sql_rows(b: Backend) {
     assert_eq!(a.gate, 0);
     assert_eq!(a.headers["content-type"], "application/json");
     assert_eq!(db.item_row("b").await.status, "complete");
+    let b = calls.iter().find(|c| c.item == "b").unwrap();
+    assert_eq!(
+        b.body, b"not json",
+        "data that is not JSON is forwarded as it is"
+    );
 }
 
 /// `auto_close = false`: everything done, the partition stays available.

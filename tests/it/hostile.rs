@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
+use sea_orm::ConnectionTrait;
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -202,6 +203,15 @@ async fn hand_written_rows(b: Backend) {
         vec![b"{}".to_vec().into()],
     )
     .await;
+    // An item whose partition does not exist is refused by the foreign key.
+    let orphan = db
+        .store
+        .connection()
+        .execute_unprepared(
+            "INSERT INTO feed_items (id, partition_id, data) VALUES ('orphan', 'nope', 'x')",
+        )
+        .await;
+    assert!(orphan.is_err(), "an item without a partition was accepted");
     let h = Handler::start(|_| reply(200, json!({"done": true}))).await;
     let p = Proc::start(&db, &h.url(), &[]);
     db.wait_partition("p", "complete").await;
@@ -342,7 +352,6 @@ async fn postgres_connections_killed() {
         let admin = feed::Store::connect("postgres://postgres@127.0.0.1:5432/postgres", 1)
             .await
             .unwrap();
-        use sea_orm::ConnectionTrait;
         admin
             .connection()
             .execute_unprepared(&format!(

@@ -272,6 +272,8 @@ pub struct Call {
     pub processor: String,
     pub idempotency_key: String,
     pub data: serde_json::Value,
+    /// The request body exactly as received.
+    pub body: Vec<u8>,
     pub headers: HeaderMap,
     pub at: Instant,
 }
@@ -376,6 +378,7 @@ fn parse_call(headers: HeaderMap, body: &[u8]) -> Call {
         processor: h("feed-processor-id"),
         idempotency_key: h("idempotency-key"),
         data: serde_json::from_slice(body).unwrap_or(serde_json::Value::Null),
+        body: body.to_vec(),
         headers: headers.clone(),
         at: Instant::now(),
     }
