@@ -9,12 +9,15 @@
 //! - [`store`]: all SQL (one place per dialect difference) and producer operations;
 //! - [`session`]: the processor's session row and heartbeat;
 //! - [`leases`]: leasing, balancing and stealing partitions;
-//! - [`dispatch`]: the poll/deliver/acknowledge loop;
+//! - [`dispatch`]: the poll/deliver/acknowledge loop, with a prefetch buffer;
+//! - [`notify`]: PostgreSQL LISTEN/NOTIFY wake-ups for new work;
 //! - [`completer`]: batched, fenced result writes;
 //! - [`gates`]: fan-in: advancing, closing and failing partitions;
 //! - [`handler`]: the [`Processor`] trait and the HTTP handler protocol;
 //! - [`server`] and [`metrics`]: health and Prometheus metrics;
-//! - [`run`](mod@run): start-up and graceful shutdown.
+//! - [`run`](mod@run): start-up and graceful shutdown;
+//! - [`demo`]: the resume example behind `processor demo`;
+//! - [`config`], [`error`], [`backoff`]: settings, the error type, retry delays.
 
 pub mod backoff;
 pub mod completer;
