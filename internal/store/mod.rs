@@ -430,7 +430,9 @@ impl Store {
         let not_in = if skip.is_empty() {
             String::new()
         } else {
-            format!(" AND i.id NOT IN ({})", marks(skip.len()))
+            // Padded to a power of two by repeating an id, so that the
+            // statement is prepared once per size class, not once per length.
+            format!(" AND i.id NOT IN ({})", marks(results::bucket(skip.len())))
         };
         let sql = format!(
             "SELECT i.id, i.partition_id, i.gate, {data} AS data, i.attempts, i.version \
@@ -441,6 +443,11 @@ impl Store {
         );
         let mut values: Vec<Value> = vec![me.into()];
         values.extend(skip.iter().map(|s| Value::from(s.clone())));
+        if let Some(first) = skip.first() {
+            for _ in skip.len()..results::bucket(skip.len()) {
+                values.push(first.clone().into());
+            }
+        }
         values.push((limit as i64).into());
         let rows = self.query(&sql, values).await?;
         rows.iter()

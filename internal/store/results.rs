@@ -79,11 +79,15 @@ impl Store {
             "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
         };
         let mut values: Vec<Value> = Vec::with_capacity(acks.len() * 12 + 1);
+        let n = bucket(acks.len());
         for a in acks {
             values.extend(row_values(a));
         }
+        for _ in acks.len()..n {
+            values.extend(null_row());
+        }
         values.push(ms(expiry).into());
-        let rows = vec![row; acks.len()].join(", ");
+        let rows = vec![row; n].join(", ");
         let cols = "id, old_version, old_attempts, partition_id, session, status, gate, data, delay, attempts, last_error, bump";
         let source = if pg {
             format!("(VALUES {rows}) AS v({cols})")
@@ -166,8 +170,11 @@ impl Store {
         for a in acks {
             values.extend(row_values(a));
         }
+        for _ in acks.len()..bucket(acks.len()) {
+            values.extend(null_row());
+        }
         values.push(ms(expiry).into());
-        let rows = vec![row; acks.len()].join(" UNION ALL ");
+        let rows = vec![row; bucket(acks.len())].join(" UNION ALL ");
         let sql = format!(
             "UPDATE feed_items i JOIN ({rows}) v ON i.id = v.id \
              JOIN feed_partitions p ON p.id = v.partition_id JOIN feed_processors s ON s.id = p.owner \
@@ -248,5 +255,30 @@ fn row_values(a: &Ack) -> [Value; 12] {
         w.attempts.into(),
         w.last_error.clone().into(),
         i32::from(w.new_step).into(),
+    ]
+}
+
+/// Batch statements come in a few sizes only (powers of two, padded with
+/// rows that match nothing) so that prepared statements are reused instead
+/// of parsed anew for every batch size.
+pub(crate) fn bucket(n: usize) -> usize {
+    n.next_power_of_two()
+}
+
+/// A padding row: a NULL id never matches an item.
+fn null_row() -> [Value; 12] {
+    [
+        Value::String(None),
+        Value::BigInt(None),
+        Value::Int(None),
+        Value::String(None),
+        Value::String(None),
+        Value::String(None),
+        Value::BigInt(None),
+        Value::Bytes(None),
+        Value::BigInt(None),
+        Value::Int(None),
+        Value::String(None),
+        Value::Int(None),
     ]
 }
