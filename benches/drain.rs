@@ -36,7 +36,7 @@ use clap::{Parser, ValueEnum};
 use comfy_table::{Table, presets::ASCII_MARKDOWN};
 use feed::Store;
 use feed::store::{NewItem, PartitionSpec};
-use sea_orm::{ConnectionTrait, DbBackend, QueryResult, Statement, Value};
+use sea_orm::{ConnectionTrait, QueryResult, Value};
 use serde::Serialize;
 use tokio::task::JoinSet;
 
@@ -676,7 +676,7 @@ impl Db {
         Ok(self
             .store
             .connection()
-            .query_all_raw(stmt(self.store.backend(), sql, values))
+            .query_all_raw(feed::store::statement(self.store.backend(), sql, values))
             .await?)
     }
 
@@ -684,7 +684,7 @@ impl Db {
         Ok(self
             .store
             .connection()
-            .execute_raw(stmt(self.store.backend(), sql, values))
+            .execute_raw(feed::store::statement(self.store.backend(), sql, values))
             .await?
             .rows_affected())
     }
@@ -734,25 +734,6 @@ async fn drop_database(backend: Backend, admin: Option<&str>, name: &str) {
         }
         Err(e) => eprintln!("  warning: could not drop database {name}: {e:#}"),
     }
-}
-
-fn stmt(backend: DbBackend, sql: &str, values: Vec<Value>) -> Statement {
-    let sql = if backend == DbBackend::Postgres {
-        let mut out = String::with_capacity(sql.len() + 16);
-        let mut n = 0;
-        for c in sql.chars() {
-            if c == '?' {
-                n += 1;
-                out.push_str(&format!("${n}"));
-            } else {
-                out.push(c);
-            }
-        }
-        out
-    } else {
-        sql.to_string()
-    };
-    Statement::from_sql_and_values(backend, sql, values)
 }
 
 // ---------------------------------------------------------------- processes
@@ -1458,71 +1439,55 @@ async fn run_backend(
 
     let variants = args.variants_on.contains(&backend);
     if variants && args.runs(Phase::Multistep) {
-        let (mut runs, mut errors) = (Vec::new(), Vec::new());
-        for i in 1..=s.variant_runs {
-            match drain_once(
-                backend,
-                args,
-                s,
-                handler,
-                client,
-                Workload {
-                    items: s.variant_items,
-                    processors: 1,
-                    multistep: true,
-                },
-            )
-            .await
-            {
-                Ok(r) => {
-                    println!("  multistep run {i}: {}", describe(&r));
-                    runs.push(r);
-                }
-                Err(e) => {
-                    println!("  multistep run {i} failed: {e:#}");
-                    errors.push(format!("run {i}: {e:#}"));
-                }
-            }
-        }
-        rep.multistep = Some(scenario("multistep (3 steps, 2 gates)", runs, errors, ceil));
+        let w = Workload {
+            items: s.variant_items,
+            processors: 1,
+            multistep: true,
+        };
+        let ctx = (backend, args, s, handler, client);
+        rep.multistep = Some(variant(ctx, "multistep (3 steps, 2 gates)", w, ceil).await);
     }
     if variants && args.runs(Phase::Scale) {
         for n in [2, 3] {
-            let (mut runs, mut errors) = (Vec::new(), Vec::new());
-            for i in 1..=s.variant_runs {
-                match drain_once(
-                    backend,
-                    args,
-                    s,
-                    handler,
-                    client,
-                    Workload {
-                        items: s.variant_items,
-                        processors: n,
-                        multistep: false,
-                    },
-                )
-                .await
-                {
-                    Ok(r) => {
-                        println!(
-                            "  {n} processors run {i}: {}  done per processor {:?}",
-                            describe(&r),
-                            r.done_per_processor
-                        );
-                        runs.push(r);
-                    }
-                    Err(e) => {
-                        println!("  {n} processors run {i} failed: {e:#}");
-                        errors.push(format!("run {i}: {e:#}"));
-                    }
-                }
-            }
+            let w = Workload {
+                items: s.variant_items,
+                processors: n,
+                multistep: false,
+            };
+            let ctx = (backend, args, s, handler, client);
             rep.scale
-                .push(scenario(&format!("{n} processors"), runs, errors, ceil));
+                .push(variant(ctx, &format!("{n} processors"), w, ceil).await);
         }
     }
     rep
+}
+
+/// `--variant-runs` drains of one variant workload, printed as they finish.
+async fn variant(
+    (backend, args, s, handler, client): (Backend, &Args, &Settings, &Handler, &reqwest::Client),
+    name: &str,
+    w: Workload,
+    ceil: Option<Stats>,
+) -> Scenario {
+    let (mut runs, mut errors) = (Vec::new(), Vec::new());
+    for i in 1..=s.variant_runs {
+        match drain_once(backend, args, s, handler, client, w).await {
+            Ok(r) => {
+                let per = if w.processors > 1 {
+                    format!("  done per processor {:?}", r.done_per_processor)
+                } else {
+                    String::new()
+                };
+                println!("  {name} run {i}: {}{per}", describe(&r));
+                runs.push(r);
+            }
+            Err(e) => {
+                println!("  {name} run {i} failed: {e:#}");
+                errors.push(format!("run {i}: {e:#}"));
+            }
+        }
+    }
+    scenario(name, runs, errors, ceil)
 }
 
 /// Median CPU microseconds per item of the runs: processor / database / handler / machine.

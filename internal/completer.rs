@@ -1,6 +1,6 @@
 //! Batches result writes, as River's completer does: deliveries hand their
 //! results here, and whatever has queued up while the previous batch was
-//! being written goes to the database in one transaction. Under load that is
+//! being written goes to the database as one batch. Under load that is
 //! one commit per batch instead of one per item; when idle a result is
 //! written at once, with no added latency.
 

@@ -17,8 +17,8 @@ use sea_orm::{
     Value,
 };
 
-pub use dialect::is_transient;
 use dialect::{data_column, marks, stmt};
+pub use dialect::{is_transient, stmt as statement};
 pub use producer::{Enqueued, NewItem, OnFailure, PartitionSpec};
 pub use results::Ack;
 

@@ -1,11 +1,9 @@
-//! Writing handler results: fenced, and batched into one transaction.
+//! Writing handler results: fenced, many per statement (PostgreSQL, SQLite)
+//! or per transaction (MySQL/MariaDB).
 
 use std::time::Duration;
 
-use sea_orm::{
-    ConnectionTrait, DbBackend, SqliteTransactionMode, Statement, TransactionOptions,
-    TransactionTrait, Value,
-};
+use sea_orm::{ConnectionTrait, DbBackend, Statement, TransactionTrait, Value};
 
 use super::dialect::stmt;
 use super::{ItemWrite, ReadyItem, Store, ms, retry};
@@ -123,13 +121,6 @@ impl Store {
         Ok(acks.iter().map(|a| written.contains(&a.item.id)).collect())
     }
 
-    /// Writes one result; false = rejected as stale.
-    pub async fn write_result(&self, ack: &Ack, expiry: Duration) -> Result<bool> {
-        Ok(self
-            .write_results(std::slice::from_ref(ack), expiry)
-            .await?[0])
-    }
-
     /// Writes many results in one transaction (one commit instead of one
     /// per item), each with its own fence; returns, per result, whether it
     /// was written (false = rejected as stale). Transient conflicts retry
@@ -202,7 +193,7 @@ impl Store {
         .await
     }
 
-    /// One fenced UPDATE per result, in one transaction (one commit).
+    /// MySQL/MariaDB: one fenced UPDATE per result, in one transaction (one commit).
     async fn write_each(&self, acks: &[Ack], expiry: Duration) -> Result<Vec<bool>> {
         if acks.len() == 1 {
             let st = self.result_statement(&acks[0], expiry);
@@ -220,11 +211,7 @@ impl Store {
             .map(|a| self.result_statement(a, expiry))
             .collect();
         retry(|| async {
-            let opts = TransactionOptions {
-                sqlite_transaction_mode: Some(SqliteTransactionMode::Immediate),
-                ..Default::default()
-            };
-            let txn = self.db.begin_with_options(opts).await?;
+            let txn = self.db.begin().await?;
             let mut out = Vec::with_capacity(statements.len());
             for st in &statements {
                 self.count(1);

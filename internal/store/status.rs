@@ -5,10 +5,8 @@ use std::collections::BTreeMap;
 use sea_orm::Value;
 use serde::Serialize;
 
-use super::dialect::stmt;
 use super::{Store, get};
 use crate::Result;
-use sea_orm::ConnectionTrait;
 
 /// At most this many partitions and failed items are listed.
 pub const LIST_LIMIT: usize = 500;
@@ -80,14 +78,6 @@ pub struct ProcessorStatus {
 }
 
 impl Store {
-    async fn rows(&self, sql: &str, values: Vec<Value>) -> Result<Vec<sea_orm::QueryResult>> {
-        self.count(1);
-        Ok(self
-            .connection()
-            .query_all_raw(stmt(self.backend(), sql, values))
-            .await?)
-    }
-
     /// Reads a status snapshot, of one partition or of all.
     ///
     /// ```no_run
@@ -105,7 +95,7 @@ impl Store {
         };
         let mut partitions_by_status = BTreeMap::new();
         for r in self
-            .rows(
+            .query(
                 &format!(
                     "SELECT status, COUNT(*) AS n FROM feed_partitions{pfilter} GROUP BY status"
                 ),
@@ -118,7 +108,7 @@ impl Store {
         let mut partitions = Vec::new();
         let mut index = BTreeMap::new();
         for r in self
-            .rows(
+            .query(
                 &format!(
                     "SELECT id, status, gate, owner FROM feed_partitions{pfilter} \
                      ORDER BY CASE status WHEN 'failed' THEN 0 WHEN 'available' THEN 1 ELSE 2 END, id LIMIT {LIST_LIMIT}"
@@ -139,7 +129,7 @@ impl Store {
             });
         }
         for r in self
-            .rows(
+            .query(
                 &format!(
                     "SELECT partition_id, gate, status, COUNT(*) AS n FROM feed_items{filter} \
                      GROUP BY partition_id, gate, status"
@@ -166,7 +156,7 @@ impl Store {
             ""
         };
         let failed_items = self
-            .rows(
+            .query(
                 &format!(
                     "SELECT id, partition_id, gate, attempts, last_error FROM feed_items \
                      WHERE status = 'failed'{failed_filter} ORDER BY partition_id, id LIMIT {LIST_LIMIT}"
@@ -186,7 +176,7 @@ impl Store {
             })
             .collect::<Result<Vec<_>>>()?;
         let processors = self
-            .rows(
+            .query(
                 "SELECT s.id, s.hostname, s.pid, s.software_version, s.started_at, s.heartbeat_at, \
                  {now} - s.heartbeat_at AS age, \
                  (SELECT COUNT(*) FROM feed_partitions p WHERE p.owner = s.id AND p.status = 'available') AS n \
@@ -224,7 +214,7 @@ impl Store {
             "SELECT {} AS data FROM feed_items i WHERE i.id = ?",
             super::dialect::data_column(self.backend(), "i")
         );
-        let rows = self.rows(&sql, vec![id.into()]).await?;
+        let rows = self.query(&sql, vec![id.into()]).await?;
         let row = rows
             .first()
             .ok_or_else(|| crate::Error::NotFound(format!("item {id}")))?;

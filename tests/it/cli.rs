@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::on_sqlite_and_postgres;
+use crate::on_all_backends;
 use crate::support::{Backend, Handler, Proc, TestDb, json as reply, metric, wait_for};
 
 /// Runs `processor args…` with `stdin`.
@@ -37,7 +37,7 @@ fn text(o: &Output) -> String {
     )
 }
 
-on_sqlite_and_postgres!(
+on_all_backends!(
     enqueue_is_all_or_nothing,
     enqueue_refuses_low_gate_and_reopens,
     status_and_retry,

@@ -11,12 +11,14 @@ use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::on_all_backends;
-use crate::on_sqlite_and_postgres;
 use crate::support::{Backend, Handler, Proc, TestDb, free_port, json as reply, wait_for};
 
-on_all_backends!(misbehaving_handlers, broken_connections, hand_written_rows);
-
-on_sqlite_and_postgres!(signed_requests_verify);
+on_all_backends!(
+    misbehaving_handlers,
+    broken_connections,
+    hand_written_rows,
+    signed_requests_verify
+);
 
 const BEHAVIOURS: &[&str] = &[
     "slow", "nonjson", "gate_x", "neg_gate", "done_str", "big", "r301", "r302", "r429", "r503date",

@@ -126,17 +126,7 @@ impl TestDb {
     }
 
     fn stmt(&self, sql: &str, values: Vec<sea_orm::Value>) -> Statement {
-        let mut out = String::new();
-        let mut n = 0;
-        for c in sql.chars() {
-            if c == '?' && self.db_backend() == DbBackend::Postgres {
-                n += 1;
-                out.push_str(&format!("${n}"));
-            } else {
-                out.push(c);
-            }
-        }
-        Statement::from_sql_and_values(self.db_backend(), out, values)
+        feed::store::statement(self.db_backend(), sql, values)
     }
 
     /// Creates a partition with plain SQL.
@@ -528,22 +518,6 @@ macro_rules! on_all_backends {
                 async fn postgres() { super::$name(Backend::Postgres).await }
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn mariadb() { super::$name(Backend::Mysql).await }
-            }
-        )*
-    };
-}
-
-/// Declares one test per backend, SQLite and PostgreSQL only, for an `async fn(Backend)`.
-#[macro_export]
-macro_rules! on_sqlite_and_postgres {
-    ($($name:ident),* $(,)?) => {
-        $(
-            mod $name {
-                use $crate::support::Backend;
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn sqlite() { super::$name(Backend::Sqlite).await }
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn postgres() { super::$name(Backend::Postgres).await }
             }
         )*
     };
