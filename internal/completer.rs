@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use tokio::sync::{Mutex, mpsc, oneshot};
 
-use crate::store::{Ack, Store};
+use crate::store::{Ack, Store, Written};
 
 /// Most results written in one batch.
 const MAX_BATCH: usize = 256;
@@ -19,7 +19,18 @@ const MAX_BATCH: usize = 256;
 /// one forms, so a slow commit does not stall every delivery.
 const WORKERS: usize = 2;
 
-type Reply = oneshot::Sender<Result<bool, String>>;
+/// Why a result could not be written at all.
+#[derive(Clone, Debug, thiserror::Error)]
+pub enum WriteError {
+    /// The completer's tasks are gone (the processor is stopping).
+    #[error("the completer has stopped")]
+    Stopped,
+    /// The batch could not be written (the database, after retries).
+    #[error("{0}")]
+    Database(String),
+}
+
+type Reply = oneshot::Sender<Result<Written, WriteError>>;
 
 /// Handle to the completer task.
 #[derive(Clone, Debug)]
@@ -38,14 +49,13 @@ impl Completer {
         Completer { tx }
     }
 
-    /// Writes one result (batched with others); Ok(false) = rejected as stale.
-    pub async fn write(&self, ack: Ack) -> Result<bool, String> {
+    /// Writes one result (batched with others).
+    pub async fn write(&self, ack: Ack) -> Result<Written, WriteError> {
         let (reply, rx) = oneshot::channel();
         self.tx
             .send((ack, reply))
-            .map_err(|_| "the completer has stopped".to_string())?;
-        rx.await
-            .map_err(|_| "the completer has stopped".to_string())?
+            .map_err(|_| WriteError::Stopped)?;
+        rx.await.map_err(|_| WriteError::Stopped)?
     }
 }
 
@@ -70,12 +80,12 @@ async fn run(
         let (acks, replies): (Vec<Ack>, Vec<Reply>) = batch.into_iter().unzip();
         match store.write_results(&acks, expiry).await {
             Ok(written) => {
-                for (reply, ok) in replies.into_iter().zip(written) {
-                    let _ = reply.send(Ok(ok));
+                for (reply, w) in replies.into_iter().zip(written) {
+                    let _ = reply.send(Ok(w));
                 }
             }
             Err(e) => {
-                let e = e.to_string();
+                let e = WriteError::Database(e.to_string());
                 for reply in replies {
                     let _ = reply.send(Err(e.clone()));
                 }

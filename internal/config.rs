@@ -22,6 +22,9 @@ pub struct Config {
     pub acquire_interval: Duration,
     /// Cap on partitions held by this processor.
     pub max_partitions: Option<usize>,
+    /// Cap on one partition's items in flight at once, so that one
+    /// partition cannot take every slot; None = no cap.
+    pub max_in_flight_per_partition: Option<usize>,
     /// Per handler call.
     pub request_timeout: Duration,
     /// Attempts per step before an item fails; 0 = unlimited.
@@ -58,6 +61,7 @@ impl Config {
             session_expiry: Duration::from_secs(10),
             acquire_interval: Duration::from_secs(2),
             max_partitions: None,
+            max_in_flight_per_partition: None,
             request_timeout: Duration::from_secs(30),
             max_attempts: 5,
             backoff_base: Duration::from_secs(1),
@@ -86,6 +90,9 @@ impl Config {
         }
         if self.max_partitions == Some(0) {
             return bad("--max-partitions must be at least 1");
+        }
+        if self.max_in_flight_per_partition == Some(0) {
+            return bad("--max-in-flight-per-partition must be at least 1");
         }
         if self.poll_interval.is_zero() || self.acquire_interval.is_zero() {
             return bad("--poll-interval and --acquire-interval must be above zero");

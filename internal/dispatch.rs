@@ -1,10 +1,12 @@
 //! The dispatch loop: poll, deliver, write fenced results, check gates, balance.
 //!
-//! One query per poll fetches ready items across every held partition,
-//! bounded by free concurrency slots. Items in flight are tracked so none is
-//! delivered twice by this processor. No connection is held across a
-//! handler call: each delivery is a task that calls the handler, then writes
-//! its result in one fenced statement.
+//! Each refill serves the held partitions that have work ready in
+//! round-robin order, a fair share of items from each (oldest first, and
+//! no more than `--max-in-flight-per-partition` in flight per partition),
+//! into a prefetch buffer that the free concurrency slots drain. Items in
+//! flight are tracked so none is delivered twice by this processor. No
+//! connection is held across a handler call: each delivery is a task that
+//! calls the handler, then hands its result to the completer.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
@@ -14,20 +16,26 @@ use std::time::Duration;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
+use crate::gates;
 use crate::handler::{Job, Outcome};
 use crate::leases::{self, Held};
+use crate::policy::{Label, Policy};
 use crate::run::Shared;
-use crate::store::{Ack, ItemWrite, ReadyItem};
-use crate::{backoff, gates};
+use crate::store::{Ack, Fence, ItemWrite, MAX_BRANCHES, ReadyItem, Written};
 
 /// How one delivery ended, reported back to the loop.
 #[derive(Debug)]
 enum Delivery {
-    /// A result was written (or rejected as stale, or failed to write).
+    /// A result was written (or rejected as stale).
     Finished,
     /// The handler could not be reached; nothing was written.
     Unreachable,
+    /// The result could not be stored at all (the database is unreachable,
+    /// or refused even the failed attempt): the item cools down here for a
+    /// backoff before it may be fetched again.
+    Unwritten(Duration),
 }
 
 /// The loop's state: what is held, what is in flight, whether the handler is paused.
@@ -36,17 +44,22 @@ struct Dispatcher {
     /// Session id the held set belongs to; a new id means every lease was lost.
     me: String,
     held: Held,
-    /// Item id → partition id, for items being delivered.
-    in_flight: HashMap<String, String>,
+    /// Item id → the item as delivered, for items being delivered.
+    in_flight: HashMap<String, Fence>,
     /// Fetched, not yet started: a prefetch buffer so that the next
     /// completions start work without a query each.
     buffer: VecDeque<ReadyItem>,
-    /// The last fetch filled its limit: more work is probably ready.
+    /// The last fetch filled what it asked for: more work is probably ready.
     more: bool,
-    tasks: JoinSet<(String, String, Delivery)>,
-    /// While the handler is unreachable: no dispatch before this instant, then one probe.
-    paused_until: Option<Instant>,
-    pause: Duration,
+    /// The last partition served, where the next refill's round starts.
+    cursor: String,
+    /// Items whose result could not be stored, with their partition, kept
+    /// from being fetched again until the instant.
+    cooling: HashMap<String, (String, Instant)>,
+    tasks: JoinSet<(String, Delivery)>,
+    /// Task id → item id, to clean up after a delivery that panicked.
+    task_items: HashMap<tokio::task::Id, String>,
+    pause: Pause,
 }
 
 /// Runs until `cancel`, then drains in-flight deliveries up to the drain timeout.
@@ -58,9 +71,11 @@ pub async fn run(shared: Arc<Shared>, cancel: CancellationToken) {
         in_flight: HashMap::new(),
         buffer: VecDeque::new(),
         more: false,
+        cursor: String::new(),
+        cooling: HashMap::new(),
         tasks: JoinSet::new(),
-        paused_until: None,
-        pause: Duration::from_millis(250),
+        task_items: HashMap::new(),
+        pause: Pause::default(),
     };
     let cfg = shared.config.clone();
     let mut acquire = tokio::time::interval(cfg.acquire_interval);
@@ -74,9 +89,9 @@ pub async fn run(shared: Arc<Shared>, cancel: CancellationToken) {
         tokio::select! {
             biased;
             _ = cancel.cancelled() => break,
-            Some(joined) = d.tasks.join_next(), if !d.tasks.is_empty() => {
+            Some(joined) = d.tasks.join_next_with_id(), if !d.tasks.is_empty() => {
                 d.finished(joined);
-                while let Some(more) = d.tasks.try_join_next() {
+                while let Some(more) = d.tasks.try_join_next_with_id() {
                     d.finished(more);
                 }
                 next_poll = next_poll.min(Instant::now());
@@ -84,14 +99,17 @@ pub async fn run(shared: Arc<Shared>, cancel: CancellationToken) {
             _ = acquire.tick() => {
                 d.sync_session();
                 let before = d.held.versions.len();
-                if let Err(e) = leases::balance(&shared, &d.me, &mut d.held).await {
+                let busy = d.busy_partitions();
+                if let Err(e) = leases::balance(&shared, &d.me, &mut d.held, &busy).await {
                     tracing::warn!(error = %e, "balancing leases failed; will retry");
                 }
                 // Buffered items of partitions lost meanwhile are not delivered.
                 let held = &d.held.versions;
-                d.buffer.retain(|i| held.contains_key(&i.partition_id));
-                if d.held.versions.len() != before {
-                    next_poll = Instant::now();
+                d.buffer.retain(|i| held.contains_key(&i.fence.partition_id));
+                let now = Instant::now();
+                d.cooling.retain(|_, (_, until)| *until > now);
+                if d.held.versions.len() != before || !d.held.dirty.is_empty() {
+                    next_poll = now;
                 }
             }
             _ = shared.wake.notified() => next_poll = Instant::now(),
@@ -104,7 +122,9 @@ pub async fn run(shared: Arc<Shared>, cancel: CancellationToken) {
             match gates::check(&shared, &d.me, &mut d.held, &busy).await {
                 Ok(c) if c.advanced => next_poll = Instant::now(),
                 Ok(_) => {}
-                Err(e) => tracing::warn!(error = %e, "gate check failed; will retry"),
+                Err(e) => {
+                    tracing::warn!(error = %e, "gate check failed; its partitions stay marked and are checked again")
+                }
             }
         }
         if Instant::now() >= next_poll {
@@ -129,12 +149,24 @@ impl Dispatcher {
         }
     }
 
+    /// Partitions with items in flight, buffered or cooling down here.
     fn busy_partitions(&self) -> HashSet<String> {
-        self.in_flight
+        self.known_per_partition().into_keys().collect()
+    }
+
+    /// How many items of each partition are in flight, buffered or cooling.
+    fn known_per_partition(&self) -> HashMap<String, usize> {
+        let mut known: HashMap<String, usize> = HashMap::new();
+        let partitions = self
+            .in_flight
             .values()
-            .cloned()
-            .chain(self.buffer.iter().map(|i| i.partition_id.clone()))
-            .collect()
+            .map(|f| &f.partition_id)
+            .chain(self.buffer.iter().map(|i| &i.fence.partition_id))
+            .chain(self.cooling.values().map(|(p, _)| p));
+        for p in partitions {
+            *known.entry(p.clone()).or_default() += 1;
+        }
+        known
     }
 
     /// Fetches and starts ready items; returns when to poll next and
@@ -143,7 +175,7 @@ impl Dispatcher {
         let shared = self.shared.clone();
         let cfg = &shared.config;
         let now = Instant::now();
-        if let Some(until) = self.paused_until {
+        if let Some(until) = self.pause.until {
             if now < until {
                 return (until, false);
             }
@@ -155,7 +187,7 @@ impl Dispatcher {
             return (now + cfg.poll_interval, false);
         }
         // One probe delivery while the handler is down.
-        let slots = if self.paused_until.is_some() {
+        let slots = if self.pause.until.is_some() {
             1
         } else {
             cfg.concurrency - self.in_flight.len()
@@ -173,6 +205,9 @@ impl Dispatcher {
             let Some(item) = self.buffer.pop_front() else {
                 break;
             };
+            if self.pause.until.is_some() {
+                self.pause.probe = Some(item.fence.id.clone());
+            }
             self.start(item);
         }
         // Either the slots are now full (the next completion polls again at
@@ -180,80 +215,176 @@ impl Dispatcher {
         (now + cfg.poll_interval, self.more)
     }
 
-    /// Fetches up to `want` ready items that are neither in flight nor
-    /// buffered. Up to a thousand such ids are left out in SQL; beyond that
-    /// (huge --concurrency) extra rows are fetched and skipped here.
+    /// Fetches up to `want` ready items that are not known here yet: a
+    /// fair share from each of the next partitions with work, in turn.
     async fn refill(&mut self, want: usize) {
-        let known: Vec<String> = self
-            .in_flight
-            .keys()
-            .cloned()
-            .chain(self.buffer.iter().map(|i| i.id.clone()))
-            .collect();
-        let skip: &[String] = if known.len() <= 1000 { &known } else { &[] };
-        let limit = want + known.len() - skip.len();
-        match self.shared.store.ready_items(&self.me, limit, skip).await {
-            Ok(items) => {
-                self.more = items.len() == limit;
-                let buffered: HashSet<String> = self.buffer.iter().map(|i| i.id.clone()).collect();
-                self.buffer.extend(
-                    items.into_iter().filter(|i| {
-                        !self.in_flight.contains_key(&i.id) && !buffered.contains(&i.id)
-                    }),
-                );
+        let store = &self.shared.store;
+        let cap = self.shared.config.max_in_flight_per_partition;
+        let parts = match store
+            .ready_partitions(&self.me, &self.cursor, MAX_BRANCHES)
+            .await
+        {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::warn!(error = %e, "polling for items failed; will retry");
+                return;
             }
-            Err(e) => tracing::warn!(error = %e, "polling for items failed; will retry"),
+        };
+        let Some(last) = parts.last() else {
+            self.more = false;
+            return;
+        };
+        self.cursor = last.clone();
+        let known = self.known_per_partition();
+        let share = want.div_ceil(parts.len());
+        // Each partition's first `share + known` ready items hold at least
+        // `share` that are not known here: those in flight, buffered or
+        // cooling are among its ready items and are filtered out below.
+        let asks: Vec<(String, usize)> = parts
+            .iter()
+            .filter_map(|p| {
+                let k = known.get(p).copied().unwrap_or(0);
+                let room = cap.map_or(share, |c| c.saturating_sub(k).min(share));
+                (room > 0).then(|| (p.clone(), room + k))
+            })
+            .collect();
+        let items = match store.ready_items(&self.me, &asks).await {
+            Ok(items) => items,
+            Err(e) => {
+                tracing::warn!(error = %e, "polling for items failed; will retry");
+                return;
+            }
+        };
+        let buffered: HashSet<String> = self.buffer.iter().map(|i| i.fence.id.clone()).collect();
+        let mut by_partition: HashMap<String, VecDeque<ReadyItem>> = HashMap::new();
+        for item in items {
+            let id = &item.fence.id;
+            if self.in_flight.contains_key(id)
+                || buffered.contains(id)
+                || self.cooling.contains_key(id)
+            {
+                continue;
+            }
+            by_partition
+                .entry(item.fence.partition_id.clone())
+                .or_default()
+                .push_back(item);
         }
+        // Interleave: one item of each partition, then the next round.
+        let mut fetched = 0;
+        let mut rounds: Vec<VecDeque<ReadyItem>> = asks
+            .iter()
+            .filter_map(|(p, _)| by_partition.remove(p))
+            .collect();
+        while !rounds.is_empty() {
+            rounds.retain_mut(|q| match q.pop_front() {
+                Some(item) => {
+                    self.buffer.push_back(item);
+                    fetched += 1;
+                    true
+                }
+                None => false,
+            });
+        }
+        self.more = fetched >= want || parts.len() == MAX_BRANCHES;
     }
 
     fn start(&mut self, item: ReadyItem) {
-        self.in_flight
-            .insert(item.id.clone(), item.partition_id.clone());
+        let id = item.fence.id.clone();
+        self.in_flight.insert(id.clone(), item.fence.clone());
         self.shared
             .metrics
             .in_flight
             .set(self.in_flight.len() as i64);
         let shared = self.shared.clone();
         let me = self.me.clone();
-        self.tasks.spawn(async move {
-            let (id, partition) = (item.id.clone(), item.partition_id.clone());
-            let d = deliver(&shared, &me, item).await;
-            (id, partition, d)
+        let task = self.tasks.spawn(async move {
+            let id = item.fence.id.clone();
+            (id, deliver(&shared, &me, item).await)
         });
+        self.task_items.insert(task.id(), id);
     }
 
-    fn finished(&mut self, joined: Result<(String, String, Delivery), tokio::task::JoinError>) {
-        let Ok((id, partition, delivery)) = joined else {
-            tracing::error!("a delivery task panicked; its item stays available");
+    fn finished(
+        &mut self,
+        joined: Result<(tokio::task::Id, (String, Delivery)), tokio::task::JoinError>,
+    ) {
+        let (task, delivery) = match joined {
+            Ok((task, (_, delivery))) => (task, Some(delivery)),
+            Err(e) => (e.id(), self.panicked(e)),
+        };
+        let Some(id) = self.task_items.remove(&task) else {
             return;
         };
-        self.in_flight.remove(&id);
+        let Some(fence) = self.in_flight.remove(&id) else {
+            return;
+        };
         self.shared
             .metrics
             .in_flight
             .set(self.in_flight.len() as i64);
-        self.held.dirty.insert(partition);
+        self.held.dirty.insert(fence.partition_id.clone());
         let health = &self.shared.health.handler;
         match delivery {
-            Delivery::Unreachable => {
+            None => self.record_panic(fence),
+            Some(Delivery::Unreachable) => {
                 health.store(false, Ordering::Relaxed);
-                if self.paused_until.is_none() {
-                    tracing::warn!(
-                        "handler unreachable: pausing dispatch (no attempts are counted)"
-                    );
-                } else {
-                    self.pause = (self.pause * 2).min(Duration::from_secs(10));
+                if self.pause.unreachable(&id, Instant::now()) {
+                    tracing::warn!(pause = ?self.pause.delay, "handler unreachable: pausing dispatch (no attempts are counted)");
                 }
-                self.paused_until = Some(Instant::now() + self.pause);
             }
-            Delivery::Finished => {
+            Some(Delivery::Finished) => {
                 health.store(true, Ordering::Relaxed);
-                if self.paused_until.take().is_some() {
+                if self.pause.reachable() {
                     tracing::info!("handler reachable again: resuming dispatch");
-                    self.pause = Duration::from_millis(250);
                 }
+            }
+            Some(Delivery::Unwritten(cool)) => {
+                self.cooling
+                    .insert(id, (fence.partition_id, Instant::now() + cool));
             }
         }
+    }
+
+    /// Logs a delivery task that did not return; None = it panicked (the
+    /// caller records a failed attempt), or it was aborted at shutdown.
+    fn panicked(&self, e: tokio::task::JoinError) -> Option<Delivery> {
+        if !e.is_panic() {
+            return Some(Delivery::Finished);
+        }
+        let item = self.task_items.get(&e.id()).cloned().unwrap_or_default();
+        let panic = e.into_panic();
+        let message = panic
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a panic without a message".into());
+        tracing::error!(item = %item, panic = %message, "a delivery panicked; recording a failed attempt");
+        None
+    }
+
+    /// Records a failed attempt for an item whose delivery panicked, so it
+    /// is retried after a backoff like any failed attempt.
+    fn record_panic(&mut self, fence: Fence) {
+        let outcome = Outcome::Failed {
+            message: "the delivery panicked (see the processor's log); will retry".into(),
+            retry: true,
+            retry_after: None,
+        };
+        let id = fence.id.clone();
+        self.in_flight.insert(id.clone(), fence.clone());
+        let item = id.clone();
+        let shared = self.shared.clone();
+        let me = self.me.clone();
+        let task = self.tasks.spawn(async move {
+            let policy = Policy::from(&shared.config);
+            let delivery = match policy.decide(&fence, outcome) {
+                Some((write, label)) => record(&shared, &me, fence, write, label).await,
+                None => Delivery::Finished,
+            };
+            (id, delivery)
+        });
+        self.task_items.insert(task.id(), item);
     }
 
     /// Waits for in-flight deliveries (their results are written) up to `timeout`.
@@ -268,7 +399,7 @@ impl Dispatcher {
         let deadline = Instant::now() + timeout;
         while !self.tasks.is_empty() {
             tokio::select! {
-                Some(j) = self.tasks.join_next() => self.finished(j),
+                Some(j) = self.tasks.join_next_with_id() => self.finished(j),
                 _ = tokio::time::sleep_until(deadline) => {
                     tracing::warn!(abandoned = self.tasks.len(), "drain timeout: abandoning deliveries; their items stay available");
                     self.tasks.abort_all();
@@ -281,176 +412,179 @@ impl Dispatcher {
 
 /// Calls the handler for one item and writes the fenced result.
 async fn deliver(shared: &Shared, me: &str, item: ReadyItem) -> Delivery {
-    let attempt = u32::try_from(item.attempts).unwrap_or(0) + 1;
-    let job = Job {
-        item_id: item.id.clone(),
-        partition_id: item.partition_id.clone(),
-        gate: item.gate,
-        attempt,
-        idempotency_key: format!("{}:{}", item.id, item.version),
-        processor_id: me.to_string(),
-        data: item.data.clone(),
-    };
-    let started = std::time::Instant::now();
-    let outcome = shared.processor.process(&job).await;
-    shared
-        .metrics
-        .handler_seconds
-        .observe(started.elapsed().as_secs_f64());
-    let (write, label) = match decide(shared, &item, attempt, outcome) {
-        Some(w) => w,
-        None => {
-            shared.metrics.handler_unreachable.inc();
-            return Delivery::Unreachable;
-        }
-    };
-    let cfg = &shared.config;
-    let span = (item.partition_id.as_str(), item.id.as_str(), item.gate);
-    if shared.session.id() != me || !shared.session.live(cfg.session_expiry) {
-        tracing::warn!(
-            partition = span.0,
-            item = span.1,
-            gate = span.2,
-            "result not written: this processor's session is no longer live"
-        );
-        shared.metrics.outcome("rejected");
-        return Delivery::Finished;
-    }
-    let (attempts, error, next_gate) = (write.attempts, write.last_error.clone(), write.gate);
-    let (partition, id, gate) = (item.partition_id.clone(), item.id.clone(), item.gate);
-    let span = (partition.as_str(), id.as_str(), gate);
-    let error = error.as_deref().unwrap_or("");
-    let ack = Ack {
-        item,
-        session: me.to_string(),
-        write,
-    };
-    match shared.completer.write(ack).await {
-        Ok(true) => {
-            shared.metrics.outcome(label);
-            match label {
-                "failed" => tracing::warn!(
-                    partition = span.0,
-                    item = span.1,
-                    gate = span.2,
-                    attempts,
-                    error,
-                    "item failed"
-                ),
-                "retried" => tracing::info!(
-                    partition = span.0,
-                    item = span.1,
-                    gate = span.2,
-                    attempt,
-                    error,
-                    "attempt failed; will retry"
-                ),
-                _ => tracing::debug!(
-                    partition = span.0,
-                    item = span.1,
-                    gate = span.2,
-                    next_gate,
-                    outcome = label,
-                    "result written"
-                ),
+    let ReadyItem { fence, data } = item;
+    let attempt = u32::try_from(fence.attempts).unwrap_or(0) + 1;
+    let span = tracing::info_span!("delivery", partition = %fence.partition_id, item = %fence.id, gate = fence.gate, attempt);
+    async move {
+        let f = &fence;
+        let job = Job {
+            item_id: f.id.clone(),
+            partition_id: f.partition_id.clone(),
+            gate: f.gate,
+            attempt,
+            idempotency_key: format!("{}:{}", f.id, f.version),
+            processor_id: me.to_string(),
+            data,
+        };
+        let started = std::time::Instant::now();
+        let outcome = shared.processor.process(&job).await;
+        shared
+            .metrics
+            .handler_seconds
+            .observe(started.elapsed().as_secs_f64());
+        let policy = Policy::from(&shared.config);
+        match policy.decide(&fence, outcome) {
+            Some((write, label)) => record(shared, me, fence, write, label).await,
+            None => {
+                shared.metrics.handler_unreachable.inc();
+                tracing::debug!("handler unreachable");
+                Delivery::Unreachable
             }
         }
-        Ok(false) => {
-            shared.metrics.outcome("rejected");
-            tracing::warn!(
-                partition = span.0,
-                item = span.1,
-                gate = span.2,
-                "stale result rejected: the item changed or its partition is no longer held by this session"
-            );
-        }
-        Err(e) => {
-            shared.metrics.outcome("rejected");
-            tracing::error!(partition = span.0, item = span.1, gate = span.2, error = %e, "could not write the result; the item stays available and will be delivered again");
-        }
     }
-    Delivery::Finished
+    .instrument(span)
+    .await
 }
 
-/// The item's next state for an outcome, and the metric label; None when
-/// the handler was unreachable (nothing is written, no attempt is counted).
-fn decide(
+/// Writes one result through the completer. A row the database refuses is
+/// recorded instead as a failed attempt that says why (with a backoff), so
+/// that nothing is fetched again without an attempt counted.
+async fn record(
     shared: &Shared,
-    item: &ReadyItem,
-    attempt: u32,
-    outcome: Outcome,
-) -> Option<(ItemWrite, &'static str)> {
+    me: &str,
+    fence: Fence,
+    write: ItemWrite,
+    label: Label,
+) -> Delivery {
     let cfg = &shared.config;
-    let attempts = i32::try_from(attempt).unwrap_or(i32::MAX);
-    let w = match outcome {
-        Outcome::Unreachable { message } => {
-            tracing::debug!(partition = %item.partition_id, item = %item.id, gate = item.gate, error = %message, "handler unreachable");
-            return None;
+    let policy = Policy::from(cfg);
+    let cool = policy.delay(u32::try_from(fence.attempts).unwrap_or(0) + 1);
+    let (mut write, mut label, mut fallback) = (write, label, false);
+    loop {
+        if shared.session.id() != me || !shared.session.live(cfg.session_expiry) {
+            tracing::warn!("result not written: this processor's session is no longer live");
+            shared.metrics.outcome(Label::Rejected.as_str());
+            return Delivery::Finished;
         }
-        Outcome::Step { gate, done, data } => {
-            let next = gate.unwrap_or(item.gate);
-            if next < item.gate {
-                let msg = format!(
-                    "handler answered gate {next}, below the partition's gate {}: an item cannot go back to an earlier gate, so it could never run again",
-                    item.gate
+        let ack = Ack {
+            fence: fence.clone(),
+            session: me.to_string(),
+            write: write.clone(),
+        };
+        match shared.completer.write(ack).await {
+            Ok(Written::Yes) => {
+                shared.metrics.outcome(label.as_str());
+                let error = write.last_error.as_deref().unwrap_or("");
+                match label {
+                    Label::Failed => {
+                        tracing::warn!(attempts = write.attempts, error, "item failed")
+                    }
+                    Label::Retried => tracing::info!(error, "attempt failed; will retry"),
+                    _ => tracing::debug!(
+                        next_gate = write.gate,
+                        outcome = label.as_str(),
+                        "result written"
+                    ),
+                }
+                return Delivery::Finished;
+            }
+            Ok(Written::Stale) => {
+                shared.metrics.outcome(Label::Rejected.as_str());
+                tracing::warn!(
+                    "stale result rejected: the item changed or its partition is no longer held by this session"
                 );
-                return Some((failed(item, attempts, msg), "failed"));
+                return Delivery::Finished;
             }
-            let w = ItemWrite {
-                status: if done { "complete" } else { "available" },
-                gate: next,
-                data,
-                attempts: if done { attempts } else { 0 },
-                last_error: None,
-                delay: None,
-                new_step: true,
-            };
-            return Some((w, if done { "done" } else { "stepped" }));
-        }
-        Outcome::Failed {
-            message,
-            retry,
-            retry_after,
-        } => {
-            let exhausted = cfg.max_attempts != 0 && attempt >= cfg.max_attempts;
-            if !retry {
-                return Some((
-                    failed(item, attempts, format!("{message} (not retried)")),
-                    "failed",
-                ));
+            Ok(Written::Refused(why)) if !fallback => {
+                tracing::error!(error = %why, "the database refused the result; recording a failed attempt instead");
+                let outcome = Outcome::Failed {
+                    message: format!("the database refused the handler's result: {why}"),
+                    retry: true,
+                    retry_after: None,
+                };
+                let Some((w, l)) = policy.decide(&fence, outcome) else {
+                    return Delivery::Unwritten(cool);
+                };
+                (write, label, fallback) = (w, l, true);
             }
-            if exhausted {
-                let msg = format!(
-                    "{message} (attempt {attempt} of {}; no attempts left)",
-                    cfg.max_attempts
-                );
-                return Some((failed(item, attempts, msg), "failed"));
+            Ok(Written::Refused(why)) => {
+                tracing::error!(error = %why, retry_in = ?cool, "the database refused even the failed attempt; the item waits here before it runs again");
+                return Delivery::Unwritten(cool);
             }
-            let delay = retry_after
-                .map(|d| d.min(Duration::from_secs(86_400)))
-                .unwrap_or_else(|| backoff::delay(cfg.backoff_base, cfg.backoff_max, attempt));
-            ItemWrite {
-                status: "available",
-                gate: item.gate,
-                data: None,
-                attempts,
-                last_error: Some(message),
-                delay: Some(delay),
-                new_step: false,
+            Err(e) => {
+                tracing::error!(error = %e, retry_in = ?cool, "could not write the result; the item waits here before it runs again");
+                return Delivery::Unwritten(cool);
             }
         }
-    };
-    Some((w, "retried"))
+    }
 }
 
-fn failed(item: &ReadyItem, attempts: i32, message: String) -> ItemWrite {
-    ItemWrite {
-        status: "failed",
-        gate: item.gate,
-        data: None,
-        attempts,
-        last_error: Some(message),
-        delay: None,
-        new_step: true,
+/// The pause while the handler is unreachable: it starts at [`PAUSE_BASE`]
+/// and doubles once per failed probe, up to [`PAUSE_MAX`]. Deliveries
+/// that were already in flight when it began do not lengthen it.
+#[derive(Debug, Default)]
+struct Pause {
+    /// No dispatch before this instant, then one probe.
+    until: Option<Instant>,
+    /// The current pause length.
+    delay: Duration,
+    /// The item sent as the probe.
+    probe: Option<String>,
+}
+
+/// First pause after the handler is found unreachable.
+const PAUSE_BASE: Duration = Duration::from_millis(250);
+/// Longest pause between probes.
+const PAUSE_MAX: Duration = Duration::from_secs(10);
+
+impl Pause {
+    /// A delivery found the handler unreachable; true when this starts a pause.
+    fn unreachable(&mut self, item: &str, now: Instant) -> bool {
+        let start = self.until.is_none();
+        if start {
+            self.delay = PAUSE_BASE;
+        } else if self.probe.as_deref() == Some(item) {
+            self.delay = (self.delay * 2).min(PAUSE_MAX);
+        } else {
+            return false;
+        }
+        self.probe = None;
+        self.until = Some(now + self.delay);
+        start
+    }
+
+    /// A delivery reached the handler; true when this ends a pause.
+    fn reachable(&mut self) -> bool {
+        self.probe = None;
+        self.until.take().is_some()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pause_doubles_per_failed_probe_only() {
+        let mut p = Pause::default();
+        let t = Instant::now();
+        assert!(p.unreachable("a", t));
+        assert_eq!(p.delay, PAUSE_BASE);
+        // 63 more deliveries that were in flight: no change.
+        for i in 0..63 {
+            assert!(!p.unreachable(&format!("x{i}"), t));
+        }
+        assert_eq!(p.delay, PAUSE_BASE);
+        p.probe = Some("probe".into());
+        p.unreachable("probe", t);
+        assert_eq!(p.delay, PAUSE_BASE * 2);
+        for _ in 0..10 {
+            p.probe = Some("probe".into());
+            p.unreachable("probe", t);
+        }
+        assert_eq!(p.delay, PAUSE_MAX);
+        assert!(p.reachable());
+        assert!(p.unreachable("b", t));
+        assert_eq!(p.delay, PAUSE_BASE);
     }
 }

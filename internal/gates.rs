@@ -1,16 +1,19 @@
 //! Fan-in: moving a partition past a gate, closing it, or failing it.
 //!
-//! A held partition is checked only when it may have run dry: newly leased,
-//! changed by someone else, or after one of its results was written and none
-//! of its items are in flight. All checked partitions are read in two
-//! statements, whatever their number.
+//! A held partition is checked when it may have run dry: newly leased,
+//! changed by someone else, after one of its results was written and none of
+//! its items are in flight, or when the acquire cycle's level-triggered view
+//! says a check would act on it (so changes made by hand are noticed too).
+//! All checked partitions are read in two statements, whatever their
+//! number. A partition stays marked until its check succeeded, so a failed
+//! statement only delays it.
 
 use std::collections::{BTreeMap, HashSet};
 
 use crate::Result;
 use crate::leases::Held;
 use crate::run::Shared;
-use crate::store::{GateCount, HeldPartition};
+use crate::store::{GateCount, HeldPartition, OnFailure};
 
 /// What a gate check did.
 #[derive(Debug, Default)]
@@ -50,7 +53,7 @@ fn decide(p: &HeldPartition, counts: &[&GateCount]) -> Decision {
     {
         return Decision::Wait;
     }
-    if p.on_failure != "continue" && counts.iter().any(|c| c.status == "failed") {
+    if p.on_failure == OnFailure::Block && counts.iter().any(|c| c.status == "failed") {
         return Decision::Fail;
     }
     match counts
@@ -84,19 +87,21 @@ pub async fn check(
     if ids.is_empty() {
         return Ok(out);
     }
-    for id in &ids {
-        held.dirty.remove(id);
-    }
     let store = &shared.store;
+    // Until a partition's check has succeeded its mark stays: an error
+    // anywhere below returns with the remaining marks intact.
     let parts = store.partitions_for_check(me, &ids).await?;
+    let counts = store.unfinished_counts(&ids).await?;
     let present: HashSet<&str> = parts.iter().map(|p| p.id.as_str()).collect();
     for id in &ids {
-        if !present.contains(id.as_str()) && held.versions.remove(id).is_some() {
-            tracing::info!(partition = %id, "lost partition (taken by another processor, released or closed by someone else)");
-            shared.metrics.leases_lost.inc();
+        if !present.contains(id.as_str()) {
+            held.dirty.remove(id);
+            if held.versions.remove(id).is_some() {
+                tracing::info!(partition = %id, "lost partition (taken by another processor, released or closed by someone else)");
+                shared.metrics.leases_lost.inc();
+            }
         }
     }
-    let counts = store.unfinished_counts(&ids).await?;
     let mut by_partition: BTreeMap<&str, Vec<&GateCount>> = BTreeMap::new();
     for c in &counts {
         by_partition
@@ -106,54 +111,62 @@ pub async fn check(
     }
     for p in &parts {
         let mine = by_partition.get(p.id.as_str()).cloned().unwrap_or_default();
-        let decision = decide(p, &mine);
-        let ok = match decision {
-            Decision::Wait | Decision::Hold => true,
-            Decision::FailUnrunnable => {
-                let n = store.fail_unrunnable(p, me).await?;
-                tracing::warn!(partition = %p.id, gate = p.gate, items = n, "failed items that can never run (below the partition's gate or with an unknown status); see their last_error");
-                false
-            }
-            Decision::Advance(g) => {
-                let ok = store.advance_gate(p, me, g).await?;
-                if ok {
-                    tracing::info!(partition = %p.id, from = p.gate, gate = g, "gate advanced");
-                    shared.metrics.gate_advances.inc();
-                    held.versions.insert(p.id.clone(), p.version + 1);
-                    out.advanced = true;
-                }
-                ok
-            }
-            Decision::Close | Decision::Fail => {
-                let status = if decision == Decision::Close {
-                    "complete"
-                } else {
-                    "failed"
-                };
-                let ok = store.finish_partition(p, me, status).await?;
-                if ok {
-                    held.versions.remove(&p.id);
-                    if status == "complete" {
-                        tracing::info!(partition = %p.id, gate = p.gate, "partition complete");
-                        shared.metrics.partitions_closed.inc();
-                    } else {
-                        tracing::warn!(partition = %p.id, gate = p.gate, "partition failed: an item exhausted its attempts (on_failure = block); fix it and run `processor retry`");
-                        shared.metrics.partitions_failed.inc();
-                    }
-                }
-                ok
-            }
-        };
-        if !ok {
-            // Someone changed it meanwhile (OCC): read it again next time.
-            held.dirty.insert(p.id.clone());
+        if apply(shared, me, held, p, decide(p, &mine), &mut out).await? {
+            held.dirty.remove(&p.id);
         }
+        // Otherwise someone changed it meanwhile (OCC) or items were just
+        // failed: it stays marked and is read again next time.
     }
     shared
         .metrics
         .partitions_held
         .set(held.versions.len() as i64);
     Ok(out)
+}
+
+/// Carries out one decision; true when the partition needs no new look.
+async fn apply(
+    shared: &Shared,
+    me: &str,
+    held: &mut Held,
+    p: &HeldPartition,
+    decision: Decision,
+    out: &mut Checked,
+) -> Result<bool> {
+    let store = &shared.store;
+    match decision {
+        Decision::Wait | Decision::Hold => Ok(true),
+        Decision::FailUnrunnable => {
+            let n = store.fail_unrunnable(p, me).await?;
+            tracing::warn!(partition = %p.id, gate = p.gate, items = n, "failed items that can never run (below the partition's gate or with an unknown status); see their last_error");
+            Ok(false)
+        }
+        Decision::Advance(g) => {
+            let ok = store.advance_gate(p, me, g).await?;
+            if ok {
+                tracing::info!(partition = %p.id, from = p.gate, gate = g, "gate advanced");
+                shared.metrics.gate_advances.inc();
+                held.versions.insert(p.id.clone(), p.version + 1);
+                out.advanced = true;
+            }
+            Ok(ok)
+        }
+        Decision::Close | Decision::Fail => {
+            let complete = decision == Decision::Close;
+            let ok = store.finish_partition(p, me, complete).await?;
+            if ok {
+                held.versions.remove(&p.id);
+                if complete {
+                    tracing::info!(partition = %p.id, gate = p.gate, "partition complete");
+                    shared.metrics.partitions_closed.inc();
+                } else {
+                    tracing::warn!(partition = %p.id, gate = p.gate, "partition failed: an item failed for good (on_failure = block); fix it and run `processor retry`");
+                    shared.metrics.partitions_failed.inc();
+                }
+            }
+            Ok(ok)
+        }
+    }
 }
 
 #[cfg(test)]
@@ -167,7 +180,7 @@ mod tests {
             version: 1,
             auto_close: true,
             manual_checkpoint: false,
-            on_failure: "block".into(),
+            on_failure: OnFailure::Block,
         }
     }
 
@@ -196,7 +209,7 @@ mod tests {
         assert_eq!(decide(&p, &[&a0]), Decision::FailUnrunnable);
         assert_eq!(decide(&p, &[&count(1, "weird")]), Decision::FailUnrunnable);
         let cont = HeldPartition {
-            on_failure: "continue".into(),
+            on_failure: OnFailure::Continue,
             ..part(1)
         };
         assert_eq!(decide(&cont, &[&f1, &a3]), Decision::Advance(3));

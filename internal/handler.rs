@@ -279,6 +279,11 @@ pub fn parse_response(status: StatusCode, body: &[u8], retry_after: Option<Durat
         .ok()
         .filter(serde_json::Value::is_object)
         .and_then(|v| serde_json::from_value(v).ok());
+    // The status decides whether an attempt may be retried; the body's
+    // `no_retry` can only make a retryable failure final, never the reverse.
+    let code = status.as_u16();
+    let retryable_status =
+        status.is_success() || code == 408 || code == 429 || status.is_server_error();
     if let Some(err) = answer.as_ref().and_then(|a| a.error.as_ref()) {
         let message = err
             .get("message")
@@ -287,13 +292,12 @@ pub fn parse_response(status: StatusCode, body: &[u8], retry_after: Option<Durat
             .unwrap_or_else(|| err.to_string());
         let no_retry = err.get("no_retry").and_then(|v| v.as_bool()) == Some(true);
         return failed(
-            format!("handler error (HTTP {}): {message}", status.as_u16()),
-            !no_retry,
+            format!("handler error (HTTP {code}): {message}"),
+            retryable_status && !no_retry,
         );
     }
     if !status.is_success() {
-        let code = status.as_u16();
-        let retry = code == 408 || code == 429 || status.is_server_error();
+        let retry = retryable_status;
         let why = if status.is_redirection() {
             "redirects are not followed; point --handler-url at the final address"
         } else if retry {
@@ -424,6 +428,21 @@ mod tests {
         assert!(
             matches!(e, Outcome::Failed { retry: false, ref message, .. } if message.contains("bad pdf"))
         );
+        // A non-retryable status stays final whatever the body says.
+        let e = parse_response(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            br#"{"error": {"message": "unprocessable"}}"#,
+            None,
+        );
+        assert!(
+            matches!(e, Outcome::Failed { retry: false, ref message, .. } if message.contains("unprocessable"))
+        );
+        let e = parse_response(
+            StatusCode::SERVICE_UNAVAILABLE,
+            br#"{"error": {"message": "busy"}}"#,
+            None,
+        );
+        assert!(matches!(e, Outcome::Failed { retry: true, .. }));
         for (code, retry) in [
             (408, true),
             (429, true),

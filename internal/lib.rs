@@ -12,6 +12,7 @@
 //! - [`dispatch`]: the poll/deliver/acknowledge loop, with a prefetch buffer;
 //! - [`notify`]: PostgreSQL LISTEN/NOTIFY wake-ups for new work;
 //! - [`completer`]: batched, fenced result writes;
+//! - [`policy`]: what an outcome does to an item (retries, backoff, failure);
 //! - [`gates`]: fan-in: advancing, closing and failing partitions;
 //! - [`handler`]: the [`Processor`] trait and the HTTP handler protocol;
 //! - [`server`] and [`metrics`]: health and Prometheus metrics;
@@ -30,6 +31,7 @@ pub mod handler;
 pub mod leases;
 pub mod metrics;
 pub mod notify;
+pub mod policy;
 pub mod run;
 pub mod server;
 pub mod session;

@@ -69,7 +69,7 @@ pub async fn register(shared: &Shared, id: &str) -> crate::Result<()> {
     let host = gethostname::gethostname().to_string_lossy().into_owned();
     shared
         .store
-        .register_session(id, &host, std::process::id())
+        .register_session(id, &host, std::process::id(), shared.config.max_partitions)
         .await
 }
 

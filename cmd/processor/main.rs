@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use feed::store::{NewItem, OnFailure, PartitionSpec};
+use feed::store::{NewItem, OnFailure, PartitionSpec, RetryScope};
 
 /// glibc's malloc cost a fifth of the processor's CPU under load (perf);
 /// mimalloc is much cheaper for its many small, short-lived allocations.
@@ -121,6 +121,9 @@ struct RunArgs {
     /// Cap on partitions held by this processor [default: none]
     #[arg(long, env = "FEED_MAX_PARTITIONS")]
     max_partitions: Option<usize>,
+    /// Cap on one partition's items in flight at once, so one partition cannot take every slot [default: none]
+    #[arg(long, env = "FEED_MAX_IN_FLIGHT_PER_PARTITION")]
+    max_in_flight_per_partition: Option<usize>,
     /// Timeout of one handler call [default: 30s]
     #[arg(long, env = "FEED_REQUEST_TIMEOUT", default_value = "30s", value_parser = duration, hide_default_value = true)]
     request_timeout: Duration,
@@ -305,6 +308,7 @@ async fn run(a: RunArgs) -> anyhow::Result<()> {
     c.session_expiry = a.session_expiry;
     c.acquire_interval = a.acquire_interval;
     c.max_partitions = a.max_partitions;
+    c.max_in_flight_per_partition = a.max_in_flight_per_partition;
     c.request_timeout = a.request_timeout;
     c.max_attempts = a.max_attempts;
     c.backoff_base = a.backoff_base;
@@ -433,8 +437,18 @@ fn parse_line(line: &str, raw: bool) -> Result<NewItem, String> {
 
 async fn retry(a: RetryArgs) -> anyhow::Result<()> {
     let store = connect(&a.db).await?;
-    let n = store.retry_failed(a.partition.as_deref()).await?;
-    println!("{n} failed items back to available");
+    let scope = match &a.partition {
+        Some(p) => RetryScope::Partition(p),
+        None => RetryScope::All,
+    };
+    let r = store.retry(scope).await?;
+    println!("{} failed items back to available", r.items);
+    if r.moved > 0 {
+        println!(
+            "{} of them moved up to their partition's current gate (the gate had moved on) and run there",
+            r.moved
+        );
+    }
     Ok(())
 }
 

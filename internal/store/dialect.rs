@@ -50,6 +50,52 @@ pub fn marks(n: usize) -> String {
     vec!["?"; n].join(", ")
 }
 
+/// The column that orders a partition's items as they were written:
+/// SQLite's `rowid`, a `seq` identity column elsewhere.
+pub fn seq(backend: DbBackend) -> &'static str {
+    match backend {
+        DbBackend::Sqlite => "rowid",
+        _ => "seq",
+    }
+}
+
+/// Appended to an `INSERT` of a partition: do nothing when it exists, so
+/// producers creating the same partition at once all succeed.
+pub fn insert_ignore(backend: DbBackend) -> &'static str {
+    match backend {
+        DbBackend::MySql => " ON DUPLICATE KEY UPDATE id = id",
+        _ => " ON CONFLICT (id) DO NOTHING",
+    }
+}
+
+/// Appended to a sub-select of a result write, so that the fence holds at
+/// commit: PostgreSQL locks the partition row it read, so a lease change
+/// waits for the write (or the write sees the new owner). SQLite has one
+/// writer at a time; MySQL/MariaDB lock in a statement of their own.
+pub fn fence_lock(backend: DbBackend) -> &'static str {
+    match backend {
+        DbBackend::Postgres => " FOR SHARE OF p",
+        _ => "",
+    }
+}
+
+/// SQL expressions joined into one string.
+pub fn concat(backend: DbBackend, parts: &[&str]) -> String {
+    match backend {
+        DbBackend::MySql => format!("CONCAT({})", parts.join(", ")),
+        _ => parts.join(" || "),
+    }
+}
+
+/// A row lock taken by a `SELECT` inside a transaction (SQLite's write
+/// transaction already excludes other writers).
+pub fn for_update(backend: DbBackend) -> &'static str {
+    match backend {
+        DbBackend::Sqlite => "",
+        _ => " FOR UPDATE",
+    }
+}
+
 /// Whether an error is a transient conflict that is retried rather than
 /// reported: serialization failures and deadlocks (PostgreSQL 40001/40P01,
 /// MySQL 1213/1205), SQLite BUSY/LOCKED, and dropped connections.

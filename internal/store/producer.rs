@@ -5,7 +5,7 @@ use sea_orm::{
     TransactionTrait, Value,
 };
 
-use super::dialect::{is_transient, stmt};
+use super::dialect::{concat, for_update, insert_ignore, is_transient, stmt};
 use super::{Store, get};
 use crate::{Error, Result};
 
@@ -27,6 +27,36 @@ impl OnFailure {
             OnFailure::Continue => "continue",
         }
     }
+
+    /// Reads the stored text; anything but `continue` blocks, the safe choice.
+    pub fn from_stored(text: &str) -> Self {
+        if text == "continue" {
+            OnFailure::Continue
+        } else {
+            OnFailure::Block
+        }
+    }
+}
+
+/// Which failed items [`Store::retry`] puts back.
+#[derive(Clone, Copy, Debug)]
+pub enum RetryScope<'a> {
+    /// Every failed item.
+    All,
+    /// The failed items of one partition.
+    Partition(&'a str),
+    /// One item (if it is failed).
+    Item(&'a str),
+}
+
+/// What [`Store::retry`] did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Retried {
+    /// Items put back to available with fresh attempts.
+    pub items: u64,
+    /// Of those, items moved up to their partition's current gate because
+    /// the gate had moved on (`on_failure = continue`).
+    pub moved: u64,
 }
 
 /// Settings of a partition created by [`Store::enqueue`].
@@ -125,22 +155,39 @@ impl Store {
     ) -> Result<Enqueued> {
         let b = self.backend();
         let txn = self.begin_write().await?;
-        let lock = if b == DbBackend::Sqlite {
-            ""
-        } else {
-            " FOR UPDATE"
-        };
+        // Upsert, then lock: producers creating the same partition at once
+        // all succeed (a lock on a row that does not exist yet locks nothing).
+        let created = txn
+            .execute_raw(stmt(
+                b,
+                &format!(
+                    "INSERT INTO feed_partitions (id, auto_close, manual_checkpoint, on_failure) VALUES (?, ?, ?, ?){}",
+                    insert_ignore(b)
+                ),
+                vec![
+                    partition.into(),
+                    spec.auto_close.into(),
+                    spec.manual_checkpoint.into(),
+                    spec.on_failure.as_str().into(),
+                ],
+            ))
+            .await?
+            .rows_affected()
+            == 1;
         let rows = txn
             .query_all_raw(stmt(
                 b,
-                &format!("SELECT gate, status FROM feed_partitions WHERE id = ?{lock}"),
+                &format!(
+                    "SELECT gate, status FROM feed_partitions WHERE id = ?{}",
+                    for_update(b)
+                ),
                 vec![partition.into()],
             ))
             .await?;
-        let (gate, status) = match rows.first() {
-            Some(r) => (get::<i64>(r, "gate")?, Some(get::<String>(r, "status")?)),
-            None => (0, None),
-        };
+        let row = rows
+            .first()
+            .ok_or_else(|| Error::NotFound(format!("partition {partition}")))?;
+        let (gate, status) = (get::<i64>(row, "gate")?, get::<String>(row, "status")?);
         for (n, item) in items.iter().enumerate() {
             if let Some(g) = item.gate
                 && g < gate
@@ -152,66 +199,80 @@ impl Store {
                 )));
             }
         }
-        if status.is_none() {
-            txn.execute_raw(stmt(
-                b,
-                "INSERT INTO feed_partitions (id, auto_close, manual_checkpoint, on_failure) VALUES (?, ?, ?, ?)",
-                vec![
-                    partition.into(),
-                    spec.auto_close.into(),
-                    spec.manual_checkpoint.into(),
-                    spec.on_failure.as_str().into(),
-                ],
-            ))
-            .await?;
-        } else {
-            // Bumping the version makes a holder re-check the partition's gate.
-            txn.execute_raw(stmt(
-                b,
-                "UPDATE feed_partitions SET status = CASE WHEN status = 'complete' THEN 'available' ELSE status END, \
-                 version = version + 1, updated_at = {now} WHERE id = ?",
-                vec![partition.into()],
-            ))
-            .await?;
-        }
+        // Bumping the version makes a holder re-check the partition's gate,
+        // and makes any advance or close it computed before this fail.
+        txn.execute_raw(stmt(
+            b,
+            "UPDATE feed_partitions SET status = CASE WHEN status = 'complete' THEN 'available' ELSE status END, \
+             version = version + 1, updated_at = {now} WHERE id = ?",
+            vec![partition.into()],
+        ))
+        .await?;
         for chunk in items.chunks(BATCH) {
             insert_items(&txn, b, partition, gate, chunk).await?;
         }
         txn.commit().await?;
         Ok(Enqueued {
             items: items.len(),
-            created: status.is_none(),
-            reopened: status.as_deref() == Some("complete"),
+            created,
+            reopened: status == "complete",
         })
     }
 
-    /// Puts failed items (of one partition, or all) back to `available` with
-    /// attempts reset, and reopens their partitions. `last_error` is kept as
-    /// history until the next attempt overwrites or clears it. Returns the
-    /// number of items reset.
+    /// Puts failed items back to `available` with attempts reset, and
+    /// reopens their partitions, bumping every touched partition's version
+    /// so that a holder re-checks it and no advance or close computed
+    /// before this can pass. An item whose partition's gate has moved on
+    /// (`on_failure = continue`) runs again at the partition's current
+    /// gate. `last_error` is kept as history until the next attempt.
     ///
     /// ```no_run
     /// # async fn f(store: feed::Store) -> feed::Result<()> {
-    /// let n = store.retry_failed(Some("folder-1")).await?;
-    /// println!("{n} items will run again");
+    /// use feed::store::RetryScope;
+    /// let r = store.retry(RetryScope::Partition("folder-1")).await?;
+    /// println!("{} items will run again", r.items);
     /// # Ok(()) }
     /// ```
-    pub async fn retry_failed(&self, partition: Option<&str>) -> Result<u64> {
+    pub async fn retry(&self, scope: RetryScope<'_>) -> Result<Retried> {
         let b = self.backend();
         let txn = self.begin_write().await?;
-        let (filter, values): (&str, Vec<Value>) = match partition {
-            Some(p) => (" AND partition_id = ?", vec![p.into()]),
-            None => ("", vec![]),
+        let (filter, values): (&str, Vec<Value>) = match scope {
+            RetryScope::All => ("", vec![]),
+            RetryScope::Partition(p) => (" AND partition_id = ?", vec![p.into()]),
+            RetryScope::Item(i) => (" AND id = ?", vec![i.into()]),
         };
+        // Partitions first, then items: the lock order of every writer.
         txn.execute_raw(stmt(
             b,
             &format!(
                 "UPDATE feed_partitions SET status = 'available', version = version + 1, updated_at = {{now}} \
-                 WHERE status <> 'available' AND id IN (SELECT partition_id FROM feed_items WHERE status = 'failed'{filter})"
+                 WHERE id IN (SELECT partition_id FROM feed_items WHERE status = 'failed'{filter})"
             ),
             values.clone(),
         ))
         .await?;
+        let gate = "(SELECT p.gate FROM feed_partitions p WHERE p.id = feed_items.partition_id)";
+        let note = concat(
+            b,
+            &[
+                "'moved up from gate '",
+                "gate",
+                "' to its partition''s current gate by retry; previous error: '",
+                "COALESCE(last_error, '')",
+            ],
+        );
+        // `last_error` first: MySQL's later assignments see earlier ones.
+        let moved = txn
+            .execute_raw(stmt(
+                b,
+                &format!(
+                    "UPDATE feed_items SET last_error = {note}, gate = {gate} \
+                     WHERE status = 'failed' AND gate < {gate}{filter}"
+                ),
+                values.clone(),
+            ))
+            .await?
+            .rows_affected();
         let n = txn
             .execute_raw(stmt(
                 b,
@@ -227,7 +288,7 @@ impl Store {
             txn.execute_unprepared("NOTIFY feed_items").await?;
         }
         txn.commit().await?;
-        Ok(n)
+        Ok(Retried { items: n, moved })
     }
 }
 

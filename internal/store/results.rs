@@ -1,74 +1,157 @@
 //! Writing handler results: fenced, many per statement (PostgreSQL, SQLite)
-//! or per transaction (MySQL/MariaDB).
+//! or per transaction (MySQL/MariaDB), with a row the database refuses
+//! isolated from the rest of its batch.
 
+use std::collections::HashSet;
 use std::time::Duration;
 
-use sea_orm::{ConnectionTrait, DbBackend, Statement, TransactionTrait, Value};
+use sea_orm::{ConnectionTrait, DbBackend, DbErr, Statement, TransactionTrait, Value};
 
-use super::dialect::stmt;
-use super::{ItemWrite, ReadyItem, Store, ms, retry};
-use crate::Result;
+use super::dialect::{fence_lock, marks, stmt};
+use super::{Fence, Store, ms, retry};
+use crate::{Error, Result};
 
 /// Rows per batched UPDATE (12 parameters each: well under every backend's limit).
 const BATCH_ROWS: usize = 256;
 
-/// One result to write: the item as it was delivered, the session that
-/// delivered it, and its new state.
+/// Longest `last_error` stored, in bytes; longer messages are cut and say so.
+pub const MAX_ERROR_BYTES: usize = 8192;
+
+/// An item status Feed writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ItemStatus {
+    /// Waiting to run (now or after `not_before`).
+    Available,
+    /// Reached its terminal state.
+    Complete,
+    /// Exhausted its attempts, or failed for good.
+    Failed,
+}
+
+impl ItemStatus {
+    /// The stored text.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ItemStatus::Available => "available",
+            ItemStatus::Complete => "complete",
+            ItemStatus::Failed => "failed",
+        }
+    }
+}
+
+/// The new state of an item after a handler call, written under the fence.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ItemWrite {
+    /// New status.
+    pub status: ItemStatus,
+    /// Next gate.
+    pub gate: i64,
+    /// New data; None keeps the stored bytes.
+    pub data: Option<Vec<u8>>,
+    /// Calls made for the current step.
+    pub attempts: i32,
+    /// Why the last call failed, if it did (see [`sanitize_error`]).
+    pub last_error: Option<String>,
+    /// Retry delay from now (database clock); None = may run at once.
+    pub delay: Option<Duration>,
+    /// A new step (or a final state) bumps `version`; a failed attempt does
+    /// not, so the `Idempotency-Key` (id + version) is stable across retries
+    /// of one step. Every write changes `version` or `attempts`, and both are
+    /// checked, so a stale writer can never overwrite a newer result.
+    pub new_step: bool,
+}
+
+/// One result to write: the fence of the delivered item, the session that
+/// delivered it, and the item's new state.
 #[derive(Clone, Debug)]
 pub struct Ack {
-    /// The item as fetched (its version and attempts are the fence).
-    pub item: ReadyItem,
+    /// The item as delivered.
+    pub fence: Fence,
     /// The session that held the partition when the item was delivered.
     pub session: String,
     /// The new state.
     pub write: ItemWrite,
 }
 
+/// What became of one result.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Written {
+    /// Stored.
+    Yes,
+    /// Rejected by the fence: the item changed or its partition moved.
+    Stale,
+    /// The database refused this row (its text says why); nothing was stored.
+    Refused(String),
+}
+
+/// A message fit for `last_error`: NUL characters (which PostgreSQL
+/// refuses in text) replaced, and cut at [`MAX_ERROR_BYTES`] with a note.
+pub fn sanitize_error(message: &str) -> String {
+    let clean = message.replace('\0', "\u{FFFD}");
+    if clean.len() <= MAX_ERROR_BYTES {
+        return clean;
+    }
+    let mut end = MAX_ERROR_BYTES - 64;
+    while !clean.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{} … [cut: {} bytes in all]", &clean[..end], clean.len())
+}
+
+/// Whether the database itself refused a statement (a constraint, a value
+/// it cannot store), as opposed to failing to run it (connection, timeout).
+fn refused(e: &Error) -> bool {
+    match e {
+        Error::Db(DbErr::Exec(sea_orm::RuntimeErr::SqlxError(s)))
+        | Error::Db(DbErr::Query(sea_orm::RuntimeErr::SqlxError(s))) => {
+            s.as_database_error().is_some()
+        }
+        _ => false,
+    }
+}
+
 impl Store {
-    /// The fenced UPDATE: it changes the row only if the item's version and
-    /// attempts are unchanged and its partition is owned by `session`, a
-    /// live session (database clock), all checked in this one statement.
-    fn result_statement(&self, ack: &Ack, expiry: Duration) -> Statement {
-        let (item, w) = (&ack.item, &ack.write);
-        let mut values: Vec<Value> = vec![w.status.into(), w.gate.into()];
-        let data_set = if let Some(d) = &w.data {
-            values.push(d.clone().into());
-            "data = ?, "
-        } else {
-            ""
-        };
-        let not_before = match w.delay {
-            Some(d) => {
-                values.push(ms(d).into());
-                "{now} + ?"
+    /// Writes many results, each with its own fence; per result, whether it
+    /// was stored. When the database refuses a batch, its rows are written
+    /// one by one so that one bad row costs only itself. Errors that are
+    /// not the database's refusal (the connection, after retries) fail the
+    /// whole call.
+    pub async fn write_results(&self, acks: &[Ack], expiry: Duration) -> Result<Vec<Written>> {
+        let mut out = Vec::with_capacity(acks.len());
+        for chunk in acks.chunks(BATCH_ROWS) {
+            match self.write_chunk(chunk, expiry).await {
+                Ok(written) => out.extend(written.into_iter().map(Written::from)),
+                Err(e) if refused(&e) && chunk.len() > 1 => {
+                    tracing::warn!(error = %e, rows = chunk.len(), "the database refused a batch of results; writing them one by one");
+                    for ack in chunk {
+                        out.push(
+                            match self.write_chunk(std::slice::from_ref(ack), expiry).await {
+                                Ok(w) => Written::from(w[0]),
+                                Err(e) if refused(&e) => {
+                                    Written::Refused(sanitize_error(&e.to_string()))
+                                }
+                                Err(e) => return Err(e),
+                            },
+                        );
+                    }
+                }
+                Err(e) if refused(&e) => out.push(Written::Refused(sanitize_error(&e.to_string()))),
+                Err(e) => return Err(e),
             }
-            None => "NULL",
-        };
-        values.extend([
-            w.attempts.into(),
-            w.last_error.clone().into(),
-            item.id.clone().into(),
-            item.version.into(),
-            item.attempts.into(),
-            item.partition_id.clone().into(),
-            ack.session.clone().into(),
-            ms(expiry).into(),
-        ]);
-        let bump = i32::from(w.new_step);
-        let sql = format!(
-            "UPDATE feed_items SET status = ?, gate = ?, {data_set}not_before = {not_before}, \
-             attempts = ?, last_error = ?, version = version + {bump}, updated_at = {{now}} \
-             WHERE id = ? AND version = ? AND attempts = ? AND EXISTS (SELECT 1 FROM feed_partitions p \
-             JOIN feed_processors s ON s.id = p.owner WHERE p.id = ? AND p.owner = ? \
-             AND s.heartbeat_at >= {{now}} - ?)"
-        );
-        stmt(self.backend, &sql, values)
+        }
+        Ok(out)
+    }
+
+    async fn write_chunk(&self, acks: &[Ack], expiry: Duration) -> Result<Vec<bool>> {
+        match self.backend {
+            DbBackend::MySql => self.write_mysql(acks, expiry).await,
+            _ => self.write_batch(acks, expiry).await,
+        }
     }
 
     /// PostgreSQL and SQLite: every result of the batch in one fenced
-    /// `UPDATE … FROM (VALUES …) RETURNING id` (one round trip). The fence
-    /// is the same as [`Self::result_statement`]'s, per row; RETURNING says
-    /// which rows passed it.
+    /// `UPDATE … FROM (VALUES …) RETURNING id` (one round trip). RETURNING
+    /// says which rows passed the fence.
     async fn write_batch(&self, acks: &[Ack], expiry: Duration) -> Result<Vec<bool>> {
         let pg = self.backend == DbBackend::Postgres;
         let row = if pg {
@@ -105,8 +188,9 @@ impl Store {
              FROM {source} \
              WHERE i.id = v.id AND i.version = v.old_version AND i.attempts = v.old_attempts \
              AND EXISTS (SELECT 1 FROM feed_partitions p JOIN feed_processors s ON s.id = p.owner \
-             WHERE p.id = v.partition_id AND p.owner = v.session AND s.heartbeat_at >= {{now}} - ?) \
-             RETURNING {returning}"
+             WHERE p.id = v.partition_id AND p.owner = v.session AND s.heartbeat_at >= {{now}} - ?{lock}) \
+             RETURNING {returning}",
+            lock = fence_lock(self.backend)
         );
         let st = stmt(self.backend, &sql, values);
         let rows = retry(|| async {
@@ -114,47 +198,74 @@ impl Store {
             self.db.query_all_raw(st.clone()).await
         })
         .await?;
-        let written: std::collections::HashSet<String> = rows
+        let written: HashSet<String> = rows
             .iter()
             .filter_map(|r| r.try_get::<String>("", "id").ok())
             .collect();
-        Ok(acks.iter().map(|a| written.contains(&a.item.id)).collect())
+        Ok(acks.iter().map(|a| written.contains(&a.fence.id)).collect())
     }
 
-    /// Writes many results in one transaction (one commit instead of one
-    /// per item), each with its own fence; returns, per result, whether it
-    /// was written (false = rejected as stale). Transient conflicts retry
-    /// the whole batch.
-    pub async fn write_results(&self, acks: &[Ack], expiry: Duration) -> Result<Vec<bool>> {
-        if acks.is_empty() {
-            return Ok(vec![]);
-        }
-        if self.backend != DbBackend::MySql {
-            let mut out = Vec::with_capacity(acks.len());
-            for chunk in acks.chunks(BATCH_ROWS) {
-                out.extend(self.write_batch(chunk, expiry).await?);
-            }
-            return Ok(out);
-        }
-        if acks.len() > 1 {
-            let mut out = Vec::with_capacity(acks.len());
-            for chunk in acks.chunks(BATCH_ROWS) {
-                match self.write_batch_mysql(chunk, expiry).await? {
-                    Some(all) => out.extend(all),
-                    None => out.extend(self.write_each(chunk, expiry).await?),
+    /// MySQL/MariaDB (no UPDATE … RETURNING), in one transaction: lock the
+    /// partition rows first (`LOCK IN SHARE MODE`), so the fence holds at
+    /// commit whatever the isolation level; then the whole batch in one
+    /// multi-table UPDATE with the per-row fence. When some rows were
+    /// rejected the batch is rolled back and the rows are written one by
+    /// one to learn which (rejections are rare: a lease change mid-call).
+    async fn write_mysql(&self, acks: &[Ack], expiry: Duration) -> Result<Vec<bool>> {
+        let partitions: Vec<String> = acks
+            .iter()
+            .map(|a| a.fence.partition_id.clone())
+            .collect::<HashSet<_>>()
+            .into_iter()
+            .collect();
+        let lock = stmt(
+            self.backend,
+            &format!(
+                "SELECT id FROM feed_partitions WHERE id IN ({}) LOCK IN SHARE MODE",
+                marks(partitions.len())
+            ),
+            partitions.into_iter().map(Value::from).collect(),
+        );
+        let batch = (acks.len() > 1).then(|| self.mysql_batch_statement(acks, expiry));
+        if let Some(batch) = &batch {
+            let n = acks.len() as u64;
+            let all = retry(|| async {
+                let txn = self.db.begin().await?;
+                self.count(2);
+                txn.query_all_raw(lock.clone()).await?;
+                if txn.execute_raw(batch.clone()).await?.rows_affected() == n {
+                    txn.commit().await?;
+                    Ok(true)
+                } else {
+                    txn.rollback().await?;
+                    Ok(false)
                 }
+            })
+            .await?;
+            if all {
+                return Ok(vec![true; acks.len()]);
             }
-            return Ok(out);
         }
-        self.write_each(acks, expiry).await
+        let each: Vec<Statement> = acks
+            .iter()
+            .map(|a| self.result_statement(a, expiry))
+            .collect();
+        retry(|| async {
+            let txn = self.db.begin().await?;
+            self.count(1);
+            txn.query_all_raw(lock.clone()).await?;
+            let mut out = Vec::with_capacity(each.len());
+            for st in &each {
+                self.count(1);
+                out.push(txn.execute_raw(st.clone()).await?.rows_affected() == 1);
+            }
+            txn.commit().await?;
+            Ok(out)
+        })
+        .await
     }
 
-    /// MySQL/MariaDB (no UPDATE … RETURNING): the whole batch in one
-    /// multi-table UPDATE with the same per-row fence. When every row was
-    /// written it commits; when some were rejected it rolls back and
-    /// returns None, and the caller writes the rows one by one to learn
-    /// which (rejections are rare: a lease change mid-call).
-    async fn write_batch_mysql(&self, acks: &[Ack], expiry: Duration) -> Result<Option<Vec<bool>>> {
+    fn mysql_batch_statement(&self, acks: &[Ack], expiry: Duration) -> Statement {
         let row = "SELECT ? AS id, ? AS old_version, ? AS old_attempts, ? AS partition_id, ? AS session, \
                    ? AS status, ? AS gate, ? AS data, ? AS delay, ? AS attempts, ? AS last_error, ? AS bump";
         let mut values: Vec<Value> = Vec::with_capacity(acks.len() * 12 + 1);
@@ -176,51 +287,53 @@ impl Store {
              WHERE i.version = v.old_version AND i.attempts = v.old_attempts \
              AND p.owner = v.session AND s.heartbeat_at >= {{now}} - ?"
         );
-        let st = stmt(self.backend, &sql, values);
-        let n = acks.len() as u64;
-        retry(|| async {
-            let txn = self.db.begin().await?;
-            self.count(1);
-            let written = txn.execute_raw(st.clone()).await?.rows_affected();
-            if written == n {
-                txn.commit().await?;
-                Ok(Some(vec![true; acks.len()]))
-            } else {
-                txn.rollback().await?;
-                Ok(None)
-            }
-        })
-        .await
+        stmt(self.backend, &sql, values)
     }
 
-    /// MySQL/MariaDB: one fenced UPDATE per result, in one transaction (one commit).
-    async fn write_each(&self, acks: &[Ack], expiry: Duration) -> Result<Vec<bool>> {
-        if acks.len() == 1 {
-            let st = self.result_statement(&acks[0], expiry);
-            return retry(|| async {
-                self.count(1);
-                self.db
-                    .execute_raw(st.clone())
-                    .await
-                    .map(|r| vec![r.rows_affected() == 1])
-            })
-            .await;
-        }
-        let statements: Vec<Statement> = acks
-            .iter()
-            .map(|a| self.result_statement(a, expiry))
-            .collect();
-        retry(|| async {
-            let txn = self.db.begin().await?;
-            let mut out = Vec::with_capacity(statements.len());
-            for st in &statements {
-                self.count(1);
-                out.push(txn.execute_raw(st.clone()).await?.rows_affected() == 1);
+    /// One fenced UPDATE: it changes the row only if the item's version and
+    /// attempts are unchanged and its partition is owned by the ack's live
+    /// session (database clock).
+    fn result_statement(&self, ack: &Ack, expiry: Duration) -> Statement {
+        let (f, w) = (&ack.fence, &ack.write);
+        let mut values: Vec<Value> = vec![w.status.as_str().into(), w.gate.into()];
+        let data_set = if let Some(d) = &w.data {
+            values.push(d.clone().into());
+            "data = ?, "
+        } else {
+            ""
+        };
+        let not_before = match w.delay {
+            Some(d) => {
+                values.push(ms(d).into());
+                "{now} + ?"
             }
-            txn.commit().await?;
-            Ok(out)
-        })
-        .await
+            None => "NULL",
+        };
+        values.extend([
+            w.attempts.into(),
+            w.last_error.clone().into(),
+            f.id.clone().into(),
+            f.version.into(),
+            f.attempts.into(),
+            f.partition_id.clone().into(),
+            ack.session.clone().into(),
+            ms(expiry).into(),
+        ]);
+        let bump = i32::from(w.new_step);
+        let sql = format!(
+            "UPDATE feed_items SET status = ?, gate = ?, {data_set}not_before = {not_before}, \
+             attempts = ?, last_error = ?, version = version + {bump}, updated_at = {{now}} \
+             WHERE id = ? AND version = ? AND attempts = ? AND EXISTS (SELECT 1 FROM feed_partitions p \
+             JOIN feed_processors s ON s.id = p.owner WHERE p.id = ? AND p.owner = ? \
+             AND s.heartbeat_at >= {{now}} - ?)"
+        );
+        stmt(self.backend, &sql, values)
+    }
+}
+
+impl From<bool> for Written {
+    fn from(stored: bool) -> Self {
+        if stored { Written::Yes } else { Written::Stale }
     }
 }
 
@@ -228,14 +341,14 @@ impl Store {
 /// old_attempts, partition_id, session, status, gate, data, delay,
 /// attempts, last_error, bump.
 fn row_values(a: &Ack) -> [Value; 12] {
-    let (item, w) = (&a.item, &a.write);
+    let (f, w) = (&a.fence, &a.write);
     [
-        item.id.clone().into(),
-        item.version.into(),
-        item.attempts.into(),
-        item.partition_id.clone().into(),
+        f.id.clone().into(),
+        f.version.into(),
+        f.attempts.into(),
+        f.partition_id.clone().into(),
         a.session.clone().into(),
-        w.status.into(),
+        w.status.as_str().into(),
         w.gate.into(),
         w.data.clone().into(),
         w.delay.map(ms).into(),
@@ -268,4 +381,19 @@ fn null_row() -> [Value; 12] {
         Value::String(None),
         Value::Int(None),
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_are_made_storable() {
+        assert_eq!(sanitize_error("a\0b"), "a\u{FFFD}b");
+        let long = "é".repeat(10_000);
+        let cut = sanitize_error(&long);
+        assert!(cut.len() <= MAX_ERROR_BYTES);
+        assert!(cut.ends_with("[cut: 20000 bytes in all]"), "{cut}");
+        assert_eq!(sanitize_error("short"), "short");
+    }
 }

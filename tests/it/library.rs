@@ -78,6 +78,11 @@ async fn in_process_processor() {
         st.processors.is_empty(),
         "the session row is deleted at shutdown"
     );
-    assert_eq!(db.store.retry_failed(Some("lib")).await.unwrap(), 1);
+    let r = db
+        .store
+        .retry(feed::store::RetryScope::Partition("lib"))
+        .await
+        .unwrap();
+    assert_eq!(r.items, 1);
     assert_eq!(db.partition_status("lib").await, "available");
 }

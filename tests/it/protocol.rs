@@ -143,7 +143,8 @@ async fn no_retry_fails_at_once(b: Backend) {
     assert_eq!(h.calls().len(), 1);
 }
 
-/// 404 and 422 are not retried.
+/// 404 and 422 are not retried, also when the body is an `{"error": …}`
+/// answer that does not say `no_retry`: the status decides.
 async fn non_retryable_4xx(b: Backend) {
     let Some(db) = TestDb::new(b).await else {
         return;
@@ -151,13 +152,11 @@ async fn non_retryable_4xx(b: Backend) {
     db.partition("p", true, false, "continue").await;
     db.item("nf", "p", 0, json!({})).await;
     db.item("ue", "p", 0, json!({})).await;
-    let h = Handler::start(|c| {
-        let code = if c.item == "nf" {
-            StatusCode::NOT_FOUND
-        } else {
-            StatusCode::UNPROCESSABLE_ENTITY
-        };
-        (code, "no such thing").into_response()
+    db.item("eb", "p", 0, json!({})).await;
+    let h = Handler::start(|c| match c.item.as_str() {
+        "nf" => (StatusCode::NOT_FOUND, "no such thing").into_response(),
+        "eb" => reply(422, json!({"error": {"message": "unprocessable"}})),
+        _ => (StatusCode::UNPROCESSABLE_ENTITY, "no such thing").into_response(),
     })
     .await;
     let _p = Proc::start(&db, &h.url(), &[]);
@@ -169,6 +168,10 @@ async fn non_retryable_4xx(b: Backend) {
         assert!(err.contains(code) && err.contains("not retried"), "{err}");
         assert_eq!(h.calls_for(id).len(), 1);
     }
+    let row = db.item_row("eb").await;
+    assert_eq!((row.status.as_str(), row.attempts), ("failed", 1));
+    assert!(row.last_error.unwrap().contains("unprocessable"));
+    assert_eq!(h.calls_for("eb").len(), 1, "a 422 error answer was retried");
 }
 
 /// 429 with `Retry-After: 2`: the retry waits at least that long, even

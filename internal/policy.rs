@@ -1,0 +1,259 @@
+//! The retry policy: what a handler's outcome does to an item. A pure
+//! function of the settings, the delivered item and the outcome, so every
+//! path that must record an attempt (an answer, a refused write, a
+//! panicked delivery) records it the same way.
+
+use std::time::Duration;
+
+use crate::Config;
+use crate::backoff;
+use crate::handler::Outcome;
+use crate::store::{Fence, ItemStatus, ItemWrite, sanitize_error};
+
+/// Longest `Retry-After` honoured.
+const MAX_RETRY_AFTER: Duration = Duration::from_secs(86_400);
+
+/// The settings the policy reads.
+#[derive(Clone, Copy, Debug)]
+pub struct Policy {
+    /// Attempts per step before an item fails; 0 = unlimited.
+    pub max_attempts: u32,
+    /// First retry delay.
+    pub backoff_base: Duration,
+    /// Largest retry delay.
+    pub backoff_max: Duration,
+}
+
+impl From<&Config> for Policy {
+    fn from(c: &Config) -> Self {
+        Policy {
+            max_attempts: c.max_attempts,
+            backoff_base: c.backoff_base,
+            backoff_max: c.backoff_max,
+        }
+    }
+}
+
+/// What a result did, the `outcome` label of `feed_items_total`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Label {
+    /// The item reached its terminal state.
+    Done,
+    /// The item moved to a next step (same or later gate).
+    Stepped,
+    /// A failed attempt that will be retried after a backoff.
+    Retried,
+    /// The item failed for good.
+    Failed,
+    /// The result was not stored: stale, or this session was no longer live.
+    Rejected,
+}
+
+impl Label {
+    /// The metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Label::Done => "done",
+            Label::Stepped => "stepped",
+            Label::Retried => "retried",
+            Label::Failed => "failed",
+            Label::Rejected => "rejected",
+        }
+    }
+}
+
+impl Policy {
+    /// The item's next state for an outcome, with its label; None when the
+    /// handler was unreachable (nothing is written, no attempt is counted).
+    pub fn decide(&self, item: &Fence, outcome: Outcome) -> Option<(ItemWrite, Label)> {
+        let attempt = u32::try_from(item.attempts).unwrap_or(0) + 1;
+        let attempts = i32::try_from(attempt).unwrap_or(i32::MAX);
+        let failed = |message: String| {
+            let w = ItemWrite {
+                status: ItemStatus::Failed,
+                gate: item.gate,
+                data: None,
+                attempts,
+                last_error: Some(sanitize_error(&message)),
+                delay: None,
+                new_step: true,
+            };
+            Some((w, Label::Failed))
+        };
+        match outcome {
+            Outcome::Unreachable { .. } => None,
+            Outcome::Step { gate, .. } if gate.is_some_and(|g| g < item.gate) => failed(format!(
+                "handler answered gate {}, below the partition's gate {}: an item cannot go back \
+                 to an earlier gate, so it could never run again",
+                gate.unwrap_or_default(),
+                item.gate
+            )),
+            Outcome::Step { gate, done, data } => {
+                let w = ItemWrite {
+                    status: if done {
+                        ItemStatus::Complete
+                    } else {
+                        ItemStatus::Available
+                    },
+                    gate: gate.unwrap_or(item.gate),
+                    data,
+                    attempts: if done { attempts } else { 0 },
+                    last_error: None,
+                    delay: None,
+                    new_step: true,
+                };
+                Some((w, if done { Label::Done } else { Label::Stepped }))
+            }
+            Outcome::Failed {
+                message,
+                retry: false,
+                ..
+            } => failed(format!("{message} (not retried)")),
+            Outcome::Failed { message, .. }
+                if self.max_attempts != 0 && attempt >= self.max_attempts =>
+            {
+                failed(format!(
+                    "{message} (attempt {attempt} of {}; no attempts left)",
+                    self.max_attempts
+                ))
+            }
+            Outcome::Failed {
+                message,
+                retry_after,
+                ..
+            } => {
+                let delay = retry_after
+                    .map(|d| d.min(MAX_RETRY_AFTER))
+                    .unwrap_or_else(|| self.delay(attempt));
+                let w = ItemWrite {
+                    status: ItemStatus::Available,
+                    gate: item.gate,
+                    data: None,
+                    attempts,
+                    last_error: Some(sanitize_error(&message)),
+                    delay: Some(delay),
+                    new_step: false,
+                };
+                Some((w, Label::Retried))
+            }
+        }
+    }
+
+    /// The backoff after attempt `attempt`.
+    pub fn delay(&self, attempt: u32) -> Duration {
+        backoff::delay(self.backoff_base, self.backoff_max, attempt)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy(max_attempts: u32) -> Policy {
+        Policy {
+            max_attempts,
+            backoff_base: Duration::from_secs(1),
+            backoff_max: Duration::from_secs(60),
+        }
+    }
+
+    fn item(gate: i64, attempts: i32) -> Fence {
+        Fence {
+            id: "i".into(),
+            partition_id: "p".into(),
+            gate,
+            version: 3,
+            attempts,
+        }
+    }
+
+    fn fail(retry: bool, retry_after: Option<Duration>) -> Outcome {
+        Outcome::Failed {
+            message: "boom".into(),
+            retry,
+            retry_after,
+        }
+    }
+
+    #[test]
+    fn steps() {
+        let p = policy(5);
+        let (w, l) = p
+            .decide(
+                &item(1, 2),
+                Outcome::Step {
+                    gate: Some(4),
+                    done: false,
+                    data: None,
+                },
+            )
+            .unwrap();
+        assert_eq!(l, Label::Stepped);
+        assert_eq!(
+            (w.status, w.gate, w.attempts, w.new_step),
+            (ItemStatus::Available, 4, 0, true)
+        );
+        let (w, l) = p
+            .decide(
+                &item(1, 0),
+                Outcome::Step {
+                    gate: None,
+                    done: true,
+                    data: Some(b"x".to_vec()),
+                },
+            )
+            .unwrap();
+        assert_eq!(l, Label::Done);
+        assert_eq!((w.status, w.gate, w.attempts), (ItemStatus::Complete, 1, 1));
+        assert_eq!(w.data, Some(b"x".to_vec()));
+        let (w, l) = p
+            .decide(
+                &item(2, 0),
+                Outcome::Step {
+                    gate: Some(1),
+                    done: false,
+                    data: None,
+                },
+            )
+            .unwrap();
+        assert_eq!((l, w.status), (Label::Failed, ItemStatus::Failed));
+        assert!(
+            w.last_error
+                .unwrap()
+                .contains("below the partition's gate 2")
+        );
+    }
+
+    #[test]
+    fn failures() {
+        let p = policy(3);
+        let (w, l) = p.decide(&item(0, 0), fail(true, None)).unwrap();
+        assert_eq!(
+            (l, w.status, w.attempts, w.new_step),
+            (Label::Retried, ItemStatus::Available, 1, false)
+        );
+        let d = w.delay.unwrap();
+        assert!(d >= Duration::from_millis(500) && d <= Duration::from_secs(1));
+        let (w, l) = p.decide(&item(0, 2), fail(true, None)).unwrap();
+        assert_eq!((l, w.attempts), (Label::Failed, 3));
+        assert!(w.last_error.unwrap().contains("no attempts left"));
+        let (_, l) = p.decide(&item(0, 0), fail(false, None)).unwrap();
+        assert_eq!(l, Label::Failed);
+        let (w, _) = p
+            .decide(&item(0, 0), fail(true, Some(Duration::from_secs(999_999))))
+            .unwrap();
+        assert_eq!(w.delay, Some(MAX_RETRY_AFTER));
+        // 0 = unlimited attempts.
+        let (_, l) = policy(0).decide(&item(0, 1_000), fail(true, None)).unwrap();
+        assert_eq!(l, Label::Retried);
+        assert!(
+            p.decide(
+                &item(0, 0),
+                Outcome::Unreachable {
+                    message: "down".into()
+                }
+            )
+            .is_none()
+        );
+    }
+}

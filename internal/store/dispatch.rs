@@ -1,0 +1,135 @@
+//! Dispatch queries: which held partitions have work ready, and the next
+//! ready items of each, in the order they were written.
+//!
+//! Fairness comes from asking per partition: each refill names the
+//! partitions it serves (round-robin, see `dispatch`) and how many items
+//! each may contribute, so a partition of a million items takes no more of
+//! a refill than one of ten.
+
+use sea_orm::Value;
+
+use super::dialect::{data_column, seq};
+use super::leases::READY;
+use super::{Store, get};
+use crate::Result;
+
+/// An item ready to be sent to the handler.
+#[derive(Clone, Debug)]
+pub struct ReadyItem {
+    /// What a result write is fenced with.
+    pub fence: Fence,
+    /// The bytes forwarded to the handler.
+    pub data: Vec<u8>,
+}
+
+/// An item as it was delivered: its result is written only if its version
+/// and attempts are unchanged and its partition is still held.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Fence {
+    /// Item id.
+    pub id: String,
+    /// Its partition.
+    pub partition_id: String,
+    /// The item's gate, equal to its partition's gate when fetched.
+    pub gate: i64,
+    /// OCC version when fetched.
+    pub version: i64,
+    /// Calls already made for the current step.
+    pub attempts: i32,
+}
+
+/// Partitions served by one refill at most: the statement has one branch each.
+pub const MAX_BRANCHES: usize = 64;
+
+impl Store {
+    /// Up to `limit` held partitions with work ready now, in id order
+    /// starting after `after` and wrapping around, so successive refills
+    /// visit every partition in turn.
+    pub async fn ready_partitions(
+        &self,
+        me: &str,
+        after: &str,
+        limit: usize,
+    ) -> Result<Vec<String>> {
+        let half = |cmp: &str, part: i32| {
+            format!(
+                "SELECT id, {part} AS part FROM (SELECT p.id FROM feed_partitions p \
+                 WHERE p.owner = ? AND p.status = 'available' AND p.id {cmp} ? AND {READY} \
+                 ORDER BY p.id LIMIT ?) AS h{part}"
+            )
+        };
+        let sql = format!("{} UNION ALL {}", half(">", 0), half("<=", 1));
+        let n = limit as i64;
+        let rows = self
+            .query(
+                &sql,
+                vec![
+                    me.into(),
+                    after.into(),
+                    n.into(),
+                    me.into(),
+                    after.into(),
+                    n.into(),
+                ],
+            )
+            .await?;
+        let mut ids: Vec<(i64, String)> = rows
+            .iter()
+            .map(|r| {
+                let part = r
+                    .try_get::<i64>("", "part")
+                    .or_else(|_| r.try_get::<i32>("", "part").map(i64::from))?;
+                Ok((part, get(r, "id")?))
+            })
+            .collect::<Result<_>>()?;
+        ids.sort();
+        ids.truncate(limit);
+        Ok(ids.into_iter().map(|(_, id)| id).collect())
+    }
+
+    /// The first `n` ready items of each `(partition, n)`, oldest first,
+    /// for partitions `me` holds; one statement for all of them.
+    pub async fn ready_items(&self, me: &str, want: &[(String, usize)]) -> Result<Vec<ReadyItem>> {
+        if want.is_empty() {
+            return Ok(vec![]);
+        }
+        // Padded to a power of two with branches that match nothing, so the
+        // statement is prepared once per size class.
+        let n = want.len().next_power_of_two();
+        let data = data_column(self.backend, "i");
+        let seq = seq(self.backend);
+        let branches: Vec<String> = (0..n)
+            .map(|b| {
+                format!(
+                    "SELECT * FROM (SELECT i.id, i.partition_id, i.gate, {data} AS data, i.attempts, \
+                     i.version FROM feed_partitions p JOIN feed_items i ON i.partition_id = p.id \
+                     AND i.gate = p.gate WHERE p.id = ? AND p.owner = ? AND p.status = 'available' \
+                     AND i.status = 'available' AND (i.not_before IS NULL OR i.not_before <= {{now}}) \
+                     ORDER BY i.{seq} LIMIT ?) AS b{b}"
+                )
+            })
+            .collect();
+        let mut values: Vec<Value> = Vec::with_capacity(n * 3);
+        for b in 0..n {
+            match want.get(b) {
+                Some((id, k)) => values.extend([id.clone().into(), me.into(), (*k as i64).into()]),
+                None => values.extend([Value::String(None), me.into(), 0i64.into()]),
+            }
+        }
+        let rows = self.query(&branches.join(" UNION ALL "), values).await?;
+        rows.iter()
+            .map(|r| {
+                Ok(ReadyItem {
+                    fence: Fence {
+                        id: get(r, "id")?,
+                        partition_id: get(r, "partition_id")?,
+                        gate: get(r, "gate")?,
+                        version: get(r, "version")?,
+                        attempts: get(r, "attempts")?,
+                    },
+                    data: get(r, "data")?,
+                })
+            })
+            .collect()
+    }
+}

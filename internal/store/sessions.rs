@@ -1,0 +1,60 @@
+//! Session rows: register, heartbeat, reap and delete.
+
+use std::time::Duration;
+
+use super::{Store, ms};
+use crate::Result;
+
+impl Store {
+    /// Registers a session row for a starting processor; `max_partitions`
+    /// is its cap, so that others can take up the share it cannot.
+    pub async fn register_session(
+        &self,
+        id: &str,
+        hostname: &str,
+        pid: u32,
+        max_partitions: Option<usize>,
+    ) -> Result<()> {
+        self.exec(
+            "INSERT INTO feed_processors (id, hostname, pid, software_version, max_partitions, started_at, heartbeat_at) \
+             VALUES (?, ?, ?, ?, ?, {now}, {now})",
+            vec![
+                id.into(),
+                hostname.into(),
+                i64::from(pid).into(),
+                env!("CARGO_PKG_VERSION").into(),
+                max_partitions.map(|n| n as i64).into(),
+            ],
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// Heartbeats a session; false when the row is gone (the session was
+    /// declared dead and every lease it had is lost).
+    pub async fn heartbeat(&self, id: &str) -> Result<bool> {
+        let n = self
+            .exec(
+                "UPDATE feed_processors SET heartbeat_at = {now} WHERE id = ?",
+                vec![id.into()],
+            )
+            .await?;
+        Ok(n == 1)
+    }
+
+    /// Deletes sessions silent for longer than `expiry`.
+    pub async fn reap_sessions(&self, expiry: Duration) -> Result<u64> {
+        self.exec(
+            "DELETE FROM feed_processors WHERE heartbeat_at < {now} - ?",
+            vec![ms(expiry).into()],
+        )
+        .await
+    }
+
+    /// Deletes a session row (graceful shutdown).
+    pub async fn delete_session(&self, id: &str) -> Result<()> {
+        self.exec("DELETE FROM feed_processors WHERE id = ?", vec![id.into()])
+            .await?;
+        Ok(())
+    }
+}
