@@ -155,9 +155,18 @@ impl Store {
     ) -> Result<Enqueued> {
         let b = self.backend();
         let txn = self.begin_write().await?;
+        let existed = !txn
+            .query_all_raw(stmt(
+                b,
+                "SELECT id FROM feed_partitions WHERE id = ?",
+                vec![partition.into()],
+            ))
+            .await?
+            .is_empty();
         // Upsert, then lock: producers creating the same partition at once
         // all succeed (a lock on a row that does not exist yet locks nothing).
-        let created = txn
+        // MySQL counts a duplicate as a row found, hence `existed`.
+        let inserted = txn
             .execute_raw(stmt(
                 b,
                 &format!(
@@ -174,6 +183,7 @@ impl Store {
             .await?
             .rows_affected()
             == 1;
+        let created = inserted && !existed;
         let rows = txn
             .query_all_raw(stmt(
                 b,

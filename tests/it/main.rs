@@ -1,6 +1,8 @@
 //! End-to-end tests: the real `processor` binary against real databases
 //! (SQLite, PostgreSQL, MariaDB) and a real HTTP handler served here.
 
+mod fairness;
+mod faults;
 mod support;
 
 mod chaos;
@@ -9,5 +11,6 @@ mod fencing;
 mod gates;
 mod hostile;
 mod library;
+mod liveness;
 mod protocol;
 mod sessions;

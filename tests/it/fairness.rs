@@ -1,0 +1,151 @@
+//! Fairness and order: ready work is shared across partitions, so small
+//! partitions are not behind a big one or one that never finishes; within
+//! a partition's gate items run in the order they were written.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use feed::store::{NewItem, PartitionSpec};
+use parking_lot::Mutex;
+use serde_json::json;
+
+use crate::on_all_backends;
+use crate::support::{Backend, Handler, Proc, TestDb, json as reply, wait_for};
+
+on_all_backends!(
+    small_partitions_are_not_behind_a_big_one,
+    items_run_in_the_order_they_were_written,
+    an_endless_partition_does_not_starve_others
+);
+
+async fn enqueue(db: &TestDb, partition: &str, ids: impl Iterator<Item = String>) {
+    let items: Vec<NewItem> = ids
+        .map(|id| NewItem {
+            id: Some(id),
+            gate: None,
+            data: b"{}".to_vec(),
+        })
+        .collect();
+    db.store
+        .enqueue(partition, &PartitionSpec::default(), items)
+        .await
+        .unwrap();
+}
+
+async fn available(db: &TestDb, partition: &str) -> i64 {
+    db.query(
+        "SELECT COUNT(*) AS n FROM feed_items WHERE partition_id = ? AND status = 'available'",
+        vec![partition.into()],
+    )
+    .await[0]
+        .try_get("", "n")
+        .unwrap()
+}
+
+/// One partition of 5,000 items (named to sort first) and ten of 10: the
+/// ten complete while most of the big one is still waiting.
+async fn small_partitions_are_not_behind_a_big_one(b: Backend) {
+    let Some(db) = TestDb::new(b).await else {
+        return;
+    };
+    enqueue(&db, "a-big", (0..5000).map(|i| format!("big-{i:05}"))).await;
+    for s in 0..10 {
+        enqueue(
+            &db,
+            &format!("s{s}"),
+            (0..10).map(move |i| format!("s{s}-{i}")),
+        )
+        .await;
+    }
+    let h = Handler::start(|_| reply(200, json!({"done": true}))).await;
+    let _p = Proc::start(&db, &h.url(), &["--concurrency", "8"]);
+    for s in 0..10 {
+        db.wait_partition(&format!("s{s}"), "complete").await;
+    }
+    let left = available(&db, "a-big").await;
+    assert!(
+        left > 4000,
+        "the small partitions finished only after {} of the big one's 5,000 items",
+        5000 - left
+    );
+}
+
+/// Ids sort in the opposite order to the order they were written: with one
+/// item in flight at a time they are called in the order written.
+async fn items_run_in_the_order_they_were_written(b: Backend) {
+    let Some(db) = TestDb::new(b).await else {
+        return;
+    };
+    let ids: Vec<String> = (0..30).rev().map(|i| format!("item-{i:02}")).collect();
+    // Written in three transactions, to order across them too.
+    for chunk in ids.chunks(10) {
+        enqueue(&db, "p", chunk.iter().cloned()).await;
+    }
+    let h = Handler::start(|_| reply(200, json!({"done": true}))).await;
+    let _p = Proc::start(&db, &h.url(), &["--concurrency", "1"]);
+    db.wait_partition("p", "complete").await;
+    let called: Vec<String> = h.calls().into_iter().map(|c| c.item).collect();
+    assert_eq!(called, ids);
+}
+
+/// One partition's 200 items answer `done: false` forever (a state machine
+/// that never ends); five small partitions must still finish, and with
+/// `--max-in-flight-per-partition 2` no partition ever has more than two
+/// calls in flight.
+async fn an_endless_partition_does_not_starve_others(b: Backend) {
+    let Some(db) = TestDb::new(b).await else {
+        return;
+    };
+    enqueue(&db, "a-endless", (0..200).map(|i| format!("e{i:03}"))).await;
+    for s in 0..5 {
+        enqueue(
+            &db,
+            &format!("s{s}"),
+            (0..5).map(move |i| format!("s{s}-{i}")),
+        )
+        .await;
+    }
+    let in_flight: Arc<Mutex<HashMap<String, (usize, usize)>>> = Arc::default();
+    let f = in_flight.clone();
+    let h = Handler::start_async(move |c| {
+        let f = f.clone();
+        async move {
+            {
+                let mut m = f.lock();
+                let e = m.entry(c.partition.clone()).or_default();
+                e.0 += 1;
+                e.1 = e.1.max(e.0);
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            f.lock().get_mut(&c.partition).unwrap().0 -= 1;
+            let done = c.partition != "a-endless";
+            reply(200, json!({"done": done}))
+        }
+    })
+    .await;
+    let _p = Proc::start(
+        &db,
+        &h.url(),
+        &["--concurrency", "8", "--max-in-flight-per-partition", "2"],
+    );
+    for s in 0..5 {
+        db.wait_partition(&format!("s{s}"), "complete").await;
+    }
+    wait_for(
+        "the endless partition still running",
+        Duration::from_secs(10),
+        || async {
+            h.calls()
+                .iter()
+                .filter(|c| c.partition == "a-endless")
+                .count()
+                > 20
+        },
+    )
+    .await;
+    let peaks = in_flight.lock().clone();
+    for (partition, (_, peak)) in peaks {
+        assert!(peak <= 2, "{partition} had {peak} calls in flight at once");
+    }
+}

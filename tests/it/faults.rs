@@ -1,0 +1,90 @@
+//! Test kit: faults injected into the database (a trigger that refuses
+//! chosen updates) and lock waits observed, so that failures and races are
+//! produced on purpose instead of hoped for.
+
+use crate::support::{Backend, TestDb};
+
+impl TestDb {
+    /// Makes the database refuse updates of `table` rows for which
+    /// `condition` (over `NEW` and `OLD`, in this backend's SQL) holds,
+    /// until [`TestDb::allow`] is called with the same `name`.
+    pub async fn refuse(&self, name: &str, table: &str, condition: &str) {
+        let message = format!("injected fault {name}");
+        match self.backend {
+            Backend::Postgres => {
+                self.exec(
+                    &format!(
+                        "CREATE FUNCTION {name}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
+                         IF {condition} THEN RAISE EXCEPTION '{message}'; END IF; RETURN NEW; END $$"
+                    ),
+                    vec![],
+                )
+                .await;
+                self.exec(
+                    &format!(
+                        "CREATE TRIGGER {name} BEFORE UPDATE ON {table} FOR EACH ROW EXECUTE FUNCTION {name}()"
+                    ),
+                    vec![],
+                )
+                .await;
+            }
+            Backend::Mysql => {
+                self.exec(
+                    &format!(
+                        "CREATE TRIGGER {name} BEFORE UPDATE ON {table} FOR EACH ROW BEGIN \
+                         IF {condition} THEN SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = '{message}'; END IF; END"
+                    ),
+                    vec![],
+                )
+                .await;
+            }
+            Backend::Sqlite => {
+                self.exec(
+                    &format!(
+                        "CREATE TRIGGER {name} BEFORE UPDATE ON {table} FOR EACH ROW WHEN {condition} \
+                         BEGIN SELECT RAISE(ABORT, '{message}'); END"
+                    ),
+                    vec![],
+                )
+                .await;
+            }
+        }
+    }
+
+    /// Removes the fault `name` on `table`.
+    pub async fn allow(&self, name: &str, table: &str) {
+        let sql = match self.backend {
+            Backend::Postgres => format!("DROP TRIGGER {name} ON {table}"),
+            _ => format!("DROP TRIGGER {name}"),
+        };
+        self.exec(&sql, vec![]).await;
+    }
+
+    /// A condition, in this backend's SQL, that the new `data` of an item
+    /// contains `needle`.
+    pub fn data_contains(&self, needle: &str) -> String {
+        match self.backend {
+            Backend::Postgres => format!("position('{needle}'::bytea in NEW.data) > 0"),
+            Backend::Mysql => format!("LOCATE('{needle}', NEW.data) > 0"),
+            Backend::Sqlite => format!("instr(CAST(NEW.data AS TEXT), '{needle}') > 0"),
+        }
+    }
+
+    /// Statements of this database waiting for a row lock right now
+    /// (always 0 on SQLite, which has no row locks to observe).
+    pub async fn lock_waits(&self) -> i64 {
+        let sql = match self.backend {
+            Backend::Postgres => {
+                "SELECT COUNT(*) AS n FROM pg_stat_activity \
+                 WHERE wait_event_type = 'Lock' AND datname = current_database()"
+            }
+            Backend::Mysql => {
+                "SELECT COUNT(*) AS n FROM information_schema.INNODB_TRX t \
+                 JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id \
+                 WHERE t.trx_state = 'LOCK WAIT' AND p.DB = DATABASE()"
+            }
+            Backend::Sqlite => return 0,
+        };
+        self.query(sql, vec![]).await[0].try_get("", "n").unwrap()
+    }
+}
