@@ -59,11 +59,13 @@ pub fn seq(backend: DbBackend) -> &'static str {
     }
 }
 
-/// Appended to an `INSERT` of a partition: do nothing when it exists, so
-/// producers creating the same partition at once all succeed.
-pub fn insert_ignore(backend: DbBackend) -> &'static str {
+/// Appended to an `INSERT` of a partition so that an existing one stays
+/// (producers creating the same partition at once all succeed); the
+/// statement affects exactly 1 row only when it created the partition
+/// (MySQL counts an updated duplicate as 2).
+pub fn keep_existing(backend: DbBackend) -> &'static str {
     match backend {
-        DbBackend::MySql => " ON DUPLICATE KEY UPDATE id = id",
+        DbBackend::MySql => " ON DUPLICATE KEY UPDATE version = version + 1",
         _ => " ON CONFLICT (id) DO NOTHING",
     }
 }

@@ -5,7 +5,7 @@ use sea_orm::{
     TransactionTrait, Value,
 };
 
-use super::dialect::{concat, for_update, insert_ignore, is_transient, stmt};
+use super::dialect::{concat, for_update, is_transient, keep_existing, stmt};
 use super::{Store, get};
 use crate::{Error, Result};
 
@@ -155,23 +155,14 @@ impl Store {
     ) -> Result<Enqueued> {
         let b = self.backend();
         let txn = self.begin_write().await?;
-        let existed = !txn
-            .query_all_raw(stmt(
-                b,
-                "SELECT id FROM feed_partitions WHERE id = ?",
-                vec![partition.into()],
-            ))
-            .await?
-            .is_empty();
         // Upsert, then lock: producers creating the same partition at once
         // all succeed (a lock on a row that does not exist yet locks nothing).
-        // MySQL counts a duplicate as a row found, hence `existed`.
-        let inserted = txn
+        let created = txn
             .execute_raw(stmt(
                 b,
                 &format!(
                     "INSERT INTO feed_partitions (id, auto_close, manual_checkpoint, on_failure) VALUES (?, ?, ?, ?){}",
-                    insert_ignore(b)
+                    keep_existing(b)
                 ),
                 vec![
                     partition.into(),
@@ -183,7 +174,6 @@ impl Store {
             .await?
             .rows_affected()
             == 1;
-        let created = inserted && !existed;
         let rows = txn
             .query_all_raw(stmt(
                 b,

@@ -13,4 +13,5 @@ mod hostile;
 mod library;
 mod liveness;
 mod protocol;
+mod races;
 mod sessions;

@@ -1,0 +1,207 @@
+//! Races made deterministic with a row lock held by the test: the fence
+//! holds at commit, producers never strand work, two producers may create
+//! one partition at once.
+
+use std::time::Duration;
+
+use feed::store::{HeldPartition, NewItem, OnFailure, PartitionSpec, RetryScope};
+use sea_orm::{ConnectionTrait, TransactionTrait};
+use serde_json::json;
+use tokio::sync::watch;
+
+use crate::on_all_backends;
+use crate::support::{Backend, Handler, Proc, TestDb, json as reply, metric, wait_for};
+
+on_all_backends!(
+    fence_holds_at_commit,
+    two_producers_create_one_partition,
+    advance_and_close_recheck_for_available_items,
+    retry_bumps_the_partition_version
+);
+
+/// A holds the partition and its call is answered while the test, in an
+/// open transaction, has already moved the lease to B. A's write must wait
+/// for that transaction (observed as a lock wait on PostgreSQL and MariaDB)
+/// and then see B as the owner: A's result is rejected, B's is stored once.
+async fn fence_holds_at_commit(b: Backend) {
+    let Some(db) = TestDb::new(b).await else {
+        return;
+    };
+    db.partition("p", true, false, "block").await;
+    db.item("x", "p", 0, json!({"v": 0})).await;
+    let (release_a, rx_a) = watch::channel(false);
+    let (release_b, rx_b) = watch::channel(false);
+    let a_id: std::sync::Arc<parking_lot::Mutex<Option<String>>> = Default::default();
+    let first = a_id.clone();
+    let h = Handler::start_async(move |c| {
+        let (mut rx_a, mut rx_b, first) = (rx_a.clone(), rx_b.clone(), first.clone());
+        async move {
+            let is_a = first.lock().get_or_insert_with(|| c.processor.clone()) == &c.processor;
+            let rx = if is_a { &mut rx_a } else { &mut rx_b };
+            let _ = rx.wait_for(|go| *go).await;
+            reply(200, json!({"done": true, "data": {"by": c.processor}}))
+        }
+    })
+    .await;
+    let a = Proc::start(&db, &h.url(), &[]);
+    wait_for("A's call", Duration::from_secs(30), || async {
+        h.calls().len() == 1
+    })
+    .await;
+    let a_session = h.calls()[0].processor.clone();
+    let _b = Proc::start(&db, &h.url(), &[]);
+    wait_for("B's session", Duration::from_secs(30), || async {
+        db.sessions().await.len() == 2
+    })
+    .await;
+    let b_session = db
+        .sessions()
+        .await
+        .into_iter()
+        .find(|s| *s != a_session)
+        .unwrap();
+
+    // The lease change, uncommitted: its row lock is held.
+    let txn = db.store.connection().begin().await.unwrap();
+    let moved = txn
+        .execute_raw(feed::store::statement(
+            db.store.backend(),
+            "UPDATE feed_partitions SET owner = ?, version = version + 1 WHERE id = 'p' AND owner = ?",
+            vec![b_session.clone().into(), a_session.clone().into()],
+        ))
+        .await
+        .unwrap()
+        .rows_affected();
+    assert_eq!(moved, 1, "A held the partition");
+    release_a.send(true).unwrap();
+    // A's write, as each backend locks the partition row for it.
+    let locking = if b == Backend::Postgres {
+        "FOR SHARE"
+    } else {
+        "LOCK IN SHARE MODE"
+    };
+    if b != Backend::Sqlite {
+        wait_for(
+            "A's write waiting for the lock",
+            Duration::from_secs(30),
+            || async { db.lock_waits(locking).await >= 1 },
+        )
+        .await;
+    }
+    txn.commit().await.unwrap();
+
+    wait_for("A's rejection", Duration::from_secs(30), || async {
+        metric(&a.metrics().await, "feed_items_total{outcome=\"rejected\"}") >= 1.0
+    })
+    .await;
+    let row = db.item_row("x").await;
+    assert_eq!((row.status.as_str(), row.version), ("available", 0));
+    release_b.send(true).unwrap();
+    db.wait_partition("p", "complete").await;
+    let row = db.item_row("x").await;
+    assert_eq!(row.data, json!({"by": b_session}));
+    assert_eq!(row.version, 1, "exactly one result was written");
+}
+
+/// A producer's transaction has inserted partition `p` and not committed;
+/// a second producer enqueues into `p` meanwhile. Both succeed.
+async fn two_producers_create_one_partition(b: Backend) {
+    let Some(db) = TestDb::new(b).await else {
+        return;
+    };
+    let txn = db.store.connection().begin().await.unwrap();
+    txn.execute_raw(feed::store::statement(
+        db.store.backend(),
+        "INSERT INTO feed_partitions (id) VALUES ('p')",
+        vec![],
+    ))
+    .await
+    .unwrap();
+    let store = db.store.clone();
+    let second = tokio::spawn(async move {
+        let item = NewItem {
+            id: Some("i".into()),
+            gate: None,
+            data: b"{}".to_vec(),
+        };
+        store
+            .enqueue("p", &PartitionSpec::default(), vec![item])
+            .await
+    });
+    if b != Backend::Sqlite {
+        wait_for(
+            "the second producer waiting",
+            Duration::from_secs(30),
+            || async { db.lock_waits("INSERT INTO feed_partitions").await >= 1 },
+        )
+        .await;
+    }
+    txn.commit().await.unwrap();
+    let r = second.await.unwrap().expect("the second producer succeeds");
+    assert!(!r.created && r.items == 1, "{r:?}");
+    assert_eq!(db.item_row("i").await.status, "available");
+}
+
+/// An item made available behind the processor's back (no version bump)
+/// is seen by the advance and close statements themselves.
+async fn advance_and_close_recheck_for_available_items(b: Backend) {
+    let Some(db) = TestDb::new(b).await else {
+        return;
+    };
+    db.exec("INSERT INTO feed_processors (id) VALUES ('me')", vec![])
+        .await;
+    db.partition("p", true, false, "block").await;
+    db.exec(
+        "UPDATE feed_partitions SET owner = 'me' WHERE id = 'p'",
+        vec![],
+    )
+    .await;
+    let held = HeldPartition {
+        id: "p".into(),
+        gate: 0,
+        version: 0,
+        auto_close: true,
+        manual_checkpoint: false,
+        on_failure: OnFailure::Block,
+    };
+    // Read with nothing left: a close would be decided. An item arrives.
+    db.item("late", "p", 0, json!({})).await;
+    assert!(!db.store.finish_partition(&held, "me", true).await.unwrap());
+    assert!(!db.store.advance_gate(&held, "me", 2).await.unwrap());
+    assert_eq!(
+        db.partition_row("p").await,
+        ("available".into(), 0, Some("me".into()))
+    );
+    // Without it both would pass.
+    db.exec("DELETE FROM feed_items WHERE id = 'late'", vec![])
+        .await;
+    assert!(db.store.advance_gate(&held, "me", 2).await.unwrap());
+}
+
+/// `retry` bumps the version of an `available` partition too, so that an
+/// advance or close decided before it fails its OCC check.
+async fn retry_bumps_the_partition_version(b: Backend) {
+    let Some(db) = TestDb::new(b).await else {
+        return;
+    };
+    db.partition("p", true, false, "continue").await;
+    db.item("f", "p", 0, json!({})).await;
+    db.item("a", "p", 0, json!({})).await;
+    db.exec(
+        "UPDATE feed_items SET status = 'failed' WHERE id = 'f'",
+        vec![],
+    )
+    .await;
+    let before = version(&db).await;
+    let r = db.store.retry(RetryScope::Item("f")).await.unwrap();
+    assert_eq!((r.items, r.moved), (1, 0));
+    assert_eq!(version(&db).await, before + 1);
+    assert_eq!(db.item_row("f").await.status, "available");
+}
+
+async fn version(db: &TestDb) -> i64 {
+    db.query("SELECT version FROM feed_partitions WHERE id = 'p'", vec![])
+        .await[0]
+        .try_get::<i64>("", "version")
+        .unwrap()
+}
