@@ -6,6 +6,7 @@ mod faults;
 mod support;
 
 mod chaos;
+mod chaos_hands;
 mod cli;
 mod fencing;
 mod gates;
@@ -14,4 +15,6 @@ mod library;
 mod liveness;
 mod protocol;
 mod races;
+mod recovery;
+mod refusals;
 mod sessions;

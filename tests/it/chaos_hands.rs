@@ -1,0 +1,146 @@
+//! Chaos with hands in the database: while processors are killed, stopped
+//! and started, someone deletes items, completes items by hand and adds
+//! items to complete partitions with plain SQL. Whatever happened, every
+//! partition ends `complete` or `failed` and no available item is left
+//! behind (nothing stranded); every item added by hand is worked on.
+
+use std::time::{Duration, Instant};
+
+use rand::Rng;
+use rand::seq::IndexedRandom;
+use serde_json::json;
+
+use crate::on_all_backends;
+use crate::support::{Backend, Handler, Proc, TestDb, json as reply, wait_for};
+
+on_all_backends!(hand_changes_during_chaos_strand_nothing);
+
+const PARTITIONS: usize = 40;
+/// Partition p has 1 + p % MAX_ITEMS items: small ones close early.
+const MAX_ITEMS: usize = 8;
+
+/// Each item moves 0 → 1 → 2 and is done there.
+fn answer(gate: i64) -> axum::response::Response {
+    if gate >= 2 {
+        reply(200, json!({"done": true}))
+    } else {
+        reply(200, json!({"gate": gate + 1}))
+    }
+}
+
+async fn ids(db: &TestDb, sql: &str) -> Vec<(String, String, i64)> {
+    db.query(sql, vec![])
+        .await
+        .iter()
+        .map(|r| {
+            (
+                r.try_get("", "id").unwrap(),
+                r.try_get("", "pid").unwrap(),
+                r.try_get("", "gate").unwrap(),
+            )
+        })
+        .collect()
+}
+
+async fn count(db: &TestDb, sql: &str) -> i64 {
+    db.query(sql, vec![]).await[0].try_get("", "n").unwrap()
+}
+
+async fn hand_changes_during_chaos_strand_nothing(b: Backend) {
+    let Some(db) = TestDb::new(b).await else {
+        return;
+    };
+    for p in 0..PARTITIONS {
+        db.partition(&format!("p{p:02}"), true, false, "block")
+            .await;
+        for i in 0..=p % MAX_ITEMS {
+            db.item(&format!("p{p:02}-{i}"), &format!("p{p:02}"), 0, json!({}))
+                .await;
+        }
+    }
+    let h = Handler::start_async(|c| async move {
+        let ms = rand::rng().random_range(20..60);
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+        answer(c.gate)
+    })
+    .await;
+    let url = h.url();
+    // Few slots each, so the work outlasts much of the chaos.
+    let flags: &[&str] = &["--concurrency", "2"];
+    let mut alive: Vec<Proc> = (0..3).map(|_| Proc::start(&db, &url, flags)).collect();
+    let mut added: Vec<String> = Vec::new();
+    let began = Instant::now();
+    let mut n = 0;
+    while began.elapsed() < Duration::from_secs(12) {
+        tokio::time::sleep(Duration::from_millis(rand::rng().random_range(100..400))).await;
+        n += 1;
+        match rand::rng().random_range(0..6) {
+            0 if alive.len() > 2 => {
+                let i = rand::rng().random_range(0..alive.len());
+                let mut p = alive.remove(i);
+                let _ = p.child.kill();
+                let _ = p.child.wait();
+            }
+            1 if alive.len() > 2 => {
+                let i = rand::rng().random_range(0..alive.len());
+                let mut p = alive.remove(i);
+                tokio::task::spawn_blocking(move || p.terminate());
+            }
+            2 if alive.len() < 5 => alive.push(Proc::start(&db, &url, flags)),
+            3 => {
+                let available = ids(&db, "SELECT id, partition_id AS pid, gate FROM feed_items WHERE status = 'available'").await;
+                if let Some((id, _, _)) = available.choose(&mut rand::rng()) {
+                    db.exec(
+                        "DELETE FROM feed_items WHERE id = ?",
+                        vec![id.clone().into()],
+                    )
+                    .await;
+                    added.retain(|a| a != id);
+                }
+            }
+            4 => {
+                let available = ids(&db, "SELECT id, partition_id AS pid, gate FROM feed_items WHERE status = 'available'").await;
+                if let Some((id, _, _)) = available.choose(&mut rand::rng()) {
+                    db.exec(
+                        "UPDATE feed_items SET status = 'complete' WHERE id = ?",
+                        vec![id.clone().into()],
+                    )
+                    .await;
+                }
+            }
+            _ => {
+                let complete = ids(
+                    &db,
+                    "SELECT id, id AS pid, gate FROM feed_partitions WHERE status = 'complete'",
+                )
+                .await;
+                if let Some((p, _, gate)) = complete.choose(&mut rand::rng()) {
+                    let id = format!("hand-{n}");
+                    db.item(&id, p, *gate, json!({})).await;
+                    added.push(id);
+                }
+            }
+        }
+    }
+    // Whatever happened: with processors running, everything settles.
+    wait_for("every partition finished, nothing available left", Duration::from_secs(90), || async {
+        count(&db, "SELECT COUNT(*) AS n FROM feed_partitions WHERE status NOT IN ('complete', 'failed')").await == 0
+            && count(&db, "SELECT COUNT(*) AS n FROM feed_items WHERE status = 'available'").await == 0
+    })
+    .await;
+    for id in &added {
+        let row = db.item_row(id).await;
+        assert_eq!(row.status, "complete", "item {id} added by hand");
+    }
+    assert!(!alive.is_empty());
+    assert!(
+        !added.is_empty(),
+        "no partition was complete during the chaos"
+    );
+    eprintln!(
+        "[{b:?}] {} hand-added items; {} calls; {} processors alive",
+        added.len(),
+        h.calls().len(),
+        alive.len()
+    );
+}

@@ -1,0 +1,120 @@
+//! Recovery from a delivery that panicked, and from a handler outage
+//! without waiting longer than the outage needs.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use feed::store::{NewItem, PartitionSpec};
+use feed::{Config, Job, Outcome, Processor};
+use serde_json::json;
+
+use crate::on_all_backends;
+use crate::support::{Backend, Handler, Proc, TestDb, free_port, json as reply, wait_for};
+
+on_all_backends!(a_panicked_delivery_is_retried, pause_starts_at_its_base);
+
+/// Panics on the first call of item "boom", then succeeds.
+struct PanicsOnce(AtomicU32);
+
+#[async_trait::async_trait]
+impl Processor for PanicsOnce {
+    async fn process(&self, job: &Job) -> Outcome {
+        if job.item_id == "boom" && self.0.fetch_add(1, Ordering::SeqCst) == 0 {
+            panic!("the handler code had a bug");
+        }
+        Outcome::Step {
+            gate: None,
+            done: true,
+            data: None,
+        }
+    }
+}
+
+/// An in-process handler panics on one delivery: the item leaves the
+/// in-flight set, an attempt is recorded, and it completes on the retry.
+async fn a_panicked_delivery_is_retried(b: Backend) {
+    let Some(db) = TestDb::new(b).await else {
+        return;
+    };
+    let items = ["boom", "calm"]
+        .iter()
+        .map(|id| NewItem {
+            id: Some(id.to_string()),
+            gate: None,
+            data: b"{}".to_vec(),
+        })
+        .collect();
+    db.store
+        .enqueue("p", &PartitionSpec::default(), items)
+        .await
+        .unwrap();
+    let mut config = Config::new(db.url.clone(), "http://unused.invalid/");
+    config.poll_interval = Duration::from_millis(50);
+    config.acquire_interval = Duration::from_millis(100);
+    config.backoff_base = Duration::from_millis(50);
+    config.backoff_max = Duration::from_millis(100);
+    let handler = Arc::new(PanicsOnce(AtomicU32::new(0)));
+    let stop = Arc::new(tokio::sync::Notify::new());
+    let s = stop.clone();
+    let run = tokio::spawn(feed::run_with(config, handler.clone(), async move {
+        s.notified().await
+    }));
+    db.wait_partition("p", "complete").await;
+    stop.notify_one();
+    run.await.unwrap().unwrap();
+    let boom = db.item_row("boom").await;
+    assert_eq!((boom.status.as_str(), boom.attempts), ("complete", 2));
+    assert_eq!(handler.0.load(Ordering::SeqCst), 2);
+}
+
+/// The handler is down for about a second while 64 items are in flight:
+/// the pause starts at its base and doubles per failed probe only, so the
+/// first call after the handler is back comes within a few seconds (it
+/// used to jump to its 10 s cap at once).
+async fn pause_starts_at_its_base(b: Backend) {
+    let Some(db) = TestDb::new(b).await else {
+        return;
+    };
+    db.partition("p", true, false, "block").await;
+    for i in 0..100 {
+        db.item(&format!("i{i}"), "p", 0, json!({})).await;
+    }
+    let port = free_port();
+    let url = format!("http://127.0.0.1:{port}/feed");
+    let p = Proc::start(&db, &url, &[]);
+    wait_for(
+        "the handler found unreachable",
+        Duration::from_secs(30),
+        || async { p.log().contains("pausing dispatch") },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+        .await
+        .unwrap();
+    let up = Instant::now();
+    let h = Handler::serve(
+        listener,
+        Arc::new(Box::new(|_: &crate::support::Call| {
+            reply(200, json!({"done": true}))
+        })),
+    )
+    .await;
+    wait_for(
+        "the first call after the outage",
+        Duration::from_secs(30),
+        || async { !h.calls().is_empty() },
+    )
+    .await;
+    let waited = h.calls()[0].at.duration_since(up);
+    assert!(
+        waited < Duration::from_secs(4),
+        "the first call came {waited:?} after the handler was back"
+    );
+    db.wait_partition("p", "complete").await;
+    assert!(
+        h.calls().iter().all(|c| c.attempt == 1),
+        "no attempt was burned"
+    );
+}

@@ -1,0 +1,89 @@
+//! Results the database refuses: the row costs only itself, an attempt is
+//! counted with a backoff (no hot loop), and `last_error` is always storable.
+
+use serde_json::json;
+
+use crate::on_all_backends;
+use crate::support::{Backend, Handler, Proc, TestDb, json as reply};
+
+on_all_backends!(refused_row_costs_only_itself, unstorable_errors_are_cleaned);
+
+/// The database refuses one item's result (a fault injected with a
+/// trigger): the other items of the partition are written normally, the
+/// refused one is recorded as a failed attempt that says why, and with
+/// `--max-attempts 2` it fails after exactly two calls.
+async fn refused_row_costs_only_itself(b: Backend) {
+    let Some(db) = TestDb::new(b).await else {
+        return;
+    };
+    db.partition("p", true, false, "continue").await;
+    for i in 0..20 {
+        db.item(&format!("ok{i}"), "p", 0, json!({})).await;
+    }
+    db.item("bad", "p", 0, json!({})).await;
+    db.refuse("no_poison", "feed_items", &db.data_contains("poison"))
+        .await;
+    let h = Handler::start(|c| {
+        if c.item == "bad" {
+            reply(200, json!({"done": true, "data": {"poison": true}}))
+        } else {
+            reply(200, json!({"done": true, "data": {"fine": true}}))
+        }
+    })
+    .await;
+    let _p = Proc::start(&db, &h.url(), &["--max-attempts", "2"]);
+    db.wait_partition("p", "complete").await;
+    for i in 0..20 {
+        let row = db.item_row(&format!("ok{i}")).await;
+        assert_eq!(
+            (row.status.as_str(), row.data),
+            ("complete", json!({"fine": true}))
+        );
+    }
+    let bad = db.item_row("bad").await;
+    assert_eq!((bad.status.as_str(), bad.attempts), ("failed", 2));
+    let err = bad.last_error.unwrap();
+    assert!(err.contains("the database refused"), "{err}");
+    assert_eq!(bad.data, json!({}), "the refused data was not stored");
+    assert_eq!(h.calls_for("bad").len(), 2, "one call per counted attempt");
+}
+
+/// Handler error messages with a NUL character (PostgreSQL refuses it in
+/// text) and of 70,000 characters (more than MariaDB's TEXT holds) are
+/// stored cleaned and cut, as counted attempts with a backoff.
+async fn unstorable_errors_are_cleaned(b: Backend) {
+    let Some(db) = TestDb::new(b).await else {
+        return;
+    };
+    db.partition("p", true, false, "continue").await;
+    db.item("nul", "p", 0, json!({})).await;
+    db.item("long", "p", 0, json!({})).await;
+    let h = Handler::start(|c| {
+        let message = if c.item == "nul" {
+            "bad\u{0}byte".to_string()
+        } else {
+            "x".repeat(70_000)
+        };
+        reply(500, json!({"error": {"message": message}}))
+    })
+    .await;
+    let _p = Proc::start(&db, &h.url(), &["--max-attempts", "3"]);
+    db.wait_partition("p", "complete").await;
+    let nul = db.item_row("nul").await;
+    assert_eq!((nul.status.as_str(), nul.attempts), ("failed", 3));
+    let err = nul.last_error.unwrap();
+    assert!(
+        !err.contains('\0') && err.contains("bad\u{FFFD}byte"),
+        "{err}"
+    );
+    let long = db.item_row("long").await;
+    assert_eq!((long.status.as_str(), long.attempts), ("failed", 3));
+    let err = long.last_error.unwrap();
+    assert!(
+        err.len() <= 8192 && err.contains("[cut:"),
+        "{} bytes",
+        err.len()
+    );
+    assert_eq!(h.calls_for("nul").len(), 3);
+    assert_eq!(h.calls_for("long").len(), 3);
+}
