@@ -42,6 +42,9 @@ pub struct Config {
     pub listen: Option<String>,
     /// How long in-flight calls may finish after a shutdown signal.
     pub drain_timeout: Duration,
+    /// Longest one database statement may take; a dead connection cannot
+    /// answer at all, so without a limit whatever waits on it waits forever.
+    pub statement_timeout: Duration,
     /// Apply migrations at start.
     pub migrate: bool,
 }
@@ -68,6 +71,7 @@ impl Config {
             max_response_bytes: 16 << 20,
             listen: None,
             drain_timeout: Duration::from_secs(30),
+            statement_timeout: crate::store::DEFAULT_STATEMENT_TIMEOUT,
             migrate: true,
         }
     }
@@ -86,6 +90,9 @@ impl Config {
         }
         if self.max_partitions == Some(0) {
             return bad("--max-partitions must be at least 1");
+        }
+        if self.statement_timeout.is_zero() {
+            return bad("--statement-timeout must be above zero");
         }
         if self.poll_interval.is_zero() || self.acquire_interval.is_zero() {
             return bad("--poll-interval and --acquire-interval must be above zero");

@@ -6,7 +6,7 @@ use std::time::Duration;
 use sea_orm::{ConnectionTrait, DbBackend, Statement, TransactionTrait, Value};
 
 use super::dialect::stmt;
-use super::{ItemWrite, ReadyItem, Store, ms, retry};
+use super::{ItemWrite, ReadyItem, Store, ms};
 use crate::Result;
 
 /// Rows per batched UPDATE (12 parameters each: well under every backend's limit).
@@ -109,11 +109,12 @@ impl Store {
              RETURNING {returning}"
         );
         let st = stmt(self.backend, &sql, values);
-        let rows = retry(|| async {
-            self.count(1);
-            self.db.query_all_raw(st.clone()).await
-        })
-        .await?;
+        let rows = self
+            .retry(|| async {
+                self.count(1);
+                self.db.query_all_raw(st.clone()).await
+            })
+            .await?;
         let written: std::collections::HashSet<String> = rows
             .iter()
             .filter_map(|r| r.try_get::<String>("", "id").ok())
@@ -178,7 +179,7 @@ impl Store {
         );
         let st = stmt(self.backend, &sql, values);
         let n = acks.len() as u64;
-        retry(|| async {
+        self.retry(|| async {
             let txn = self.db.begin().await?;
             self.count(1);
             let written = txn.execute_raw(st.clone()).await?.rows_affected();
@@ -197,20 +198,21 @@ impl Store {
     async fn write_each(&self, acks: &[Ack], expiry: Duration) -> Result<Vec<bool>> {
         if acks.len() == 1 {
             let st = self.result_statement(&acks[0], expiry);
-            return retry(|| async {
-                self.count(1);
-                self.db
-                    .execute_raw(st.clone())
-                    .await
-                    .map(|r| vec![r.rows_affected() == 1])
-            })
-            .await;
+            return self
+                .retry(|| async {
+                    self.count(1);
+                    self.db
+                        .execute_raw(st.clone())
+                        .await
+                        .map(|r| vec![r.rows_affected() == 1])
+                })
+                .await;
         }
         let statements: Vec<Statement> = acks
             .iter()
             .map(|a| self.result_statement(a, expiry))
             .collect();
-        retry(|| async {
+        self.retry(|| async {
             let txn = self.db.begin().await?;
             let mut out = Vec::with_capacity(statements.len());
             for st in &statements {
