@@ -204,6 +204,7 @@ impl Store {
         });
         opts.map_sqlx_mysql_pool_opts(move |o| {
             o.after_release(move |conn, _| timeout::release_check(conn, limit))
+                .after_connect(move |conn, _| timeout::end_idle_transactions(conn, limit))
         });
         let db = Database::connect(opts).await.map_err(|e| Error::Connect {
             url: redact(&url),

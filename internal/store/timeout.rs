@@ -50,7 +50,8 @@ impl Bound {
     }
 }
 
-type Check<'c> = Pin<Box<dyn Future<Output = Result<bool, sqlx::Error>> + Send + 'c>>;
+/// What sqlx's pool hooks return.
+type Hook<'c, T> = Pin<Box<dyn Future<Output = Result<T, sqlx::Error>> + Send + 'c>>;
 
 /// sqlx's `after_release` hook. When a connection goes back to the pool,
 /// sqlx pings it (to flush whatever an interrupted statement left) with no
@@ -58,7 +59,7 @@ type Check<'c> = Pin<Box<dyn Future<Output = Result<bool, sqlx::Error>> + Send +
 /// connection that ping never ends and the connection keeps its pool slot
 /// for good. Pinging here first, within `limit`, makes sqlx close a
 /// connection that does not answer (an `Err` here means `close_hard`).
-pub(crate) fn release_check<C: sqlx::Connection>(conn: &mut C, limit: Duration) -> Check<'_> {
+pub(crate) fn release_check<C: sqlx::Connection>(conn: &mut C, limit: Duration) -> Hook<'_, bool> {
     Box::pin(async move {
         match tokio::time::timeout(limit, conn.ping()).await {
             Ok(Ok(())) => Ok(true),
@@ -74,5 +75,28 @@ pub(crate) fn release_check<C: sqlx::Connection>(conn: &mut C, limit: Duration) 
                 )))
             }
         }
+    })
+}
+
+/// sqlx's `after_connect` hook on MySQL/MariaDB: a processor cut off in the
+/// middle of a transaction (between its fenced UPDATE and the COMMIT)
+/// leaves the server waiting on that transaction, and its row locks block
+/// the processor taking the partitions over, until the server notices the
+/// client is gone (hours, with default TCP keepalive). MariaDB ends such a
+/// transaction after `idle_transaction_timeout`; Feed's transactions never
+/// wait between statements, so one idle for longer than the statement
+/// timeout has been given up by its client. MySQL has no such setting (the
+/// statement is refused and the server's defaults stay).
+pub(crate) fn end_idle_transactions(
+    conn: &mut sqlx::MySqlConnection,
+    limit: Duration,
+) -> Hook<'_, ()> {
+    let secs = limit.as_millis().div_ceil(1000).max(1);
+    Box::pin(async move {
+        let sql = format!("SET SESSION idle_transaction_timeout = {secs}");
+        if let Err(e) = sqlx::Executor::execute(&mut *conn, sqlx::AssertSqlSafe(sql)).await {
+            tracing::debug!(error = %e, "idle_transaction_timeout not set (MySQL has none)");
+        }
+        Ok(())
     })
 }
