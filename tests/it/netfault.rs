@@ -288,6 +288,12 @@ async fn dead_connections_are_replaced(b: Backend) {
     })
     .await;
     let a_new = session_of(&db, &a).await.unwrap();
+    if b == Backend::Postgres {
+        wait_for("the dead LISTEN connection replaced", WAIT, || async {
+            a.log().contains("LISTEN connection did not answer a ping")
+        })
+        .await;
+    }
     wait_for("first batch done", WAIT, || async {
         all_complete(&db, &first).await
     })
