@@ -18,9 +18,9 @@ pub enum Error {
         reason: String,
     },
     /// A database call got no answer within `--statement-timeout` (a dead
-    /// connection, or a database that stopped answering); its connection
-    /// was closed and a later call may succeed.
-    #[error("the database did not answer within {0:?}; the connection was closed")]
+    /// connection, or a database that stopped answering); a later call, on
+    /// another connection, may succeed.
+    #[error("the database did not answer within {0:?} (statement timeout)")]
     StatementTimeout(std::time::Duration),
     /// The configuration is inconsistent.
     #[error("invalid configuration: {0}")]

@@ -243,11 +243,6 @@ impl Store {
         self.timeouts = counter;
     }
 
-    /// The time limit on one statement attempt.
-    pub fn statement_timeout(&self) -> Duration {
-        self.bound.limit
-    }
-
     /// Whether a statement attempt was cut off by the time limit within the
     /// last `window` (readiness reports it).
     pub fn timed_out_within(&self, window: Duration) -> bool {
@@ -692,8 +687,9 @@ impl Store {
                 Err(_) => {
                     let e = self.cut_off(limit);
                     cut += 1;
-                    tracing::warn!(limit = ?limit, attempt, "database statement timed out; closing its connection");
-                    if cut >= 2 || attempt >= 8 {
+                    let retrying = cut < 2 && attempt < 8;
+                    tracing::warn!(limit = ?limit, attempt, retrying, "database statement got no answer within the statement timeout");
+                    if !retrying {
                         return Err(e);
                     }
                 }
