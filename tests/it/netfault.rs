@@ -7,6 +7,7 @@
 use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
+use feed::store::{NewItem, PartitionSpec};
 use sea_orm::{ConnectionTrait, TransactionTrait};
 use serde_json::json;
 
@@ -80,15 +81,23 @@ async fn stepper(delay: Duration) -> Handler {
     .await
 }
 
+/// Partitions of `items` items each, every partition written with its items
+/// in one transaction (an empty one could be closed before they arrive).
 async fn enqueue(db: &TestDb, prefix: &str, partitions: usize, items: usize) -> Vec<String> {
     let mut ids = Vec::new();
     for p in 0..partitions {
         let pid = format!("{prefix}{p}");
-        db.partition(&pid, true, false, "block").await;
-        for i in 0..items {
-            db.item(&format!("{pid}-{i}"), &pid, 0, json!({"n": 0}))
-                .await;
-        }
+        let new = (0..items)
+            .map(|i| NewItem {
+                id: Some(format!("{pid}-{i}")),
+                gate: None,
+                data: br#"{"n": 0}"#.to_vec(),
+            })
+            .collect();
+        db.store
+            .enqueue(&pid, &PartitionSpec::default(), new)
+            .await
+            .unwrap();
         ids.push(pid);
     }
     ids
