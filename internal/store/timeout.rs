@@ -59,6 +59,8 @@ type Hook<'c, T> = Pin<Box<dyn Future<Output = Result<T, sqlx::Error>> + Send + 
 /// connection that ping never ends and the connection keeps its pool slot
 /// for good. Pinging here first, within `limit`, makes sqlx close a
 /// connection that does not answer (an `Err` here means `close_hard`).
+/// Over TLS that close itself still waits for the peer (sqlx's TLS flush
+/// waits to read), so there the slot comes back only when the socket fails.
 pub(crate) fn release_check<C: sqlx::Connection>(conn: &mut C, limit: Duration) -> Hook<'_, bool> {
     Box::pin(async move {
         match tokio::time::timeout(limit, conn.ping()).await {

@@ -16,10 +16,66 @@ use crate::proxy::{Proxy, upstream};
 use crate::support::{Backend, Call, Handler, Proc, TestDb, json as reply, metric, wait_for};
 
 on_network_backends!(
+    dead_connections_give_back_their_pool_slots,
     cut_off_processor_is_taken_over_and_recovers,
     dead_connections_are_replaced,
     sigterm_exits_in_bounded_time_whatever_the_network
 );
+
+/// Statements cut off on dead connections do not keep their pool slots:
+/// sqlx pings every connection it takes back, with no time limit of its
+/// own, so without the store's bounded check each dead connection would
+/// hold its slot for good and, the pool full of them, nothing would run.
+/// Plain TCP: over TLS, sqlx's own close of a connection that failed the
+/// check still waits for the silent peer (see README, "Network faults").
+async fn dead_connections_give_back_their_pool_slots(b: Backend) {
+    let Some(db) = TestDb::new(b).await else {
+        return;
+    };
+    let proxy = Proxy::start(upstream(&db.url)).await;
+    let limit = Duration::from_secs(1);
+    let url = match b {
+        Backend::Postgres => format!("{}?sslmode=disable", proxy.url(&db.url)),
+        _ => format!("{}?ssl-mode=disabled", proxy.url(&db.url)),
+    };
+    let store = feed::Store::connect_with(&url, 2, limit).await.unwrap();
+    let (sleep, sleeping) = match b {
+        Backend::Postgres => (
+            "SELECT pg_sleep(5)",
+            "SELECT COUNT(*) AS n FROM pg_stat_activity WHERE query LIKE 'SELECT pg_sleep%'",
+        ),
+        _ => (
+            "SELECT SLEEP(5)",
+            "SELECT COUNT(*) AS n FROM information_schema.processlist WHERE info LIKE 'SELECT SLEEP%'",
+        ),
+    };
+    let run = |sql: &'static str| {
+        let s = store.clone();
+        async move {
+            let st = feed::store::statement(s.backend(), sql, vec![]);
+            s.bounded(s.connection().query_all_raw(st)).await
+        }
+    };
+    // Both connections of the pool busy when the network dies.
+    let busy: Vec<_> = (0..2).map(|_| tokio::spawn(run(sleep))).collect();
+    wait_for("two statements running", WAIT, || async {
+        let rows = db.query(sleeping, vec![]).await;
+        rows[0].try_get::<i64>("", "n").unwrap() == 2
+    })
+    .await;
+    proxy.cut();
+    proxy.heal_fresh();
+    for call in busy {
+        let r = call.await.unwrap();
+        assert!(matches!(r, Err(feed::Error::StatementTimeout(_))), "{r:?}");
+    }
+    wait_for(
+        "a statement on a fresh connection",
+        Duration::from_secs(20),
+        || async { run("SELECT 1").await.is_ok() },
+    )
+    .await;
+}
 
 /// MariaDB: a processor cut off between a transaction's UPDATE and its
 /// COMMIT leaves the server holding that transaction's row locks, which
