@@ -145,7 +145,7 @@ pub async fn run_with(
         health: health.clone(),
         processor,
     });
-    if !register(&shared, &id, &cancel).await {
+    if !register(&shared, &id, &cancel).await? {
         return Ok(());
     }
     health
@@ -196,18 +196,23 @@ pub async fn run_with(
 }
 
 /// Registers the session, retrying with backoff while the database does not
-/// answer; false when shutdown came first.
-async fn register(shared: &Shared, id: &str, cancel: &CancellationToken) -> bool {
+/// answer; false when shutdown came first. Other errors (no schema, say)
+/// are returned: retrying would not help.
+async fn register(shared: &Shared, id: &str, cancel: &CancellationToken) -> Result<bool> {
     let mut delay = Duration::from_millis(250);
     loop {
         match session::register(shared, id).await {
-            Ok(()) => return true,
-            Err(e) => {
+            Ok(()) => return Ok(true),
+            Err(e @ Error::StatementTimeout(_)) => {
+                tracing::warn!(session = %id, error = %e, retry_in = ?delay, "the database does not answer; retrying the registration")
+            }
+            Err(Error::Db(e)) if crate::store::is_transient(&e) => {
                 tracing::warn!(session = %id, error = %e, retry_in = ?delay, "cannot register the session; retrying")
             }
+            Err(e) => return Err(e),
         }
         tokio::select! {
-            _ = cancel.cancelled() => return false,
+            _ = cancel.cancelled() => return Ok(false),
             _ = tokio::time::sleep(delay) => {}
         }
         delay = (delay * 2).min(Duration::from_secs(5));
