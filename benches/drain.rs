@@ -40,7 +40,12 @@ use sea_orm::{ConnectionTrait, QueryResult, Value};
 use serde::Serialize;
 use tokio::task::JoinSet;
 
-const PROCESSOR: &str = env!("CARGO_BIN_EXE_processor");
+/// The processor under test: this build's, or `FEED_BENCH_PROCESSOR` (an
+/// earlier build, to compare before and after on the same machine).
+fn processor_bin() -> String {
+    std::env::var("FEED_BENCH_PROCESSOR")
+        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_processor").to_string())
+}
 
 // ---------------------------------------------------------------- options
 
@@ -757,7 +762,7 @@ impl Proc {
         let listen = format!("127.0.0.1:{}", free_port()?);
         let log =
             std::env::temp_dir().join(format!("feed-bench-{}.log", uuid::Uuid::new_v4().simple()));
-        let mut cmd = Command::new(PROCESSOR);
+        let mut cmd = Command::new(processor_bin());
         cmd.arg("run")
             .args(["--database-url", db_url])
             .args(["--handler-url", handler_url])
@@ -775,7 +780,7 @@ impl Proc {
             .stderr(std::fs::File::create(&log)?);
         let child = cmd
             .spawn()
-            .with_context(|| format!("spawning {PROCESSOR}"))?;
+            .with_context(|| format!("spawning {}", processor_bin()))?;
         Ok(Proc {
             child,
             metrics_url: format!("http://{listen}/metrics"),
@@ -1659,7 +1664,7 @@ fn out_dir(args: &Args) -> PathBuf {
     if let Some(d) = &args.out {
         return d.clone();
     }
-    Path::new(PROCESSOR)
+    Path::new(env!("CARGO_BIN_EXE_processor"))
         .parent()
         .and_then(Path::parent)
         .map(|t| t.join("bench"))
@@ -1672,7 +1677,8 @@ async fn main() -> Result<()> {
     let s = args.settings();
     let started = chrono::Utc::now();
     let t0 = Instant::now();
-    let profile = Path::new(PROCESSOR)
+    let bin = processor_bin();
+    let profile = Path::new(&bin)
         .parent()
         .and_then(|p| p.file_name())
         .map(|p| p.to_string_lossy().into_owned())
@@ -1687,7 +1693,7 @@ async fn main() -> Result<()> {
             .trim()
             .to_string(),
         git: git_describe(),
-        processor_binary: PROCESSOR.to_string(),
+        processor_binary: bin.clone(),
         release_build: release,
     };
     println!(
@@ -1695,7 +1701,7 @@ async fn main() -> Result<()> {
         s.items,
         s.partitions,
         s.runs,
-        PROCESSOR,
+        bin,
         if release {
             "release build"
         } else {

@@ -45,6 +45,9 @@ pub struct Config {
     pub listen: Option<String>,
     /// How long in-flight calls may finish after a shutdown signal.
     pub drain_timeout: Duration,
+    /// Longest one database statement may take; a dead connection cannot
+    /// answer at all, so without a limit whatever waits on it waits forever.
+    pub statement_timeout: Duration,
     /// Apply migrations at start.
     pub migrate: bool,
 }
@@ -72,6 +75,7 @@ impl Config {
             max_response_bytes: 16 << 20,
             listen: None,
             drain_timeout: Duration::from_secs(30),
+            statement_timeout: crate::store::DEFAULT_STATEMENT_TIMEOUT,
             migrate: true,
         }
     }
@@ -93,6 +97,9 @@ impl Config {
         }
         if self.max_in_flight_per_partition == Some(0) {
             return bad("--max-in-flight-per-partition must be at least 1");
+        }
+        if self.statement_timeout.is_zero() {
+            return bad("--statement-timeout must be above zero");
         }
         if self.poll_interval.is_zero() || self.acquire_interval.is_zero() {
             return bad("--poll-interval and --acquire-interval must be above zero");

@@ -17,6 +17,11 @@ pub enum Error {
         /// The driver's message.
         reason: String,
     },
+    /// A database call got no answer within `--statement-timeout` (a dead
+    /// connection, or a database that stopped answering); a later call, on
+    /// another connection, may succeed.
+    #[error("the database did not answer within {0:?} (statement timeout)")]
+    StatementTimeout(std::time::Duration),
     /// The configuration is inconsistent.
     #[error("invalid configuration: {0}")]
     Config(String),

@@ -43,6 +43,8 @@ pub struct Metrics {
     pub handler_unreachable: Counter,
     /// Available items in held partitions, as of the last acquire cycle.
     pub backlog: Gauge,
+    /// Database statement attempts cut off by `--statement-timeout`.
+    pub statement_timeouts: Counter,
 }
 
 impl Metrics {
@@ -62,6 +64,7 @@ impl Metrics {
             sessions_alive: Gauge::default(),
             handler_unreachable: Counter::default(),
             backlog: Gauge::default(),
+            statement_timeouts: Counter::default(),
         };
         let r = registry.sub_registry_with_prefix("feed");
         r.register("items", "Handler results by outcome", m.items.clone());
@@ -120,6 +123,11 @@ impl Metrics {
             "handler_unreachable",
             "Deliveries that could not reach the handler (no attempt counted)",
             m.handler_unreachable.clone(),
+        );
+        r.register(
+            "statement_timeouts",
+            "Database statements cut off by --statement-timeout (their connections are closed)",
+            m.statement_timeouts.clone(),
         );
         m
     }

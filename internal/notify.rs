@@ -3,46 +3,48 @@
 //! processors too), and each processor LISTENs and polls at once instead of
 //! waiting for the poll interval. Polling stays the safety net: a missed
 //! notification only costs latency.
+//!
+//! A LISTEN connection the network dropped silently would wait for
+//! notifications forever, so it is pinged once per session expiry; one that
+//! does not answer within the statement timeout is replaced.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use sea_orm::sqlx::postgres::PgListener;
+use sea_orm::sqlx::{self, postgres::PgListener};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+use crate::Config;
 use crate::store::redact;
 
 /// The channel the migration's trigger notifies.
 pub const CHANNEL: &str = "feed_items";
 
 /// Listens in the background until `cancel`, reconnecting with backoff.
-pub fn listen(url: String, wake: Arc<Notify>, cancel: CancellationToken) {
+pub fn listen(config: &Config, wake: Arc<Notify>, cancel: CancellationToken) {
+    let url = config.database_url.clone();
+    let limit = config.statement_timeout;
+    let every = config.session_expiry;
     tokio::spawn(async move {
         let mut delay = Duration::from_millis(500);
         loop {
-            match PgListener::connect(&url).await {
-                Ok(mut listener) => match listener.listen(CHANNEL).await {
-                    Ok(()) => {
-                        delay = Duration::from_millis(500);
-                        loop {
-                            tokio::select! {
-                                _ = cancel.cancelled() => return,
-                                n = listener.recv() => match n {
-                                    Ok(_) => wake.notify_one(),
-                                    Err(e) => {
-                                        tracing::warn!(error = %e, "LISTEN connection lost; polling meanwhile");
-                                        break;
-                                    }
-                                }
-                            }
-                        }
+            match tokio::time::timeout(limit, open(&url)).await {
+                Ok(Ok(listener)) => {
+                    delay = Duration::from_millis(500);
+                    let stop = serve(listener, &wake, &cancel, limit, every).await;
+                    if stop {
+                        return;
                     }
-                    Err(e) => tracing::warn!(error = %e, "LISTEN failed; polling only"),
-                },
-                Err(e) => {
+                    // Work may have arrived while the connection was dead.
+                    wake.notify_one();
+                }
+                Ok(Err(e)) => {
                     let e = e.to_string().replace(&url, &redact(&url));
                     tracing::warn!(error = %e, "cannot open a LISTEN connection; polling only");
+                }
+                Err(_) => {
+                    tracing::warn!(limit = ?limit, "opening a LISTEN connection timed out; polling only")
                 }
             }
             tokio::select! {
@@ -52,4 +54,51 @@ pub fn listen(url: String, wake: Arc<Notify>, cancel: CancellationToken) {
             delay = (delay * 2).min(Duration::from_secs(30));
         }
     });
+}
+
+async fn open(url: &str) -> Result<PgListener, sqlx::Error> {
+    let mut listener = PgListener::connect(url).await?;
+    listener.listen(CHANNEL).await?;
+    Ok(listener)
+}
+
+/// Wakes the dispatch loop on every notification until the connection is
+/// lost or stops answering pings (false) or `cancel` (true).
+async fn serve(
+    mut listener: PgListener,
+    wake: &Notify,
+    cancel: &CancellationToken,
+    limit: Duration,
+    every: Duration,
+) -> bool {
+    let mut ping = tokio::time::interval(every);
+    ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    ping.tick().await;
+    loop {
+        // `recv` is cancel-safe: sqlx keeps a partly read message buffered.
+        tokio::select! {
+            _ = cancel.cancelled() => return true,
+            n = listener.recv() => match n {
+                Ok(_) => wake.notify_one(),
+                Err(e) => {
+                    tracing::warn!(error = %e, "LISTEN connection lost; polling meanwhile");
+                    return false;
+                }
+            },
+            _ = ping.tick() => {
+                let check = sqlx::query("SELECT 1").execute(&mut listener);
+                match tokio::time::timeout(limit, check).await {
+                    Ok(Ok(_)) => {}
+                    Ok(Err(e)) => {
+                        tracing::warn!(error = %e, "LISTEN connection failed a ping; replacing it");
+                        return false;
+                    }
+                    Err(_) => {
+                        tracing::warn!(limit = ?limit, "LISTEN connection did not answer a ping; replacing it");
+                        return false;
+                    }
+                }
+            }
+        }
+    }
 }

@@ -1,6 +1,11 @@
 //! Starting and stopping a processor: connect (waiting for the database),
 //! migrate, register a session, run the loops, and on shutdown drain,
 //! release every partition and delete the session so others take over at once.
+//!
+//! Shutdown is bounded whatever the database does: in-flight work gets
+//! `--drain-timeout` from the signal, then releasing partitions, deleting the
+//! session and stopping the listener get [`RELEASE_BOUND`] together (best
+//! effort: what does not finish frees up when the session expires).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -16,6 +21,10 @@ use crate::server::Health;
 use crate::session::{self, Session};
 use crate::store::{Store, redact};
 use crate::{Config, Error, Result, dispatch};
+
+/// How long releasing partitions, deleting the session and stopping the
+/// health listener may take, together, after the drain.
+pub const RELEASE_BOUND: Duration = Duration::from_secs(5);
 
 /// What the loops of one processor share.
 pub struct Shared {
@@ -110,17 +119,21 @@ pub async fn run_with(
         return Ok(());
     };
     store.set_statement_counter(statements);
+    store.set_timeout_counter(metrics.statement_timeouts.clone());
     health
         .database
         .store(true, std::sync::atomic::Ordering::Relaxed);
     if config.migrate {
-        store.migrate().await?;
+        tokio::select! {
+            _ = cancel.cancelled() => return Ok(()),
+            r = store.migrate() => r?,
+        }
     }
     let id = session::new_id();
     let completer = Completer::start(store.clone(), config.session_expiry);
     let wake = Arc::new(tokio::sync::Notify::new());
     if store.backend() == sea_orm::DbBackend::Postgres {
-        crate::notify::listen(config.database_url.clone(), wake.clone(), cancel.clone());
+        crate::notify::listen(&config, wake.clone(), cancel.clone());
     }
     let shared = Arc::new(Shared {
         wake,
@@ -132,7 +145,9 @@ pub async fn run_with(
         health: health.clone(),
         processor,
     });
-    session::register(&shared, &id).await?;
+    if !register(&shared, &id, &cancel).await? {
+        return Ok(());
+    }
     health
         .session
         .store(true, std::sync::atomic::Ordering::Relaxed);
@@ -141,28 +156,67 @@ pub async fn run_with(
         .store(true, std::sync::atomic::Ordering::Relaxed);
     tracing::info!(session = %id, database = %redact(&shared.config.database_url), handler = %shared.config.handler_url, "processor started");
 
-    let keeper_stop = CancellationToken::new();
-    let keeper = tokio::spawn(session::keep(shared.clone(), keeper_stop.clone()));
-    dispatch::run(shared.clone(), cancel.clone()).await;
+    // Heartbeats go on through the drain (results need a live session); the
+    // keeper is aborted after it.
+    let keeper = tokio::spawn(session::keep(shared.clone(), CancellationToken::new()));
+    let drain_timeout = shared.config.drain_timeout;
+    let deadline = async {
+        cancel.cancelled().await;
+        tokio::time::sleep(drain_timeout).await;
+    };
+    // The loop drains by itself; this bounds it even when it is stuck in a
+    // statement at the signal. Dropping it abandons its deliveries.
+    tokio::select! {
+        () = dispatch::run(shared.clone(), cancel.clone()) => {}
+        () = deadline => tracing::warn!(drain_timeout = ?drain_timeout, "shutdown: work still running at the drain timeout is abandoned; its items stay available"),
+    }
+    keeper.abort();
 
     // Hand over at once: release partitions, then delete the session.
     let me = shared.session.id();
-    match shared.store.release_all(&me).await {
-        Ok(n) => tracing::info!(partitions = n, "released partitions"),
-        Err(e) => {
-            tracing::warn!(error = %e, "could not release partitions; they free up when the session expires")
+    let finish = async {
+        match shared.store.release_all(&me).await {
+            Ok(n) => tracing::info!(partitions = n, "released partitions"),
+            Err(e) => {
+                tracing::warn!(error = %e, "could not release partitions; they free up when the session expires")
+            }
         }
-    }
-    keeper_stop.cancel();
-    let _ = keeper.await;
-    if let Err(e) = shared.store.delete_session(&me).await {
-        tracing::warn!(error = %e, "could not delete the session row; it expires by itself");
-    }
-    if let Some(server) = server {
-        let _ = server.await;
+        if let Err(e) = shared.store.delete_session(&me).await {
+            tracing::warn!(error = %e, "could not delete the session row; it expires by itself");
+        }
+        if let Some(server) = server {
+            let _ = server.await;
+        }
+    };
+    if tokio::time::timeout(RELEASE_BOUND, finish).await.is_err() {
+        tracing::warn!(bound = ?RELEASE_BOUND, "shutdown: releasing partitions and the session did not finish in time; they free up when the session expires");
     }
     tracing::info!(session = %me, "processor stopped");
     Ok(())
+}
+
+/// Registers the session, retrying with backoff while the database does not
+/// answer; false when shutdown came first. Other errors (no schema, say)
+/// are returned: retrying would not help.
+async fn register(shared: &Shared, id: &str, cancel: &CancellationToken) -> Result<bool> {
+    let mut delay = Duration::from_millis(250);
+    loop {
+        match session::register(shared, id).await {
+            Ok(()) => return Ok(true),
+            Err(e @ Error::StatementTimeout(_)) => {
+                tracing::warn!(session = %id, error = %e, retry_in = ?delay, "the database does not answer; retrying the registration")
+            }
+            Err(Error::Db(e)) if crate::store::is_transient(&e) => {
+                tracing::warn!(session = %id, error = %e, retry_in = ?delay, "cannot register the session; retrying")
+            }
+            Err(e) => return Err(e),
+        }
+        tokio::select! {
+            _ = cancel.cancelled() => return Ok(false),
+            _ = tokio::time::sleep(delay) => {}
+        }
+        delay = (delay * 2).min(Duration::from_secs(5));
+    }
 }
 
 /// Connects, retrying with backoff while the database is unreachable;
@@ -173,7 +227,12 @@ async fn connect(config: &Config, cancel: &CancellationToken) -> Result<Option<S
         .min(32);
     let mut delay = Duration::from_millis(500);
     loop {
-        match Store::connect(&config.database_url, pool).await {
+        let attempt = Store::connect_with(&config.database_url, pool, config.statement_timeout);
+        let result = tokio::select! {
+            _ = cancel.cancelled() => return Ok(None),
+            r = attempt => r,
+        };
+        match result {
             Ok(store) => return Ok(Some(store)),
             Err(Error::Connect { url, reason }) => {
                 tracing::warn!(database = %url, error = %reason, retry_in = ?delay, "database unreachable; retrying");

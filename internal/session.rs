@@ -5,6 +5,10 @@
 //! lease with it: a new session is registered and work starts over. When
 //! heartbeats fail for longer than the expiry, the processor stops
 //! acknowledging on its own (its monotonic clock is enough for that).
+//!
+//! A heartbeat is given half the expiry: one stuck on a dead connection is
+//! abandoned and the next one, on a fresh connection, still lands before
+//! the session expires.
 
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
@@ -64,13 +68,31 @@ pub fn new_id() -> String {
     uuid::Uuid::new_v4().to_string()
 }
 
-/// Registers a session row, retrying while the database is unreachable.
+/// Registers a session row (transient failures are retried), within half the expiry.
 pub async fn register(shared: &Shared, id: &str) -> crate::Result<()> {
     let host = gethostname::gethostname().to_string_lossy().into_owned();
-    shared
-        .store
-        .register_session(id, &host, std::process::id(), shared.config.max_partitions)
+    let store = &shared.store;
+    store
+        .within(
+            beat_limit(&shared.config),
+            store.register_session(id, &host, std::process::id(), shared.config.max_partitions),
+        )
         .await
+}
+
+/// How long one heartbeat (or registration) may take: half the expiry, so
+/// that after one is abandoned another still fits in before the session
+/// expires, and never more than the statement timeout.
+fn beat_limit(config: &crate::Config) -> Duration {
+    (config.session_expiry / 2).min(config.statement_timeout)
+}
+
+/// After a good heartbeat, whether the database answers everything: no
+/// statement timed out within the statement timeout (a stuck one would have).
+fn database_ok(shared: &Shared) -> bool {
+    !shared
+        .store
+        .timed_out_within(shared.config.statement_timeout)
 }
 
 /// Heartbeats until cancelled; replaces the session when its row is gone.
@@ -85,13 +107,18 @@ pub async fn keep(shared: Arc<Shared>, cancel: CancellationToken) {
             _ = tick.tick() => {}
         }
         let id = shared.session.id();
-        match shared.store.heartbeat(&id).await {
+        let limit = beat_limit(&shared.config);
+        let beat = shared
+            .store
+            .within(limit, shared.store.heartbeat(&id))
+            .await;
+        match beat {
             Ok(true) => {
                 shared.session.renewed();
                 shared
                     .health
                     .database
-                    .store(true, std::sync::atomic::Ordering::Relaxed);
+                    .store(database_ok(&shared), std::sync::atomic::Ordering::Relaxed);
                 warned = false;
             }
             Ok(false) => {

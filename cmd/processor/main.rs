@@ -180,6 +180,9 @@ struct RunArgs {
     /// On SIGTERM/SIGINT, how long in-flight calls may finish before exit [default: 30s]
     #[arg(long, env = "FEED_DRAIN_TIMEOUT", default_value = "30s", value_parser = duration, hide_default_value = true)]
     drain_timeout: Duration,
+    /// Longest one database statement may take; one cut off is retried on a fresh connection, so a dead connection never hangs the processor [default: 30s]
+    #[arg(long, env = "FEED_STATEMENT_TIMEOUT", default_value = "30s", value_parser = duration, hide_default_value = true)]
+    statement_timeout: Duration,
     /// Do not apply migrations at start [default: off]
     #[arg(long, env = "FEED_NO_MIGRATE")]
     no_migrate: bool,
@@ -329,6 +332,7 @@ async fn run(a: RunArgs) -> anyhow::Result<()> {
     c.max_response_bytes = a.max_response_bytes;
     c.listen = (a.listen != "off").then_some(a.listen);
     c.drain_timeout = a.drain_timeout;
+    c.statement_timeout = a.statement_timeout;
     c.migrate = !a.no_migrate;
     Ok(feed::run(c, shutdown).await?)
 }
@@ -441,7 +445,7 @@ async fn retry(a: RetryArgs) -> anyhow::Result<()> {
         Some(p) => RetryScope::Partition(p),
         None => RetryScope::All,
     };
-    let r = store.retry(scope).await?;
+    let r = store.retry_failed(scope).await?;
     println!("{} failed items back to available", r.items);
     if r.moved > 0 {
         println!(

@@ -12,7 +12,9 @@ pub mod producer;
 mod results;
 mod sessions;
 pub mod status;
+mod timeout;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use prometheus_client::metrics::counter::Counter;
@@ -29,6 +31,8 @@ pub use gates::{GateCount, HeldPartition};
 pub use leases::{FreeRow, HeldRow, LeaseCounts};
 pub use producer::{Enqueued, NewItem, OnFailure, PartitionSpec, Retried, RetryScope};
 pub use results::{Ack, ItemStatus, ItemWrite, Written, sanitize_error};
+use timeout::Bound;
+pub use timeout::DEFAULT_STATEMENT_TIMEOUT;
 
 use crate::{Error, Result};
 
@@ -40,6 +44,10 @@ pub struct Store {
     /// Statements issued through this store (all clones), exported as
     /// `feed_statements_total` so benchmarks can report statements per item.
     statements: Counter,
+    /// The time limit on each statement attempt (`--statement-timeout`).
+    bound: Arc<Bound>,
+    /// Attempts cut off by that limit, exported as `feed_statement_timeouts_total`.
+    timeouts: Counter,
 }
 
 /// A database URL with its password replaced, safe for logs and errors.
@@ -69,6 +77,18 @@ impl Store {
     /// # Ok(()) }
     /// ```
     pub async fn connect(url: &str, max_connections: u32) -> Result<Store> {
+        Self::connect_with(url, max_connections, DEFAULT_STATEMENT_TIMEOUT).await
+    }
+
+    /// [`Store::connect`] with a time limit on every statement attempt
+    /// (acquiring a connection included): one cut off is retried on another
+    /// connection, and a pooled connection that does not answer a ping
+    /// within the limit is closed rather than reused.
+    pub async fn connect_with(
+        url: &str,
+        max_connections: u32,
+        statement_timeout: Duration,
+    ) -> Result<Store> {
         let scheme = url.split(':').next().unwrap_or_default();
         let url = match scheme {
             "sqlite" | "postgres" | "postgresql" | "mysql" => url.to_string(),
@@ -104,6 +124,14 @@ impl Store {
                     .foreign_keys(true)
             });
         }
+        let limit = statement_timeout;
+        opts.map_sqlx_postgres_pool_opts(move |o| {
+            o.after_release(move |conn, _| timeout::release_check(conn, limit))
+        });
+        opts.map_sqlx_mysql_pool_opts(move |o| {
+            o.after_release(move |conn, _| timeout::release_check(conn, limit))
+                .after_connect(move |conn, _| timeout::end_idle_transactions(conn, limit))
+        });
         let db = Database::connect(opts).await.map_err(|e| Error::Connect {
             url: redact(&url),
             reason: e.to_string().replace(&url, &redact(&url)),
@@ -113,6 +141,8 @@ impl Store {
             db,
             backend,
             statements: Counter::default(),
+            bound: Arc::new(Bound::new(statement_timeout)),
+            timeouts: Counter::default(),
         })
     }
 
@@ -131,6 +161,18 @@ impl Store {
     pub fn set_statement_counter(&mut self, counter: Counter) {
         counter.inc_by(self.statements.get());
         self.statements = counter;
+    }
+
+    /// Counts statement timeouts into `counter` from now on (the processor's exported metric).
+    pub fn set_timeout_counter(&mut self, counter: Counter) {
+        counter.inc_by(self.timeouts.get());
+        self.timeouts = counter;
+    }
+
+    /// Whether a statement attempt was cut off by the time limit within the
+    /// last `window` (readiness reports it).
+    pub fn timed_out_within(&self, window: Duration) -> bool {
+        self.bound.timed_out_within(window)
     }
 
     pub(crate) fn count(&self, n: u64) {
@@ -169,7 +211,7 @@ impl Store {
     }
 
     async fn exec(&self, sql: &str, values: Vec<Value>) -> Result<u64> {
-        retry(|| async {
+        self.retry(|| async {
             self.count(1);
             self.db
                 .execute_raw(stmt(self.backend, sql, values.clone()))
@@ -180,7 +222,7 @@ impl Store {
     }
 
     async fn query(&self, sql: &str, values: Vec<Value>) -> Result<Vec<QueryResult>> {
-        retry(|| async {
+        self.retry(|| async {
             self.count(1);
             self.db
                 .query_all_raw(stmt(self.backend, sql, values.clone()))
@@ -204,25 +246,78 @@ pub(crate) fn ms(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
-/// Retries a statement on transient conflicts (serialization failures,
-/// deadlocks, SQLite BUSY, dropped connections) with a short jittered backoff.
-pub(crate) async fn retry<T, F, Fut>(mut op: F) -> Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<T, DbErr>>,
-{
-    let mut delay = Duration::from_millis(10);
-    for attempt in 1u32.. {
-        match op().await {
-            Ok(v) => return Ok(v),
-            Err(e) if attempt < 8 && is_transient(&e) => {
-                tracing::debug!(error = %e, attempt, "transient database error; retrying");
-                let jitter = Duration::from_millis(rand::random::<u64>() % 10);
-                tokio::time::sleep(delay + jitter).await;
-                delay = (delay * 2).min(Duration::from_secs(1));
+impl Store {
+    /// Runs `op` (one statement, or one transaction) and retries it on
+    /// transient conflicts (serialization failures, deadlocks, SQLite BUSY,
+    /// dropped connections) with a short jittered backoff. Each attempt is
+    /// cut off after the statement timeout; an attempt cut off is retried
+    /// once more (its connection is closed, the next one is fresh), then the
+    /// call fails with [`Error::StatementTimeout`].
+    pub(crate) async fn retry<T, F, Fut>(&self, mut op: F) -> Result<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T, DbErr>>,
+    {
+        let limit = self.bound.limit;
+        let mut delay = Duration::from_millis(10);
+        let mut cut = 0;
+        for attempt in 1u32.. {
+            match tokio::time::timeout(limit, op()).await {
+                Ok(Ok(v)) => return Ok(v),
+                Ok(Err(e)) if attempt < 8 && is_transient(&e) => {
+                    tracing::debug!(error = %e, attempt, "transient database error; retrying");
+                }
+                Ok(Err(e)) => return Err(e.into()),
+                Err(_) => {
+                    let e = self.cut_off(limit);
+                    cut += 1;
+                    let retrying = cut < 2 && attempt < 8;
+                    tracing::warn!(limit = ?limit, attempt, retrying, "database statement got no answer within the statement timeout");
+                    if !retrying {
+                        return Err(e);
+                    }
+                }
             }
-            Err(e) => return Err(e.into()),
+            let jitter = Duration::from_millis(rand::random::<u64>() % 10);
+            tokio::time::sleep(delay + jitter).await;
+            delay = (delay * 2).min(Duration::from_secs(1));
+        }
+        unreachable!("the loop returns")
+    }
+
+    /// Bounds one database call that does not go through [`Store::retry`]
+    /// (a transaction's `begin`, statements or `commit`) by the statement
+    /// timeout, so that a dead connection fails it instead of hanging.
+    pub async fn bounded<T, E>(
+        &self,
+        call: impl std::future::Future<Output = Result<T, E>>,
+    ) -> Result<T>
+    where
+        Error: From<E>,
+    {
+        self.within(self.bound.limit, call).await
+    }
+
+    /// Like [`Store::bounded`] with a tighter limit, for a call whose answer
+    /// is worthless after it (a heartbeat later than the session expiry).
+    pub async fn within<T, E>(
+        &self,
+        limit: Duration,
+        call: impl std::future::Future<Output = Result<T, E>>,
+    ) -> Result<T>
+    where
+        Error: From<E>,
+    {
+        match tokio::time::timeout(limit, call).await {
+            Ok(r) => Ok(r?),
+            Err(_) => Err(self.cut_off(limit)),
         }
     }
-    unreachable!("the loop returns")
+
+    /// Records an attempt cut off after `limit`; the error to report.
+    fn cut_off(&self, limit: Duration) -> Error {
+        self.bound.timed_out();
+        self.timeouts.inc();
+        Error::StatementTimeout(limit)
+    }
 }

@@ -38,7 +38,7 @@ impl OnFailure {
     }
 }
 
-/// Which failed items [`Store::retry`] puts back.
+/// Which failed items [`Store::retry_failed`] puts back.
 #[derive(Clone, Copy, Debug)]
 pub enum RetryScope<'a> {
     /// Every failed item.
@@ -49,7 +49,7 @@ pub enum RetryScope<'a> {
     Item(&'a str),
 }
 
-/// What [`Store::retry`] did.
+/// What [`Store::retry_failed`] did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Retried {
     /// Items put back to available with fresh attempts.
@@ -110,7 +110,8 @@ impl Store {
             sqlite_transaction_mode: Some(SqliteTransactionMode::Immediate),
             ..Default::default()
         };
-        Ok(self.connection().begin_with_options(opts).await?)
+        self.bounded(self.connection().begin_with_options(opts))
+            .await
     }
 
     /// Creates or extends a partition and inserts `items`, all in one
@@ -157,7 +158,7 @@ impl Store {
         let txn = self.begin_write().await?;
         // Upsert, then lock: producers creating the same partition at once
         // all succeed (a lock on a row that does not exist yet locks nothing).
-        let created = txn
+        let created = self.bounded(txn
             .execute_raw(stmt(
                 b,
                 &format!(
@@ -170,19 +171,19 @@ impl Store {
                     spec.manual_checkpoint.into(),
                     spec.on_failure.as_str().into(),
                 ],
-            ))
+            )))
             .await?
             .rows_affected()
             == 1;
-        let rows = txn
-            .query_all_raw(stmt(
+        let rows = self
+            .bounded(txn.query_all_raw(stmt(
                 b,
                 &format!(
                     "SELECT gate, status FROM feed_partitions WHERE id = ?{}",
                     for_update(b)
                 ),
                 vec![partition.into()],
-            ))
+            )))
             .await?;
         let row = rows
             .first()
@@ -201,17 +202,18 @@ impl Store {
         }
         // Bumping the version makes a holder re-check the partition's gate,
         // and makes any advance or close it computed before this fail.
-        txn.execute_raw(stmt(
+        self.bounded(txn.execute_raw(stmt(
             b,
             "UPDATE feed_partitions SET status = CASE WHEN status = 'complete' THEN 'available' ELSE status END, \
              version = version + 1, updated_at = {now} WHERE id = ?",
             vec![partition.into()],
-        ))
+        )))
         .await?;
         for chunk in items.chunks(BATCH) {
-            insert_items(&txn, b, partition, gate, chunk).await?;
+            self.bounded(insert_items(&txn, b, partition, gate, chunk))
+                .await?;
         }
-        txn.commit().await?;
+        self.bounded(txn.commit()).await?;
         Ok(Enqueued {
             items: items.len(),
             created,
@@ -229,11 +231,11 @@ impl Store {
     /// ```no_run
     /// # async fn f(store: feed::Store) -> feed::Result<()> {
     /// use feed::store::RetryScope;
-    /// let r = store.retry(RetryScope::Partition("folder-1")).await?;
+    /// let r = store.retry_failed(RetryScope::Partition("folder-1")).await?;
     /// println!("{} items will run again", r.items);
     /// # Ok(()) }
     /// ```
-    pub async fn retry(&self, scope: RetryScope<'_>) -> Result<Retried> {
+    pub async fn retry_failed(&self, scope: RetryScope<'_>) -> Result<Retried> {
         let b = self.backend();
         let txn = self.begin_write().await?;
         let (filter, values): (&str, Vec<Value>) = match scope {
@@ -242,14 +244,14 @@ impl Store {
             RetryScope::Item(i) => (" AND id = ?", vec![i.into()]),
         };
         // Partitions first, then items: the lock order of every writer.
-        txn.execute_raw(stmt(
+        self.bounded(txn.execute_raw(stmt(
             b,
             &format!(
                 "UPDATE feed_partitions SET status = 'available', version = version + 1, updated_at = {{now}} \
                  WHERE id IN (SELECT partition_id FROM feed_items WHERE status = 'failed'{filter})"
             ),
             values.clone(),
-        ))
+        )))
         .await?;
         let gate = "(SELECT p.gate FROM feed_partitions p WHERE p.id = feed_items.partition_id)";
         let note = concat(
@@ -262,32 +264,33 @@ impl Store {
             ],
         );
         // `last_error` first: MySQL's later assignments see earlier ones.
-        let moved = txn
-            .execute_raw(stmt(
+        let moved = self
+            .bounded(txn.execute_raw(stmt(
                 b,
                 &format!(
                     "UPDATE feed_items SET last_error = {note}, gate = {gate} \
                      WHERE status = 'failed' AND gate < {gate}{filter}"
                 ),
                 values.clone(),
-            ))
+            )))
             .await?
             .rows_affected();
-        let n = txn
-            .execute_raw(stmt(
+        let n = self
+            .bounded(txn.execute_raw(stmt(
                 b,
                 &format!(
                     "UPDATE feed_items SET status = 'available', attempts = 0, not_before = NULL, \
                      version = version + 1, updated_at = {{now}} WHERE status = 'failed'{filter}"
                 ),
                 values,
-            ))
+            )))
             .await?
             .rows_affected();
         if b == DbBackend::Postgres && n > 0 {
-            txn.execute_unprepared("NOTIFY feed_items").await?;
+            self.bounded(txn.execute_unprepared("NOTIFY feed_items"))
+                .await?;
         }
-        txn.commit().await?;
+        self.bounded(txn.commit()).await?;
         Ok(Retried { items: n, moved })
     }
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use sea_orm::{ConnectionTrait, DbBackend, DbErr, Statement, TransactionTrait, Value};
 
 use super::dialect::{fence_lock, marks, stmt};
-use super::{Fence, Store, ms, retry};
+use super::{Fence, Store, ms};
 use crate::{Error, Result};
 
 /// Rows per batched UPDATE (12 parameters each: well under every backend's limit).
@@ -193,11 +193,12 @@ impl Store {
             lock = fence_lock(self.backend)
         );
         let st = stmt(self.backend, &sql, values);
-        let rows = retry(|| async {
-            self.count(1);
-            self.db.query_all_raw(st.clone()).await
-        })
-        .await?;
+        let rows = self
+            .retry(|| async {
+                self.count(1);
+                self.db.query_all_raw(st.clone()).await
+            })
+            .await?;
         let written: HashSet<String> = rows
             .iter()
             .filter_map(|r| r.try_get::<String>("", "id").ok())
@@ -229,19 +230,20 @@ impl Store {
         let batch = (acks.len() > 1).then(|| self.mysql_batch_statement(acks, expiry));
         if let Some(batch) = &batch {
             let n = acks.len() as u64;
-            let all = retry(|| async {
-                let txn = self.db.begin().await?;
-                self.count(2);
-                txn.query_all_raw(lock.clone()).await?;
-                if txn.execute_raw(batch.clone()).await?.rows_affected() == n {
-                    txn.commit().await?;
-                    Ok(true)
-                } else {
-                    txn.rollback().await?;
-                    Ok(false)
-                }
-            })
-            .await?;
+            let all = self
+                .retry(|| async {
+                    let txn = self.db.begin().await?;
+                    self.count(2);
+                    txn.query_all_raw(lock.clone()).await?;
+                    if txn.execute_raw(batch.clone()).await?.rows_affected() == n {
+                        txn.commit().await?;
+                        Ok(true)
+                    } else {
+                        txn.rollback().await?;
+                        Ok(false)
+                    }
+                })
+                .await?;
             if all {
                 return Ok(vec![true; acks.len()]);
             }
@@ -250,7 +252,7 @@ impl Store {
             .iter()
             .map(|a| self.result_statement(a, expiry))
             .collect();
-        retry(|| async {
+        self.retry(|| async {
             let txn = self.db.begin().await?;
             self.count(1);
             txn.query_all_raw(lock.clone()).await?;

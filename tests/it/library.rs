@@ -80,7 +80,7 @@ async fn in_process_processor() {
     );
     let r = db
         .store
-        .retry(feed::store::RetryScope::Partition("lib"))
+        .retry_failed(feed::store::RetryScope::Partition("lib"))
         .await
         .unwrap();
     assert_eq!(r.items, 1);

@@ -3,6 +3,7 @@
 
 mod fairness;
 mod faults;
+mod proxy;
 mod support;
 
 mod chaos;
@@ -13,6 +14,7 @@ mod gates;
 mod hostile;
 mod library;
 mod liveness;
+mod netfault;
 mod protocol;
 mod races;
 mod recovery;

@@ -193,7 +193,7 @@ async fn retry_bumps_the_partition_version(b: Backend) {
     )
     .await;
     let before = version(&db).await;
-    let r = db.store.retry(RetryScope::Item("f")).await.unwrap();
+    let r = db.store.retry_failed(RetryScope::Item("f")).await.unwrap();
     assert_eq!((r.items, r.moved), (1, 0));
     assert_eq!(version(&db).await, before + 1);
     assert_eq!(db.item_row("f").await.status, "available");
