@@ -44,6 +44,12 @@ pub struct Config {
     pub drain_timeout: Duration,
     /// Apply migrations at start.
     pub migrate: bool,
+    /// Serve the dashboard and its JSON API on `listen`.
+    pub ui: bool,
+    /// Allows actions from the dashboard and the API; None = read-only.
+    pub admin_token: Option<crate::console::AdminToken>,
+    /// Prune finished partitions older than this every few minutes; None = keep them.
+    pub retention: Option<Duration>,
 }
 
 impl Config {
@@ -69,6 +75,9 @@ impl Config {
             listen: None,
             drain_timeout: Duration::from_secs(30),
             migrate: true,
+            ui: false,
+            admin_token: None,
+            retention: None,
         }
     }
 

@@ -102,7 +102,7 @@ pub async fn run_with(
     );
     let health = Arc::new(Health::default());
     let server = match &config.listen {
-        Some(addr) => Some(listen(addr, health.clone(), registry, cancel.clone()).await?),
+        Some(addr) => Some(listen(addr, health.clone(), registry, &config, cancel.clone()).await?),
         None => None,
     };
 
@@ -143,6 +143,7 @@ pub async fn run_with(
 
     let keeper_stop = CancellationToken::new();
     let keeper = tokio::spawn(session::keep(shared.clone(), keeper_stop.clone()));
+    crate::retention::spawn(shared.clone(), cancel.clone());
     dispatch::run(shared.clone(), cancel.clone()).await;
 
     // Hand over at once: release partitions, then delete the session.
@@ -192,6 +193,7 @@ async fn listen(
     addr: &str,
     health: Arc<Health>,
     registry: Registry,
+    config: &Config,
     cancel: CancellationToken,
 ) -> Result<tokio::task::JoinHandle<()>> {
     let listener = tokio::net::TcpListener::bind(addr)
@@ -200,7 +202,7 @@ async fn listen(
             addr: addr.to_string(),
             source,
         })?;
-    let app = crate::server::router(health, Arc::new(registry));
+    let app = crate::server::app(health, Arc::new(registry), config);
     Ok(tokio::spawn(async move {
         let stop = async move { cancel.cancelled().await };
         if let Err(e) = axum::serve(listener, app)

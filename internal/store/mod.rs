@@ -3,8 +3,11 @@
 //! Nothing outside this module writes SQL. Dialect differences live in
 //! [`dialect`]; producer operations (enqueue, status, retry) in [`producer`].
 
+mod controls;
 mod dialect;
+pub mod listing;
 pub mod producer;
+pub mod prune;
 mod results;
 pub mod status;
 
@@ -437,7 +440,7 @@ impl Store {
         let sql = format!(
             "SELECT i.id, i.partition_id, i.gate, {data} AS data, i.attempts, i.version \
              FROM feed_partitions p JOIN feed_items i ON i.partition_id = p.id AND i.gate = p.gate \
-             WHERE p.owner = ? AND p.status = 'available' AND i.status = 'available' \
+             WHERE p.owner = ? AND p.status = 'available' AND i.status = 'available' AND NOT p.paused \
              AND (i.not_before IS NULL OR i.not_before <= {{now}}){not_in} LIMIT ?",
             data = data_column(self.backend, "i")
         );

@@ -75,7 +75,7 @@ pub struct Enqueued {
 const BATCH: usize = 500;
 
 impl Store {
-    async fn begin_write(&self) -> Result<DatabaseTransaction> {
+    pub(super) async fn begin_write(&self) -> Result<DatabaseTransaction> {
         let opts = TransactionOptions {
             sqlite_transaction_mode: Some(SqliteTransactionMode::Immediate),
             ..Default::default()
@@ -228,6 +228,35 @@ impl Store {
         }
         txn.commit().await?;
         Ok(n)
+    }
+
+    /// Puts one failed item back to `available` with attempts reset and
+    /// reopens its partition if it had failed; false when the item is not
+    /// `failed` (or does not exist).
+    pub async fn retry_item(&self, id: &str) -> Result<bool> {
+        let b = self.backend();
+        let txn = self.begin_write().await?;
+        txn.execute_raw(stmt(
+            b,
+            "UPDATE feed_partitions SET status = 'available', version = version + 1, updated_at = {now} \
+             WHERE status = 'failed' AND id IN (SELECT partition_id FROM feed_items WHERE id = ? AND status = 'failed')",
+            vec![id.into()],
+        ))
+        .await?;
+        let n = txn
+            .execute_raw(stmt(
+                b,
+                "UPDATE feed_items SET status = 'available', attempts = 0, not_before = NULL, \
+                 version = version + 1, updated_at = {now} WHERE id = ? AND status = 'failed'",
+                vec![id.into()],
+            ))
+            .await?
+            .rows_affected();
+        if b == DbBackend::Postgres && n > 0 {
+            txn.execute_unprepared("NOTIFY feed_items").await?;
+        }
+        txn.commit().await?;
+        Ok(n == 1)
     }
 }
 

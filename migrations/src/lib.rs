@@ -10,6 +10,7 @@ pub use sea_orm_migration::prelude::*;
 
 mod m20261121_000001_create_tables;
 mod m20261121_000002_notify;
+mod m20261123_000003_controls;
 
 /// Applies Feed's migrations in order.
 pub struct Migrator;
@@ -20,6 +21,7 @@ impl MigratorTrait for Migrator {
         vec![
             Box::new(m20261121_000001_create_tables::Migration),
             Box::new(m20261121_000002_notify::Migration),
+            Box::new(m20261123_000003_controls::Migration),
         ]
     }
 
