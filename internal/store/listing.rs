@@ -309,7 +309,9 @@ impl Store {
                     not_before: get(r, "not_before")?,
                     version: get(r, "version")?,
                     updated_at: get(r, "updated_at")?,
-                    data_bytes: get(r, "data_bytes")?,
+                    // PostgreSQL's LENGTH is a 4-byte integer, the others' 8-byte.
+                    data_bytes: get::<i64>(r, "data_bytes")
+                        .or_else(|_| get::<i32>(r, "data_bytes").map(i64::from))?,
                     data_preview: String::from_utf8_lossy(&preview).into_owned(),
                 })
             })

@@ -5,6 +5,7 @@ mod support;
 
 mod chaos;
 mod cli;
+mod console_api;
 mod fencing;
 mod gates;
 mod hostile;
