@@ -3,6 +3,7 @@
 
 mod support;
 
+mod browser;
 mod chaos;
 mod cli;
 mod console_api;
@@ -14,3 +15,4 @@ mod library;
 mod protocol;
 mod retention;
 mod sessions;
+mod webdriver;
