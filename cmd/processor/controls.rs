@@ -6,7 +6,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 
-use super::{DbArgs, connect, duration};
+use super::{DbArgs, connect, duration, secret};
 
 /// The admin token flags, shared by `run` and `ui`.
 #[derive(Args, Clone, Default)]
@@ -27,17 +27,11 @@ pub struct TokenArgs {
 impl TokenArgs {
     /// The token, read from the file if one is named.
     pub fn token(&self) -> anyhow::Result<Option<feed::console::AdminToken>> {
-        let raw = match &self.admin_token_file {
-            Some(path) => Some(
-                std::fs::read_to_string(path)
-                    .map_err(|e| {
-                        feed::Error::Config(format!("--admin-token-file {}: {e}", path.display()))
-                    })?
-                    .trim_end_matches(['\r', '\n'])
-                    .to_string(),
-            ),
-            None => self.admin_token.clone(),
-        };
+        let raw = secret(
+            "--admin-token-file",
+            self.admin_token.clone(),
+            self.admin_token_file.as_deref(),
+        )?;
         Ok(raw.map(feed::console::AdminToken::new).transpose()?)
     }
 }

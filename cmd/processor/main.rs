@@ -367,17 +367,11 @@ async fn run(a: RunArgs) -> anyhow::Result<()> {
     c.backoff_base = a.backoff_base;
     c.backoff_max = a.backoff_max;
     c.headers = a.headers;
-    c.signing_secret = match &a.signing_secret_file {
-        Some(path) => Some(
-            std::fs::read_to_string(path)
-                .map_err(|e| {
-                    feed::Error::Config(format!("--signing-secret-file {}: {e}", path.display()))
-                })?
-                .trim_end_matches(['\r', '\n'])
-                .to_string(),
-        ),
-        None => a.signing_secret,
-    };
+    c.signing_secret = secret(
+        "--signing-secret-file",
+        a.signing_secret,
+        a.signing_secret_file.as_deref(),
+    )?;
     c.content_type = a.content_type;
     c.max_response_bytes = a.max_response_bytes;
     c.listen = (a.listen != "off").then_some(a.listen);
@@ -387,6 +381,18 @@ async fn run(a: RunArgs) -> anyhow::Result<()> {
     c.admin_token = a.token.token()?;
     c.retention = a.retention;
     Ok(feed::run(c, shutdown).await?)
+}
+
+/// A secret given on the command line, or read from `file` (trailing newline ignored).
+fn secret(
+    flag: &str,
+    value: Option<String>,
+    file: Option<&std::path::Path>,
+) -> Result<Option<String>, feed::Error> {
+    let Some(path) = file else { return Ok(value) };
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| feed::Error::Config(format!("{flag} {}: {e}", path.display())))?;
+    Ok(Some(text.trim_end_matches(['\r', '\n']).to_string()))
 }
 
 async fn connect(db: &DbArgs) -> anyhow::Result<feed::Store> {
