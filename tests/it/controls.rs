@@ -207,3 +207,39 @@ async fn closed_pipe_is_quiet() {
     assert_eq!(String::from_utf8_lossy(&o.stderr), "");
     assert!(o.status.success(), "{o:?}");
 }
+
+/// The Grafana dashboard in contrib/ only queries series a processor exports.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grafana_dashboard_uses_exported_metrics() {
+    let db = TestDb::new(Backend::Sqlite).await.unwrap();
+    let h = Handler::start(|_| reply(200, json!({ "done": true }))).await;
+    let proc = Proc::start(&db, &h.url(), &[]);
+    wait_for("metrics", MINUTE, || async {
+        proc.metrics().await.contains("feed_sessions_alive")
+    })
+    .await;
+    let exported = proc.metrics().await;
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/contrib/grafana-dashboard.json"
+    );
+    let dashboard: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let mut names = 0;
+    for panel in dashboard["panels"].as_array().unwrap() {
+        for target in panel["targets"].as_array().unwrap() {
+            let expr = target["expr"].as_str().unwrap();
+            for word in expr.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
+                if word.starts_with("feed_") {
+                    let series = word.trim_end_matches("_bucket");
+                    assert!(
+                        exported.contains(&format!("# TYPE {}", series.trim_end_matches("_total"))),
+                        "{series} is not exported"
+                    );
+                    names += 1;
+                }
+            }
+        }
+    }
+    assert!(names >= 10);
+}
