@@ -578,7 +578,11 @@ async fn status(a: StatusArgs) -> anyhow::Result<()> {
             .unwrap_or_else(|| "-".to_string());
         t.add_row([
             p.id.clone(),
-            p.status.clone(),
+            if p.paused {
+                format!("{} (paused)", p.status)
+            } else {
+                p.status.clone()
+            },
             p.gate.to_string(),
             owner,
             gates.join("  "),
