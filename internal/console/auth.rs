@@ -128,10 +128,12 @@ pub fn check_form(
     Ok(())
 }
 
-/// `Set-Cookie` for a successful login: HttpOnly, SameSite=Strict, 12 hours.
-pub fn login_cookie(token: &AdminToken) -> String {
+/// `Set-Cookie` for a successful login: HttpOnly, SameSite=Strict, 12
+/// hours, and `Secure` when a proxy says the browser uses HTTPS.
+pub fn login_cookie(token: &AdminToken, https: bool) -> String {
+    let secure = if https { "; Secure" } else { "" };
     format!(
-        "{COOKIE}={}; Path=/; HttpOnly; SameSite=Strict; Max-Age=43200",
+        "{COOKIE}={}; Path=/; HttpOnly; SameSite=Strict; Max-Age=43200{secure}",
         token.cookie_value()
     )
 }

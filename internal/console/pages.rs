@@ -328,7 +328,10 @@ async fn login(State(c): State<Console>, headers: HeaderMap, Form(f): Form<Login
         Some(t) if t.matches(f.token.trim()) => {
             tracing::info!("operator logged in to the dashboard");
             let mut r = Redirect::to(&next).into_response();
-            if let Ok(v) = auth::login_cookie(t).parse() {
+            let https = headers
+                .get("x-forwarded-proto")
+                .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"https"));
+            if let Ok(v) = auth::login_cookie(t, https).parse() {
                 r.headers_mut().insert(header::SET_COOKIE, v);
             }
             r

@@ -422,3 +422,109 @@ async fn api_actions(backend: Backend) {
 }
 
 on_all_backends!(api_reads, api_tokens, api_actions);
+
+/// Page actions need the login cookie and the form's CSRF token; the
+/// cookie is HttpOnly and SameSite and is not the token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn page_forms_need_login_and_csrf() {
+    let db = TestDb::new(Backend::Sqlite).await.unwrap();
+    enqueue(&db, "p", false, &[("p/1", 0)]).await;
+    let open = serve(db.store.clone(), None).await;
+    let base = serve(db.store.clone(), Some(TOKEN)).await;
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let form = |url: String, body: &str, cookie: Option<String>| {
+        let mut r = http
+            .post(url)
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(body.to_string());
+        if let Some(c) = cookie {
+            r = r.header("cookie", c);
+        }
+        r.send()
+    };
+    let pause = |b: &str| format!("{b}/partitions/p/pause");
+    let r = form(pause(&open), "csrf=x&confirm=yes", None)
+        .await
+        .unwrap();
+    assert_eq!(
+        r.status(),
+        StatusCode::FORBIDDEN,
+        "no admin token configured"
+    );
+    let r = form(pause(&base), "csrf=x&confirm=yes", None)
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED, "not logged in");
+
+    let r = form(
+        format!("{base}/login"),
+        "token=wrong-token-0123456789",
+        None,
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+    let r = form(
+        format!("{base}/login"),
+        "token=test-admin-token-0123456789&next=//evil.example/",
+        None,
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    assert_eq!(r.headers()["location"], "/", "only local redirects");
+    let set = r.headers()["set-cookie"].to_str().unwrap().to_string();
+    assert!(
+        set.contains("HttpOnly") && set.contains("SameSite=Strict"),
+        "{set}"
+    );
+    assert!(!set.contains(TOKEN), "the cookie carries the token");
+    let cookie = set.split(';').next().unwrap().to_string();
+
+    let r = form(
+        pause(&base),
+        "csrf=forged&confirm=yes",
+        Some(cookie.clone()),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status(), StatusCode::FORBIDDEN, "a forged CSRF token");
+    let page = http
+        .get(format!("{base}/partitions/p"))
+        .header("cookie", cookie.clone());
+    let page = page.send().await.unwrap().text().await.unwrap();
+    let csrf = page
+        .split("name=\"csrf\" value=\"")
+        .nth(1)
+        .unwrap()
+        .split('"')
+        .next()
+        .unwrap();
+    assert!(!page.contains(TOKEN));
+    let body: &'static str = Box::leak(format!("csrf={csrf}").into_boxed_str());
+    let r = form(pause(&base), body, Some(cookie.clone()))
+        .await
+        .unwrap();
+    let confirm = r.text().await.unwrap();
+    assert!(
+        confirm.contains("Pause partition p?"),
+        "asks first: {confirm}"
+    );
+    assert_eq!(
+        db.store.partition("p").await.unwrap().paused,
+        false,
+        "not before confirming"
+    );
+    let r = form(
+        pause(&base),
+        &format!("csrf={csrf}&confirm=yes"),
+        Some(cookie),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    assert!(db.store.partition("p").await.unwrap().paused);
+}

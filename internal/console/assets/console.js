@@ -16,5 +16,5 @@
         if (fresh) live.replaceChildren.apply(live, Array.prototype.slice.call(fresh.childNodes));
       })
       .catch(function () {});
-  }, 2000);
+  }, 5000);
 })();
