@@ -513,9 +513,8 @@ async fn page_forms_need_login_and_csrf() {
         confirm.contains("Pause partition p?"),
         "asks first: {confirm}"
     );
-    assert_eq!(
-        db.store.partition("p").await.unwrap().paused,
-        false,
+    assert!(
+        !db.store.partition("p").await.unwrap().paused,
         "not before confirming"
     );
     let r = form(
