@@ -91,24 +91,24 @@ async fn secure_headers(mut r: Response) -> Response {
     r
 }
 
-/// The HTTP status for a library error: 404 unknown, 409 does not apply.
-fn status_of(e: &Error) -> StatusCode {
-    match e {
+/// The HTTP status and the message to show for a library error: 404
+/// unknown, 409 does not apply; database details are logged, not shown.
+fn public(e: Error) -> (StatusCode, String) {
+    let code = match e {
         Error::NotFound(_) => StatusCode::NOT_FOUND,
         Error::Conflict(_) => StatusCode::CONFLICT,
         Error::Invalid(_) => StatusCode::BAD_REQUEST,
         _ => StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    if code == StatusCode::INTERNAL_SERVER_ERROR {
+        tracing::warn!(error = %e, "console request failed");
+        return (code, "internal error; see the server's log".into());
     }
+    (code, e.to_string())
 }
 
-/// A library error as a JSON answer; database details are logged, not shown.
+/// A library error as a JSON answer.
 pub(crate) fn json_error(e: Error) -> Response {
-    let code = status_of(&e);
-    let message = if code == StatusCode::INTERNAL_SERVER_ERROR {
-        tracing::warn!(error = %e, "console request failed");
-        "internal error; see the server's log".to_string()
-    } else {
-        e.to_string()
-    };
+    let (code, message) = public(e);
     (code, axum::Json(serde_json::json!({ "error": message }))).into_response()
 }

@@ -13,7 +13,7 @@ use serde::Deserialize;
 
 use super::api::Action;
 use super::views::{self, Viewer, enc};
-use super::{Console, auth, status_of};
+use super::{Console, auth, public};
 use crate::store::listing::{ItemFilter, PartitionFilter};
 
 const STYLE: &str = include_str!("assets/style.css");
@@ -59,13 +59,7 @@ fn page(code: StatusCode, title: &str, viewer: &Viewer, body: Markup) -> Respons
 }
 
 fn failure(e: crate::Error, viewer: &Viewer) -> Response {
-    let code = status_of(&e);
-    let text = if code == StatusCode::INTERNAL_SERVER_ERROR {
-        tracing::warn!(error = %e, "console page failed");
-        "internal error; see the server's log".to_string()
-    } else {
-        e.to_string()
-    };
+    let (code, text) = public(e);
     page(code, "Error", viewer, views::message(&text))
 }
 
