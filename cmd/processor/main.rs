@@ -504,7 +504,11 @@ async fn retry(a: RetryArgs) -> anyhow::Result<()> {
         println!("item {item} back to available");
         return Ok(());
     }
-    let n = store.retry_failed(a.partition.as_deref()).await?;
+    let n = match &a.partition {
+        // Checked: an unknown or cancelled partition is refused.
+        Some(p) => store.retry_partition(p).await?,
+        None => store.retry_failed(None).await?,
+    };
     println!("{n} failed items back to available");
     Ok(())
 }
