@@ -99,6 +99,9 @@ impl Config {
         if self.poll_interval.is_zero() || self.acquire_interval.is_zero() {
             return bad("--poll-interval and --acquire-interval must be above zero");
         }
+        if self.ui && self.listen.is_none() {
+            return bad("--ui serves the dashboard on --listen, which is off");
+        }
         Ok(())
     }
 }

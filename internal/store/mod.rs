@@ -2,6 +2,8 @@
 //!
 //! Nothing outside this module writes SQL. Dialect differences live in
 //! [`dialect`]; producer operations (enqueue, status, retry) in [`producer`].
+//! Operator controls live in `controls`, the console's read models in
+//! [`listing`], retention in [`prune`].
 
 mod controls;
 mod dialect;
