@@ -50,6 +50,12 @@ pub struct Config {
     pub statement_timeout: Duration,
     /// Apply migrations at start.
     pub migrate: bool,
+    /// Serve the dashboard and its JSON API on `listen`.
+    pub ui: bool,
+    /// Allows actions from the dashboard and the API; None = read-only.
+    pub admin_token: Option<crate::console::AdminToken>,
+    /// Prune finished partitions older than this every few minutes; None = keep them.
+    pub retention: Option<Duration>,
 }
 
 impl Config {
@@ -77,6 +83,9 @@ impl Config {
             drain_timeout: Duration::from_secs(30),
             statement_timeout: crate::store::DEFAULT_STATEMENT_TIMEOUT,
             migrate: true,
+            ui: false,
+            admin_token: None,
+            retention: None,
         }
     }
 
@@ -103,6 +112,9 @@ impl Config {
         }
         if self.poll_interval.is_zero() || self.acquire_interval.is_zero() {
             return bad("--poll-interval and --acquire-interval must be above zero");
+        }
+        if self.ui && self.listen.is_none() {
+            return bad("--ui serves the dashboard on --listen, which is off");
         }
         Ok(())
     }

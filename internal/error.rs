@@ -31,6 +31,10 @@ pub enum Error {
     /// Something the user asked for does not exist.
     #[error("not found: {0}")]
     NotFound(String),
+    /// An operator action that does not apply to the current state (e.g.
+    /// advancing a partition that is not manual); the message says why.
+    #[error("{0}")]
+    Conflict(String),
     /// The HTTP listener could not be started.
     #[error("cannot listen on {addr}: {source}")]
     Listen {

@@ -18,11 +18,14 @@
 //! - [`server`] and [`metrics`]: health and Prometheus metrics;
 //! - [`run`](mod@run): start-up and graceful shutdown;
 //! - [`demo`]: the resume example behind `processor demo`;
+//! - [`console`]: the web dashboard and its JSON API (operator controls);
+//! - [`retention`]: pruning finished partitions, one processor at a time;
 //! - [`config`], [`error`], [`backoff`]: settings, the error type, retry delays.
 
 pub mod backoff;
 pub mod completer;
 pub mod config;
+pub mod console;
 pub mod demo;
 pub mod dispatch;
 pub mod error;
@@ -32,6 +35,7 @@ pub mod leases;
 pub mod metrics;
 pub mod notify;
 pub mod policy;
+pub mod retention;
 pub mod run;
 pub mod server;
 pub mod session;

@@ -111,7 +111,7 @@ pub async fn run_with(
     );
     let health = Arc::new(Health::default());
     let server = match &config.listen {
-        Some(addr) => Some(listen(addr, health.clone(), registry, cancel.clone()).await?),
+        Some(addr) => Some(listen(addr, health.clone(), registry, &config, cancel.clone()).await?),
         None => None,
     };
 
@@ -159,6 +159,7 @@ pub async fn run_with(
     // Heartbeats go on through the drain (results need a live session); the
     // keeper is aborted after it.
     let keeper = tokio::spawn(session::keep(shared.clone(), CancellationToken::new()));
+    crate::retention::spawn(shared.clone(), cancel.clone());
     let drain_timeout = shared.config.drain_timeout;
     let deadline = async {
         cancel.cancelled().await;
@@ -251,6 +252,7 @@ async fn listen(
     addr: &str,
     health: Arc<Health>,
     registry: Registry,
+    config: &Config,
     cancel: CancellationToken,
 ) -> Result<tokio::task::JoinHandle<()>> {
     let listener = tokio::net::TcpListener::bind(addr)
@@ -259,7 +261,7 @@ async fn listen(
             addr: addr.to_string(),
             source,
         })?;
-    let app = crate::server::router(health, Arc::new(registry));
+    let app = crate::server::app(health, Arc::new(registry), config);
     Ok(tokio::spawn(async move {
         let stop = async move { cancel.cancelled().await };
         if let Err(e) = axum::serve(listener, app)

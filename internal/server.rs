@@ -1,4 +1,5 @@
-//! The small HTTP listener: `/healthz`, `/readyz` and `/metrics`, nothing else.
+//! The small HTTP listener: `/healthz`, `/readyz` and `/metrics`, plus the
+//! console (dashboard and JSON API) with `--ui`.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -34,6 +35,16 @@ pub fn router(health: Arc<Health>, registry: Arc<Registry>) -> Router {
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .with_state(AppState { health, registry })
+}
+
+/// [`router`], plus the console when `config.ui` is set.
+pub fn app(health: Arc<Health>, registry: Arc<Registry>, config: &crate::Config) -> Router {
+    let app = router(health, registry);
+    if !config.ui {
+        return app;
+    }
+    let console = crate::console::Console::lazy(&config.database_url, config.admin_token.clone());
+    app.merge(console.router())
 }
 
 async fn readyz(State(s): State<AppState>) -> impl IntoResponse {

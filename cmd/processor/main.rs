@@ -1,6 +1,8 @@
 //! `processor`: the command line of Feed. Only flags and wiring live here;
 //! everything else is the `feed` library.
 
+mod controls;
+
 use std::io::BufRead;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -42,6 +44,18 @@ enum Command {
     Demo(DemoArgs),
     /// Exit 0 when a running processor answers its /healthz (for container health checks).
     Health(HealthArgs),
+    /// Advance a manual_checkpoint partition to a higher gate.
+    Checkpoint(controls::CheckpointArgs),
+    /// Stop dispatching a partition's items (or every partition's) until resumed.
+    Pause(controls::PauseArgs),
+    /// Dispatch a paused partition (or every paused one) again.
+    Resume(controls::PauseArgs),
+    /// Cancel a partition: it and its unfinished items become cancelled.
+    Cancel(controls::CancelArgs),
+    /// Delete complete and cancelled partitions (and their items) finished before a cutoff.
+    Prune(controls::PruneArgs),
+    /// Serve the web dashboard and its JSON API on its own (no handler needed).
+    Ui(controls::UiArgs),
 }
 
 #[derive(Args)]
@@ -186,6 +200,14 @@ struct RunArgs {
     /// Do not apply migrations at start [default: off]
     #[arg(long, env = "FEED_NO_MIGRATE")]
     no_migrate: bool,
+    /// Serve the dashboard and its JSON API under / on --listen [default: off]
+    #[arg(long, env = "FEED_UI")]
+    ui: bool,
+    #[command(flatten)]
+    token: controls::TokenArgs,
+    /// Prune complete and cancelled partitions older than this every few minutes, e.g. 7d [default: off]
+    #[arg(long, env = "FEED_RETENTION", value_parser = duration)]
+    retention: Option<Duration>,
 }
 
 #[derive(Args)]
@@ -212,12 +234,16 @@ struct EnqueueArgs {
 }
 
 #[derive(Args)]
+#[command(group(clap::ArgGroup::new("which").required(true).args(["partition", "all", "item"])))]
 struct RetryArgs {
     #[command(flatten)]
     db: DbArgs,
     /// Only this partition's failed items
-    #[arg(long, conflicts_with = "all", required_unless_present = "all")]
+    #[arg(long)]
     partition: Option<String>,
+    /// Only this failed item
+    #[arg(long)]
+    item: Option<String>,
     /// Every failed item
     #[arg(long)]
     all: bool,
@@ -276,6 +302,7 @@ fn shutdown_signal() -> std::io::Result<impl std::future::Future<Output = ()>> {
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    exit_quietly_on_closed_pipe();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Run(args) => run(*args).await,
@@ -285,6 +312,18 @@ async fn main() -> ExitCode {
         Command::Status(args) => status(args).await,
         Command::Demo(args) => demo(args).await,
         Command::Health(args) => health(args).await,
+        Command::Checkpoint(args) => controls::checkpoint(args).await,
+        Command::Pause(args) => controls::pause(args, true).await,
+        Command::Resume(args) => controls::pause(args, false).await,
+        Command::Cancel(args) => controls::cancel(args).await,
+        Command::Prune(args) => controls::prune(args).await,
+        Command::Ui(args) => match shutdown_signal() {
+            Ok(stop) => {
+                init_logs(LogFormat::Text);
+                controls::ui(args, stop).await
+            }
+            Err(e) => Err(anyhow::Error::new(e).context("installing signal handlers")),
+        },
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -299,6 +338,24 @@ async fn main() -> ExitCode {
             ExitCode::from(if usage { 2 } else { 1 })
         }
     }
+}
+
+/// `println!` panics when stdout is a closed pipe (`processor status | head -1`);
+/// that is the reader's choice, not an error, so the process exits 0 quietly.
+fn exit_quietly_on_closed_pipe() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let payload = info.payload();
+        let text = payload
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| payload.downcast_ref::<&str>().copied())
+            .unwrap_or_default();
+        if text.starts_with("failed printing to stdout") && text.contains("Broken pipe") {
+            std::process::exit(0);
+        }
+        default(info)
+    }));
 }
 
 async fn run(a: RunArgs) -> anyhow::Result<()> {
@@ -317,24 +374,33 @@ async fn run(a: RunArgs) -> anyhow::Result<()> {
     c.backoff_base = a.backoff_base;
     c.backoff_max = a.backoff_max;
     c.headers = a.headers;
-    c.signing_secret = match &a.signing_secret_file {
-        Some(path) => Some(
-            std::fs::read_to_string(path)
-                .map_err(|e| {
-                    feed::Error::Config(format!("--signing-secret-file {}: {e}", path.display()))
-                })?
-                .trim_end_matches(['\r', '\n'])
-                .to_string(),
-        ),
-        None => a.signing_secret,
-    };
+    c.signing_secret = secret(
+        "--signing-secret-file",
+        a.signing_secret,
+        a.signing_secret_file.as_deref(),
+    )?;
     c.content_type = a.content_type;
     c.max_response_bytes = a.max_response_bytes;
     c.listen = (a.listen != "off").then_some(a.listen);
     c.drain_timeout = a.drain_timeout;
     c.statement_timeout = a.statement_timeout;
     c.migrate = !a.no_migrate;
+    c.ui = a.ui;
+    c.admin_token = a.token.token()?;
+    c.retention = a.retention;
     Ok(feed::run(c, shutdown).await?)
+}
+
+/// A secret given on the command line, or read from `file` (trailing newline ignored).
+fn secret(
+    flag: &str,
+    value: Option<String>,
+    file: Option<&std::path::Path>,
+) -> Result<Option<String>, feed::Error> {
+    let Some(path) = file else { return Ok(value) };
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| feed::Error::Config(format!("{flag} {}: {e}", path.display())))?;
+    Ok(Some(text.trim_end_matches(['\r', '\n']).to_string()))
 }
 
 async fn connect(db: &DbArgs) -> anyhow::Result<feed::Store> {
@@ -441,12 +507,19 @@ fn parse_line(line: &str, raw: bool) -> Result<NewItem, String> {
 
 async fn retry(a: RetryArgs) -> anyhow::Result<()> {
     let store = connect(&a.db).await?;
-    let scope = match &a.partition {
-        Some(p) => RetryScope::Partition(p),
-        None => RetryScope::All,
+    // Checked: an unknown item or partition, or a cancelled one, is refused.
+    let r = match (&a.item, &a.partition) {
+        (Some(item), _) => {
+            let r = store.retry_one(item).await?;
+            println!("item {item} back to available");
+            r
+        }
+        (None, Some(p)) => store.retry_partition(p).await?,
+        (None, None) => store.retry_failed(RetryScope::All).await?,
     };
-    let r = store.retry_failed(scope).await?;
-    println!("{} failed items back to available", r.items);
+    if a.item.is_none() {
+        println!("{} failed items back to available", r.items);
+    }
     if r.moved > 0 {
         println!(
             "{} of them moved up to their partition's current gate (the gate had moved on) and run there",
@@ -525,7 +598,11 @@ async fn status(a: StatusArgs) -> anyhow::Result<()> {
             .unwrap_or_else(|| "-".to_string());
         t.add_row([
             p.id.clone(),
-            p.status.clone(),
+            if p.paused {
+                format!("{} (paused)", p.status)
+            } else {
+                p.status.clone()
+            },
             p.gate.to_string(),
             owner,
             gates.join("  "),

@@ -104,7 +104,7 @@ impl Store {
                     "SELECT * FROM (SELECT i.id, i.partition_id, i.gate, {data} AS data, i.attempts, \
                      i.version FROM feed_partitions p JOIN feed_items i ON i.partition_id = p.id \
                      AND i.gate = p.gate WHERE p.id = ? AND p.owner = ? AND p.status = 'available' \
-                     AND i.status = 'available' AND (i.not_before IS NULL OR i.not_before <= {{now}}) \
+                     AND NOT p.paused AND i.status = 'available' AND (i.not_before IS NULL OR i.not_before <= {{now}}) \
                      ORDER BY i.{seq} LIMIT ?) AS b{b}"
                 )
             })

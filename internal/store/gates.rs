@@ -78,7 +78,7 @@ impl Store {
         }
         let sql = format!(
             "SELECT partition_id, gate, status, COUNT(*) AS n FROM feed_items \
-             WHERE partition_id IN ({}) AND status <> 'complete' \
+             WHERE partition_id IN ({}) AND status NOT IN ('complete', 'cancelled') \
              GROUP BY partition_id, gate, status",
             marks(ids.len())
         );
@@ -187,7 +187,7 @@ impl Store {
                 &format!(
                     "UPDATE feed_items SET last_error = {}, status = 'failed', version = version + 1, \
                      updated_at = {{now}} WHERE partition_id = ? \
-                     AND status NOT IN ('available', 'complete', 'failed') AND {owned}",
+                     AND status NOT IN ('available', 'complete', 'failed', 'cancelled') AND {owned}",
                     unknown_status_message(self.backend)
                 ),
                 vec![p.id.clone().into(), p.id.clone().into(), me.into()],
@@ -204,7 +204,7 @@ fn unknown_status_message(backend: DbBackend) -> String {
         &[
             "'unknown status '''",
             "status",
-            "'''; use available, complete or failed, then run `processor retry`'",
+            "'''; use available, complete, failed or cancelled, then run `processor retry`'",
         ],
     )
 }

@@ -6,9 +6,9 @@ use std::time::Duration;
 use super::{Store, get, ms};
 use crate::{Error, Result};
 
-/// An `EXISTS` test, for a partition aliased `p`, that it has an item ready
-/// to run now: available, at the partition's gate, past its `not_before`.
-pub(crate) const READY: &str = "EXISTS (SELECT 1 FROM feed_items r WHERE r.partition_id = p.id \
+/// A test, for a partition aliased `p`, that it has an item ready to run
+/// now: not paused, and an item available at its gate past its `not_before`.
+pub(crate) const READY: &str = "NOT p.paused AND EXISTS (SELECT 1 FROM feed_items r WHERE r.partition_id = p.id \
      AND r.status = 'available' AND r.gate = p.gate AND (r.not_before IS NULL OR r.not_before <= {now}))";
 
 /// A test, for a partition aliased `p`, that a gate check would act on it:

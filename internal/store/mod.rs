@@ -2,13 +2,17 @@
 //! leases, dispatch, results, gates, producer operations, status).
 //!
 //! Nothing outside this module writes SQL. Dialect differences live in
-//! [`dialect`].
+//! [`dialect`]. Operator controls live in `controls`, the console's read
+//! models in [`listing`], retention in [`prune`].
 
+mod controls;
 mod dialect;
 mod dispatch;
 mod gates;
 mod leases;
+pub mod listing;
 pub mod producer;
+pub mod prune;
 mod results;
 mod sessions;
 pub mod status;

@@ -105,7 +105,7 @@ pub struct Enqueued {
 const BATCH: usize = 500;
 
 impl Store {
-    async fn begin_write(&self) -> Result<DatabaseTransaction> {
+    pub(super) async fn begin_write(&self) -> Result<DatabaseTransaction> {
         let opts = TransactionOptions {
             sqlite_transaction_mode: Some(SqliteTransactionMode::Immediate),
             ..Default::default()
@@ -243,12 +243,16 @@ impl Store {
             RetryScope::Partition(p) => (" AND partition_id = ?", vec![p.into()]),
             RetryScope::Item(i) => (" AND id = ?", vec![i.into()]),
         };
+        // Items of cancelled partitions stay as they are.
+        let filter = format!(
+            "{filter} AND partition_id NOT IN (SELECT c.id FROM feed_partitions c WHERE c.status = 'cancelled')"
+        );
         // Partitions first, then items: the lock order of every writer.
         self.bounded(txn.execute_raw(stmt(
             b,
             &format!(
                 "UPDATE feed_partitions SET status = 'available', version = version + 1, updated_at = {{now}} \
-                 WHERE id IN (SELECT partition_id FROM feed_items WHERE status = 'failed'{filter})"
+                 WHERE status <> 'cancelled' AND id IN (SELECT partition_id FROM feed_items WHERE status = 'failed'{filter})"
             ),
             values.clone(),
         )))

@@ -29,8 +29,10 @@ pub struct Status {
 pub struct PartitionStatus {
     /// Partition id.
     pub id: String,
-    /// available, complete or failed.
+    /// available, complete, failed or cancelled.
     pub status: String,
+    /// Nothing new is dispatched while true.
+    pub paused: bool,
     /// Current gate.
     pub gate: i64,
     /// Session holding it.
@@ -110,7 +112,7 @@ impl Store {
         for r in self
             .query(
                 &format!(
-                    "SELECT id, status, gate, owner FROM feed_partitions{pfilter} \
+                    "SELECT id, status, paused, gate, owner FROM feed_partitions{pfilter} \
                      ORDER BY CASE status WHEN 'failed' THEN 0 WHEN 'available' THEN 1 ELSE 2 END, id LIMIT {LIST_LIMIT}"
                 ),
                 values.clone(),
@@ -122,6 +124,7 @@ impl Store {
             partitions.push(PartitionStatus {
                 id,
                 status: get(&r, "status")?,
+                paused: get(&r, "paused")?,
                 gate: get(&r, "gate")?,
                 owner: get(&r, "owner")?,
                 items_by_status: BTreeMap::new(),
@@ -175,7 +178,20 @@ impl Store {
                 })
             })
             .collect::<Result<Vec<_>>>()?;
-        let processors = self
+        let processors = self.processors().await?;
+        Ok(Status {
+            partitions_by_status,
+            partitions,
+            failed_items,
+            processors,
+        })
+    }
+}
+
+impl Store {
+    /// Processor sessions (live and not yet reaped) with the partitions each holds.
+    pub async fn processors(&self) -> Result<Vec<ProcessorStatus>> {
+        self
             .query(
                 "SELECT s.id, s.hostname, s.pid, s.software_version, s.started_at, s.heartbeat_at, \
                  {now} - s.heartbeat_at AS age, \
@@ -197,17 +213,9 @@ impl Store {
                     partitions: get(r, "n")?,
                 })
             })
-            .collect::<Result<Vec<_>>>()?;
-        Ok(Status {
-            partitions_by_status,
-            partitions,
-            failed_items,
-            processors,
-        })
+            .collect::<Result<Vec<_>>>()
     }
-}
 
-impl Store {
     /// One item's data bytes.
     pub async fn item_data(&self, id: &str) -> Result<Vec<u8>> {
         let sql = format!(

@@ -11,6 +11,7 @@ pub use sea_orm_migration::prelude::*;
 mod m20261121_000001_create_tables;
 mod m20261121_000002_notify;
 mod m20261123_000003_fair_order;
+mod m20261123_000004_controls;
 
 /// Applies Feed's migrations in order.
 pub struct Migrator;
@@ -22,6 +23,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261121_000001_create_tables::Migration),
             Box::new(m20261121_000002_notify::Migration),
             Box::new(m20261123_000003_fair_order::Migration),
+            Box::new(m20261123_000004_controls::Migration),
         ]
     }
 

@@ -485,7 +485,19 @@ fn readme_documents_every_flag() {
     let readme =
         std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
     for cmd in [
-        "run", "migrate", "enqueue", "status", "retry", "demo", "health",
+        "run",
+        "migrate",
+        "enqueue",
+        "status",
+        "retry",
+        "demo",
+        "health",
+        "checkpoint",
+        "pause",
+        "resume",
+        "cancel",
+        "prune",
+        "ui",
     ] {
         let o = processor(&[cmd, "--help"], "");
         let help = String::from_utf8_lossy(&o.stdout).to_string();

@@ -1,0 +1,162 @@
+//! The operator commands: checkpoint, pause, resume, cancel, prune and ui,
+//! thin shells over the library's controls and console.
+
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+
+use super::{DbArgs, connect, duration, secret};
+
+/// The admin token flags, shared by `run` and `ui`.
+#[derive(Args, Clone, Default)]
+pub struct TokenArgs {
+    /// Allows actions in the dashboard and the API (at least 16 characters); without it they are read-only [default: none]
+    #[arg(
+        long,
+        env = "FEED_ADMIN_TOKEN",
+        hide_env_values = true,
+        conflicts_with = "admin_token_file"
+    )]
+    admin_token: Option<String>,
+    /// Read the admin token from this file (trailing newline ignored) [default: none]
+    #[arg(long, env = "FEED_ADMIN_TOKEN_FILE")]
+    admin_token_file: Option<std::path::PathBuf>,
+}
+
+impl TokenArgs {
+    /// The token, read from the file if one is named.
+    pub fn token(&self) -> anyhow::Result<Option<feed::console::AdminToken>> {
+        let raw = secret(
+            "--admin-token-file",
+            self.admin_token.clone(),
+            self.admin_token_file.as_deref(),
+        )?;
+        Ok(raw.map(feed::console::AdminToken::new).transpose()?)
+    }
+}
+
+#[derive(Args)]
+pub struct CheckpointArgs {
+    #[command(flatten)]
+    db: DbArgs,
+    /// The manual_checkpoint partition to advance
+    #[arg(long)]
+    partition: String,
+    /// The new gate; must be above the current one
+    #[arg(long)]
+    gate: i64,
+}
+
+#[derive(Args)]
+pub struct PauseArgs {
+    #[command(flatten)]
+    db: DbArgs,
+    /// Only this partition
+    #[arg(long, conflicts_with = "all", required_unless_present = "all")]
+    partition: Option<String>,
+    /// Every partition (pause --all is the stop-all switch)
+    #[arg(long)]
+    all: bool,
+}
+
+#[derive(Args)]
+pub struct CancelArgs {
+    #[command(flatten)]
+    db: DbArgs,
+    /// The partition to cancel, with its unfinished items
+    #[arg(long)]
+    partition: String,
+}
+
+#[derive(Args)]
+pub struct PruneArgs {
+    #[command(flatten)]
+    db: DbArgs,
+    /// Delete complete and cancelled partitions last updated longer ago than this, e.g. 7d
+    #[arg(long, value_parser = duration)]
+    finished_before: Duration,
+    /// Only count what would be deleted
+    #[arg(long)]
+    dry_run: bool,
+}
+
+#[derive(Args)]
+pub struct UiArgs {
+    #[command(flatten)]
+    db: DbArgs,
+    /// Address of the dashboard [default: 0.0.0.0:8080]
+    #[arg(
+        long,
+        env = "FEED_LISTEN",
+        default_value = "0.0.0.0:8080",
+        hide_default_value = true
+    )]
+    listen: String,
+    #[command(flatten)]
+    token: TokenArgs,
+}
+
+pub async fn checkpoint(a: CheckpointArgs) -> anyhow::Result<()> {
+    let store = connect(&a.db).await?;
+    store.checkpoint(&a.partition, a.gate).await?;
+    println!("partition {} advanced to gate {}", a.partition, a.gate);
+    Ok(())
+}
+
+pub async fn pause(a: PauseArgs, paused: bool) -> anyhow::Result<()> {
+    let store = connect(&a.db).await?;
+    let verb = if paused { "paused" } else { "resumed" };
+    let Some(p) = &a.partition else {
+        let n = if paused {
+            store.pause_all().await?
+        } else {
+            store.resume_all().await?
+        };
+        println!("{n} partitions {verb}");
+        return Ok(());
+    };
+    if paused {
+        store.pause(p).await?;
+    } else {
+        store.resume(p).await?;
+    }
+    println!("partition {p} {verb}");
+    Ok(())
+}
+
+pub async fn cancel(a: CancelArgs) -> anyhow::Result<()> {
+    let store = connect(&a.db).await?;
+    let n = store.cancel(&a.partition).await?;
+    println!(
+        "partition {} cancelled ({n} items cancelled now)",
+        a.partition
+    );
+    Ok(())
+}
+
+pub async fn prune(a: PruneArgs) -> anyhow::Result<()> {
+    let store = connect(&a.db).await?;
+    let p = store.prune(a.finished_before, a.dry_run).await?;
+    let verb = if a.dry_run { "would delete" } else { "deleted" };
+    println!("{verb} {} partitions and {} items", p.partitions, p.items);
+    Ok(())
+}
+
+pub async fn ui(
+    a: UiArgs,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let token = a.token.token()?;
+    let store = connect(&a.db).await?;
+    let listener = tokio::net::TcpListener::bind(&a.listen)
+        .await
+        .with_context(|| format!("listening on {}", a.listen))?;
+    tracing::info!(listen = %a.listen, actions = token.is_some(), "dashboard started");
+    let app = feed::console::Console::new(store, token).router();
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
+        .await
+        .context("serving the dashboard")?;
+    Ok(())
+}

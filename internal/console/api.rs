@@ -1,0 +1,209 @@
+//! The JSON API under `/api/v1`: the same reads as the pages and the same
+//! controls as the command line. Actions answer 200 with the new state,
+//! 401 without a valid bearer token, 403 when no admin token is
+//! configured, 404 for an unknown id and 409 when the action does not apply.
+
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::Deserialize;
+
+use super::{Console, auth, json_error};
+use crate::store::listing::{ItemFilter, PartitionFilter};
+
+/// A control on one partition.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Retry its failed items.
+    Retry,
+    /// Stop dispatching it.
+    Pause,
+    /// Dispatch it again.
+    Resume,
+    /// Cancel it and its available items.
+    Cancel,
+    /// Advance a manual partition to a gate.
+    Checkpoint(i64),
+}
+
+impl Action {
+    /// The action named in a URL; `gate` only for `checkpoint`.
+    pub fn parse(name: &str, gate: Option<i64>) -> Option<Action> {
+        Some(match name {
+            "retry" => Action::Retry,
+            "pause" => Action::Pause,
+            "resume" => Action::Resume,
+            "cancel" => Action::Cancel,
+            "checkpoint" => Action::Checkpoint(gate?),
+            _ => return None,
+        })
+    }
+
+    /// Applies the action through the store; the same code path as the CLI.
+    pub async fn apply(self, store: &crate::Store, id: &str) -> crate::Result<()> {
+        match self {
+            Action::Retry => {
+                if store.retry_partition(id).await?.items == 0 {
+                    return Err(crate::Error::Conflict(format!(
+                        "partition {id} has no failed items to retry"
+                    )));
+                }
+            }
+            Action::Pause => store.pause(id).await?,
+            Action::Resume => store.resume(id).await?,
+            Action::Cancel => {
+                store.cancel(id).await?;
+            }
+            Action::Checkpoint(gate) => store.checkpoint(id, gate).await?,
+        }
+        tracing::info!(partition = %id, action = ?self, "operator action");
+        Ok(())
+    }
+}
+
+pub(super) fn routes() -> Router<Console> {
+    Router::new()
+        .route("/status", get(status))
+        .route("/partitions", get(partitions))
+        .route("/partitions/{id}", get(partition))
+        .route("/partitions/{id}/items", get(items))
+        .route("/partitions/{id}/{action}", post(act))
+        .route("/items/{id}/retry", post(retry_item))
+}
+
+fn refused((code, message): auth::Refusal) -> Response {
+    (code, Json(serde_json::json!({ "error": message }))).into_response()
+}
+
+fn answer<T: serde::Serialize>(r: crate::Result<T>) -> Response {
+    match r {
+        Ok(v) => Json(v).into_response(),
+        Err(e) => json_error(e),
+    }
+}
+
+async fn status(State(c): State<Console>) -> Response {
+    match c.store().await {
+        Ok(s) => answer(s.status(None).await),
+        Err(e) => json_error(e),
+    }
+}
+
+#[derive(Deserialize)]
+struct PartitionQuery {
+    status: Option<String>,
+    prefix: Option<String>,
+    after: Option<String>,
+    limit: Option<u64>,
+}
+
+async fn partitions(State(c): State<Console>, Query(q): Query<PartitionQuery>) -> Response {
+    let f = PartitionFilter {
+        status: q.status.filter(|s| !s.is_empty()),
+        prefix: q.prefix,
+        after: q.after.filter(|s| !s.is_empty()),
+        limit: q.limit.unwrap_or(50),
+    };
+    match c.store().await {
+        Ok(s) => answer(s.partitions(&f).await),
+        Err(e) => json_error(e),
+    }
+}
+
+async fn partition(State(c): State<Console>, Path(id): Path<String>) -> Response {
+    match c.store().await {
+        Ok(s) => answer(s.partition(&id).await),
+        Err(e) => json_error(e),
+    }
+}
+
+#[derive(Deserialize)]
+struct ItemQuery {
+    gate: Option<i64>,
+    status: Option<String>,
+    after: Option<String>,
+    limit: Option<u64>,
+}
+
+async fn items(
+    State(c): State<Console>,
+    Path(id): Path<String>,
+    Query(q): Query<ItemQuery>,
+) -> Response {
+    let f = ItemFilter {
+        gate: q.gate,
+        status: q.status.filter(|s| !s.is_empty()),
+        after: q.after.filter(|s| !s.is_empty()),
+        limit: q.limit.unwrap_or(50),
+    };
+    match c.store().await {
+        Ok(s) => answer(s.items(&id, &f).await),
+        Err(e) => json_error(e),
+    }
+}
+
+#[derive(Deserialize, Default)]
+struct CheckpointBody {
+    gate: Option<i64>,
+}
+
+async fn act(
+    State(c): State<Console>,
+    Path((id, action)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
+    if let Err(r) = auth::check_bearer(c.token.as_ref(), &headers) {
+        return refused(r);
+    }
+    let gate = if body.is_empty() {
+        None
+    } else {
+        match serde_json::from_slice::<CheckpointBody>(&body) {
+            Ok(b) => b.gate,
+            Err(_) => {
+                return refused((
+                    StatusCode::BAD_REQUEST,
+                    "the body must be JSON: {\"gate\": N}",
+                ));
+            }
+        }
+    };
+    let Some(action) = Action::parse(&action, gate) else {
+        let message = if action == "checkpoint" {
+            "checkpoint needs a JSON body {\"gate\": N}"
+        } else {
+            "unknown action; use retry, pause, resume, cancel or checkpoint"
+        };
+        return refused((StatusCode::BAD_REQUEST, message));
+    };
+    let store = match c.store().await {
+        Ok(s) => s,
+        Err(e) => return json_error(e),
+    };
+    if let Err(e) = action.apply(store, &id).await {
+        return json_error(e);
+    }
+    answer(store.partition(&id).await)
+}
+
+async fn retry_item(
+    State(c): State<Console>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    if let Err(r) = auth::check_bearer(c.token.as_ref(), &headers) {
+        return refused(r);
+    }
+    let store = match c.store().await {
+        Ok(s) => s,
+        Err(e) => return json_error(e),
+    };
+    if let Err(e) = store.retry_one(&id).await {
+        return json_error(e);
+    }
+    tracing::info!(item = %id, "operator retried an item");
+    answer(store.item(&id).await)
+}

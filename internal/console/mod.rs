@@ -1,0 +1,114 @@
+//! The operator console: server-rendered dashboard pages under `/` and a
+//! JSON API under `/api/v1`, both reading the database directly (no
+//! processor state), so a dashboard can run beside a fleet or inside one
+//! processor (`processor run --ui`).
+//!
+//! Reads are open; actions need the admin token (see [`auth`]). Everything
+//! shown from the database is escaped by the templates and cut to a preview.
+
+pub mod api;
+pub mod auth;
+mod pages;
+mod views;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use tokio::sync::OnceCell;
+
+pub use auth::AdminToken;
+
+use crate::{Error, Store};
+
+/// What the console's handlers share.
+#[derive(Clone)]
+pub struct Console {
+    /// Connected on first use inside a processor, whose listener starts
+    /// before the database is reachable.
+    store: Arc<OnceCell<Store>>,
+    /// Where to connect on first use.
+    database_url: Arc<str>,
+    /// None = read-only.
+    token: Option<AdminToken>,
+}
+
+impl Console {
+    /// A console on an open store.
+    pub fn new(store: Store, token: Option<AdminToken>) -> Self {
+        Self {
+            database_url: Arc::from(""),
+            store: Arc::new(OnceCell::new_with(Some(store))),
+            token,
+        }
+    }
+
+    /// A console that connects to `database_url` on its first request.
+    pub fn lazy(database_url: &str, token: Option<AdminToken>) -> Self {
+        Self {
+            database_url: Arc::from(database_url),
+            store: Arc::new(OnceCell::new()),
+            token,
+        }
+    }
+
+    async fn store(&self) -> crate::Result<&Store> {
+        self.store
+            .get_or_try_init(|| Store::connect(&self.database_url, 4))
+            .await
+    }
+
+    /// Pages, assets and the JSON API, to merge into a listener's router.
+    pub fn router(self) -> Router {
+        Router::new()
+            .merge(pages::routes())
+            .nest("/api/v1", api::routes())
+            .layer(axum::middleware::map_response(secure_headers))
+            .with_state(self)
+    }
+}
+
+/// No framing, no sniffing, no inline script: item data can never run.
+async fn secure_headers(mut r: Response) -> Response {
+    let h = r.headers_mut();
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(
+            "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; \
+             connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+        ),
+    );
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    r
+}
+
+/// The HTTP status and the message to show for a library error: 404
+/// unknown, 409 does not apply; database details are logged, not shown.
+fn public(e: Error) -> (StatusCode, String) {
+    let code = match e {
+        Error::NotFound(_) => StatusCode::NOT_FOUND,
+        Error::Conflict(_) => StatusCode::CONFLICT,
+        Error::Invalid(_) => StatusCode::BAD_REQUEST,
+        _ => StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    if code == StatusCode::INTERNAL_SERVER_ERROR {
+        tracing::warn!(error = %e, "console request failed");
+        return (code, "internal error; see the server's log".into());
+    }
+    (code, e.to_string())
+}
+
+/// A library error as a JSON answer.
+pub(crate) fn json_error(e: Error) -> Response {
+    let (code, message) = public(e);
+    (code, axum::Json(serde_json::json!({ "error": message }))).into_response()
+}

@@ -1,0 +1,383 @@
+//! The dashboard's routes: pages, login, form actions and embedded assets.
+//! Every action is a POST form that first renders a confirmation page (so
+//! confirming needs no script), then acts with the same code as the API.
+
+use axum::Form;
+use axum::Router;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{Html, IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+use maud::Markup;
+use serde::Deserialize;
+
+use super::api::Action;
+use super::views::{self, Viewer, enc};
+use super::{Console, auth, public};
+use crate::store::listing::{ItemFilter, PartitionFilter};
+
+const STYLE: &str = include_str!("assets/style.css");
+const SCRIPT: &str = include_str!("assets/console.js");
+/// Failed items listed first on a partition's page.
+const FAILED_FIRST: u64 = 20;
+/// Rows per page.
+const PAGE: u64 = 50;
+
+pub(super) fn routes() -> Router<Console> {
+    Router::new()
+        .route("/", get(overview))
+        .route("/partitions", get(partitions))
+        .route("/partitions/{id}", get(partition))
+        .route("/partitions/{id}/{action}", post(partition_action))
+        .route("/items/{id}/retry", post(item_retry))
+        .route("/processors", get(processors))
+        .route("/login", get(login_form).post(login))
+        .route("/logout", post(logout))
+        .route("/assets/style.css", get(|| asset("text/css", STYLE)))
+        .route(
+            "/assets/console.js",
+            get(|| asset("text/javascript", SCRIPT)),
+        )
+}
+
+async fn asset(kind: &'static str, body: &'static str) -> Response {
+    ([(header::CONTENT_TYPE, kind)], body).into_response()
+}
+
+impl Console {
+    fn viewer(&self, headers: &HeaderMap) -> Viewer {
+        match &self.token {
+            None => Viewer::ReadOnly,
+            Some(t) if auth::logged_in(Some(t), headers) => Viewer::Admin(t.csrf()),
+            Some(_) => Viewer::LoggedOut,
+        }
+    }
+}
+
+fn page(code: StatusCode, title: &str, viewer: &Viewer, body: Markup) -> Response {
+    (code, Html(views::layout(title, viewer, body).into_string())).into_response()
+}
+
+fn failure(e: crate::Error, viewer: &Viewer) -> Response {
+    let (code, text) = public(e);
+    page(code, "Error", viewer, views::message(&text))
+}
+
+async fn overview(State(c): State<Console>, headers: HeaderMap) -> Response {
+    let viewer = c.viewer(&headers);
+    let r = async { c.store().await?.overview().await }.await;
+    match r {
+        Ok(o) => page(
+            StatusCode::OK,
+            "Overview",
+            &viewer,
+            html_live(views::overview(&o)),
+        ),
+        Err(e) => failure(e, &viewer),
+    }
+}
+
+/// Wraps a whole page body in `#live` so the script refreshes it.
+fn html_live(m: Markup) -> Markup {
+    maud::html! { div #live { (m) } }
+}
+
+#[derive(Deserialize, Default)]
+struct ListQuery {
+    status: Option<String>,
+    prefix: Option<String>,
+    after: Option<String>,
+    done: Option<String>,
+}
+
+async fn partitions(
+    State(c): State<Console>,
+    headers: HeaderMap,
+    Query(q): Query<ListQuery>,
+) -> Response {
+    let viewer = c.viewer(&headers);
+    let f = PartitionFilter {
+        status: q.status.clone().filter(|s| !s.is_empty()),
+        prefix: q.prefix.clone(),
+        after: q.after.filter(|s| !s.is_empty()),
+        limit: PAGE,
+    };
+    match async { c.store().await?.partitions(&f).await }.await {
+        Ok(p) => {
+            let (status, prefix) = (q.status.unwrap_or_default(), q.prefix.unwrap_or_default());
+            page(
+                StatusCode::OK,
+                "Partitions",
+                &viewer,
+                views::partitions(&p, &status, &prefix),
+            )
+        }
+        Err(e) => failure(e, &viewer),
+    }
+}
+
+async fn partition(
+    State(c): State<Console>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    Query(q): Query<ListQuery>,
+) -> Response {
+    let viewer = c.viewer(&headers);
+    let r = async {
+        let s = c.store().await?;
+        let p = s.partition(&id).await?;
+        let failed = ItemFilter {
+            status: Some("failed".into()),
+            limit: FAILED_FIRST,
+            ..Default::default()
+        };
+        let failed = s.items(&id, &failed).await?.data;
+        let all = ItemFilter {
+            status: q.status.clone().filter(|s| !s.is_empty()),
+            after: q.after.clone().filter(|s| !s.is_empty()),
+            limit: PAGE,
+            ..Default::default()
+        };
+        let items = s.items(&id, &all).await?;
+        Ok::<_, crate::Error>(views::partition(
+            &p,
+            &viewer,
+            &failed,
+            &items,
+            done_message(q.done.as_deref()),
+        ))
+    }
+    .await;
+    match r {
+        Ok(m) => page(StatusCode::OK, &format!("Partition {id}"), &viewer, m),
+        Err(e) => failure(e, &viewer),
+    }
+}
+
+async fn processors(State(c): State<Console>, headers: HeaderMap) -> Response {
+    let viewer = c.viewer(&headers);
+    match async { c.store().await?.processors().await }.await {
+        Ok(list) => page(
+            StatusCode::OK,
+            "Processors",
+            &viewer,
+            html_live(views::processors(&list)),
+        ),
+        Err(e) => failure(e, &viewer),
+    }
+}
+
+#[derive(Deserialize)]
+struct ActionForm {
+    #[serde(default)]
+    csrf: String,
+    confirm: Option<String>,
+    gate: Option<i64>,
+}
+
+/// An action's confirmation question and where it goes.
+struct Ask {
+    /// The form's action path.
+    path: String,
+    /// What the confirmation page asks.
+    question: String,
+    /// The page to return to.
+    back: String,
+    /// Which note the page shows afterwards (see [`done_message`]).
+    done: &'static str,
+}
+
+/// Checks the form, asks for confirmation, then acts and goes back to the page.
+async fn act(
+    c: &Console,
+    headers: &HeaderMap,
+    form: &ActionForm,
+    ask: Ask,
+    run: impl AsyncFnOnce(&crate::Store) -> crate::Result<()>,
+) -> Response {
+    let viewer = c.viewer(headers);
+    if let Err((code, text)) = auth::check_form(c.token.as_ref(), headers, &form.csrf) {
+        return page(code, "Not allowed", &viewer, views::message(text));
+    }
+    if form.confirm.as_deref() != Some("yes") {
+        let body = views::confirm(&ask.question, &ask.path, &form.csrf, form.gate, &ask.back);
+        return page(StatusCode::OK, "Confirm", &viewer, body);
+    }
+    let result = async { run(c.store().await?).await }.await;
+    match result {
+        Ok(()) => Redirect::to(&format!("{}?done={}", ask.back, ask.done)).into_response(),
+        Err(e) => failure(e, &viewer),
+    }
+}
+
+async fn partition_action(
+    State(c): State<Console>,
+    headers: HeaderMap,
+    Path((id, name)): Path<(String, String)>,
+    Form(form): Form<ActionForm>,
+) -> Response {
+    let viewer = c.viewer(&headers);
+    let Some(action) = Action::parse(&name, form.gate) else {
+        let text = "unknown action, or checkpoint without a gate";
+        return page(
+            StatusCode::BAD_REQUEST,
+            "Error",
+            &viewer,
+            views::message(text),
+        );
+    };
+    let question = match action {
+        Action::Checkpoint(g) => format!("Advance partition {id} to gate {g}?"),
+        Action::Retry => format!("Retry the failed items of partition {id}?"),
+        other => format!("{other:?} partition {id}?"),
+    };
+    let done = match action {
+        Action::Retry => "retry",
+        Action::Pause => "pause",
+        Action::Resume => "resume",
+        Action::Cancel => "cancel",
+        Action::Checkpoint(_) => "checkpoint",
+    };
+    let ask = Ask {
+        path: format!("/partitions/{}/{name}", enc(&id)),
+        question,
+        back: format!("/partitions/{}", enc(&id)),
+        done,
+    };
+    act(&c, &headers, &form, ask, async |s| {
+        action.apply(s, &id).await
+    })
+    .await
+}
+
+async fn item_retry(
+    State(c): State<Console>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    Form(form): Form<ActionForm>,
+) -> Response {
+    let back = match async { c.store().await?.item(&id).await }.await {
+        Ok(item) => format!("/partitions/{}", enc(&item.partition_id)),
+        Err(e) => return failure(e, &c.viewer(&headers)),
+    };
+    let ask = Ask {
+        path: format!("/items/{}/retry", enc(&id)),
+        question: format!("Retry item {id}?"),
+        back,
+        done: "item",
+    };
+    act(&c, &headers, &form, ask, async |s| {
+        s.retry_one(&id).await?;
+        tracing::info!(item = %id, "operator retried an item");
+        Ok(())
+    })
+    .await
+}
+
+#[derive(Deserialize)]
+struct LoginQuery {
+    next: Option<String>,
+}
+
+/// Only local paths, so the login form cannot redirect elsewhere.
+fn local(next: Option<&str>) -> String {
+    match next {
+        Some(n) if n.starts_with('/') && !n.starts_with("//") && !n.contains('\\') => n.into(),
+        _ => "/".into(),
+    }
+}
+
+async fn login_form(
+    State(c): State<Console>,
+    headers: HeaderMap,
+    Query(q): Query<LoginQuery>,
+) -> Response {
+    let viewer = c.viewer(&headers);
+    if c.token.is_none() {
+        let text = "This dashboard is read-only: no admin token is configured.";
+        return page(
+            StatusCode::FORBIDDEN,
+            "Log in",
+            &viewer,
+            views::message(text),
+        );
+    }
+    page(
+        StatusCode::OK,
+        "Log in",
+        &viewer,
+        views::login(&local(q.next.as_deref()), None),
+    )
+}
+
+#[derive(Deserialize)]
+struct LoginForm {
+    token: String,
+    next: Option<String>,
+}
+
+async fn login(State(c): State<Console>, headers: HeaderMap, Form(f): Form<LoginForm>) -> Response {
+    let next = local(f.next.as_deref());
+    match &c.token {
+        Some(t) if t.matches(f.token.trim()) => {
+            tracing::info!("operator logged in to the dashboard");
+            let mut r = Redirect::to(&next).into_response();
+            let https = headers
+                .get("x-forwarded-proto")
+                .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"https"));
+            if let Ok(v) = auth::login_cookie(t, https).parse() {
+                r.headers_mut().insert(header::SET_COOKIE, v);
+            }
+            r
+        }
+        Some(_) => {
+            tracing::warn!("dashboard login with a wrong token");
+            let body = views::login(&next, Some("That is not the admin token."));
+            page(
+                StatusCode::UNAUTHORIZED,
+                "Log in",
+                &c.viewer(&headers),
+                body,
+            )
+        }
+        None => page(
+            StatusCode::FORBIDDEN,
+            "Log in",
+            &Viewer::ReadOnly,
+            views::message("no admin token is configured"),
+        ),
+    }
+}
+
+async fn logout(
+    State(c): State<Console>,
+    headers: HeaderMap,
+    Form(f): Form<ActionForm>,
+) -> Response {
+    if let Err((code, text)) = auth::check_form(c.token.as_ref(), &headers, &f.csrf) {
+        return page(
+            code,
+            "Not allowed",
+            &c.viewer(&headers),
+            views::message(text),
+        );
+    }
+    let mut r = Redirect::to("/").into_response();
+    if let Ok(v) = auth::logout_cookie().parse() {
+        r.headers_mut().insert(header::SET_COOKIE, v);
+    }
+    r
+}
+
+/// The note shown after an action; only fixed texts, never the query's own.
+fn done_message(done: Option<&str>) -> &'static str {
+    match done {
+        Some("item") => "The item was put back to available.",
+        Some("retry") => "The failed items were put back to available.",
+        Some("pause") => "Paused: nothing new is dispatched.",
+        Some("resume") => "Resumed.",
+        Some("cancel") => "Cancelled.",
+        Some("checkpoint") => "The gate was advanced.",
+        _ => "",
+    }
+}

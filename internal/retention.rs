@@ -1,0 +1,57 @@
+//! `run --retention`: prunes finished partitions every few minutes, from
+//! one processor at a time. The processors race for the `retention` row of
+//! `feed_maintenance` (a fenced lease on the database clock, as River's
+//! leader election); the holder renews it each round, and if it dies the
+//! lease expires and another processor takes over.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::run::Shared;
+
+/// How often the holder prunes.
+pub const INTERVAL: Duration = Duration::from_secs(300);
+/// How long the lease outlives a round; longer than [`INTERVAL`] so the
+/// holder keeps it, short enough that a dead holder is replaced soon.
+const LEASE: Duration = Duration::from_secs(600);
+
+/// Starts the retention loop when `config.retention` is set.
+pub fn spawn(shared: Arc<Shared>, cancel: CancellationToken) {
+    let Some(older_than) = shared.config.retention else {
+        return;
+    };
+    tokio::spawn(async move {
+        loop {
+            if let Err(e) = round(&shared, older_than).await {
+                tracing::warn!(error = %e, "retention round failed; trying again later");
+            }
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = tokio::time::sleep(INTERVAL) => {}
+            }
+        }
+    });
+}
+
+async fn round(shared: &Shared, older_than: Duration) -> crate::Result<()> {
+    let me = shared.session.id();
+    if !shared
+        .store
+        .lease_maintenance("retention", &me, LEASE)
+        .await?
+    {
+        tracing::debug!("another processor holds the retention lease");
+        return Ok(());
+    }
+    let pruned = shared.store.prune(older_than, false).await?;
+    if pruned.partitions > 0 || pruned.items > 0 {
+        tracing::info!(
+            partitions = pruned.partitions,
+            items = pruned.items,
+            "pruned finished partitions"
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,233 @@
+//! Operator controls: pause, resume, cancel, checkpoint and checked retries.
+//!
+//! Each control is one conditional write, so it is safe against processors
+//! and other operators acting at the same moment; only when it changes
+//! nothing is the row read again, to say why (not found, or a conflict).
+//! Pausing sets `paused` and keeps status `available`: the partition keeps
+//! its lease and items, and dispatch skips it. Cancelling sets status
+//! `cancelled` and `owner = NULL` so that late results fail the fence.
+
+use sea_orm::{ConnectionTrait, DbBackend, Value};
+
+use super::dialect::stmt;
+use super::{Retried, RetryScope, Store, get};
+use crate::{Error, Result};
+
+/// A partition's settings and state, as read to explain a refused control.
+#[derive(Clone, Debug)]
+struct State {
+    status: String,
+    gate: i64,
+    manual_checkpoint: bool,
+}
+
+impl Store {
+    async fn state(&self, id: &str) -> Result<State> {
+        let rows = self
+            .query(
+                "SELECT status, gate, manual_checkpoint FROM feed_partitions WHERE id = ?",
+                vec![id.into()],
+            )
+            .await?;
+        let r = rows
+            .first()
+            .ok_or_else(|| Error::NotFound(format!("partition {id}")))?;
+        Ok(State {
+            status: get(r, "status")?,
+            gate: get(r, "gate")?,
+            manual_checkpoint: get(r, "manual_checkpoint")?,
+        })
+    }
+
+    /// Wakes PostgreSQL listeners after a control that makes work runnable.
+    async fn wake(&self) -> Result<()> {
+        if self.backend() == DbBackend::Postgres {
+            self.exec("NOTIFY feed_items", vec![]).await?;
+        }
+        Ok(())
+    }
+
+    async fn set_paused(&self, id: Option<&str>, paused: bool) -> Result<u64> {
+        // Pausing applies to partitions that may still run; resuming to any
+        // paused one that is not cancelled.
+        let applies = if paused {
+            "status IN ('available', 'failed')"
+        } else {
+            "paused AND status <> 'cancelled'"
+        };
+        let (filter, mut values): (&str, Vec<Value>) = match id {
+            Some(id) => (" AND id = ?", vec![id.into()]),
+            None => ("", vec![]),
+        };
+        values.insert(0, paused.into());
+        let n = self
+            .exec(
+                &format!(
+                    "UPDATE feed_partitions SET paused = ?, version = version + 1, updated_at = {{now}} \
+                     WHERE {applies}{filter}"
+                ),
+                values,
+            )
+            .await?;
+        if !paused && n > 0 {
+            self.wake().await?;
+        }
+        Ok(n)
+    }
+
+    /// Pauses a partition: nothing new is dispatched until [`Store::resume`];
+    /// calls in flight finish and their results are written. Idempotent.
+    pub async fn pause(&self, id: &str) -> Result<()> {
+        if self.set_paused(Some(id), true).await? == 0 {
+            let s = self.state(id).await?;
+            return Err(Error::Conflict(format!(
+                "partition {id} is {}: there is nothing left to pause",
+                s.status
+            )));
+        }
+        Ok(())
+    }
+
+    /// Resumes a paused partition where it stopped. Idempotent.
+    pub async fn resume(&self, id: &str) -> Result<()> {
+        if self.set_paused(Some(id), false).await? == 0 {
+            let s = self.state(id).await?;
+            if s.status == "cancelled" {
+                return Err(Error::Conflict(format!(
+                    "partition {id} is cancelled; it cannot be resumed"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Pauses every `available` or `failed` partition (the stop-all switch);
+    /// returns how many were paused now.
+    pub async fn pause_all(&self) -> Result<u64> {
+        self.set_paused(None, true).await
+    }
+
+    /// Resumes every paused partition; returns how many.
+    pub async fn resume_all(&self) -> Result<u64> {
+        self.set_paused(None, false).await
+    }
+
+    /// Cancels a partition: it and its available items become `cancelled`
+    /// and it is released, so results arriving afterwards are rejected.
+    /// Idempotent; a `complete` partition is refused. Returns the number of
+    /// items cancelled now.
+    pub async fn cancel(&self, id: &str) -> Result<u64> {
+        let b = self.backend();
+        let txn = self.begin_write().await?;
+        let n = self.bounded(txn
+            .execute_raw(stmt(
+                b,
+                "UPDATE feed_partitions SET status = 'cancelled', owner = NULL, version = version + 1, \
+                 updated_at = {now} WHERE id = ? AND status <> 'complete'",
+                vec![id.into()],
+            )))
+            .await?
+            .rows_affected();
+        if n == 0 {
+            self.bounded(txn.rollback()).await?;
+            let s = self.state(id).await?;
+            return Err(Error::Conflict(format!(
+                "partition {id} is {}: there is nothing left to cancel",
+                s.status
+            )));
+        }
+        let items = self.bounded(txn
+            .execute_raw(stmt(
+                b,
+                "UPDATE feed_items SET status = 'cancelled', version = version + 1, updated_at = {now} \
+                 WHERE partition_id = ? AND status = 'available'",
+                vec![id.into()],
+            )))
+            .await?
+            .rows_affected();
+        self.bounded(txn.commit()).await?;
+        self.count(2);
+        Ok(items)
+    }
+
+    /// Advances a `manual_checkpoint` partition to `gate`. Refused when the
+    /// partition is not manual, not `available`, `gate` is not above its
+    /// current gate, or items below `gate` are still available (they could
+    /// never run afterwards).
+    pub async fn checkpoint(&self, id: &str, gate: i64) -> Result<()> {
+        let n = self
+            .exec(
+                "UPDATE feed_partitions SET gate = ?, version = version + 1, updated_at = {now} \
+                 WHERE id = ? AND manual_checkpoint AND status = 'available' AND gate < ? \
+                 AND NOT EXISTS (SELECT 1 FROM feed_items i \
+                 WHERE i.partition_id = ? AND i.status = 'available' AND i.gate < ?)",
+                vec![gate.into(), id.into(), gate.into(), id.into(), gate.into()],
+            )
+            .await?;
+        if n == 1 {
+            return self.wake().await;
+        }
+        let s = self.state(id).await?;
+        let why = if !s.manual_checkpoint {
+            format!(
+                "partition {id} is not a manual_checkpoint partition; its gate advances by itself"
+            )
+        } else if s.status != "available" {
+            format!(
+                "partition {id} is {}; only an available partition can be advanced",
+                s.status
+            )
+        } else if gate <= s.gate {
+            format!(
+                "gate {gate} is not above partition {id}'s current gate {}",
+                s.gate
+            )
+        } else {
+            format!(
+                "partition {id} still has available items below gate {gate}; \
+                 they would never run. Let them finish (or cancel the partition) first"
+            )
+        };
+        Err(Error::Conflict(why))
+    }
+
+    /// Retries the failed items of one partition; refused for a cancelled
+    /// partition. Returns the number of items reset (possibly 0).
+    pub async fn retry_partition(&self, id: &str) -> Result<Retried> {
+        let s = self.state(id).await?;
+        if s.status == "cancelled" {
+            return Err(Error::Conflict(format!(
+                "partition {id} is cancelled; its items cannot be retried"
+            )));
+        }
+        self.retry_failed(RetryScope::Partition(id)).await
+    }
+
+    /// Retries one failed item (see [`Store::retry_failed`]), saying why when
+    /// it does not apply: unknown item, not `failed`, or cancelled partition.
+    pub async fn retry_one(&self, id: &str) -> Result<Retried> {
+        let rows = self
+            .query(
+                "SELECT i.status AS status, p.status AS pstatus FROM feed_items i \
+                 JOIN feed_partitions p ON p.id = i.partition_id WHERE i.id = ?",
+                vec![id.into()],
+            )
+            .await?;
+        let r = rows
+            .first()
+            .ok_or_else(|| Error::NotFound(format!("item {id}")))?;
+        let (status, pstatus): (String, String) = (get(r, "status")?, get(r, "pstatus")?);
+        if pstatus == "cancelled" {
+            return Err(Error::Conflict(format!(
+                "item {id}'s partition is cancelled; it cannot be retried"
+            )));
+        }
+        let r = self.retry_failed(RetryScope::Item(id)).await?;
+        if r.items == 0 {
+            return Err(Error::Conflict(format!(
+                "item {id} is {status}, not failed; only failed items are retried"
+            )));
+        }
+        Ok(r)
+    }
+}

@@ -1,0 +1,371 @@
+//! Read models for the dashboard and its JSON API: partitions and items in
+//! keyset-paginated pages (`after` = the last id seen), one partition with
+//! its per-gate counts, and the overview. Pages are served by primary-key
+//! or `(partition_id, id)` index order, so they stay fast on large tables.
+
+use std::collections::BTreeMap;
+
+use sea_orm::{QueryResult, Value};
+use serde::Serialize;
+
+use super::dialect::{data_column, marks};
+use super::status::ProcessorStatus;
+use super::{Store, get};
+use crate::{Error, Result};
+
+/// Most rows one page returns.
+pub const MAX_PAGE: u64 = 500;
+/// Bytes of item data returned as a preview; the rest is never read.
+pub const PREVIEW_BYTES: usize = 1024;
+/// Characters of `last_error` returned.
+pub const ERROR_CHARS: usize = 2000;
+
+/// One page of a listing.
+#[derive(Debug, Serialize)]
+pub struct Page<T> {
+    /// The rows, in id order.
+    pub data: Vec<T>,
+    /// Pass as `after` for the next page; None on the last page.
+    pub next: Option<String>,
+}
+
+/// A partition with its item counts.
+#[derive(Debug, Serialize)]
+pub struct PartitionView {
+    /// Partition id.
+    pub id: String,
+    /// available, complete, failed or cancelled.
+    pub status: String,
+    /// Nothing new is dispatched while true.
+    pub paused: bool,
+    /// Current gate.
+    pub gate: i64,
+    /// Session holding it.
+    pub owner: Option<String>,
+    /// Closes when nothing is left.
+    pub auto_close: bool,
+    /// Advanced only by an operator.
+    pub manual_checkpoint: bool,
+    /// block or continue.
+    pub on_failure: String,
+    /// OCC version.
+    pub version: i64,
+    /// Epoch ms, database clock.
+    pub created_at: i64,
+    /// Epoch ms, database clock.
+    pub updated_at: i64,
+    /// Items per status.
+    pub items_by_status: BTreeMap<String, i64>,
+    /// Items per gate, then per status.
+    pub items_by_gate: BTreeMap<i64, BTreeMap<String, i64>>,
+}
+
+/// An item, with its data cut to a preview.
+#[derive(Debug, Serialize)]
+pub struct ItemView {
+    /// Item id.
+    pub id: String,
+    /// Its partition.
+    pub partition_id: String,
+    /// Its gate.
+    pub gate: i64,
+    /// available, complete, failed or cancelled.
+    pub status: String,
+    /// Calls made for the current step.
+    pub attempts: i32,
+    /// Why the last call failed, cut to [`ERROR_CHARS`].
+    pub last_error: Option<String>,
+    /// Not tried before (epoch ms), None = now.
+    pub not_before: Option<i64>,
+    /// OCC version.
+    pub version: i64,
+    /// Epoch ms, database clock.
+    pub updated_at: i64,
+    /// Length of the data in bytes.
+    pub data_bytes: i64,
+    /// The first [`PREVIEW_BYTES`] bytes of data, as lossy UTF-8.
+    pub data_preview: String,
+}
+
+/// What the overview page shows.
+#[derive(Debug, Serialize)]
+pub struct Overview {
+    /// Partitions per status.
+    pub partitions_by_status: BTreeMap<String, i64>,
+    /// Paused partitions.
+    pub paused: i64,
+    /// (minute start in epoch ms, items completed), last hour, oldest first.
+    pub completed_per_minute: Vec<(i64, i64)>,
+    /// Processor sessions.
+    pub processors: Vec<ProcessorStatus>,
+    /// The database clock (epoch ms).
+    pub now: i64,
+}
+
+/// Filters of [`Store::partitions`].
+#[derive(Clone, Debug, Default)]
+pub struct PartitionFilter {
+    /// Only this status.
+    pub status: Option<String>,
+    /// Only ids starting with this.
+    pub prefix: Option<String>,
+    /// Ids after this one (keyset pagination).
+    pub after: Option<String>,
+    /// Page size (capped at [`MAX_PAGE`]).
+    pub limit: u64,
+}
+
+/// Filters of [`Store::items`].
+#[derive(Clone, Debug, Default)]
+pub struct ItemFilter {
+    /// Only this gate.
+    pub gate: Option<i64>,
+    /// Only this status.
+    pub status: Option<String>,
+    /// Ids after this one (keyset pagination).
+    pub after: Option<String>,
+    /// Page size (capped at [`MAX_PAGE`]).
+    pub limit: u64,
+}
+
+const PARTITION_COLUMNS: &str = "id, status, paused, gate, owner, auto_close, manual_checkpoint, \
+    on_failure, version, created_at, updated_at";
+
+fn partition_row(r: &QueryResult) -> Result<PartitionView> {
+    Ok(PartitionView {
+        id: get(r, "id")?,
+        status: get(r, "status")?,
+        paused: get(r, "paused")?,
+        gate: get(r, "gate")?,
+        owner: get(r, "owner")?,
+        auto_close: get(r, "auto_close")?,
+        manual_checkpoint: get(r, "manual_checkpoint")?,
+        on_failure: get(r, "on_failure")?,
+        version: get(r, "version")?,
+        created_at: get(r, "created_at")?,
+        updated_at: get(r, "updated_at")?,
+        items_by_status: BTreeMap::new(),
+        items_by_gate: BTreeMap::new(),
+    })
+}
+
+/// Appends `AND column = ?` when `value` is set.
+fn and_eq(sql: &mut String, values: &mut Vec<Value>, column: &str, value: Option<Value>) {
+    if let Some(v) = value {
+        sql.push_str(&format!(" AND {column} = ?"));
+        values.push(v);
+    }
+}
+
+/// Cuts a page of `limit + 1` rows to `limit` and names the next cursor.
+fn page<T>(mut rows: Vec<T>, limit: u64, id: impl Fn(&T) -> String) -> Page<T> {
+    let next = if rows.len() as u64 > limit {
+        rows.truncate(limit as usize);
+        rows.last().map(id)
+    } else {
+        None
+    };
+    Page { data: rows, next }
+}
+
+fn clamp(limit: u64) -> u64 {
+    limit.clamp(1, MAX_PAGE)
+}
+
+impl Store {
+    /// Partitions in id order, filtered, with per-gate item counts.
+    pub async fn partitions(&self, f: &PartitionFilter) -> Result<Page<PartitionView>> {
+        let limit = clamp(f.limit);
+        let mut sql = format!("SELECT {PARTITION_COLUMNS} FROM feed_partitions WHERE 1 = 1");
+        let mut values = Vec::new();
+        and_eq(
+            &mut sql,
+            &mut values,
+            "status",
+            f.status.clone().map(Into::into),
+        );
+        if let Some(p) = f.prefix.as_deref().filter(|p| !p.is_empty()) {
+            let escaped: String = p
+                .chars()
+                .flat_map(|c| match c {
+                    '!' | '%' | '_' => vec!['!', c],
+                    c => vec![c],
+                })
+                .collect();
+            sql.push_str(" AND id LIKE ? ESCAPE '!'");
+            values.push(format!("{escaped}%").into());
+        }
+        if let Some(a) = &f.after {
+            sql.push_str(" AND id > ?");
+            values.push(a.clone().into());
+        }
+        sql.push_str(" ORDER BY id LIMIT ?");
+        values.push(((limit + 1) as i64).into());
+        let rows = self.query(&sql, values).await?;
+        let mut list = rows.iter().map(partition_row).collect::<Result<Vec<_>>>()?;
+        let ids: Vec<String> = list
+            .iter()
+            .take(limit as usize)
+            .map(|p| p.id.clone())
+            .collect();
+        self.add_counts(&mut list, &ids).await?;
+        Ok(page(list, limit, |p| p.id.clone()))
+    }
+
+    async fn add_counts(&self, list: &mut [PartitionView], ids: &[String]) -> Result<()> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let sql = format!(
+            "SELECT partition_id, gate, status, COUNT(*) AS n FROM feed_items \
+             WHERE partition_id IN ({}) GROUP BY partition_id, gate, status",
+            marks(ids.len())
+        );
+        let values = ids.iter().map(|i| Value::from(i.clone())).collect();
+        for r in self.query(&sql, values).await? {
+            let pid: String = get(&r, "partition_id")?;
+            let Some(p) = list.iter_mut().find(|p| p.id == pid) else {
+                continue;
+            };
+            let (gate, status, n): (i64, String, i64) =
+                (get(&r, "gate")?, get(&r, "status")?, get(&r, "n")?);
+            *p.items_by_status.entry(status.clone()).or_default() += n;
+            *p.items_by_gate
+                .entry(gate)
+                .or_default()
+                .entry(status)
+                .or_default() += n;
+        }
+        Ok(())
+    }
+
+    /// One partition with its per-gate item counts.
+    pub async fn partition(&self, id: &str) -> Result<PartitionView> {
+        let rows = self
+            .query(
+                &format!("SELECT {PARTITION_COLUMNS} FROM feed_partitions WHERE id = ?"),
+                vec![id.into()],
+            )
+            .await?;
+        let mut list = rows.iter().map(partition_row).collect::<Result<Vec<_>>>()?;
+        self.add_counts(&mut list, &[id.to_string()]).await?;
+        list.pop()
+            .ok_or_else(|| Error::NotFound(format!("partition {id}")))
+    }
+
+    /// A partition's items in id order, filtered; NotFound for an unknown partition.
+    pub async fn items(&self, partition: &str, f: &ItemFilter) -> Result<Page<ItemView>> {
+        let limit = clamp(f.limit);
+        let mut sql = " WHERE i.partition_id = ?".to_string();
+        let mut values: Vec<Value> = vec![partition.into()];
+        and_eq(&mut sql, &mut values, "i.gate", f.gate.map(Into::into));
+        and_eq(
+            &mut sql,
+            &mut values,
+            "i.status",
+            f.status.clone().map(Into::into),
+        );
+        if let Some(a) = &f.after {
+            sql.push_str(" AND i.id > ?");
+            values.push(a.clone().into());
+        }
+        sql.push_str(" ORDER BY i.id LIMIT ?");
+        values.push(((limit + 1) as i64).into());
+        let items = self.item_views(&sql, values).await?;
+        if items.is_empty() && f.after.is_none() {
+            self.partition_exists(partition).await?;
+        }
+        Ok(page(items, limit, |i| i.id.clone()))
+    }
+
+    /// One item, its data cut to a preview.
+    pub async fn item(&self, id: &str) -> Result<ItemView> {
+        self.item_views(" WHERE i.id = ?", vec![id.into()])
+            .await?
+            .pop()
+            .ok_or_else(|| Error::NotFound(format!("item {id}")))
+    }
+
+    async fn item_views(&self, filter: &str, values: Vec<Value>) -> Result<Vec<ItemView>> {
+        let data = data_column(self.backend(), "i");
+        let sql = format!(
+            "SELECT i.id, i.partition_id, i.gate, i.status, i.attempts, i.last_error, i.not_before, \
+             i.version, i.updated_at, LENGTH({data}) AS data_bytes, \
+             SUBSTR({data}, 1, {PREVIEW_BYTES}) AS preview FROM feed_items i{filter}"
+        );
+        self.query(&sql, values)
+            .await?
+            .iter()
+            .map(|r| {
+                let preview: Vec<u8> = get(r, "preview")?;
+                let last_error: Option<String> = get(r, "last_error")?;
+                Ok(ItemView {
+                    id: get(r, "id")?,
+                    partition_id: get(r, "partition_id")?,
+                    gate: get(r, "gate")?,
+                    status: get(r, "status")?,
+                    attempts: get(r, "attempts")?,
+                    last_error: last_error.map(|e| e.chars().take(ERROR_CHARS).collect()),
+                    not_before: get(r, "not_before")?,
+                    version: get(r, "version")?,
+                    updated_at: get(r, "updated_at")?,
+                    // PostgreSQL's LENGTH is a 4-byte integer, the others' 8-byte.
+                    data_bytes: get::<i64>(r, "data_bytes")
+                        .or_else(|_| get::<i32>(r, "data_bytes").map(i64::from))?,
+                    data_preview: String::from_utf8_lossy(&preview).into_owned(),
+                })
+            })
+            .collect()
+    }
+
+    async fn partition_exists(&self, id: &str) -> Result<()> {
+        let rows = self
+            .query(
+                "SELECT id FROM feed_partitions WHERE id = ?",
+                vec![id.into()],
+            )
+            .await?;
+        if rows.is_empty() {
+            return Err(Error::NotFound(format!("partition {id}")));
+        }
+        Ok(())
+    }
+
+    /// Partitions by status, items completed per minute over the last hour
+    /// and the processors.
+    pub async fn overview(&self) -> Result<Overview> {
+        let mut partitions_by_status = BTreeMap::new();
+        let mut paused = 0;
+        for r in self
+            .query(
+                "SELECT status, paused, COUNT(*) AS n FROM feed_partitions GROUP BY status, paused",
+                vec![],
+            )
+            .await?
+        {
+            let n: i64 = get(&r, "n")?;
+            if get::<bool>(&r, "paused")? {
+                paused += n;
+            }
+            *partitions_by_status.entry(get(&r, "status")?).or_default() += n;
+        }
+        let completed_per_minute = self
+            .query(
+                "SELECT updated_at - (updated_at % 60000) AS bucket, COUNT(*) AS n FROM feed_items \
+                 WHERE status = 'complete' AND updated_at >= {now} - 3600000 \
+                 GROUP BY updated_at - (updated_at % 60000) ORDER BY bucket",
+                vec![],
+            )
+            .await?
+            .iter()
+            .map(|r| Ok((get(r, "bucket")?, get(r, "n")?)))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Overview {
+            partitions_by_status,
+            paused,
+            completed_per_minute,
+            processors: self.processors().await?,
+            now: self.now_ms().await?,
+        })
+    }
+}

@@ -1,0 +1,98 @@
+//! Operator controls and retention: `paused` on partitions, the
+//! `feed_maintenance` lease row that lets one processor at a time prune, and
+//! indexes for the dashboard's listings and the pruner.
+//!
+//! `cancelled` (partitions and items) is a new status value only: statuses
+//! are free text, so it needs no DDL.
+
+use sea_orm_migration::prelude::*;
+use sea_orm_migration::sea_orm::{ConnectionTrait, DbBackend, Statement};
+
+#[derive(DeriveMigrationName)]
+pub struct Migration;
+
+/// The DDL after the `paused` column, one statement per entry.
+fn statements(backend: DbBackend) -> Vec<String> {
+    let insert_once = match backend {
+        DbBackend::Postgres => {
+            "INSERT INTO feed_maintenance (name) VALUES ('retention') ON CONFLICT DO NOTHING"
+        }
+        DbBackend::MySql => "INSERT IGNORE INTO feed_maintenance (name) VALUES ('retention')",
+        _ => "INSERT OR IGNORE INTO feed_maintenance (name) VALUES ('retention')",
+    };
+    vec![
+        "CREATE TABLE IF NOT EXISTS feed_maintenance (
+            name VARCHAR(64) NOT NULL PRIMARY KEY,
+            holder VARCHAR(64) NULL,
+            expires_at BIGINT NOT NULL DEFAULT 0
+        )"
+        .into(),
+        insert_once.into(),
+        // The pruner and the partitions page by status, oldest first.
+        "CREATE INDEX IF NOT EXISTS feed_partitions_updated ON feed_partitions (status, updated_at)"
+            .into(),
+        // A partition's items in id order: the items page and the pruner's batches.
+        "CREATE INDEX IF NOT EXISTS feed_items_partition_id ON feed_items (partition_id, id)".into(),
+        // Items completed per minute over the last hour, on the overview page.
+        "CREATE INDEX IF NOT EXISTS feed_items_updated ON feed_items (status, updated_at)".into(),
+    ]
+}
+
+async fn has_paused(manager: &SchemaManager<'_>) -> Result<bool, DbErr> {
+    let db = manager.get_connection();
+    let backend = manager.get_database_backend();
+    let sql = match backend {
+        DbBackend::Sqlite => {
+            "SELECT COUNT(*) AS n FROM pragma_table_info('feed_partitions') WHERE name = 'paused'"
+        }
+        DbBackend::Postgres => {
+            "SELECT COUNT(*) AS n FROM information_schema.columns \
+             WHERE table_schema = current_schema() AND table_name = 'feed_partitions' AND column_name = 'paused'"
+        }
+        _ => {
+            "SELECT COUNT(*) AS n FROM information_schema.columns \
+             WHERE table_schema = DATABASE() AND table_name = 'feed_partitions' AND column_name = 'paused'"
+        }
+    };
+    let row = db
+        .query_one_raw(Statement::from_string(backend, sql))
+        .await?;
+    let n: i64 = row.map(|r| r.try_get("", "n")).transpose()?.unwrap_or(0);
+    Ok(n > 0)
+}
+
+#[async_trait::async_trait]
+impl MigrationTrait for Migration {
+    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        let db = manager.get_connection();
+        let backend = manager.get_database_backend();
+        // SQLite has no ADD COLUMN IF NOT EXISTS; a racing processor that
+        // adds it first makes this fail, and `migrate` retries.
+        if !has_paused(manager).await? {
+            let false_v = if backend == DbBackend::Sqlite {
+                "0"
+            } else {
+                "FALSE"
+            };
+            db.execute_unprepared(&format!(
+                "ALTER TABLE feed_partitions ADD COLUMN paused BOOLEAN NOT NULL DEFAULT {false_v}"
+            ))
+            .await?;
+        }
+        for sql in statements(backend) {
+            db.execute_unprepared(&sql).await?;
+        }
+        Ok(())
+    }
+
+    async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        let db = manager.get_connection();
+        db.execute_unprepared("DROP TABLE IF EXISTS feed_maintenance")
+            .await?;
+        if has_paused(manager).await? {
+            db.execute_unprepared("ALTER TABLE feed_partitions DROP COLUMN paused")
+                .await?;
+        }
+        Ok(())
+    }
+}

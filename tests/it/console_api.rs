@@ -1,0 +1,529 @@
+//! The JSON API under /api/v1: every endpoint and answer code, on every backend.
+
+use feed::console::{AdminToken, Console};
+use feed::store::{NewItem, PartitionSpec};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+use crate::on_all_backends;
+use crate::support::{Backend, TestDb};
+
+pub const TOKEN: &str = "test-admin-token-0123456789";
+
+/// Serves the console on a free port; returns its base URL.
+pub async fn serve(store: feed::Store, token: Option<&str>) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let token = token.map(|t| AdminToken::new(t).unwrap());
+    let app = Console::new(store, token).router();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    format!("http://{addr}")
+}
+
+pub async fn enqueue(db: &TestDb, partition: &str, manual: bool, items: &[(&str, i64)]) {
+    let spec = PartitionSpec {
+        manual_checkpoint: manual,
+        ..Default::default()
+    };
+    let items = items
+        .iter()
+        .map(|(id, gate)| NewItem {
+            id: Some(id.to_string()),
+            gate: Some(*gate),
+            data: serde_json::to_vec(&json!({ "n": id })).unwrap(),
+        })
+        .collect();
+    db.store.enqueue(partition, &spec, items).await.unwrap();
+}
+
+async fn get(base: &str, path: &str) -> (StatusCode, Value) {
+    let r = reqwest::get(format!("{base}{path}")).await.unwrap();
+    let code = r.status();
+    (
+        code,
+        serde_json::from_str(&r.text().await.unwrap()).unwrap_or(Value::Null),
+    )
+}
+
+/// POSTs with the bearer token (None = no Authorization header).
+async fn post(
+    base: &str,
+    path: &str,
+    token: Option<&str>,
+    body: Option<Value>,
+) -> (StatusCode, Value) {
+    let mut req = reqwest::Client::new().post(format!("{base}{path}"));
+    if let Some(t) = token {
+        req = req.bearer_auth(t);
+    }
+    if let Some(b) = body {
+        req = req
+            .header("content-type", "application/json")
+            .body(b.to_string());
+    }
+    let r = req.send().await.unwrap();
+    let code = r.status();
+    (
+        code,
+        serde_json::from_str(&r.text().await.unwrap()).unwrap_or(Value::Null),
+    )
+}
+
+fn ids(page: &Value) -> Vec<String> {
+    page["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["id"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// Follows `next` through every page of a listing.
+async fn all_pages(base: &str, path: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut after = String::new();
+    loop {
+        let sep = if path.contains('?') { '&' } else { '?' };
+        let (code, page) = get(base, &format!("{path}{sep}limit=2&after={after}")).await;
+        assert_eq!(code, StatusCode::OK, "{page}");
+        out.extend(ids(&page));
+        match page["next"].as_str() {
+            Some(n) => after = n.to_string(),
+            None => {
+                // Ids compare by the database's collation: the same set, each once.
+                let mut sorted = out.clone();
+                sorted.sort();
+                sorted.dedup();
+                assert_eq!(sorted.len(), out.len(), "{out:?}");
+                return sorted;
+            }
+        }
+    }
+}
+
+async fn api_reads(backend: Backend) {
+    let Some(db) = TestDb::new(backend).await else {
+        return;
+    };
+    for p in ["a-1", "a-2", "a-3", "b-1", "x_%1", "xa1"] {
+        enqueue(&db, p, false, &[(&format!("{p}/i1"), 0)]).await;
+    }
+    enqueue(
+        &db,
+        "big",
+        false,
+        &[
+            ("big/1", 0),
+            ("big/2", 0),
+            ("big/3", 1),
+            ("big/4", 1),
+            ("big/5", 2),
+        ],
+    )
+    .await;
+    db.exec(
+        "UPDATE feed_partitions SET status = 'complete' WHERE id = 'b-1'",
+        vec![],
+    )
+    .await;
+    db.exec(
+        "UPDATE feed_items SET status = 'failed', last_error = 'boom' WHERE id = 'big/3'",
+        vec![],
+    )
+    .await;
+    let base = serve(db.store.clone(), None).await;
+
+    // The same document as `processor status --json`.
+    let (code, status) = get(&base, "/api/v1/status").await;
+    assert_eq!(code, StatusCode::OK);
+    let direct = serde_json::to_value(db.store.status(None).await.unwrap()).unwrap();
+    assert_eq!(
+        status["partitions_by_status"],
+        direct["partitions_by_status"]
+    );
+    assert_eq!(status["partitions"], direct["partitions"]);
+
+    // Keyset pagination visits every partition once, in id order.
+    let all = all_pages(&base, "/api/v1/partitions").await;
+    assert_eq!(all, ["a-1", "a-2", "a-3", "b-1", "big", "x_%1", "xa1"]);
+    assert_eq!(
+        all_pages(&base, "/api/v1/partitions?prefix=a-").await,
+        ["a-1", "a-2", "a-3"]
+    );
+    // LIKE wildcards in a prefix are literal.
+    assert_eq!(
+        all_pages(&base, "/api/v1/partitions?prefix=x_").await,
+        ["x_%1"]
+    );
+    assert_eq!(
+        all_pages(&base, "/api/v1/partitions?status=complete").await,
+        ["b-1"]
+    );
+
+    let (code, p) = get(&base, "/api/v1/partitions/big").await;
+    assert_eq!(code, StatusCode::OK);
+    assert_eq!(p["status"], "available");
+    assert_eq!(p["items_by_gate"]["1"]["failed"], 1);
+    assert_eq!(p["items_by_gate"]["0"]["available"], 2);
+    assert_eq!(
+        get(&base, "/api/v1/partitions/nope").await.0,
+        StatusCode::NOT_FOUND
+    );
+
+    let items = all_pages(&base, "/api/v1/partitions/big/items").await;
+    assert_eq!(items, ["big/1", "big/2", "big/3", "big/4", "big/5"]);
+    assert_eq!(
+        all_pages(&base, "/api/v1/partitions/big/items?gate=1").await,
+        ["big/3", "big/4"]
+    );
+    assert_eq!(
+        all_pages(&base, "/api/v1/partitions/big/items?status=failed").await,
+        ["big/3"]
+    );
+    let (_, page) = get(&base, "/api/v1/partitions/big/items?status=failed").await;
+    assert_eq!(page["data"][0]["last_error"], "boom");
+    assert_eq!(page["data"][0]["data_preview"], r#"{"n":"big/3"}"#);
+    assert_eq!(
+        get(&base, "/api/v1/partitions/nope/items").await.0,
+        StatusCode::NOT_FOUND
+    );
+    // An id with a slash is one path segment when encoded.
+    assert_eq!(
+        get(&base, "/api/v1/partitions/x_%251").await.0,
+        StatusCode::OK
+    );
+}
+
+async fn api_tokens(backend: Backend) {
+    let Some(db) = TestDb::new(backend).await else {
+        return;
+    };
+    enqueue(&db, "p", false, &[("p/1", 0)]).await;
+    let open = serve(db.store.clone(), None).await;
+    let locked = serve(db.store.clone(), Some(TOKEN)).await;
+    for path in ["/api/v1/partitions/p/pause", "/api/v1/items/p%2F1/retry"] {
+        // No admin token configured: actions are forbidden, whatever is sent.
+        assert_eq!(
+            post(&open, path, Some(TOKEN), None).await.0,
+            StatusCode::FORBIDDEN
+        );
+        assert_eq!(post(&open, path, None, None).await.0, StatusCode::FORBIDDEN);
+        // Configured: a missing or wrong token is unauthorized.
+        assert_eq!(
+            post(&locked, path, None, None).await.0,
+            StatusCode::UNAUTHORIZED
+        );
+        assert_eq!(
+            post(&locked, path, Some("wrong-token-0123456789"), None)
+                .await
+                .0,
+            StatusCode::UNAUTHORIZED
+        );
+    }
+    // Reads stay open.
+    assert_eq!(get(&locked, "/api/v1/partitions/p").await.0, StatusCode::OK);
+    let (_, p) = get(&locked, "/api/v1/partitions/p").await;
+    assert_eq!(p["paused"], false, "refused actions changed nothing");
+}
+
+async fn api_actions(backend: Backend) {
+    let Some(db) = TestDb::new(backend).await else {
+        return;
+    };
+    enqueue(&db, "auto", false, &[("auto/1", 0), ("auto/2", 0)]).await;
+    enqueue(&db, "manual", true, &[("manual/1", 0), ("manual/2", 1)]).await;
+    enqueue(&db, "done", false, &[("done/1", 0)]).await;
+    db.exec(
+        "UPDATE feed_partitions SET status = 'complete' WHERE id = 'done'",
+        vec![],
+    )
+    .await;
+    db.exec(
+        "UPDATE feed_items SET status = 'complete' WHERE partition_id = 'done'",
+        vec![],
+    )
+    .await;
+    let base = serve(db.store.clone(), Some(TOKEN)).await;
+    let t = Some(TOKEN);
+    let act = |p: &str, a: &str| format!("/api/v1/partitions/{p}/{a}");
+
+    // Pause and resume answer the new state; both are idempotent.
+    let (code, p) = post(&base, &act("auto", "pause"), t, None).await;
+    assert_eq!((code, p["paused"].clone()), (StatusCode::OK, json!(true)));
+    assert_eq!(
+        post(&base, &act("auto", "pause"), t, None).await.0,
+        StatusCode::OK
+    );
+    let (code, p) = post(&base, &act("auto", "resume"), t, None).await;
+    assert_eq!((code, p["paused"].clone()), (StatusCode::OK, json!(false)));
+    assert_eq!(
+        post(&base, &act("nope", "pause"), t, None).await.0,
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(
+        post(&base, &act("auto", "explode"), t, None).await.0,
+        StatusCode::BAD_REQUEST
+    );
+
+    // Checkpoint: only manual partitions, only upwards, only when the gate is drained.
+    let (code, e) = post(
+        &base,
+        &act("auto", "checkpoint"),
+        t,
+        Some(json!({"gate": 1})),
+    )
+    .await;
+    assert_eq!(code, StatusCode::CONFLICT);
+    assert!(
+        e["error"]
+            .as_str()
+            .unwrap()
+            .contains("not a manual_checkpoint"),
+        "{e}"
+    );
+    assert_eq!(
+        post(&base, &act("manual", "checkpoint"), t, None).await.0,
+        StatusCode::BAD_REQUEST
+    );
+    let (code, e) = post(
+        &base,
+        &act("manual", "checkpoint"),
+        t,
+        Some(json!({"gate": 1})),
+    )
+    .await;
+    assert_eq!(
+        code,
+        StatusCode::CONFLICT,
+        "manual/1 is still available at gate 0"
+    );
+    assert!(
+        e["error"]
+            .as_str()
+            .unwrap()
+            .contains("still has available items"),
+        "{e}"
+    );
+    db.exec(
+        "UPDATE feed_items SET status = 'complete' WHERE id = 'manual/1'",
+        vec![],
+    )
+    .await;
+    let (code, p) = post(
+        &base,
+        &act("manual", "checkpoint"),
+        t,
+        Some(json!({"gate": 1})),
+    )
+    .await;
+    assert_eq!((code, p["gate"].clone()), (StatusCode::OK, json!(1)));
+    let (code, e) = post(
+        &base,
+        &act("manual", "checkpoint"),
+        t,
+        Some(json!({"gate": 1})),
+    )
+    .await;
+    assert_eq!(code, StatusCode::CONFLICT);
+    assert!(e["error"].as_str().unwrap().contains("not above"), "{e}");
+    assert_eq!(
+        post(
+            &base,
+            &act("nope", "checkpoint"),
+            t,
+            Some(json!({"gate": 1}))
+        )
+        .await
+        .0,
+        StatusCode::NOT_FOUND
+    );
+
+    // Retry: a failed item, then its partition; nothing failed is a conflict.
+    assert_eq!(
+        post(&base, &act("auto", "retry"), t, None).await.0,
+        StatusCode::CONFLICT
+    );
+    db.exec(
+        "UPDATE feed_items SET status = 'failed', attempts = 5 WHERE id = 'auto/1'",
+        vec![],
+    )
+    .await;
+    db.exec(
+        "UPDATE feed_partitions SET status = 'failed' WHERE id = 'auto'",
+        vec![],
+    )
+    .await;
+    let (code, item) = post(&base, "/api/v1/items/auto%2F1/retry", t, None).await;
+    assert_eq!(code, StatusCode::OK, "{item}");
+    assert_eq!(
+        (item["status"].clone(), item["attempts"].clone()),
+        (json!("available"), json!(0))
+    );
+    assert_eq!(
+        db.partition_status("auto").await,
+        "available",
+        "its partition reopened"
+    );
+    assert_eq!(
+        post(&base, "/api/v1/items/auto%2F1/retry", t, None).await.0,
+        StatusCode::CONFLICT
+    );
+    assert_eq!(
+        post(&base, "/api/v1/items/nope/retry", t, None).await.0,
+        StatusCode::NOT_FOUND
+    );
+    db.exec(
+        "UPDATE feed_items SET status = 'failed' WHERE id = 'auto/2'",
+        vec![],
+    )
+    .await;
+    let (code, p) = post(&base, &act("auto", "retry"), t, None).await;
+    assert_eq!(
+        (code, p["items_by_status"]["available"].clone()),
+        (StatusCode::OK, json!(2))
+    );
+
+    // Cancel: the partition and its available items; idempotent; then nothing applies.
+    let (code, p) = post(&base, &act("auto", "cancel"), t, None).await;
+    assert_eq!(code, StatusCode::OK);
+    assert_eq!(
+        (p["status"].clone(), p["owner"].clone()),
+        (json!("cancelled"), Value::Null)
+    );
+    assert_eq!(p["items_by_status"]["cancelled"], 2);
+    assert_eq!(
+        post(&base, &act("auto", "cancel"), t, None).await.0,
+        StatusCode::OK
+    );
+    for a in ["pause", "resume", "retry"] {
+        assert_eq!(
+            post(&base, &act("auto", a), t, None).await.0,
+            StatusCode::CONFLICT,
+            "{a}"
+        );
+    }
+    db.exec(
+        "UPDATE feed_items SET status = 'failed' WHERE id = 'auto/1'",
+        vec![],
+    )
+    .await;
+    assert_eq!(
+        post(&base, "/api/v1/items/auto%2F1/retry", t, None).await.0,
+        StatusCode::CONFLICT
+    );
+    assert_eq!(
+        post(&base, &act("done", "cancel"), t, None).await.0,
+        StatusCode::CONFLICT
+    );
+    assert_eq!(
+        post(&base, &act("nope", "cancel"), t, None).await.0,
+        StatusCode::NOT_FOUND
+    );
+}
+
+on_all_backends!(api_reads, api_tokens, api_actions);
+
+/// Page actions need the login cookie and the form's CSRF token; the
+/// cookie is HttpOnly and SameSite and is not the token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn page_forms_need_login_and_csrf() {
+    let db = TestDb::new(Backend::Sqlite).await.unwrap();
+    enqueue(&db, "p", false, &[("p/1", 0)]).await;
+    let open = serve(db.store.clone(), None).await;
+    let base = serve(db.store.clone(), Some(TOKEN)).await;
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let form = |url: String, body: &str, cookie: Option<String>| {
+        let mut r = http
+            .post(url)
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(body.to_string());
+        if let Some(c) = cookie {
+            r = r.header("cookie", c);
+        }
+        r.send()
+    };
+    let pause = |b: &str| format!("{b}/partitions/p/pause");
+    let r = form(pause(&open), "csrf=x&confirm=yes", None)
+        .await
+        .unwrap();
+    assert_eq!(
+        r.status(),
+        StatusCode::FORBIDDEN,
+        "no admin token configured"
+    );
+    let r = form(pause(&base), "csrf=x&confirm=yes", None)
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED, "not logged in");
+
+    let r = form(
+        format!("{base}/login"),
+        "token=wrong-token-0123456789",
+        None,
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+    let r = form(
+        format!("{base}/login"),
+        "token=test-admin-token-0123456789&next=//evil.example/",
+        None,
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    assert_eq!(r.headers()["location"], "/", "only local redirects");
+    let set = r.headers()["set-cookie"].to_str().unwrap().to_string();
+    assert!(
+        set.contains("HttpOnly") && set.contains("SameSite=Strict"),
+        "{set}"
+    );
+    assert!(!set.contains(TOKEN), "the cookie carries the token");
+    let cookie = set.split(';').next().unwrap().to_string();
+
+    let r = form(
+        pause(&base),
+        "csrf=forged&confirm=yes",
+        Some(cookie.clone()),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status(), StatusCode::FORBIDDEN, "a forged CSRF token");
+    let page = http
+        .get(format!("{base}/partitions/p"))
+        .header("cookie", cookie.clone());
+    let page = page.send().await.unwrap().text().await.unwrap();
+    let csrf = page
+        .split("name=\"csrf\" value=\"")
+        .nth(1)
+        .unwrap()
+        .split('"')
+        .next()
+        .unwrap();
+    assert!(!page.contains(TOKEN));
+    let body: &'static str = Box::leak(format!("csrf={csrf}").into_boxed_str());
+    let r = form(pause(&base), body, Some(cookie.clone()))
+        .await
+        .unwrap();
+    let confirm = r.text().await.unwrap();
+    assert!(
+        confirm.contains("Pause partition p?"),
+        "asks first: {confirm}"
+    );
+    assert!(
+        !db.store.partition("p").await.unwrap().paused,
+        "not before confirming"
+    );
+    let r = form(
+        pause(&base),
+        &format!("csrf={csrf}&confirm=yes"),
+        Some(cookie),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    assert!(db.store.partition("p").await.unwrap().paused);
+}

@@ -1,0 +1,186 @@
+//! Retention: `processor prune` and `run --retention` delete old complete
+//! and cancelled partitions with their items, and nothing unfinished.
+
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::console_api::enqueue;
+use crate::on_all_backends;
+use crate::support::{Backend, Handler, Proc, TestDb, json as reply, wait_for};
+
+/// Makes a partition `status`, its items `item_status`, last updated two hours ago.
+async fn age(db: &TestDb, partition: &str, status: &str, item_status: &str) {
+    db.exec(
+        "UPDATE feed_items SET status = ? WHERE partition_id = ?",
+        vec![item_status.into(), partition.into()],
+    )
+    .await;
+    db.exec(
+        "UPDATE feed_partitions SET status = ?, updated_at = {now} - 7200000 WHERE id = ?",
+        vec![status.into(), partition.into()],
+    )
+    .await;
+}
+
+async fn count(db: &TestDb, table: &str) -> i64 {
+    let rows = db
+        .query(&format!("SELECT COUNT(*) AS n FROM {table}"), vec![])
+        .await;
+    rows[0].try_get("", "n").unwrap()
+}
+
+/// Old complete and cancelled partitions, plus others that must survive.
+async fn fixture(db: &TestDb) {
+    enqueue(db, "old-complete", false, &[("oc/1", 0), ("oc/2", 0)]).await;
+    age(db, "old-complete", "complete", "complete").await;
+    enqueue(db, "old-cancelled", false, &[("ox/1", 0)]).await;
+    age(db, "old-cancelled", "cancelled", "cancelled").await;
+    for (p, status, item) in [
+        ("old-failed", "failed", "failed"),
+        ("old-available", "available", "available"),
+    ] {
+        enqueue(db, p, false, &[(&format!("{p}/1"), 0)]).await;
+        age(db, p, status, item).await;
+    }
+    enqueue(db, "new-complete", false, &[("nc/1", 0)]).await;
+    db.exec(
+        "UPDATE feed_partitions SET status = 'complete' WHERE id = 'new-complete'",
+        vec![],
+    )
+    .await;
+    // Reopened by a producer: fresh again, kept.
+    enqueue(db, "reopened", false, &[("ro/1", 0)]).await;
+    age(db, "reopened", "complete", "complete").await;
+    enqueue(db, "reopened", false, &[("ro/2", 0)]).await;
+    // An old cancelled partition that got an available item by hand with
+    // SQL (its updated_at untouched): the item and so the partition stay.
+    enqueue(db, "late", false, &[("late/1", 0)]).await;
+    age(db, "late", "cancelled", "complete").await;
+    db.item("late/2", "late", 0, json!({})).await;
+}
+
+async fn prune_deletes_only_old_finished_partitions(b: Backend) {
+    let Some(db) = TestDb::new(b).await else {
+        return;
+    };
+    fixture(&db).await;
+    let (items, partitions) = (
+        count(&db, "feed_items").await,
+        count(&db, "feed_partitions").await,
+    );
+    let args = [
+        "prune",
+        "--finished-before",
+        "1h",
+        "--database-url",
+        &db.url,
+    ];
+    let o = crate::cli::processor(&[&args[..], &["--dry-run"]].concat(), "");
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success());
+    assert!(
+        out.contains("would delete 3 partitions and 5 items"),
+        "{out}"
+    );
+    assert_eq!(
+        (
+            count(&db, "feed_items").await,
+            count(&db, "feed_partitions").await
+        ),
+        (items, partitions)
+    );
+
+    let o = crate::cli::processor(&args, "");
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("deleted 2 partitions and 4 items"), "{out}");
+    let left: Vec<String> = db
+        .query("SELECT id FROM feed_partitions ORDER BY id", vec![])
+        .await
+        .iter()
+        .map(|r| r.try_get("", "id").unwrap())
+        .collect();
+    let mut expected = [
+        "late",
+        "new-complete",
+        "old-available",
+        "old-failed",
+        "reopened",
+    ];
+    expected.sort();
+    let mut left = left;
+    left.sort();
+    assert_eq!(left, expected);
+    assert_eq!(db.item_row("late/2").await.status, "available");
+    for id in ["old-available/1", "old-failed/1", "nc/1", "ro/1", "ro/2"] {
+        db.item_row(id).await;
+    }
+    assert_eq!(count(&db, "feed_items").await, items - 4);
+}
+
+async fn retention_prunes_from_one_processor(b: Backend) {
+    let Some(db) = TestDb::new(b).await else {
+        return;
+    };
+    fixture(&db).await;
+    // The lease: one holder at a time, renewable, taken over once expired.
+    let hour = Duration::from_secs(3600);
+    assert!(
+        db.store
+            .lease_maintenance("retention", "a", hour)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !db.store
+            .lease_maintenance("retention", "b", hour)
+            .await
+            .unwrap()
+    );
+    db.exec("UPDATE feed_maintenance SET expires_at = 0", vec![])
+        .await;
+    assert!(
+        db.store
+            .lease_maintenance("retention", "b", hour)
+            .await
+            .unwrap()
+    );
+    db.exec("UPDATE feed_maintenance SET expires_at = 0", vec![])
+        .await;
+
+    let h = Handler::start(|_| reply(200, json!({ "done": true }))).await;
+    let _proc = Proc::start(&db, &h.url(), &["--retention", "1h"]);
+    wait_for("old partitions pruned", Duration::from_secs(60), || async {
+        db.query(
+            "SELECT id FROM feed_partitions WHERE id IN ('old-complete', 'old-cancelled')",
+            vec![],
+        )
+        .await
+        .is_empty()
+    })
+    .await;
+    let holder: Option<String> = db
+        .query(
+            "SELECT holder FROM feed_maintenance WHERE name = 'retention'",
+            vec![],
+        )
+        .await[0]
+        .try_get("", "holder")
+        .unwrap();
+    assert_eq!(holder, db.sessions().await.first().cloned());
+    for p in ["old-failed", "old-available", "new-complete", "late"] {
+        db.partition_row(p).await;
+    }
+    db.item_row("late/2").await;
+    assert!(
+        !db.store
+            .lease_maintenance("retention", "b", hour)
+            .await
+            .unwrap()
+    );
+}
+
+on_all_backends!(
+    prune_deletes_only_old_finished_partitions,
+    retention_prunes_from_one_processor
+);
