@@ -1,4 +1,4 @@
-//! The drain benchmark (issue 6): how fast one real `processor` drains a
+//! The drain benchmark: how fast one real `processor` drains a
 //! backlog through a real HTTP handler on SQLite, PostgreSQL and MariaDB,
 //! next to the HTTP-only ceiling of this machine; statements per item,
 //! pickup latency, idle cost and memory; a multi-step variant and 2- and

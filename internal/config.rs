@@ -1,4 +1,4 @@
-//! Settings of a running processor, with the defaults that DESIGN.md gives.
+//! Settings of a running processor, with their defaults (README: Commands).
 
 use std::time::Duration;
 
@@ -59,7 +59,7 @@ pub struct Config {
 }
 
 impl Config {
-    /// A configuration with DESIGN.md's defaults.
+    /// A configuration with the documented defaults.
     pub fn new(database_url: impl Into<String>, handler_url: impl Into<String>) -> Self {
         Self {
             database_url: database_url.into(),

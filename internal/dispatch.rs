@@ -18,11 +18,11 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use crate::context::Context;
 use crate::gates;
 use crate::handler::{Job, Outcome};
 use crate::leases::{self, Held};
 use crate::policy::{Label, Policy};
-use crate::run::Shared;
 use crate::store::{Ack, Fence, ItemWrite, MAX_BRANCHES, ReadyItem, Written};
 
 /// How one delivery ended, reported back to the loop.
@@ -40,7 +40,7 @@ enum Delivery {
 
 /// The loop's state: what is held, what is in flight, whether the handler is paused.
 struct Dispatcher {
-    shared: Arc<Shared>,
+    shared: Arc<Context>,
     /// Session id the held set belongs to; a new id means every lease was lost.
     me: String,
     held: Held,
@@ -63,7 +63,7 @@ struct Dispatcher {
 }
 
 /// Runs until `cancel`, then drains in-flight deliveries up to the drain timeout.
-pub async fn run(shared: Arc<Shared>, cancel: CancellationToken) {
+pub async fn run(shared: Arc<Context>, cancel: CancellationToken) {
     let mut d = Dispatcher {
         me: shared.session.id(),
         shared: shared.clone(),
@@ -411,7 +411,7 @@ impl Dispatcher {
 }
 
 /// Calls the handler for one item and writes the fenced result.
-async fn deliver(shared: &Shared, me: &str, item: ReadyItem) -> Delivery {
+async fn deliver(shared: &Context, me: &str, item: ReadyItem) -> Delivery {
     let ReadyItem { fence, data } = item;
     let attempt = u32::try_from(fence.attempts).unwrap_or(0) + 1;
     let span = tracing::info_span!("delivery", partition = %fence.partition_id, item = %fence.id, gate = fence.gate, attempt);
@@ -427,7 +427,7 @@ async fn deliver(shared: &Shared, me: &str, item: ReadyItem) -> Delivery {
             data,
         };
         let started = std::time::Instant::now();
-        let outcome = shared.processor.process(&job).await;
+        let outcome = shared.handler.handle(&job).await;
         shared
             .metrics
             .handler_seconds
@@ -450,7 +450,7 @@ async fn deliver(shared: &Shared, me: &str, item: ReadyItem) -> Delivery {
 /// recorded instead as a failed attempt that says why (with a backoff), so
 /// that nothing is fetched again without an attempt counted.
 async fn record(
-    shared: &Shared,
+    shared: &Context,
     me: &str,
     fence: Fence,
     write: ItemWrite,

@@ -11,8 +11,8 @@
 use std::collections::{BTreeMap, HashSet};
 
 use crate::Result;
+use crate::context::Context;
 use crate::leases::Held;
-use crate::run::Shared;
 use crate::store::{GateCount, HeldPartition, OnFailure};
 
 /// What a gate check did.
@@ -71,7 +71,7 @@ fn decide(p: &HeldPartition, counts: &[&GateCount]) -> Decision {
 
 /// Checks the dirty partitions of `held` that have nothing in flight.
 pub async fn check(
-    shared: &Shared,
+    shared: &Context,
     me: &str,
     held: &mut Held,
     busy: &HashSet<String>,
@@ -126,7 +126,7 @@ pub async fn check(
 
 /// Carries out one decision; true when the partition needs no new look.
 async fn apply(
-    shared: &Shared,
+    shared: &Context,
     me: &str,
     held: &mut Held,
     p: &HeldPartition,

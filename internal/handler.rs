@@ -1,6 +1,6 @@
-//! The handler side: the [`Processor`] trait that turns an item into an
-//! [`Outcome`], and [`HttpProcessor`], which POSTs the item to the user's
-//! HTTP handler and reads its answer by DESIGN §4.
+//! The handler side: the [`Handler`] trait that turns an item into an
+//! [`Outcome`], and [`HttpHandler`], which POSTs the item to the user's
+//! HTTP handler and reads its answer (README: The handler protocol).
 
 use std::time::Duration;
 
@@ -62,30 +62,31 @@ pub enum Outcome {
     },
 }
 
-/// Turns an item into an outcome. Implement it to run the watcher with an
-/// in-process handler instead of HTTP.
+/// The user's handler: turns one delivery into an outcome. [`HttpHandler`]
+/// calls an HTTP service; implement it to run a processor with an
+/// in-process handler instead.
 ///
 /// ```
-/// use feed::{Job, Outcome, Processor};
+/// use feed::{Handler, Job, Outcome};
 ///
 /// struct Upper;
 ///
 /// #[async_trait::async_trait]
-/// impl Processor for Upper {
-///     async fn process(&self, job: &Job) -> Outcome {
+/// impl Handler for Upper {
+///     async fn handle(&self, job: &Job) -> Outcome {
 ///         let text = String::from_utf8_lossy(&job.data).to_uppercase();
 ///         Outcome::Step { gate: None, done: true, data: Some(text.into_bytes()) }
 ///     }
 /// }
 /// ```
 #[async_trait]
-pub trait Processor: Send + Sync + 'static {
+pub trait Handler: Send + Sync + 'static {
     /// Handles one delivery.
-    async fn process(&self, job: &Job) -> Outcome;
+    async fn handle(&self, job: &Job) -> Outcome;
 }
 
 /// POSTs items to an HTTP handler.
-pub struct HttpProcessor {
+pub struct HttpHandler {
     client: reqwest::Client,
     url: reqwest::Url,
     headers: HeaderMap,
@@ -93,7 +94,7 @@ pub struct HttpProcessor {
     max_bytes: usize,
 }
 
-impl HttpProcessor {
+impl HttpHandler {
     /// Builds the client from the configuration: timeout, no redirects,
     /// fixed headers (marked sensitive so they never show in debug output).
     pub fn new(config: &Config) -> Result<Self> {
@@ -181,8 +182,8 @@ impl HttpProcessor {
 }
 
 #[async_trait]
-impl Processor for HttpProcessor {
-    async fn process(&self, job: &Job) -> Outcome {
+impl Handler for HttpHandler {
+    async fn handle(&self, job: &Job) -> Outcome {
         match self.call(job).await {
             Ok(outcome) => outcome,
             Err(e) if e.is_connect() => Outcome::Unreachable {
@@ -267,7 +268,7 @@ struct Answer {
     error: Option<serde_json::Value>,
 }
 
-/// Reads a handler's response into an outcome (DESIGN §4).
+/// Reads a handler's response into an outcome (README: The handler protocol).
 pub fn parse_response(status: StatusCode, body: &[u8], retry_after: Option<Duration>) -> Outcome {
     let failed = |message: String, retry: bool| Outcome::Failed {
         message,

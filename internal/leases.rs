@@ -22,7 +22,7 @@ use std::collections::{HashMap, HashSet};
 use rand::seq::{IndexedRandom, SliceRandom};
 
 use crate::Result;
-use crate::run::Shared;
+use crate::context::Context;
 use crate::store::LeaseCounts;
 
 /// What this processor holds, as the dispatch loop tracks it.
@@ -38,7 +38,7 @@ pub struct Held {
 /// One acquire cycle for session `me`; `busy` are the partitions with
 /// items in flight or buffered here.
 pub async fn balance(
-    shared: &Shared,
+    shared: &Context,
     me: &str,
     held: &mut Held,
     busy: &HashSet<String>,
@@ -170,7 +170,7 @@ fn target(counts: &LeaseCounts, caps: &[i64], cap: Option<i64>) -> i64 {
 /// flight, and every steal turned into rejected results and redeliveries
 /// (the chaos test measured 35–55 duplicate deliveries per 1,000 steps that
 /// way, 5–11 with a random pick).
-async fn steal_one(shared: &Shared, me: &str, mine: i64, held: &mut Held) -> Result<()> {
+async fn steal_one(shared: &Context, me: &str, mine: i64, held: &mut Held) -> Result<()> {
     let store = &shared.store;
     let Some((owner, n)) = store.most_loaded(shared.config.session_expiry).await? else {
         return Ok(());

@@ -5,8 +5,9 @@
 //! answer `{gate, done, data}`, advances the gate when the gate runs dry
 //! (fan-in) and closes the partition when everything is done.
 //!
-//! Modules, by what they own:
+//! Modules, by what they own (docs/design.md explains how they fit):
 //! - [`store`]: all SQL (one place per dialect difference) and producer operations;
+//! - [`context`]: what the tasks of a running processor share (and the session cell);
 //! - [`session`]: the processor's session row and heartbeat;
 //! - [`leases`]: leasing, balancing and stealing partitions;
 //! - [`dispatch`]: the poll/deliver/acknowledge loop, with a prefetch buffer;
@@ -14,7 +15,7 @@
 //! - [`completer`]: batched, fenced result writes;
 //! - [`policy`]: what an outcome does to an item (retries, backoff, failure);
 //! - [`gates`]: fan-in: advancing, closing and failing partitions;
-//! - [`handler`]: the [`Processor`] trait and the HTTP handler protocol;
+//! - [`handler`]: the [`Handler`] trait and the HTTP handler protocol;
 //! - [`server`] and [`metrics`]: health and Prometheus metrics;
 //! - [`run`](mod@run): start-up and graceful shutdown;
 //! - [`demo`]: the resume example behind `processor demo`;
@@ -26,6 +27,7 @@ pub mod backoff;
 pub mod completer;
 pub mod config;
 pub mod console;
+pub mod context;
 pub mod demo;
 pub mod dispatch;
 pub mod error;
@@ -43,6 +45,6 @@ pub mod store;
 
 pub use config::Config;
 pub use error::{Error, Result};
-pub use handler::{HttpProcessor, Job, Outcome, Processor};
+pub use handler::{Handler, HttpHandler, Job, Outcome};
 pub use run::{run, run_with};
 pub use store::Store;

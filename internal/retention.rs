@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::run::Shared;
+use crate::context::Context;
 
 /// How often the holder prunes.
 pub const INTERVAL: Duration = Duration::from_secs(300);
@@ -18,7 +18,7 @@ pub const INTERVAL: Duration = Duration::from_secs(300);
 const LEASE: Duration = Duration::from_secs(600);
 
 /// Starts the retention loop when `config.retention` is set.
-pub fn spawn(shared: Arc<Shared>, cancel: CancellationToken) {
+pub fn spawn(shared: Arc<Context>, cancel: CancellationToken) {
     let Some(older_than) = shared.config.retention else {
         return;
     };
@@ -35,7 +35,7 @@ pub fn spawn(shared: Arc<Shared>, cancel: CancellationToken) {
     });
 }
 
-async fn round(shared: &Shared, older_than: Duration) -> crate::Result<()> {
+async fn round(shared: &Context, older_than: Duration) -> crate::Result<()> {
     let me = shared.session.id();
     if !shared
         .store

@@ -15,36 +15,17 @@ use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
 
 use crate::completer::Completer;
-use crate::handler::{HttpProcessor, Processor};
+use crate::context::{Context, Session};
+use crate::handler::{Handler, HttpHandler};
 use crate::metrics::Metrics;
 use crate::server::Health;
-use crate::session::{self, Session};
+use crate::session;
 use crate::store::{Store, redact};
 use crate::{Config, Error, Result, dispatch};
 
 /// How long releasing partitions, deleting the session and stopping the
 /// health listener may take, together, after the drain.
 pub const RELEASE_BOUND: Duration = Duration::from_secs(5);
-
-/// What the loops of one processor share.
-pub struct Shared {
-    /// Settings.
-    pub config: Config,
-    /// The database.
-    pub store: Store,
-    /// This processor's session.
-    pub session: Session,
-    /// Exported counters.
-    pub metrics: Metrics,
-    /// What `/readyz` reports.
-    pub health: Arc<Health>,
-    /// Turns items into outcomes (HTTP by default).
-    pub processor: Arc<dyn Processor>,
-    /// Writes results in batches.
-    pub completer: Completer,
-    /// Wakes the dispatch loop when new work may be ready (PostgreSQL NOTIFY).
-    pub wake: Arc<tokio::sync::Notify>,
-}
 
 /// Runs a processor that POSTs items to `config.handler_url` until
 /// `shutdown` resolves.
@@ -60,35 +41,35 @@ pub async fn run(
     config: Config,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
-    let processor = Arc::new(HttpProcessor::new(&config)?);
-    run_with(config, processor, shutdown).await
+    let handler = Arc::new(HttpHandler::new(&config)?);
+    run_with(config, handler, shutdown).await
 }
 
-/// Runs a processor with any [`Processor`] (an in-process handler, say)
+/// Runs a processor with any [`Handler`] (an in-process one, say)
 /// until `shutdown` resolves.
 ///
 /// ```no_run
 /// use std::sync::Arc;
-/// use feed::{Config, Job, Outcome, Processor};
+/// use feed::{Config, Handler, Job, Outcome};
 ///
 /// struct Done;
 ///
 /// #[async_trait::async_trait]
-/// impl Processor for Done {
-///     async fn process(&self, _job: &Job) -> Outcome {
+/// impl Handler for Done {
+///     async fn handle(&self, _job: &Job) -> Outcome {
 ///         Outcome::Step { gate: None, done: true, data: None }
 ///     }
 /// }
 ///
 /// # async fn f() -> feed::Result<()> {
-/// // The handler URL is unused with an in-process processor.
+/// // The handler URL is unused with an in-process handler.
 /// let config = Config::new("sqlite://feed.db?mode=rwc", "http://unused/");
 /// feed::run_with(config, Arc::new(Done), async { tokio::signal::ctrl_c().await.ok(); }).await
 /// # }
 /// ```
 pub async fn run_with(
     config: Config,
-    processor: Arc<dyn Processor>,
+    handler: Arc<dyn Handler>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
     config.validate()?;
@@ -135,7 +116,7 @@ pub async fn run_with(
     if store.backend() == sea_orm::DbBackend::Postgres {
         crate::notify::listen(&config, wake.clone(), cancel.clone());
     }
-    let shared = Arc::new(Shared {
+    let shared = Arc::new(Context {
         wake,
         completer,
         config,
@@ -143,7 +124,7 @@ pub async fn run_with(
         session: Session::new(id.clone()),
         metrics,
         health: health.clone(),
-        processor,
+        handler,
     });
     if !register(&shared, &id, &cancel).await? {
         return Ok(());
@@ -199,7 +180,7 @@ pub async fn run_with(
 /// Registers the session, retrying with backoff while the database does not
 /// answer; false when shutdown came first. Other errors (no schema, say)
 /// are returned: retrying would not help.
-async fn register(shared: &Shared, id: &str, cancel: &CancellationToken) -> Result<bool> {
+async fn register(shared: &Context, id: &str, cancel: &CancellationToken) -> Result<bool> {
     let mut delay = Duration::from_millis(250);
     loop {
         match session::register(shared, id).await {

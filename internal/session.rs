@@ -10,58 +10,12 @@
 //! abandoned and the next one, on a fresh connection, still lands before
 //! the session expires.
 
-use std::sync::{Arc, RwLock};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::run::Shared;
-
-/// The current session id and when it was last heartbeated successfully.
-#[derive(Debug)]
-pub struct Session {
-    state: RwLock<State>,
-}
-
-#[derive(Debug)]
-struct State {
-    id: String,
-    last_ok: Instant,
-}
-
-impl Session {
-    /// A session that was just registered.
-    pub fn new(id: String) -> Self {
-        Self {
-            state: RwLock::new(State {
-                id,
-                last_ok: Instant::now(),
-            }),
-        }
-    }
-
-    /// The session id leases and results are fenced with.
-    pub fn id(&self) -> String {
-        self.state.read().expect("session lock").id.clone()
-    }
-
-    /// Whether results may still be acknowledged: the last good heartbeat
-    /// is younger than the expiry.
-    pub fn live(&self, expiry: Duration) -> bool {
-        self.state.read().expect("session lock").last_ok.elapsed() < expiry
-    }
-
-    fn renewed(&self) {
-        self.state.write().expect("session lock").last_ok = Instant::now();
-    }
-
-    fn replace(&self, id: String) {
-        *self.state.write().expect("session lock") = State {
-            id,
-            last_ok: Instant::now(),
-        };
-    }
-}
+use crate::context::Context;
 
 /// A new session id.
 pub fn new_id() -> String {
@@ -69,7 +23,7 @@ pub fn new_id() -> String {
 }
 
 /// Registers a session row (transient failures are retried), within half the expiry.
-pub async fn register(shared: &Shared, id: &str) -> crate::Result<()> {
+pub async fn register(shared: &Context, id: &str) -> crate::Result<()> {
     let host = gethostname::gethostname().to_string_lossy().into_owned();
     let store = &shared.store;
     store
@@ -89,14 +43,14 @@ fn beat_limit(config: &crate::Config) -> Duration {
 
 /// After a good heartbeat, whether the database answers everything: no
 /// statement timed out within the statement timeout (a stuck one would have).
-fn database_ok(shared: &Shared) -> bool {
+fn database_ok(shared: &Context) -> bool {
     !shared
         .store
         .timed_out_within(shared.config.statement_timeout)
 }
 
 /// Heartbeats until cancelled; replaces the session when its row is gone.
-pub async fn keep(shared: Arc<Shared>, cancel: CancellationToken) {
+pub async fn keep(shared: Arc<Context>, cancel: CancellationToken) {
     let expiry = shared.config.session_expiry;
     let mut tick = tokio::time::interval(shared.config.heartbeat_interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

@@ -1,4 +1,4 @@
-//! Chaos (issue 3): several real `processor` processes share 128 partitions
+//! Chaos: several real `processor` processes share 128 partitions
 //! whose items need several handler steps across gates 0 → 1 → 2, while the
 //! test kills processors (SIGKILL), stops them (SIGTERM) and starts new ones
 //! at random moments.

@@ -1,4 +1,4 @@
-//! The commands besides `run` (DESIGN §5): enqueue, status, retry, demo,
+//! The commands besides `run` (README: Commands): enqueue, status, retry, demo,
 //! and what the command line does with bad input and secrets.
 
 use std::io::Write;

@@ -1,4 +1,4 @@
-//! Fan-out, fan-in and closing (DESIGN §1).
+//! Fan-out, fan-in and closing (README: The model).
 
 use std::time::Duration;
 

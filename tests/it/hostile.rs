@@ -1,4 +1,4 @@
-//! A hostile world (issue 5): misbehaving handlers, bad rows written by
+//! A hostile world: misbehaving handlers, bad rows written by
 //! hand, an unreachable database and killed connections. Whatever happens,
 //! the processor keeps running, loses nothing, and says what went wrong.
 

@@ -1,19 +1,19 @@
-//! The library API: enqueue in a transaction, an in-process `Processor`,
+//! The library API: enqueue in a transaction, an in-process `Handler`,
 //! status and retry, without HTTP.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use feed::store::{NewItem, PartitionSpec};
-use feed::{Config, Job, Outcome, Processor};
+use feed::{Config, Handler, Job, Outcome};
 
 use crate::support::{Backend, TestDb};
 
 struct Doubler;
 
 #[async_trait::async_trait]
-impl Processor for Doubler {
-    async fn process(&self, job: &Job) -> Outcome {
+impl Handler for Doubler {
+    async fn handle(&self, job: &Job) -> Outcome {
         let n: i64 = serde_json::from_slice(&job.data).unwrap_or(0);
         if n < 0 {
             return Outcome::Failed {

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use feed::store::{NewItem, PartitionSpec};
-use feed::{Config, Job, Outcome, Processor};
+use feed::{Config, Job, Outcome};
 use serde_json::json;
 
 use crate::on_all_backends;
@@ -18,8 +18,8 @@ on_all_backends!(a_panicked_delivery_is_retried, pause_starts_at_its_base);
 struct PanicsOnce(AtomicU32);
 
 #[async_trait::async_trait]
-impl Processor for PanicsOnce {
-    async fn process(&self, job: &Job) -> Outcome {
+impl feed::Handler for PanicsOnce {
+    async fn handle(&self, job: &Job) -> Outcome {
         if job.item_id == "boom" && self.0.fetch_add(1, Ordering::SeqCst) == 0 {
             panic!("the handler code had a bug");
         }

@@ -1,4 +1,4 @@
-//! Sessions (DESIGN §3): concurrent start-up, a lost session, graceful shutdown.
+//! Sessions (docs/design.md): concurrent start-up, a lost session, graceful shutdown.
 
 use std::time::Duration;
 

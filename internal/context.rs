@@ -1,0 +1,81 @@
+//! What the tasks of one running processor share: settings, the store,
+//! the session cell, metrics, health, the handler and the completer.
+//!
+//! It depends on none of the tasks (dispatch, session keeper, retention),
+//! so they can all use it without importing each other or `run`.
+
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use crate::Config;
+use crate::completer::Completer;
+use crate::handler::Handler;
+use crate::metrics::Metrics;
+use crate::server::Health;
+use crate::store::Store;
+
+/// What the tasks of one running processor share.
+pub struct Context {
+    /// Settings.
+    pub config: Config,
+    /// The database.
+    pub store: Store,
+    /// This processor's session.
+    pub session: Session,
+    /// Exported counters.
+    pub metrics: Metrics,
+    /// What `/readyz` reports.
+    pub health: Arc<Health>,
+    /// Turns items into outcomes (HTTP by default).
+    pub handler: Arc<dyn Handler>,
+    /// Writes results in batches.
+    pub completer: Completer,
+    /// Wakes the dispatch loop when new work may be ready (PostgreSQL NOTIFY).
+    pub wake: Arc<tokio::sync::Notify>,
+}
+
+/// The current session id and when it was last heartbeated successfully.
+#[derive(Debug)]
+pub struct Session {
+    state: RwLock<State>,
+}
+
+#[derive(Debug)]
+struct State {
+    id: String,
+    last_ok: Instant,
+}
+
+impl Session {
+    /// A session that was just registered.
+    pub fn new(id: String) -> Self {
+        Self {
+            state: RwLock::new(State {
+                id,
+                last_ok: Instant::now(),
+            }),
+        }
+    }
+
+    /// The session id leases and results are fenced with.
+    pub fn id(&self) -> String {
+        self.state.read().expect("session lock").id.clone()
+    }
+
+    /// Whether results may still be acknowledged: the last good heartbeat
+    /// is younger than the expiry.
+    pub fn live(&self, expiry: Duration) -> bool {
+        self.state.read().expect("session lock").last_ok.elapsed() < expiry
+    }
+
+    pub(crate) fn renewed(&self) {
+        self.state.write().expect("session lock").last_ok = Instant::now();
+    }
+
+    pub(crate) fn replace(&self, id: String) {
+        *self.state.write().expect("session lock") = State {
+            id,
+            last_ok: Instant::now(),
+        };
+    }
+}
