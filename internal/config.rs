@@ -59,29 +59,61 @@ pub struct Config {
 }
 
 impl Config {
-    /// A configuration with the documented defaults.
+    /// `--database-url`: an SQLite file next to the processor.
+    pub const DATABASE_URL: &str = "sqlite://feed.db?mode=rwc";
+    /// `--concurrency`.
+    pub const CONCURRENCY: usize = 64;
+    /// `--poll-interval`.
+    pub const POLL_INTERVAL: Duration = Duration::from_secs(1);
+    /// `--heartbeat-interval`.
+    pub const HEARTBEAT_INTERVAL: Duration = Duration::from_secs(1);
+    /// `--session-expiry`.
+    pub const SESSION_EXPIRY: Duration = Duration::from_secs(10);
+    /// `--acquire-interval`.
+    pub const ACQUIRE_INTERVAL: Duration = Duration::from_secs(2);
+    /// `--request-timeout`.
+    pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+    /// `--max-attempts`.
+    pub const MAX_ATTEMPTS: u32 = 5;
+    /// `--backoff-base`.
+    pub const BACKOFF_BASE: Duration = Duration::from_secs(1);
+    /// `--backoff-max`.
+    pub const BACKOFF_MAX: Duration = Duration::from_secs(300);
+    /// `--content-type`.
+    pub const CONTENT_TYPE: &str = "application/json";
+    /// `--max-response-bytes`: 16 MiB.
+    pub const MAX_RESPONSE_BYTES: usize = 16 << 20;
+    /// `--listen` of the command line. [`Config::new`] listens nowhere: a
+    /// program embedding Feed chooses whether and where to serve health.
+    pub const LISTEN: &str = "0.0.0.0:8080";
+    /// `--drain-timeout`.
+    pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
+    /// `--statement-timeout`.
+    pub const STATEMENT_TIMEOUT: Duration = crate::store::DEFAULT_STATEMENT_TIMEOUT;
+
+    /// A configuration with the defaults above.
     pub fn new(database_url: impl Into<String>, handler_url: impl Into<String>) -> Self {
         Self {
             database_url: database_url.into(),
             handler_url: handler_url.into(),
-            concurrency: 64,
-            poll_interval: Duration::from_secs(1),
-            heartbeat_interval: Duration::from_secs(1),
-            session_expiry: Duration::from_secs(10),
-            acquire_interval: Duration::from_secs(2),
+            concurrency: Self::CONCURRENCY,
+            poll_interval: Self::POLL_INTERVAL,
+            heartbeat_interval: Self::HEARTBEAT_INTERVAL,
+            session_expiry: Self::SESSION_EXPIRY,
+            acquire_interval: Self::ACQUIRE_INTERVAL,
             max_partitions: None,
             max_in_flight_per_partition: None,
-            request_timeout: Duration::from_secs(30),
-            max_attempts: 5,
-            backoff_base: Duration::from_secs(1),
-            backoff_max: Duration::from_secs(300),
+            request_timeout: Self::REQUEST_TIMEOUT,
+            max_attempts: Self::MAX_ATTEMPTS,
+            backoff_base: Self::BACKOFF_BASE,
+            backoff_max: Self::BACKOFF_MAX,
             headers: Vec::new(),
             signing_secret: None,
-            content_type: "application/json".into(),
-            max_response_bytes: 16 << 20,
+            content_type: Self::CONTENT_TYPE.into(),
+            max_response_bytes: Self::MAX_RESPONSE_BYTES,
             listen: None,
-            drain_timeout: Duration::from_secs(30),
-            statement_timeout: crate::store::DEFAULT_STATEMENT_TIMEOUT,
+            drain_timeout: Self::DRAIN_TIMEOUT,
+            statement_timeout: Self::STATEMENT_TIMEOUT,
             migrate: true,
             ui: false,
             admin_token: None,

@@ -64,21 +64,26 @@ pub struct DemoSummary {
     pub elapsed: Duration,
 }
 
-/// Runs the demo with `resumes` resumes, printing progress to stdout, on
-/// `database_url` or else a temporary SQLite database removed afterwards.
-pub async fn run(resumes: usize, database_url: Option<&str>) -> Result<DemoSummary> {
+/// Runs the demo with `resumes` resumes, telling `progress` each new line
+/// of progress, on `database_url` or else a temporary SQLite database
+/// removed afterwards.
+pub async fn run(
+    resumes: usize,
+    database_url: Option<&str>,
+    mut progress: impl FnMut(&str),
+) -> Result<DemoSummary> {
     if let Some(url) = database_url {
-        return run_in(url, resumes).await;
+        return run_in(url, resumes, &mut progress).await;
     }
     let dir = std::env::temp_dir().join(format!("feed-demo-{}", uuid::Uuid::new_v4().simple()));
     std::fs::create_dir_all(&dir).map_err(|e| crate::Error::Invalid(format!("temp dir: {e}")))?;
     let url = format!("sqlite://{}/demo.db?mode=rwc", dir.display());
-    let result = run_in(&url, resumes).await;
+    let result = run_in(&url, resumes, &mut progress).await;
     let _ = std::fs::remove_dir_all(&dir);
     result
 }
 
-async fn run_in(url: &str, resumes: usize) -> Result<DemoSummary> {
+async fn run_in(url: &str, resumes: usize, progress: &mut impl FnMut(&str)) -> Result<DemoSummary> {
     let started = Instant::now();
     let store = Store::connect(url, 4).await?;
     store.migrate().await?;
@@ -109,9 +114,9 @@ async fn run_in(url: &str, resumes: usize) -> Result<DemoSummary> {
     store
         .enqueue(PARTITION, &PartitionSpec::default(), items)
         .await?;
-    println!(
+    progress(&format!(
         "enqueued partition {PARTITION:?}: {resumes} resumes at gate 0, 1 ranking item at gate 1"
-    );
+    ));
 
     let (handler_url, _server) = serve_handler().await?;
     let mut config = Config::new(url, handler_url);
@@ -151,7 +156,7 @@ async fn run_in(url: &str, resumes: usize) -> Result<DemoSummary> {
             p.status
         );
         if line != last {
-            println!("{line}");
+            progress(&line);
             last = line;
         }
         if p.status != "available" {

@@ -18,6 +18,7 @@
 //! - [`handler`]: the [`Handler`] trait and the HTTP handler protocol;
 //! - [`server`] and [`metrics`]: health and Prometheus metrics;
 //! - [`run`](mod@run): start-up and graceful shutdown;
+//! - [`lines`]: the JSON-lines item format of `processor enqueue`;
 //! - [`demo`]: the resume example behind `processor demo`;
 //! - [`console`]: the web dashboard and its JSON API (operator controls);
 //! - [`retention`]: pruning finished partitions, one processor at a time;
@@ -34,6 +35,7 @@ pub mod error;
 pub mod gates;
 pub mod handler;
 pub mod leases;
+pub mod lines;
 pub mod metrics;
 pub mod notify;
 pub mod policy;

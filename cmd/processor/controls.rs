@@ -1,8 +1,6 @@
 //! The operator commands: checkpoint, pause, resume, cancel, prune and ui,
 //! thin shells over the library's controls and console.
 
-use std::time::Duration;
-
 use anyhow::Context;
 use clap::Args;
 
@@ -75,7 +73,7 @@ pub struct PruneArgs {
     db: DbArgs,
     /// Delete complete and cancelled partitions last updated longer ago than this, e.g. 7d
     #[arg(long, value_parser = duration)]
-    finished_before: Duration,
+    finished_before: humantime::Duration,
     /// Only count what would be deleted
     #[arg(long)]
     dry_run: bool,
@@ -85,13 +83,8 @@ pub struct PruneArgs {
 pub struct UiArgs {
     #[command(flatten)]
     db: DbArgs,
-    /// Address of the dashboard [default: 0.0.0.0:8080]
-    #[arg(
-        long,
-        env = "FEED_LISTEN",
-        default_value = "0.0.0.0:8080",
-        hide_default_value = true
-    )]
+    /// Address of the dashboard
+    #[arg(long, env = "FEED_LISTEN", default_value = feed::Config::LISTEN)]
     listen: String,
     #[command(flatten)]
     token: TokenArgs,
@@ -137,7 +130,7 @@ pub async fn cancel(a: CancelArgs) -> anyhow::Result<()> {
 
 pub async fn prune(a: PruneArgs) -> anyhow::Result<()> {
     let store = connect(&a.db).await?;
-    let p = store.prune(a.finished_before, a.dry_run).await?;
+    let p = store.prune(a.finished_before.into(), a.dry_run).await?;
     let verb = if a.dry_run { "would delete" } else { "deleted" };
     println!("{verb} {} partitions and {} items", p.partitions, p.items);
     Ok(())

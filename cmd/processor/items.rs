@@ -1,0 +1,121 @@
+//! The producer commands: `enqueue` (JSON lines in one transaction) and
+//! `retry`.
+
+use std::io::BufRead;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+use feed::store::{OnFailure, PartitionSpec, RetryScope};
+
+use super::{DbArgs, connect};
+
+#[derive(Args)]
+pub struct EnqueueArgs {
+    #[command(flatten)]
+    pub db: DbArgs,
+    /// The partition to create or extend
+    #[arg(long)]
+    pub partition: String,
+    /// Keep the partition open when everything is done (default: close it)
+    #[arg(long)]
+    pub no_auto_close: bool,
+    /// Never advance the gate automatically
+    #[arg(long)]
+    pub manual_checkpoint: bool,
+    /// When an item fails for good: block (partition fails) or continue
+    #[arg(long, value_enum, default_value_t = OnFailure::Block)]
+    pub on_failure: OnFailure,
+    /// Take each line as the item's data itself, not as {"id", "gate", "data"}
+    #[arg(long)]
+    pub raw: bool,
+    /// JSON lines file; '-' or absent = standard input
+    pub file: Option<String>,
+}
+
+#[derive(Args)]
+#[command(group(clap::ArgGroup::new("which").required(true).args(["partition", "all", "item"])))]
+pub struct RetryArgs {
+    #[command(flatten)]
+    pub db: DbArgs,
+    /// Only this partition's failed items
+    #[arg(long)]
+    pub partition: Option<String>,
+    /// Only this failed item
+    #[arg(long)]
+    pub item: Option<String>,
+    /// Every failed item
+    #[arg(long)]
+    pub all: bool,
+}
+
+pub async fn enqueue(a: EnqueueArgs) -> anyhow::Result<()> {
+    let reader: Box<dyn BufRead> = match a.file.as_deref() {
+        None | Some("-") => Box::new(std::io::stdin().lock()),
+        Some(path) => Box::new(std::io::BufReader::new(
+            std::fs::File::open(path).with_context(|| format!("opening {path}"))?,
+        )),
+    };
+    let bar = progress();
+    let items = feed::lines::read(reader, a.raw, || bar.inc(1))?;
+    bar.set_message(format!("writing {} items in one transaction", items.len()));
+    let store = connect(&a.db).await?;
+    let spec = PartitionSpec {
+        auto_close: !a.no_auto_close,
+        manual_checkpoint: a.manual_checkpoint,
+        on_failure: a.on_failure,
+    };
+    let r = store.enqueue(&a.partition, &spec, items).await?;
+    bar.finish_and_clear();
+    let what = if r.created {
+        "created"
+    } else if r.reopened {
+        "reopened"
+    } else {
+        "extended"
+    };
+    println!(
+        "{} items enqueued; partition {} {what}",
+        r.items, a.partition
+    );
+    Ok(())
+}
+
+/// A line counter on a terminal; hidden when stderr is not one.
+fn progress() -> indicatif::ProgressBar {
+    use std::io::IsTerminal;
+    if !std::io::stderr().is_terminal() {
+        return indicatif::ProgressBar::hidden();
+    }
+    let bar = indicatif::ProgressBar::new_spinner();
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{spinner} {pos} lines read {msg} ({elapsed})")
+            .expect("static template"),
+    );
+    bar.enable_steady_tick(Duration::from_millis(120));
+    bar
+}
+
+pub async fn retry(a: RetryArgs) -> anyhow::Result<()> {
+    let store = connect(&a.db).await?;
+    // Checked: an unknown item or partition, or a cancelled one, is refused.
+    let r = match (&a.item, &a.partition) {
+        (Some(item), _) => {
+            let r = store.retry_one(item).await?;
+            println!("item {item} back to available");
+            r
+        }
+        (None, Some(p)) => store.retry_partition(p).await?,
+        (None, None) => store.retry_failed(RetryScope::All).await?,
+    };
+    if a.item.is_none() {
+        println!("{} failed items back to available", r.items);
+    }
+    if r.moved > 0 {
+        println!(
+            "{} of them moved up to their partition's current gate (the gate had moved on) and run there",
+            r.moved
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,142 @@
+//! `processor run`: the daemon's flags, turned into a [`feed::Config`].
+//! Every default is a `Config::…` constant of the library; clap shows it.
+
+use anyhow::Context;
+use clap::Args;
+use feed::Config;
+use humantime::Duration;
+
+use super::{DbArgs, LogFormat, controls, duration, init_logs, secret, shutdown_signal};
+
+#[derive(Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    db: DbArgs,
+    /// Where items are POSTed, e.g. http://127.0.0.1:9000/feed (required)
+    #[arg(long, env = "FEED_HANDLER_URL")]
+    handler_url: String,
+    /// Items in flight at once
+    #[arg(long, env = "FEED_CONCURRENCY", default_value_t = Config::CONCURRENCY)]
+    concurrency: usize,
+    /// Idle polling interval; with work pending the processor re-polls at once
+    #[arg(long, env = "FEED_POLL_INTERVAL", value_parser = duration, default_value_t = Config::POLL_INTERVAL.into())]
+    poll_interval: Duration,
+    /// How often the session is heartbeated
+    #[arg(long, env = "FEED_HEARTBEAT_INTERVAL", value_parser = duration, default_value_t = Config::HEARTBEAT_INTERVAL.into())]
+    heartbeat_interval: Duration,
+    /// A session silent this long is dead and its partitions are taken over
+    #[arg(long, env = "FEED_SESSION_EXPIRY", value_parser = duration, default_value_t = Config::SESSION_EXPIRY.into())]
+    session_expiry: Duration,
+    /// How often leases are balanced across processors
+    #[arg(long, env = "FEED_ACQUIRE_INTERVAL", value_parser = duration, default_value_t = Config::ACQUIRE_INTERVAL.into())]
+    acquire_interval: Duration,
+    /// Cap on partitions held by this processor [default: none]
+    #[arg(long, env = "FEED_MAX_PARTITIONS")]
+    max_partitions: Option<usize>,
+    /// Cap on one partition's items in flight at once, so one partition cannot take every slot [default: none]
+    #[arg(long, env = "FEED_MAX_IN_FLIGHT_PER_PARTITION")]
+    max_in_flight_per_partition: Option<usize>,
+    /// Timeout of one handler call
+    #[arg(long, env = "FEED_REQUEST_TIMEOUT", value_parser = duration, default_value_t = Config::REQUEST_TIMEOUT.into())]
+    request_timeout: Duration,
+    /// Attempts per step before an item fails; 0 = unlimited
+    #[arg(long, env = "FEED_MAX_ATTEMPTS", default_value_t = Config::MAX_ATTEMPTS)]
+    max_attempts: u32,
+    /// First retry delay, doubled each attempt, with jitter
+    #[arg(long, env = "FEED_BACKOFF_BASE", value_parser = duration, default_value_t = Config::BACKOFF_BASE.into())]
+    backoff_base: Duration,
+    /// Largest retry delay
+    #[arg(long, env = "FEED_BACKOFF_MAX", value_parser = duration, default_value_t = Config::BACKOFF_MAX.into())]
+    backoff_max: Duration,
+    /// Extra request header 'Name: value', repeatable (FEED_HEADER takes several, one per line) [default: none]
+    #[arg(long = "header", env = "FEED_HEADER", value_parser = header, value_delimiter = '\n', hide_env_values = true)]
+    headers: Vec<(String, String)>,
+    /// Sign requests: Feed-Signature: t=<unix>,v1=<hex HMAC-SHA256 of "t.body"> [default: none]
+    #[arg(
+        long,
+        env = "FEED_SIGNING_SECRET",
+        hide_env_values = true,
+        conflicts_with = "signing_secret_file"
+    )]
+    signing_secret: Option<String>,
+    /// Read the signing secret from this file (trailing newline ignored) [default: none]
+    #[arg(long, env = "FEED_SIGNING_SECRET_FILE")]
+    signing_secret_file: Option<std::path::PathBuf>,
+    /// Content-Type of requests
+    #[arg(long, env = "FEED_CONTENT_TYPE", default_value = Config::CONTENT_TYPE)]
+    content_type: String,
+    /// Largest handler response body accepted, in bytes
+    #[arg(long, env = "FEED_MAX_RESPONSE_BYTES", default_value_t = Config::MAX_RESPONSE_BYTES)]
+    max_response_bytes: usize,
+    /// Address of the health and metrics listener; 'off' disables it
+    #[arg(long, env = "FEED_LISTEN", default_value = Config::LISTEN)]
+    listen: String,
+    /// Log format
+    #[arg(long, env = "FEED_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+    /// On SIGTERM/SIGINT, how long in-flight calls may finish before exit
+    #[arg(long, env = "FEED_DRAIN_TIMEOUT", value_parser = duration, default_value_t = Config::DRAIN_TIMEOUT.into())]
+    drain_timeout: Duration,
+    /// Longest one database statement may take; one cut off is retried on a fresh connection, so a dead connection never hangs the processor
+    #[arg(long, env = "FEED_STATEMENT_TIMEOUT", value_parser = duration, default_value_t = Config::STATEMENT_TIMEOUT.into())]
+    statement_timeout: Duration,
+    /// Do not apply migrations at start [default: off]
+    #[arg(long, env = "FEED_NO_MIGRATE")]
+    no_migrate: bool,
+    /// Serve the dashboard and its JSON API under / on --listen [default: off]
+    #[arg(long, env = "FEED_UI")]
+    ui: bool,
+    #[command(flatten)]
+    token: controls::TokenArgs,
+    /// Prune complete and cancelled partitions older than this every few minutes, e.g. 7d [default: off]
+    #[arg(long, env = "FEED_RETENTION", value_parser = duration)]
+    retention: Option<Duration>,
+}
+
+/// `'Name: value'` of `--header`.
+fn header(s: &str) -> Result<(String, String), String> {
+    let (name, value) = s
+        .split_once(':')
+        .ok_or_else(|| "expected 'Name: value'".to_string())?;
+    let name = name.trim();
+    if name.is_empty() {
+        return Err("the header name is empty; expected 'Name: value'".into());
+    }
+    Ok((name.to_string(), value.trim().to_string()))
+}
+
+pub async fn run(a: RunArgs) -> anyhow::Result<()> {
+    let shutdown = shutdown_signal().context("installing signal handlers")?;
+    init_logs(a.log_format);
+    let signing_secret = secret(
+        "--signing-secret-file",
+        a.signing_secret,
+        a.signing_secret_file.as_deref(),
+    )?;
+    let c = Config {
+        concurrency: a.concurrency,
+        poll_interval: a.poll_interval.into(),
+        heartbeat_interval: a.heartbeat_interval.into(),
+        session_expiry: a.session_expiry.into(),
+        acquire_interval: a.acquire_interval.into(),
+        max_partitions: a.max_partitions,
+        max_in_flight_per_partition: a.max_in_flight_per_partition,
+        request_timeout: a.request_timeout.into(),
+        max_attempts: a.max_attempts,
+        backoff_base: a.backoff_base.into(),
+        backoff_max: a.backoff_max.into(),
+        headers: a.headers,
+        signing_secret,
+        content_type: a.content_type,
+        max_response_bytes: a.max_response_bytes,
+        listen: (a.listen != "off").then_some(a.listen),
+        drain_timeout: a.drain_timeout.into(),
+        statement_timeout: a.statement_timeout.into(),
+        migrate: !a.no_migrate,
+        ui: a.ui,
+        admin_token: a.token.token()?,
+        retention: a.retention.map(Into::into),
+        ..Config::new(a.db.database_url, a.handler_url)
+    };
+    Ok(feed::run(c, shutdown).await?)
+}

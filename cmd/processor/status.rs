@@ -1,0 +1,203 @@
+//! The read-only commands: `status` (tables or JSON), `health` and `demo`.
+
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+
+use super::{DbArgs, connect};
+
+#[derive(Args)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    pub db: DbArgs,
+    /// Only this partition
+    #[arg(long)]
+    pub partition: Option<String>,
+    /// Print JSON (stable field names) instead of tables
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args)]
+pub struct DemoArgs {
+    /// Keep the demo's database here instead of a temporary file (to inspect it afterwards)
+    #[arg(long)]
+    pub database_url: Option<String>,
+    /// Number of resumes to classify at gate 0
+    #[arg(long, default_value_t = 40)]
+    pub resumes: usize,
+}
+
+#[derive(Args)]
+pub struct HealthArgs {
+    /// The processor's health URL
+    #[arg(
+        long,
+        env = "FEED_HEALTH_URL",
+        default_value = "http://127.0.0.1:8080/healthz"
+    )]
+    pub url: String,
+}
+
+pub async fn status(a: StatusArgs) -> anyhow::Result<()> {
+    let store = connect(&a.db).await?;
+    let s = store.status(a.partition.as_deref()).await?;
+    if let Some(p) = &a.partition
+        && s.partitions.is_empty()
+    {
+        return Err(feed::Error::NotFound(format!("partition {p}")).into());
+    }
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&s)?);
+        return Ok(());
+    }
+    let by_status: Vec<String> = s
+        .partitions_by_status
+        .iter()
+        .map(|(k, v)| format!("{k}: {v}"))
+        .collect();
+    println!(
+        "partitions  {}",
+        if by_status.is_empty() {
+            "none".into()
+        } else {
+            by_status.join("  ")
+        }
+    );
+    let mut t = comfy_table::Table::new();
+    t.load_style(comfy_table::presets::UTF8_BORDERS_ONLY)
+        .set_header([
+            "partition",
+            "status",
+            "gate",
+            "owner",
+            "items by gate (available/complete/failed)",
+        ]);
+    for p in &s.partitions {
+        let gates: Vec<String> = p
+            .items_by_gate
+            .iter()
+            .map(|(g, m)| {
+                let n = |k: &str| m.get(k).copied().unwrap_or(0);
+                format!("{g}: {}/{}/{}", n("available"), n("complete"), n("failed"))
+            })
+            .collect();
+        let owner = p
+            .owner
+            .as_deref()
+            .map(|o| o.chars().take(8).collect())
+            .unwrap_or_else(|| "-".to_string());
+        t.add_row([
+            p.id.clone(),
+            if p.paused {
+                format!("{} (paused)", p.status)
+            } else {
+                p.status.clone()
+            },
+            p.gate.to_string(),
+            owner,
+            gates.join("  "),
+        ]);
+    }
+    println!("{t}");
+    if !s.failed_items.is_empty() {
+        let mut t = comfy_table::Table::new();
+        t.load_style(comfy_table::presets::UTF8_BORDERS_ONLY)
+            .set_header(["failed item", "partition", "gate", "attempts", "last error"]);
+        for f in &s.failed_items {
+            t.add_row([
+                f.id.clone(),
+                f.partition_id.clone(),
+                f.gate.to_string(),
+                f.attempts.to_string(),
+                f.last_error.clone().unwrap_or_default(),
+            ]);
+        }
+        println!("{t}");
+    }
+    let mut t = comfy_table::Table::new();
+    t.load_style(comfy_table::presets::UTF8_BORDERS_ONLY)
+        .set_header([
+            "processor",
+            "host",
+            "pid",
+            "version",
+            "partitions",
+            "last heartbeat",
+        ]);
+    for p in &s.processors {
+        t.add_row([
+            p.id.clone(),
+            p.hostname.clone(),
+            p.pid.to_string(),
+            p.software_version.clone(),
+            p.partitions.to_string(),
+            format!("{:.1}s ago", p.heartbeat_age_ms as f64 / 1000.0),
+        ]);
+    }
+    if s.processors.is_empty() {
+        println!("no live processors");
+    } else {
+        println!("{t}");
+    }
+    Ok(())
+}
+
+pub async fn health(a: HealthArgs) -> anyhow::Result<()> {
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(3))
+        .build()?;
+    let resp = client
+        .get(&a.url)
+        .send()
+        .await
+        .with_context(|| format!("GET {}", a.url))?;
+    anyhow::ensure!(
+        resp.status().is_success(),
+        "{} answered {}",
+        a.url,
+        resp.status()
+    );
+    println!("ok");
+    Ok(())
+}
+
+pub async fn demo(a: DemoArgs) -> anyhow::Result<()> {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+    println!(
+        "Feed demo: the resume example (gate 0: classify each resume; gate 1: rank and pick the top 10)"
+    );
+    let s = feed::demo::run(a.resumes, a.database_url.as_deref(), |line| {
+        println!("{line}")
+    })
+    .await?;
+    println!();
+    println!("top candidates:");
+    for (i, c) in s.top.iter().enumerate() {
+        println!(
+            "  {:>2}. {:<16} score {}",
+            i + 1,
+            c["candidate"].as_str().unwrap_or("?"),
+            c["score"]
+        );
+    }
+    println!(
+        "summary: {} resumes classified, {} ranked, partition {} in {:.1}s",
+        s.classified,
+        s.top.len(),
+        s.status,
+        s.elapsed.as_secs_f64()
+    );
+    anyhow::ensure!(
+        s.status == "complete",
+        "the demo partition ended {}",
+        s.status
+    );
+    Ok(())
+}
