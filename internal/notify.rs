@@ -16,6 +16,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::Config;
+use crate::backoff::Backoff;
 use crate::store::redact;
 
 /// The channel the migration's trigger notifies.
@@ -27,11 +28,11 @@ pub fn listen(config: &Config, wake: Arc<Notify>, cancel: CancellationToken) {
     let limit = config.statement_timeout;
     let every = config.session_expiry;
     tokio::spawn(async move {
-        let mut delay = Duration::from_millis(500);
+        let mut backoff = Backoff::new(Duration::from_millis(500), Duration::from_secs(30));
         loop {
             match tokio::time::timeout(limit, open(&url)).await {
                 Ok(Ok(listener)) => {
-                    delay = Duration::from_millis(500);
+                    backoff.reset();
                     let stop = serve(listener, &wake, &cancel, limit, every).await;
                     if stop {
                         return;
@@ -49,9 +50,8 @@ pub fn listen(config: &Config, wake: Arc<Notify>, cancel: CancellationToken) {
             }
             tokio::select! {
                 _ = cancel.cancelled() => return,
-                _ = tokio::time::sleep(delay) => {}
+                _ = backoff.wait() => {}
             }
-            delay = (delay * 2).min(Duration::from_secs(30));
         }
     });
 }

@@ -14,6 +14,7 @@ use std::time::Duration;
 use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
 
+use crate::backoff::Backoff;
 use crate::completer::Completer;
 use crate::context::{Context, Session};
 use crate::handler::{Handler, HttpHandler};
@@ -113,7 +114,7 @@ pub async fn run_with(
     let id = session::new_id();
     let completer = Completer::start(store.clone(), config.session_expiry);
     let wake = Arc::new(tokio::sync::Notify::new());
-    if store.backend() == sea_orm::DbBackend::Postgres {
+    if store.listens() {
         crate::notify::listen(&config, wake.clone(), cancel.clone());
     }
     let shared = Arc::new(Context {
@@ -181,8 +182,9 @@ pub async fn run_with(
 /// answer; false when shutdown came first. Other errors (no schema, say)
 /// are returned: retrying would not help.
 async fn register(shared: &Context, id: &str, cancel: &CancellationToken) -> Result<bool> {
-    let mut delay = Duration::from_millis(250);
+    let mut backoff = Backoff::new(Duration::from_millis(250), Duration::from_secs(5));
     loop {
+        let delay = backoff.next_delay();
         match session::register(shared, id).await {
             Ok(()) => return Ok(true),
             Err(e @ Error::StatementTimeout(_)) => {
@@ -197,7 +199,6 @@ async fn register(shared: &Context, id: &str, cancel: &CancellationToken) -> Res
             _ = cancel.cancelled() => return Ok(false),
             _ = tokio::time::sleep(delay) => {}
         }
-        delay = (delay * 2).min(Duration::from_secs(5));
     }
 }
 
@@ -207,8 +208,9 @@ async fn connect(config: &Config, cancel: &CancellationToken) -> Result<Option<S
     let pool = u32::try_from(config.concurrency / 4 + 4)
         .unwrap_or(32)
         .min(32);
-    let mut delay = Duration::from_millis(500);
+    let mut backoff = Backoff::new(Duration::from_millis(500), Duration::from_secs(30));
     loop {
+        let delay = backoff.next_delay();
         let attempt = Store::connect_with(&config.database_url, pool, config.statement_timeout);
         let result = tokio::select! {
             _ = cancel.cancelled() => return Ok(None),
@@ -225,7 +227,6 @@ async fn connect(config: &Config, cancel: &CancellationToken) -> Result<Option<S
             _ = cancel.cancelled() => return Ok(None),
             _ = tokio::time::sleep(delay) => {}
         }
-        delay = (delay * 2).min(Duration::from_secs(30));
     }
 }
 

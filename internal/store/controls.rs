@@ -7,9 +7,9 @@
 //! its lease and items, and dispatch skips it. Cancelling sets status
 //! `cancelled` and `owner = NULL` so that late results fail the fence.
 
-use sea_orm::{ConnectionTrait, DbBackend, Value};
+use sea_orm::{ConnectionTrait, Value};
 
-use super::dialect::stmt;
+use super::dialect::{self, stmt};
 use super::{Retried, RetryScope, Store, get};
 use crate::{Error, Result};
 
@@ -41,8 +41,8 @@ impl Store {
 
     /// Wakes PostgreSQL listeners after a control that makes work runnable.
     async fn wake(&self) -> Result<()> {
-        if self.backend() == DbBackend::Postgres {
-            self.exec("NOTIFY feed_items", vec![]).await?;
+        if let Some(notify) = dialect::notify(self.backend()) {
+            self.exec(notify, vec![]).await?;
         }
         Ok(())
     }

@@ -81,6 +81,28 @@ pub fn fence_lock(backend: DbBackend) -> &'static str {
     }
 }
 
+/// The statement that wakes LISTENing processors at once after a write
+/// that makes work runnable; None where processors only poll (PostgreSQL
+/// alone has LISTEN/NOTIFY; an insert trigger covers plain-SQL producers).
+pub fn notify(backend: DbBackend) -> Option<&'static str> {
+    match backend {
+        DbBackend::Postgres => Some("NOTIFY feed_items"),
+        _ => None,
+    }
+}
+
+/// SQLite's connection settings: WAL so readers never block the writer,
+/// a busy timeout instead of immediate `SQLITE_BUSY`, and foreign keys on
+/// (an item must name an existing partition, as elsewhere).
+pub fn sqlite(
+    o: sea_orm::sqlx::sqlite::SqliteConnectOptions,
+) -> sea_orm::sqlx::sqlite::SqliteConnectOptions {
+    o.journal_mode(sea_orm::sqlx::sqlite::SqliteJournalMode::Wal)
+        .synchronous(sea_orm::sqlx::sqlite::SqliteSynchronous::Normal)
+        .busy_timeout(std::time::Duration::from_secs(30))
+        .foreign_keys(true)
+}
+
 /// SQL expressions joined into one string.
 pub fn concat(backend: DbBackend, parts: &[&str]) -> String {
     match backend {
@@ -98,29 +120,44 @@ pub fn for_update(backend: DbBackend) -> &'static str {
     }
 }
 
-/// Whether an error is a transient conflict that is retried rather than
-/// reported: serialization failures and deadlocks (PostgreSQL 40001/40P01,
-/// MySQL 1213/1205), SQLite BUSY/LOCKED, and dropped connections.
+/// Whether an error is transient and the statement should be retried:
+/// a dropped or unavailable connection, or a conflict the database asks
+/// the client to retry. Read from the driver's error kind and codes, never
+/// from message text: serialization failures and deadlocks (PostgreSQL
+/// SQLSTATE 40001, 40P01, and connections ended by the server; MySQL 1213
+/// deadlock, 1205 lock wait timeout) and SQLite BUSY/LOCKED (primary codes
+/// 5 and 6).
 pub fn is_transient(err: &sea_orm::DbErr) -> bool {
-    let text = err.to_string();
-    [
-        "40001",
-        "40P01",
-        "1213",
-        "1205",
-        "database is locked",
-        "database table is locked",
-        "SQLITE_BUSY",
-        "Deadlock",
-        "deadlock",
-        "could not serialize",
-        "Connection reset",
-        "connection closed",
-        "PoolTimedOut",
-        "pool timed out",
-    ]
-    .iter()
-    .any(|needle| text.contains(needle))
+    use sea_orm::sqlx::Error as Sqlx;
+    use sea_orm::{DbErr, RuntimeErr};
+    let e = match err {
+        DbErr::ConnectionAcquire(_) => return true,
+        DbErr::Conn(RuntimeErr::SqlxError(e))
+        | DbErr::Exec(RuntimeErr::SqlxError(e))
+        | DbErr::Query(RuntimeErr::SqlxError(e)) => e,
+        _ => return false,
+    };
+    match e.as_ref() {
+        Sqlx::Io(_) | Sqlx::PoolTimedOut | Sqlx::PoolClosed | Sqlx::WorkerCrashed => true,
+        Sqlx::Database(d) => {
+            if let Some(my) = d.try_downcast_ref::<sea_orm::sqlx::mysql::MySqlDatabaseError>() {
+                return matches!(my.number(), 1213 | 1205);
+            }
+            let code = d.code().unwrap_or_default();
+            if d.try_downcast_ref::<sea_orm::sqlx::sqlite::SqliteError>()
+                .is_some()
+            {
+                // The extended code's low byte is the primary code.
+                return code.parse::<i32>().is_ok_and(|c| matches!(c & 0xff, 5 | 6));
+            }
+            // PostgreSQL: serialization failure, deadlock, a connection
+            // ended by the server (57P0x) or a connection exception (08xxx).
+            matches!(code.as_ref(), "40001" | "40P01")
+                || code.starts_with("57P0")
+                || code.starts_with("08")
+        }
+        _ => false,
+    }
 }
 
 #[cfg(test)]

@@ -38,6 +38,7 @@ pub use results::{Ack, ItemStatus, ItemWrite, Written, sanitize_error};
 use timeout::Bound;
 pub use timeout::DEFAULT_STATEMENT_TIMEOUT;
 
+use crate::backoff::Backoff;
 use crate::{Error, Result};
 
 /// A connection pool plus the backend it talks to.
@@ -120,13 +121,7 @@ impl Store {
             .set_application_name("feed-processor")
             .sqlx_logging(false);
         if scheme == "sqlite" {
-            opts.map_sqlx_sqlite_opts(|o| {
-                o.journal_mode(sea_orm::sqlx::sqlite::SqliteJournalMode::Wal)
-                    .synchronous(sea_orm::sqlx::sqlite::SqliteSynchronous::Normal)
-                    .busy_timeout(Duration::from_secs(30))
-                    // As on PostgreSQL and MySQL: an item must name an existing partition.
-                    .foreign_keys(true)
-            });
+            opts.map_sqlx_sqlite_opts(dialect::sqlite);
         }
         let limit = statement_timeout;
         opts.map_sqlx_postgres_pool_opts(move |o| {
@@ -198,15 +193,13 @@ impl Store {
     /// table is retried.
     pub async fn migrate(&self) -> Result<()> {
         use migration::MigratorTrait;
-        let mut delay = Duration::from_millis(50);
+        let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(2));
         for attempt in 1.. {
             match migration::Migrator::up(&self.db, None).await {
                 Ok(()) => return Ok(()),
                 Err(e) if attempt < 10 => {
                     tracing::debug!(error = %e, attempt, "migration raced another processor; retrying");
-                    tokio::time::sleep(delay + Duration::from_millis(rand::random::<u64>() % 50))
-                        .await;
-                    delay = (delay * 2).min(Duration::from_secs(2));
+                    backoff.wait().await;
                 }
                 Err(e) => return Err(e.into()),
             }
@@ -233,6 +226,11 @@ impl Store {
                 .await
         })
         .await
+    }
+
+    /// Whether processors on this database are woken by LISTEN/NOTIFY.
+    pub fn listens(&self) -> bool {
+        dialect::notify(self.backend).is_some()
     }
 
     /// The database clock, in epoch milliseconds.
@@ -263,7 +261,7 @@ impl Store {
         Fut: std::future::Future<Output = Result<T, DbErr>>,
     {
         let limit = self.bound.limit;
-        let mut delay = Duration::from_millis(10);
+        let mut backoff = Backoff::new(Duration::from_millis(10), Duration::from_secs(1));
         let mut cut = 0;
         for attempt in 1u32.. {
             match tokio::time::timeout(limit, op()).await {
@@ -282,9 +280,7 @@ impl Store {
                     }
                 }
             }
-            let jitter = Duration::from_millis(rand::random::<u64>() % 10);
-            tokio::time::sleep(delay + jitter).await;
-            delay = (delay * 2).min(Duration::from_secs(1));
+            backoff.wait().await;
         }
         unreachable!("the loop returns")
     }

@@ -5,9 +5,11 @@ use sea_orm::{
     TransactionTrait, Value,
 };
 
-use super::dialect::{concat, for_update, is_transient, keep_existing, stmt};
+use super::dialect::{concat, for_update, is_transient, keep_existing, notify, stmt};
 use super::{Store, get};
+use crate::backoff::Backoff;
 use crate::{Error, Result};
+use std::time::Duration;
 
 /// What to do with a partition when one of its items fails for good.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -135,13 +137,10 @@ impl Store {
         spec: &PartitionSpec,
         items: Vec<NewItem>,
     ) -> Result<Enqueued> {
-        let mut delay = std::time::Duration::from_millis(20);
+        let mut backoff = Backoff::new(Duration::from_millis(20), Duration::from_secs(2));
         for attempt in 1.. {
             match self.enqueue_once(partition, spec, &items).await {
-                Err(Error::Db(e)) if attempt < 8 && is_transient(&e) => {
-                    tokio::time::sleep(delay).await;
-                    delay *= 2;
-                }
+                Err(Error::Db(e)) if attempt < 8 && is_transient(&e) => backoff.wait().await,
                 other => return other,
             }
         }
@@ -290,9 +289,10 @@ impl Store {
             )))
             .await?
             .rows_affected();
-        if b == DbBackend::Postgres && n > 0 {
-            self.bounded(txn.execute_unprepared("NOTIFY feed_items"))
-                .await?;
+        if let Some(notify) = notify(b)
+            && n > 0
+        {
+            self.bounded(txn.execute_unprepared(notify)).await?;
         }
         self.bounded(txn.commit()).await?;
         Ok(Retried { items: n, moved })
@@ -324,7 +324,7 @@ async fn insert_items(
     }
     let sql = format!("INSERT INTO feed_items (id, partition_id, gate, data) VALUES {rows}");
     txn.execute_raw(stmt(b, &sql, values)).await.map_err(|e| {
-        if e.to_string().to_lowercase().contains("unique") || e.to_string().contains("Duplicate") {
+        if matches!(e.sql_err(), Some(sea_orm::SqlErr::UniqueConstraintViolation(_))) {
             Error::Invalid(format!(
                 "an item id already exists (ids are unique across all partitions); nothing was written: {e}"
             ))
