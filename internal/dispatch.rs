@@ -16,14 +16,22 @@ use std::time::Duration;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tracing::Instrument;
 
 use crate::context::Context;
 use crate::gates;
 use crate::handler::{Job, Outcome};
 use crate::leases::{self, Held};
 use crate::policy::{Label, Policy};
-use crate::store::{Ack, Fence, ItemWrite, MAX_BRANCHES, ReadyItem, Written};
+use crate::rotation::Rotation;
+use crate::store::{Ack, Fence, ItemWrite, ReadyItem, Written};
+
+/// Partitions served by one refill at most. Fewer partitions with a larger
+/// share each keep the rows re-read for items already known here low;
+/// the rotation still visits every partition with work in turn.
+const MAX_BRANCHES: usize = 16;
+
+/// Partitions one discovery may add to the rotation.
+const DISCOVER: usize = 256;
 
 /// How one delivery ended, reported back to the loop.
 #[derive(Debug)]
@@ -51,8 +59,8 @@ struct Dispatcher {
     buffer: VecDeque<ReadyItem>,
     /// The last fetch filled what it asked for: more work is probably ready.
     more: bool,
-    /// The last partition served, where the next refill's round starts.
-    cursor: String,
+    /// The partitions with ready work, in the order they are served.
+    rotation: Rotation,
     /// Items whose result could not be stored, with their partition, kept
     /// from being fetched again until the instant.
     cooling: HashMap<String, (String, Instant)>,
@@ -71,7 +79,7 @@ pub async fn run(shared: Arc<Context>, cancel: CancellationToken) {
         in_flight: HashMap::new(),
         buffer: VecDeque::new(),
         more: false,
-        cursor: String::new(),
+        rotation: Rotation::default(),
         cooling: HashMap::new(),
         tasks: JoinSet::new(),
         task_items: HashMap::new(),
@@ -106,21 +114,29 @@ pub async fn run(shared: Arc<Context>, cancel: CancellationToken) {
                 // Buffered items of partitions lost meanwhile are not delivered.
                 let held = &d.held.versions;
                 d.buffer.retain(|i| held.contains_key(&i.fence.partition_id));
+                d.rotation.retain(|p| held.contains_key(p));
                 let now = Instant::now();
                 d.cooling.retain(|_, (_, until)| *until > now);
                 if d.held.versions.len() != before || !d.held.dirty.is_empty() {
+                    d.rotation.rediscover();
                     next_poll = now;
                 }
             }
-            _ = shared.wake.notified() => next_poll = Instant::now(),
+            _ = shared.wake.notified() => {
+                d.rotation.rediscover();
+                next_poll = Instant::now();
+            }
             _ = tokio::time::sleep_until(next_poll) => {}
         }
         d.sync_session();
-        if !full || Instant::now() >= next_check {
+        if (!full || Instant::now() >= next_check) && !d.held.dirty.is_empty() {
             next_check = Instant::now() + cfg.poll_interval;
             let busy = d.busy_partitions();
             match gates::check(&shared, &d.me, &mut d.held, &busy).await {
-                Ok(c) if c.advanced => next_poll = Instant::now(),
+                Ok(c) if c.advanced => {
+                    d.rotation.rediscover();
+                    next_poll = Instant::now();
+                }
                 Ok(_) => {}
                 Err(e) => {
                     tracing::warn!(error = %e, "gate check failed; its partitions stay marked and are checked again")
@@ -216,48 +232,57 @@ impl Dispatcher {
     }
 
     /// Fetches up to `want` ready items that are not known here yet: a
-    /// fair share from each of the next partitions with work, in turn.
+    /// fair share from each of the next partitions in the rotation.
     async fn refill(&mut self, want: usize) {
         let store = &self.shared.store;
-        let cap = self.shared.config.max_in_flight_per_partition;
-        let parts = match store
-            .ready_partitions(&self.me, &self.cursor, MAX_BRANCHES)
-            .await
-        {
-            Ok(p) => p,
-            Err(e) => {
-                tracing::warn!(error = %e, "polling for items failed; will retry");
-                return;
+        let cfg = &self.shared.config;
+        let now = Instant::now();
+        if self.rotation.needs_discovery(now) {
+            match store
+                .ready_partitions(&self.me, &self.rotation.cursor, DISCOVER)
+                .await
+            {
+                Ok(ids) => self.rotation.discovered(ids, now + cfg.poll_interval),
+                Err(e) => {
+                    tracing::warn!(error = %e, "polling for items failed; will retry");
+                    return;
+                }
             }
-        };
-        let Some(last) = parts.last() else {
+        }
+        let parts = self.rotation.take(MAX_BRANCHES);
+        if parts.is_empty() {
             self.more = false;
             return;
-        };
-        self.cursor = last.clone();
+        }
         let known = self.known_per_partition();
         let share = want.div_ceil(parts.len());
+        let cap = cfg.max_in_flight_per_partition;
         // Each partition's first `share + known` ready items hold at least
         // `share` that are not known here: those in flight, buffered or
         // cooling are among its ready items and are filtered out below.
         let asks: Vec<(String, usize)> = parts
             .iter()
-            .filter_map(|p| {
+            .map(|p| {
                 let k = known.get(p).copied().unwrap_or(0);
                 let room = cap.map_or(share, |c| c.saturating_sub(k).min(share));
-                (room > 0).then(|| (p.clone(), room + k))
+                (p.clone(), room + k)
             })
             .collect();
         let items = match store.ready_items(&self.me, &asks).await {
             Ok(items) => items,
             Err(e) => {
                 tracing::warn!(error = %e, "polling for items failed; will retry");
+                for p in parts {
+                    self.rotation.keep(p);
+                }
                 return;
             }
         };
         let buffered: HashSet<String> = self.buffer.iter().map(|i| i.fence.id.clone()).collect();
         let mut by_partition: HashMap<String, VecDeque<ReadyItem>> = HashMap::new();
+        let mut rows: HashMap<String, usize> = HashMap::new();
         for item in items {
+            *rows.entry(item.fence.partition_id.clone()).or_default() += 1;
             let id = &item.fence.id;
             if self.in_flight.contains_key(id)
                 || buffered.contains(id)
@@ -269,6 +294,13 @@ impl Dispatcher {
                 .entry(item.fence.partition_id.clone())
                 .or_default()
                 .push_back(item);
+        }
+        // A partition that returned all it was asked for (or was held back
+        // by its cap) probably has more: it stays in the rotation.
+        for (p, asked) in &asks {
+            if rows.get(p).copied().unwrap_or(0) >= *asked {
+                self.rotation.keep(p.clone());
+            }
         }
         // Interleave: one item of each partition, then the next round.
         let mut fetched = 0;
@@ -286,7 +318,7 @@ impl Dispatcher {
                 None => false,
             });
         }
-        self.more = fetched >= want || parts.len() == MAX_BRANCHES;
+        self.more = fetched >= want || !self.rotation.is_empty();
     }
 
     fn start(&mut self, item: ReadyItem) {
@@ -410,40 +442,39 @@ impl Dispatcher {
     }
 }
 
+/// The span of one delivery: its events carry the partition, the item,
+/// the gate and the attempt. Made only for events that are logged (the
+/// hot path of a drain logs none), since a span costs an allocation.
+fn span(f: &Fence) -> tracing::Span {
+    let attempt = f.attempts + 1;
+    tracing::info_span!("delivery", partition = %f.partition_id, item = %f.id, gate = f.gate, attempt)
+}
+
 /// Calls the handler for one item and writes the fenced result.
 async fn deliver(shared: &Context, me: &str, item: ReadyItem) -> Delivery {
     let ReadyItem { fence, data } = item;
-    let attempt = u32::try_from(fence.attempts).unwrap_or(0) + 1;
-    let span = tracing::info_span!("delivery", partition = %fence.partition_id, item = %fence.id, gate = fence.gate, attempt);
-    async move {
-        let f = &fence;
-        let job = Job {
-            item_id: f.id.clone(),
-            partition_id: f.partition_id.clone(),
-            gate: f.gate,
-            attempt,
-            idempotency_key: format!("{}:{}", f.id, f.version),
-            processor_id: me.to_string(),
-            data,
-        };
-        let started = std::time::Instant::now();
-        let outcome = shared.handler.handle(&job).await;
-        shared
-            .metrics
-            .handler_seconds
-            .observe(started.elapsed().as_secs_f64());
-        let policy = Policy::from(&shared.config);
-        match policy.decide(&fence, outcome) {
-            Some((write, label)) => record(shared, me, fence, write, label).await,
-            None => {
-                shared.metrics.handler_unreachable.inc();
-                tracing::debug!("handler unreachable");
-                Delivery::Unreachable
-            }
+    let job = Job {
+        item_id: fence.id.clone(),
+        partition_id: fence.partition_id.clone(),
+        gate: fence.gate,
+        attempt: u32::try_from(fence.attempts).unwrap_or(0) + 1,
+        idempotency_key: format!("{}:{}", fence.id, fence.version),
+        processor_id: me.to_string(),
+        data,
+    };
+    let started = std::time::Instant::now();
+    let outcome = shared.handler.handle(&job).await;
+    shared
+        .metrics
+        .handler_seconds
+        .observe(started.elapsed().as_secs_f64());
+    match Policy::from(&shared.config).decide(&fence, outcome) {
+        Some((write, label)) => record(shared, me, fence, write, label).await,
+        None => {
+            shared.metrics.handler_unreachable.inc();
+            Delivery::Unreachable
         }
     }
-    .instrument(span)
-    .await
 }
 
 /// Writes one result through the completer. A row the database refuses is
@@ -459,44 +490,52 @@ async fn record(
     let cfg = &shared.config;
     let policy = Policy::from(cfg);
     let cool = policy.delay(u32::try_from(fence.attempts).unwrap_or(0) + 1);
-    let (mut write, mut label, mut fallback) = (write, label, false);
+    let mut step = (write, label, false);
     loop {
+        let (write, label, fallback) = step;
         if shared.session.id() != me || !shared.session.live(cfg.session_expiry) {
-            tracing::warn!("result not written: this processor's session is no longer live");
+            tracing::warn!(parent: &span(&fence), "result not written: this processor's session is no longer live");
             shared.metrics.outcome(Label::Rejected.as_str());
             return Delivery::Finished;
         }
+        let (attempts, next_gate) = (write.attempts, write.gate);
+        let error = write.last_error.clone();
         let ack = Ack {
             fence: fence.clone(),
             session: me.to_string(),
-            write: write.clone(),
+            write,
         };
         match shared.completer.write(ack).await {
             Ok(Written::Yes) => {
                 shared.metrics.outcome(label.as_str());
-                let error = write.last_error.as_deref().unwrap_or("");
+                let error = error.as_deref().unwrap_or("");
                 match label {
                     Label::Failed => {
-                        tracing::warn!(attempts = write.attempts, error, "item failed")
+                        tracing::warn!(parent: &span(&fence), attempts, error, "item failed")
                     }
-                    Label::Retried => tracing::info!(error, "attempt failed; will retry"),
-                    _ => tracing::debug!(
-                        next_gate = write.gate,
+                    Label::Retried => {
+                        tracing::info!(parent: &span(&fence), error, "attempt failed; will retry")
+                    }
+                    _ if tracing::enabled!(tracing::Level::DEBUG) => tracing::debug!(
+                        parent: &span(&fence),
+                        next_gate,
                         outcome = label.as_str(),
                         "result written"
                     ),
+                    _ => {}
                 }
                 return Delivery::Finished;
             }
             Ok(Written::Stale) => {
                 shared.metrics.outcome(Label::Rejected.as_str());
                 tracing::warn!(
+                    parent: &span(&fence),
                     "stale result rejected: the item changed or its partition is no longer held by this session"
                 );
                 return Delivery::Finished;
             }
             Ok(Written::Refused(why)) if !fallback => {
-                tracing::error!(error = %why, "the database refused the result; recording a failed attempt instead");
+                tracing::error!(parent: &span(&fence), error = %why, "the database refused the result; recording a failed attempt instead");
                 let outcome = Outcome::Failed {
                     message: format!("the database refused the handler's result: {why}"),
                     retry: true,
@@ -505,14 +544,14 @@ async fn record(
                 let Some((w, l)) = policy.decide(&fence, outcome) else {
                     return Delivery::Unwritten(cool);
                 };
-                (write, label, fallback) = (w, l, true);
+                step = (w, l, true);
             }
             Ok(Written::Refused(why)) => {
-                tracing::error!(error = %why, retry_in = ?cool, "the database refused even the failed attempt; the item waits here before it runs again");
+                tracing::error!(parent: &span(&fence), error = %why, retry_in = ?cool, "the database refused even the failed attempt; the item waits here before it runs again");
                 return Delivery::Unwritten(cool);
             }
             Err(e) => {
-                tracing::error!(error = %e, retry_in = ?cool, "could not write the result; the item waits here before it runs again");
+                tracing::error!(parent: &span(&fence), error = %e, retry_in = ?cool, "could not write the result; the item waits here before it runs again");
                 return Delivery::Unwritten(cool);
             }
         }

@@ -14,6 +14,7 @@
 //! - [`notify`]: PostgreSQL LISTEN/NOTIFY wake-ups for new work;
 //! - [`completer`]: batched, fenced result writes;
 //! - [`policy`]: what an outcome does to an item (retries, backoff, failure);
+//! - [`rotation`]: the round-robin order of partitions with ready work;
 //! - [`gates`]: fan-in: advancing, closing and failing partitions;
 //! - [`handler`]: the [`Handler`] trait and the HTTP handler protocol;
 //! - [`server`] and [`metrics`]: health and Prometheus metrics;
@@ -40,6 +41,7 @@ pub mod metrics;
 pub mod notify;
 pub mod policy;
 pub mod retention;
+pub mod rotation;
 pub mod run;
 pub mod server;
 pub mod session;

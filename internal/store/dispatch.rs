@@ -2,9 +2,9 @@
 //! ready items of each, in the order they were written.
 //!
 //! Fairness comes from asking per partition: each refill names the
-//! partitions it serves (round-robin, see `dispatch`) and how many items
-//! each may contribute, so a partition of a million items takes no more of
-//! a refill than one of ten.
+//! partitions it serves (in turn, see `rotation`) and how many items each
+//! may contribute, so a partition of a million items takes no more of a
+//! refill than one of ten.
 
 use sea_orm::Value;
 
@@ -38,53 +38,27 @@ pub struct Fence {
     pub attempts: i32,
 }
 
-/// Partitions served by one refill at most: the statement has one branch each.
-pub const MAX_BRANCHES: usize = 64;
-
 impl Store {
     /// Up to `limit` held partitions with work ready now, in id order
-    /// starting after `after` and wrapping around, so successive refills
-    /// visit every partition in turn.
+    /// starting after `after` and wrapping around, so successive
+    /// discoveries visit every partition in turn.
     pub async fn ready_partitions(
         &self,
         me: &str,
         after: &str,
         limit: usize,
     ) -> Result<Vec<String>> {
-        let half = |cmp: &str, part: i32| {
-            format!(
-                "SELECT id, {part} AS part FROM (SELECT p.id FROM feed_partitions p \
-                 WHERE p.owner = ? AND p.status = 'available' AND p.id {cmp} ? AND {READY} \
-                 ORDER BY p.id LIMIT ?) AS h{part}"
-            )
-        };
-        let sql = format!("{} UNION ALL {}", half(">", 0), half("<=", 1));
-        let n = limit as i64;
         let rows = self
             .query(
-                &sql,
-                vec![
-                    me.into(),
-                    after.into(),
-                    n.into(),
-                    me.into(),
-                    after.into(),
-                    n.into(),
-                ],
+                &format!(
+                    "SELECT p.id FROM feed_partitions p \
+                     WHERE p.owner = ? AND p.status = 'available' AND {READY} \
+                     ORDER BY CASE WHEN p.id > ? THEN 0 ELSE 1 END, p.id LIMIT ?"
+                ),
+                vec![me.into(), after.into(), (limit as i64).into()],
             )
             .await?;
-        let mut ids: Vec<(i64, String)> = rows
-            .iter()
-            .map(|r| {
-                let part = r
-                    .try_get::<i64>("", "part")
-                    .or_else(|_| r.try_get::<i32>("", "part").map(i64::from))?;
-                Ok((part, get(r, "id")?))
-            })
-            .collect::<Result<_>>()?;
-        ids.sort();
-        ids.truncate(limit);
-        Ok(ids.into_iter().map(|(_, id)| id).collect())
+        rows.iter().map(|r| get(r, "id")).collect()
     }
 
     /// The first `n` ready items of each `(partition, n)`, oldest first,

@@ -30,7 +30,7 @@ use sea_orm::{
 
 use dialect::stmt;
 pub use dialect::{is_transient, stmt as statement};
-pub use dispatch::{Fence, MAX_BRANCHES, ReadyItem};
+pub use dispatch::{Fence, ReadyItem};
 pub use gates::{GateCount, HeldPartition};
 pub use leases::{FreeRow, HeldRow, LeaseCounts};
 pub use producer::{Enqueued, NewItem, OnFailure, PartitionSpec, Retried, RetryScope};
