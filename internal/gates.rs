@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, HashSet};
 use crate::Result;
 use crate::context::Context;
 use crate::leases::Held;
-use crate::store::{GateCount, HeldPartition, OnFailure};
+use crate::store::{GateCount, HeldPartition, ItemState, OnFailure};
 
 /// What a gate check did.
 #[derive(Debug, Default)]
@@ -40,25 +40,27 @@ enum Decision {
 }
 
 fn decide(p: &HeldPartition, counts: &[&GateCount]) -> Decision {
-    let unrunnable = counts.iter().any(|c| {
-        (c.status == "available" && c.gate < p.gate)
-            || !matches!(c.status.as_str(), "available" | "failed")
+    let unrunnable = counts.iter().any(|c| match c.status {
+        ItemState::Available => c.gate < p.gate,
+        ItemState::Failed => false,
+        // Finished items are not counted; any other status cannot be run.
+        ItemState::Complete | ItemState::Cancelled | ItemState::Unknown(_) => true,
     });
     if unrunnable {
         return Decision::FailUnrunnable;
     }
     if counts
         .iter()
-        .any(|c| c.status == "available" && c.gate == p.gate)
+        .any(|c| c.status == ItemState::Available && c.gate == p.gate)
     {
         return Decision::Wait;
     }
-    if p.on_failure == OnFailure::Block && counts.iter().any(|c| c.status == "failed") {
+    if p.on_failure == OnFailure::Block && counts.iter().any(|c| c.status == ItemState::Failed) {
         return Decision::Fail;
     }
     match counts
         .iter()
-        .filter(|c| c.status == "available")
+        .filter(|c| c.status == ItemState::Available)
         .map(|c| c.gate)
         .min()
     {
@@ -188,7 +190,7 @@ mod tests {
         GateCount {
             partition_id: "p".into(),
             gate,
-            status: status.into(),
+            status: ItemState::from_stored(status),
             count: 1,
         }
     }
@@ -208,6 +210,10 @@ mod tests {
         assert_eq!(decide(&p, &[&f1, &a3]), Decision::Fail);
         assert_eq!(decide(&p, &[&a0]), Decision::FailUnrunnable);
         assert_eq!(decide(&p, &[&count(1, "weird")]), Decision::FailUnrunnable);
+        assert_eq!(
+            decide(&p, &[&count(2, "failed ")]),
+            Decision::FailUnrunnable
+        );
         let cont = HeldPartition {
             on_failure: OnFailure::Continue,
             ..part(1)
@@ -224,5 +230,25 @@ mod tests {
             ..part(1)
         };
         assert_eq!(decide(&open, &[]), Decision::Hold);
+    }
+
+    #[test]
+    fn unknown_status() {
+        let weird = count(1, "on-hold");
+        assert_eq!(weird.status, ItemState::Unknown("on-hold".into()));
+        assert_eq!(weird.status.as_str(), "on-hold");
+        let p = part(1);
+        // An unknown status is failed first, even next to runnable work.
+        let a1 = count(1, "available");
+        assert_eq!(decide(&p, &[&a1, &weird]), Decision::FailUnrunnable);
+        let cont = HeldPartition {
+            on_failure: OnFailure::Continue,
+            ..part(1)
+        };
+        assert_eq!(decide(&cont, &[&weird]), Decision::FailUnrunnable);
+        for s in ["available", "complete", "failed", "cancelled"] {
+            assert_eq!(ItemState::from_stored(s).as_str(), s);
+            assert!(!matches!(ItemState::from_stored(s), ItemState::Unknown(_)));
+        }
     }
 }

@@ -1,11 +1,12 @@
 //! Gate-check queries: reading held partitions and their unfinished items,
 //! advancing, closing and failing partitions.
 
-use sea_orm::{DbBackend, Value};
+use sea_orm::{ColIdx, DbBackend, FromQueryResult, QueryResult, TryGetError, TryGetable, Value};
 
+use super::ItemStatus;
+use super::Store;
 use super::dialect::{concat, marks};
 use super::producer::OnFailure;
-use super::{Store, get};
 use crate::Result;
 
 /// A partition this processor holds, as read for a gate check.
@@ -25,16 +26,103 @@ pub struct HeldPartition {
     pub on_failure: OnFailure,
 }
 
+/// [`HeldPartition`] as stored: `on_failure` is text.
+#[derive(FromQueryResult)]
+struct HeldPartitionRow {
+    id: String,
+    gate: i64,
+    version: i64,
+    auto_close: bool,
+    manual_checkpoint: bool,
+    on_failure: String,
+}
+
+impl From<HeldPartitionRow> for HeldPartition {
+    fn from(r: HeldPartitionRow) -> Self {
+        HeldPartition {
+            id: r.id,
+            gate: r.gate,
+            version: r.version,
+            auto_close: r.auto_close,
+            manual_checkpoint: r.manual_checkpoint,
+            on_failure: OnFailure::from_stored(&r.on_failure),
+        }
+    }
+}
+
+/// An item's status as read back from the database: the read side of
+/// [`ItemStatus`] (the statuses Feed writes after a handler call), plus
+/// `cancelled` (written by operator controls) and any other text a person
+/// or a plain-SQL producer wrote by hand, kept as [`ItemState::Unknown`]
+/// so that a gate check can fail such items with a message naming it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ItemState {
+    /// `available`: waiting to run.
+    Available,
+    /// `complete`: reached its terminal state.
+    Complete,
+    /// `failed`: exhausted its attempts, or failed for good.
+    Failed,
+    /// `cancelled`: its partition was cancelled.
+    Cancelled,
+    /// Any other stored text, as stored.
+    Unknown(String),
+}
+
+impl ItemState {
+    /// Reads the stored text.
+    pub fn from_stored(text: &str) -> Self {
+        match text {
+            "available" => ItemState::Available,
+            "complete" => ItemState::Complete,
+            "failed" => ItemState::Failed,
+            "cancelled" => ItemState::Cancelled,
+            other => ItemState::Unknown(other.to_string()),
+        }
+    }
+
+    /// The stored text.
+    pub fn as_str(&self) -> &str {
+        match self {
+            ItemState::Available => "available",
+            ItemState::Complete => "complete",
+            ItemState::Failed => "failed",
+            ItemState::Cancelled => "cancelled",
+            ItemState::Unknown(s) => s,
+        }
+    }
+}
+
+impl From<ItemStatus> for ItemState {
+    fn from(s: ItemStatus) -> Self {
+        match s {
+            ItemStatus::Available => ItemState::Available,
+            ItemStatus::Complete => ItemState::Complete,
+            ItemStatus::Failed => ItemState::Failed,
+        }
+    }
+}
+
+impl TryGetable for ItemState {
+    fn try_get_by<I: ColIdx>(
+        res: &QueryResult,
+        index: I,
+    ) -> std::result::Result<Self, TryGetError> {
+        String::try_get_by(res, index).map(|s| ItemState::from_stored(&s))
+    }
+}
+
 /// Count of items of one partition at one gate with one status.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, FromQueryResult)]
 pub struct GateCount {
     /// Partition id.
     pub partition_id: String,
     /// Gate.
     pub gate: i64,
     /// Item status as stored (may be one written by hand).
-    pub status: String,
+    pub status: ItemState,
     /// Number of items.
+    #[sea_orm(from_alias = "n")]
     pub count: i64,
 }
 
@@ -57,16 +145,7 @@ impl Store {
         values.extend(ids.iter().map(|i| Value::from(i.clone())));
         let rows = self.query(&sql, values).await?;
         rows.iter()
-            .map(|r| {
-                Ok(HeldPartition {
-                    id: get(r, "id")?,
-                    gate: get(r, "gate")?,
-                    version: get(r, "version")?,
-                    auto_close: get(r, "auto_close")?,
-                    manual_checkpoint: get(r, "manual_checkpoint")?,
-                    on_failure: OnFailure::from_stored(&get::<String>(r, "on_failure")?),
-                })
-            })
+            .map(|r| Ok(HeldPartitionRow::from_query_result(r, "")?.into()))
             .collect()
     }
 
@@ -86,14 +165,7 @@ impl Store {
             .query(&sql, ids.iter().map(|i| Value::from(i.clone())).collect())
             .await?;
         rows.iter()
-            .map(|r| {
-                Ok(GateCount {
-                    partition_id: get(r, "partition_id")?,
-                    gate: get(r, "gate")?,
-                    status: get(r, "status")?,
-                    count: get(r, "n")?,
-                })
-            })
+            .map(|r| Ok(GateCount::from_query_result(r, "")?))
             .collect()
     }
 

@@ -31,7 +31,7 @@ use sea_orm::{
 use dialect::stmt;
 pub use dialect::{is_transient, stmt as statement};
 pub use dispatch::{Fence, ReadyItem};
-pub use gates::{GateCount, HeldPartition};
+pub use gates::{GateCount, HeldPartition, ItemState};
 pub use leases::{FreeRow, HeldRow, LeaseCounts};
 pub use producer::{Enqueued, NewItem, OnFailure, PartitionSpec, Retried, RetryScope};
 pub use results::{Ack, ItemStatus, ItemWrite, Written, sanitize_error};
