@@ -7,14 +7,14 @@
 //! its lease and items, and dispatch skips it. Cancelling sets status
 //! `cancelled` and `owner = NULL` so that late results fail the fence.
 
-use sea_orm::{ConnectionTrait, Value};
+use sea_orm::{ConnectionTrait, FromQueryResult, Value};
 
 use super::dialect::{self, stmt};
 use super::{Retried, RetryScope, Store, get};
 use crate::{Error, Result};
 
 /// A partition's settings and state, as read to explain a refused control.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, FromQueryResult)]
 struct State {
     status: String,
     gate: i64,
@@ -32,11 +32,7 @@ impl Store {
         let r = rows
             .first()
             .ok_or_else(|| Error::NotFound(format!("partition {id}")))?;
-        Ok(State {
-            status: get(r, "status")?,
-            gate: get(r, "gate")?,
-            manual_checkpoint: get(r, "manual_checkpoint")?,
-        })
+        Ok(State::from_query_result(r, "")?)
     }
 
     /// Wakes PostgreSQL listeners after a control that makes work runnable.

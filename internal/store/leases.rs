@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use sea_orm::{ColIdx, FromQueryResult, QueryResult, TryGetError, TryGetable};
+
 use super::{Store, get, ms};
 use crate::{Error, Result};
 
@@ -27,7 +29,7 @@ const STUCK: &str = "NOT EXISTS (SELECT 1 FROM feed_items r WHERE r.partition_id
 const LIVE: &str = "(SELECT id FROM feed_processors WHERE heartbeat_at >= {now} - ?)";
 
 /// Session and partition counts for one balancing decision.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, FromQueryResult)]
 pub struct LeaseCounts {
     /// Live sessions (heartbeat within the expiry).
     pub sessions: i64,
@@ -69,6 +71,44 @@ pub struct FreeRow {
     pub ready: bool,
 }
 
+/// [`HeldRow`] as read: its flags are computed with CASE.
+#[derive(FromQueryResult)]
+struct HeldFlags {
+    id: String,
+    version: i64,
+    ready: Flag,
+    stuck: Flag,
+}
+
+impl From<HeldFlags> for HeldRow {
+    fn from(r: HeldFlags) -> Self {
+        HeldRow {
+            id: r.id,
+            version: r.version,
+            ready: r.ready.0,
+            stuck: r.stuck.0,
+        }
+    }
+}
+
+/// [`FreeRow`] as read: its flag is computed with CASE.
+#[derive(FromQueryResult)]
+struct FreeFlags {
+    id: String,
+    version: i64,
+    ready: Flag,
+}
+
+impl From<FreeFlags> for FreeRow {
+    fn from(r: FreeFlags) -> Self {
+        FreeRow {
+            id: r.id,
+            version: r.version,
+            ready: r.ready.0,
+        }
+    }
+}
+
 impl Store {
     /// Everything one balancing decision needs, in one statement.
     pub async fn lease_counts(&self, me: &str, expiry: Duration) -> Result<LeaseCounts> {
@@ -94,15 +134,7 @@ impl Store {
         let row = rows
             .first()
             .ok_or_else(|| Error::NotFound("lease counts".into()))?;
-        Ok(LeaseCounts {
-            sessions: get(row, "sessions")?,
-            capped: get(row, "capped")?,
-            active: get(row, "active")?,
-            mine: get(row, "mine")?,
-            free_ready: get(row, "free_ready")?,
-            backlog: get(row, "backlog")?,
-            stranded: get(row, "stranded")?,
-        })
+        Ok(LeaseCounts::from_query_result(row, "")?)
     }
 
     /// The caps of the live sessions that have one.
@@ -131,13 +163,7 @@ impl Store {
             )
             .await?;
         rows.iter()
-            .map(|r| {
-                Ok(FreeRow {
-                    id: get(r, "id")?,
-                    version: get(r, "version")?,
-                    ready: flag(r, "ready")?,
-                })
-            })
+            .map(|r| Ok(FreeFlags::from_query_result(r, "")?.into()))
             .collect()
     }
 
@@ -180,14 +206,7 @@ impl Store {
             )
             .await?;
         rows.iter()
-            .map(|r| {
-                Ok(HeldRow {
-                    id: get(r, "id")?,
-                    version: get(r, "version")?,
-                    ready: flag(r, "ready")?,
-                    stuck: flag(r, "stuck")?,
-                })
-            })
+            .map(|r| Ok(HeldFlags::from_query_result(r, "")?.into()))
             .collect()
     }
 
@@ -243,13 +262,22 @@ impl Store {
     }
 }
 
-/// A 0/1 column computed with CASE: its integer type differs by backend.
-pub(crate) fn flag(row: &sea_orm::QueryResult, col: &str) -> Result<bool> {
-    if let Ok(v) = row.try_get::<i64>("", col) {
-        return Ok(v == 1);
+/// A 0/1 column computed with CASE: its integer type differs by backend
+/// (INTEGER on SQLite, int4 on PostgreSQL, BIGINT on MySQL), so it is read
+/// as whichever fits; 1 is true.
+struct Flag(bool);
+
+impl TryGetable for Flag {
+    fn try_get_by<I: ColIdx>(
+        res: &QueryResult,
+        index: I,
+    ) -> std::result::Result<Self, TryGetError> {
+        if let Ok(v) = i64::try_get_by(res, index) {
+            return Ok(Flag(v == 1));
+        }
+        if let Ok(v) = i32::try_get_by(res, index) {
+            return Ok(Flag(v == 1));
+        }
+        bool::try_get_by(res, index).map(Flag)
     }
-    if let Ok(v) = row.try_get::<i32>("", col) {
-        return Ok(v == 1);
-    }
-    Ok(row.try_get::<bool>("", col)?)
 }

@@ -5,12 +5,12 @@
 
 use std::collections::BTreeMap;
 
-use sea_orm::{QueryResult, Value};
+use sea_orm::{ColIdx, FromQueryResult, QueryResult, TryGetError, TryGetable, Value};
 use serde::Serialize;
 
+use super::Store;
 use super::dialect::{data_column, marks};
-use super::status::ProcessorStatus;
-use super::{Store, get};
+use super::status::{ItemCount, ProcessorStatus};
 use crate::{Error, Result};
 
 /// Most rows one page returns.
@@ -30,7 +30,7 @@ pub struct Page<T> {
 }
 
 /// A partition with its item counts.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, FromQueryResult)]
 pub struct PartitionView {
     /// Partition id.
     pub id: String,
@@ -55,8 +55,10 @@ pub struct PartitionView {
     /// Epoch ms, database clock.
     pub updated_at: i64,
     /// Items per status.
+    #[sea_orm(skip)]
     pub items_by_status: BTreeMap<String, i64>,
     /// Items per gate, then per status.
+    #[sea_orm(skip)]
     pub items_by_gate: BTreeMap<i64, BTreeMap<String, i64>>,
 }
 
@@ -132,21 +134,70 @@ const PARTITION_COLUMNS: &str = "id, status, paused, gate, owner, auto_close, ma
     on_failure, version, created_at, updated_at";
 
 fn partition_row(r: &QueryResult) -> Result<PartitionView> {
-    Ok(PartitionView {
-        id: get(r, "id")?,
-        status: get(r, "status")?,
-        paused: get(r, "paused")?,
-        gate: get(r, "gate")?,
-        owner: get(r, "owner")?,
-        auto_close: get(r, "auto_close")?,
-        manual_checkpoint: get(r, "manual_checkpoint")?,
-        on_failure: get(r, "on_failure")?,
-        version: get(r, "version")?,
-        created_at: get(r, "created_at")?,
-        updated_at: get(r, "updated_at")?,
-        items_by_status: BTreeMap::new(),
-        items_by_gate: BTreeMap::new(),
-    })
+    Ok(PartitionView::from_query_result(r, "")?)
+}
+
+/// [`ItemView`] as read: the data preview is bytes, `last_error` is whole.
+#[derive(FromQueryResult)]
+struct ItemRow {
+    id: String,
+    partition_id: String,
+    gate: i64,
+    status: String,
+    attempts: i32,
+    last_error: Option<String>,
+    not_before: Option<i64>,
+    version: i64,
+    updated_at: i64,
+    data_bytes: Length,
+    preview: Vec<u8>,
+}
+
+impl From<ItemRow> for ItemView {
+    fn from(r: ItemRow) -> Self {
+        ItemView {
+            id: r.id,
+            partition_id: r.partition_id,
+            gate: r.gate,
+            status: r.status,
+            attempts: r.attempts,
+            last_error: r.last_error.map(|e| e.chars().take(ERROR_CHARS).collect()),
+            not_before: r.not_before,
+            version: r.version,
+            updated_at: r.updated_at,
+            data_bytes: r.data_bytes.0,
+            data_preview: String::from_utf8_lossy(&r.preview).into_owned(),
+        }
+    }
+}
+
+/// A `LENGTH(...)`: PostgreSQL's is a 4-byte integer, the others' 8-byte.
+struct Length(i64);
+
+impl TryGetable for Length {
+    fn try_get_by<I: ColIdx>(
+        res: &QueryResult,
+        index: I,
+    ) -> std::result::Result<Self, TryGetError> {
+        i64::try_get_by(res, index)
+            .or_else(|_| i32::try_get_by(res, index).map(i64::from))
+            .map(Length)
+    }
+}
+
+/// Partitions of one status and pause state (`status, paused, COUNT(*) AS n`).
+#[derive(FromQueryResult)]
+struct PausedCount {
+    status: String,
+    paused: bool,
+    n: i64,
+}
+
+/// Items completed in one minute (`... AS bucket, COUNT(*) AS n`).
+#[derive(FromQueryResult)]
+struct MinuteCount {
+    bucket: i64,
+    n: i64,
 }
 
 /// Appends `AND column = ?` when `value` is set.
@@ -223,12 +274,15 @@ impl Store {
         );
         let values = ids.iter().map(|i| Value::from(i.clone())).collect();
         for r in self.query(&sql, values).await? {
-            let pid: String = get(&r, "partition_id")?;
-            let Some(p) = list.iter_mut().find(|p| p.id == pid) else {
+            let ItemCount {
+                partition_id,
+                gate,
+                status,
+                n,
+            } = ItemCount::from_query_result(&r, "")?;
+            let Some(p) = list.iter_mut().find(|p| p.id == partition_id) else {
                 continue;
             };
-            let (gate, status, n): (i64, String, i64) =
-                (get(&r, "gate")?, get(&r, "status")?, get(&r, "n")?);
             *p.items_by_status.entry(status.clone()).or_default() += n;
             *p.items_by_gate
                 .entry(gate)
@@ -296,25 +350,7 @@ impl Store {
         self.query(&sql, values)
             .await?
             .iter()
-            .map(|r| {
-                let preview: Vec<u8> = get(r, "preview")?;
-                let last_error: Option<String> = get(r, "last_error")?;
-                Ok(ItemView {
-                    id: get(r, "id")?,
-                    partition_id: get(r, "partition_id")?,
-                    gate: get(r, "gate")?,
-                    status: get(r, "status")?,
-                    attempts: get(r, "attempts")?,
-                    last_error: last_error.map(|e| e.chars().take(ERROR_CHARS).collect()),
-                    not_before: get(r, "not_before")?,
-                    version: get(r, "version")?,
-                    updated_at: get(r, "updated_at")?,
-                    // PostgreSQL's LENGTH is a 4-byte integer, the others' 8-byte.
-                    data_bytes: get::<i64>(r, "data_bytes")
-                        .or_else(|_| get::<i32>(r, "data_bytes").map(i64::from))?,
-                    data_preview: String::from_utf8_lossy(&preview).into_owned(),
-                })
-            })
+            .map(|r| Ok(ItemRow::from_query_result(r, "")?.into()))
             .collect()
     }
 
@@ -343,11 +379,11 @@ impl Store {
             )
             .await?
         {
-            let n: i64 = get(&r, "n")?;
-            if get::<bool>(&r, "paused")? {
-                paused += n;
+            let c = PausedCount::from_query_result(&r, "")?;
+            if c.paused {
+                paused += c.n;
             }
-            *partitions_by_status.entry(get(&r, "status")?).or_default() += n;
+            *partitions_by_status.entry(c.status).or_default() += c.n;
         }
         let completed_per_minute = self
             .query(
@@ -358,7 +394,10 @@ impl Store {
             )
             .await?
             .iter()
-            .map(|r| Ok((get(r, "bucket")?, get(r, "n")?)))
+            .map(|r| {
+                let c = MinuteCount::from_query_result(r, "")?;
+                Ok((c.bucket, c.n))
+            })
             .collect::<Result<Vec<_>>>()?;
         Ok(Overview {
             partitions_by_status,

@@ -12,6 +12,7 @@
 
 use std::time::Duration;
 
+use sea_orm::FromQueryResult;
 use serde::Serialize;
 
 use super::dialect::marks;
@@ -32,6 +33,22 @@ pub struct Pruned {
     pub partitions: u64,
     /// Items.
     pub items: u64,
+}
+
+/// [`Pruned`] as counted: COUNT(*) is a signed BIGINT on every backend.
+#[derive(FromQueryResult)]
+struct PrunableCounts {
+    parts: i64,
+    items: i64,
+}
+
+impl From<PrunableCounts> for Pruned {
+    fn from(c: PrunableCounts) -> Self {
+        Pruned {
+            partitions: c.parts as u64,
+            items: c.items as u64,
+        }
+    }
 }
 
 impl Store {
@@ -85,10 +102,7 @@ impl Store {
         let r = rows
             .first()
             .ok_or_else(|| crate::Error::NotFound("counts".into()))?;
-        Ok(Pruned {
-            partitions: get::<i64>(r, "parts")? as u64,
-            items: get::<i64>(r, "items")? as u64,
-        })
+        Ok(PrunableCounts::from_query_result(r, "")?.into())
     }
 
     async fn prune_items(&self, partition: &str, age: i64) -> Result<u64> {

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use sea_orm::Value;
+use sea_orm::{FromQueryResult, Value};
 use serde::Serialize;
 
 use super::{Store, get};
@@ -25,7 +25,7 @@ pub struct Status {
 }
 
 /// One partition's state.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, FromQueryResult)]
 pub struct PartitionStatus {
     /// Partition id.
     pub id: String,
@@ -38,13 +38,15 @@ pub struct PartitionStatus {
     /// Session holding it.
     pub owner: Option<String>,
     /// Items per status.
+    #[sea_orm(skip)]
     pub items_by_status: BTreeMap<String, i64>,
     /// Items per gate, then per status.
+    #[sea_orm(skip)]
     pub items_by_gate: BTreeMap<i64, BTreeMap<String, i64>>,
 }
 
 /// A failed item.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, FromQueryResult)]
 pub struct FailedItem {
     /// Item id.
     pub id: String,
@@ -59,7 +61,7 @@ pub struct FailedItem {
 }
 
 /// A processor session.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, FromQueryResult)]
 pub struct ProcessorStatus {
     /// Session id.
     pub id: String,
@@ -74,9 +76,28 @@ pub struct ProcessorStatus {
     /// Last heartbeat (epoch ms, database clock).
     pub heartbeat_at: i64,
     /// Milliseconds since the last heartbeat.
+    #[sea_orm(from_alias = "age")]
     pub heartbeat_age_ms: i64,
     /// Active partitions it holds.
+    #[sea_orm(from_alias = "n")]
     pub partitions: i64,
+}
+
+/// Rows of one status with their count (`status, COUNT(*) AS n`).
+#[derive(FromQueryResult)]
+struct StatusCount {
+    status: String,
+    n: i64,
+}
+
+/// Items of one partition at one gate with one status
+/// (`partition_id, gate, status, COUNT(*) AS n`), as the status is stored.
+#[derive(FromQueryResult)]
+pub(super) struct ItemCount {
+    pub(super) partition_id: String,
+    pub(super) gate: i64,
+    pub(super) status: String,
+    pub(super) n: i64,
 }
 
 impl Store {
@@ -105,7 +126,8 @@ impl Store {
             )
             .await?
         {
-            partitions_by_status.insert(get(&r, "status")?, get(&r, "n")?);
+            let c = StatusCount::from_query_result(&r, "")?;
+            partitions_by_status.insert(c.status, c.n);
         }
         let mut partitions = Vec::new();
         let mut index = BTreeMap::new();
@@ -119,17 +141,9 @@ impl Store {
             )
             .await?
         {
-            let id: String = get(&r, "id")?;
-            index.insert(id.clone(), partitions.len());
-            partitions.push(PartitionStatus {
-                id,
-                status: get(&r, "status")?,
-                paused: get(&r, "paused")?,
-                gate: get(&r, "gate")?,
-                owner: get(&r, "owner")?,
-                items_by_status: BTreeMap::new(),
-                items_by_gate: BTreeMap::new(),
-            });
+            let p = PartitionStatus::from_query_result(&r, "")?;
+            index.insert(p.id.clone(), partitions.len());
+            partitions.push(p);
         }
         for r in self
             .query(
@@ -141,10 +155,15 @@ impl Store {
             )
             .await?
         {
-            let pid: String = get(&r, "partition_id")?;
-            let Some(&i) = index.get(&pid) else { continue };
-            let (gate, status, n): (i64, String, i64) =
-                (get(&r, "gate")?, get(&r, "status")?, get(&r, "n")?);
+            let ItemCount {
+                partition_id,
+                gate,
+                status,
+                n,
+            } = ItemCount::from_query_result(&r, "")?;
+            let Some(&i) = index.get(&partition_id) else {
+                continue;
+            };
             let p = &mut partitions[i];
             *p.items_by_status.entry(status.clone()).or_default() += n;
             *p.items_by_gate
@@ -168,15 +187,7 @@ impl Store {
             )
             .await?
             .iter()
-            .map(|r| {
-                Ok(FailedItem {
-                    id: get(r, "id")?,
-                    partition_id: get(r, "partition_id")?,
-                    gate: get(r, "gate")?,
-                    attempts: get(r, "attempts")?,
-                    last_error: get(r, "last_error")?,
-                })
-            })
+            .map(|r| Ok(FailedItem::from_query_result(r, "")?))
             .collect::<Result<Vec<_>>>()?;
         let processors = self.processors().await?;
         Ok(Status {
@@ -201,18 +212,7 @@ impl Store {
             )
             .await?
             .iter()
-            .map(|r| {
-                Ok(ProcessorStatus {
-                    id: get(r, "id")?,
-                    hostname: get(r, "hostname")?,
-                    pid: get(r, "pid")?,
-                    software_version: get(r, "software_version")?,
-                    started_at: get(r, "started_at")?,
-                    heartbeat_at: get(r, "heartbeat_at")?,
-                    heartbeat_age_ms: get(r, "age")?,
-                    partitions: get(r, "n")?,
-                })
-            })
+            .map(|r| Ok(ProcessorStatus::from_query_result(r, "")?))
             .collect::<Result<Vec<_>>>()
     }
 
