@@ -208,6 +208,17 @@ struct RunArgs {
     /// Prune complete and cancelled partitions older than this every few minutes, e.g. 7d [default: off]
     #[arg(long, env = "FEED_RETENTION", value_parser = duration)]
     retention: Option<Duration>,
+    /// Items per handler request; above 1, a JSON array of items per POST (README: Batches) [default: 1]
+    #[arg(
+        long,
+        env = "FEED_BATCH_SIZE",
+        default_value_t = 1,
+        hide_default_value = true
+    )]
+    batch_size: usize,
+    /// Longest a partial batch waits for more items while another request runs [default: 5ms]
+    #[arg(long, env = "FEED_BATCH_WAIT", default_value = "5ms", value_parser = duration, hide_default_value = true)]
+    batch_wait: Duration,
 }
 
 #[derive(Args)]
@@ -388,6 +399,8 @@ async fn run(a: RunArgs) -> anyhow::Result<()> {
     c.ui = a.ui;
     c.admin_token = a.token.token()?;
     c.retention = a.retention;
+    c.batch_size = a.batch_size;
+    c.batch_wait = a.batch_wait;
     Ok(feed::run(c, shutdown).await?)
 }
 

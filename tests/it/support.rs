@@ -379,6 +379,16 @@ pub fn json(status: u16, body: serde_json::Value) -> Response {
     (StatusCode::from_u16(status).unwrap(), axum::Json(body)).into_response()
 }
 
+/// What a handler does with `Feed-Signature`: recompute the HMAC of
+/// "t.body" with the secret and compare.
+pub fn signed(header: &str, secret: &[u8], body: &[u8]) -> bool {
+    let Some((t, _)) = header.trim_start_matches("t=").split_once(",v1=") else {
+        return false;
+    };
+    let Ok(t) = t.parse() else { return false };
+    feed::handler::signature(secret, t, body) == header
+}
+
 /// A free TCP port on 127.0.0.1 (nothing listens on it when this returns).
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")

@@ -6,37 +6,37 @@
 //! into a prefetch buffer that the free concurrency slots drain. Items in
 //! flight are tracked so none is delivered twice by this processor. No
 //! connection is held across a handler call: each delivery is a task that
-//! calls the handler, then hands its result to the completer.
+//! calls the handler (one item, or a batch of up to `--batch-size`), then
+//! hands each result to the completer. A call's slot is free again as soon
+//! as the handler answers; its items stay in flight, excluded from the
+//! next refills, until their results are written.
+
+mod deliver;
+mod pause;
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tracing::Instrument;
 
 use crate::context::Context;
 use crate::gates;
-use crate::handler::{Job, Outcome};
+use crate::handler::Outcome;
 use crate::leases::{self, Held};
-use crate::policy::{Label, Policy};
-use crate::store::{Ack, Fence, ItemWrite, MAX_BRANCHES, ReadyItem, Written};
+use crate::policy::Policy;
+use crate::store::{Fence, MAX_BRANCHES, ReadyItem};
+use deliver::{Delivery, deliver, record};
+use pause::Pause;
 
-/// How one delivery ended, reported back to the loop.
-#[derive(Debug)]
-enum Delivery {
-    /// A result was written (or rejected as stale).
-    Finished,
-    /// The handler could not be reached; nothing was written.
-    Unreachable,
-    /// The result could not be stored at all (the database is unreachable,
-    /// or refused even the failed attempt): the item cools down here for a
-    /// backoff before it may be fetched again.
-    Unwritten(Duration),
-}
+/// Items in flight (called or being written) per request slot and batch
+/// item: room for one round of calls while the previous round's results
+/// are still being written.
+const IN_FLIGHT_PER_SLOT: usize = 2;
 
 /// The loop's state: what is held, what is in flight, whether the handler is paused.
 struct Dispatcher {
@@ -56,14 +56,22 @@ struct Dispatcher {
     /// Items whose result could not be stored, with their partition, kept
     /// from being fetched again until the instant.
     cooling: HashMap<String, (String, Instant)>,
-    tasks: JoinSet<(String, Delivery)>,
-    /// Task id → item id, to clean up after a delivery that panicked.
-    task_items: HashMap<tokio::task::Id, String>,
+    tasks: JoinSet<Vec<(String, Delivery)>>,
+    /// Task id → item ids, to clean up after a delivery that panicked.
+    task_items: HashMap<tokio::task::Id, Vec<String>>,
+    /// Tasks whose handler call has not answered yet: the busy slots.
+    calling: HashSet<tokio::task::Id>,
+    /// Where delivery tasks report that their call has answered.
+    answered: deliver::Answered,
+    answers: mpsc::UnboundedReceiver<tokio::task::Id>,
+    /// Since when a partial batch has waited for more items.
+    partial_since: Option<Instant>,
     pause: Pause,
 }
 
 /// Runs until `cancel`, then drains in-flight deliveries up to the drain timeout.
 pub async fn run(shared: Arc<Context>, cancel: CancellationToken) {
+    let (answered, answers) = mpsc::unbounded_channel();
     let mut d = Dispatcher {
         me: shared.session.id(),
         shared: shared.clone(),
@@ -75,6 +83,10 @@ pub async fn run(shared: Arc<Context>, cancel: CancellationToken) {
         cooling: HashMap::new(),
         tasks: JoinSet::new(),
         task_items: HashMap::new(),
+        calling: HashSet::new(),
+        answered,
+        answers,
+        partial_since: None,
         pause: Pause::default(),
     };
     let cfg = shared.config.clone();
@@ -89,6 +101,13 @@ pub async fn run(shared: Arc<Context>, cancel: CancellationToken) {
         tokio::select! {
             biased;
             _ = cancel.cancelled() => break,
+            Some(task) = d.answers.recv() => {
+                d.calling.remove(&task);
+                while let Ok(task) = d.answers.try_recv() {
+                    d.calling.remove(&task);
+                }
+                next_poll = next_poll.min(Instant::now());
+            }
             Some(joined) = d.tasks.join_next_with_id(), if !d.tasks.is_empty() => {
                 d.finished(joined);
                 while let Some(more) = d.tasks.try_join_next_with_id() {
@@ -145,6 +164,7 @@ impl Dispatcher {
             self.me = id;
             self.held = Held::default();
             self.buffer.clear();
+            self.partial_since = None;
             self.shared.metrics.partitions_held.set(0);
         }
     }
@@ -186,33 +206,54 @@ impl Dispatcher {
         if !self.shared.session.live(cfg.session_expiry) {
             return (now + cfg.poll_interval, false);
         }
-        // One probe delivery while the handler is down.
-        let slots = if self.pause.until.is_some() {
-            1
+        let batch = cfg.batch_size;
+        // One probe delivery of one item while the handler is down.
+        let (calls, per_call, mut room) = if self.pause.until.is_some() {
+            (1, 1, 1)
         } else {
-            cfg.concurrency - self.in_flight.len()
+            let cap = cfg.concurrency * batch * IN_FLIGHT_PER_SLOT;
+            (
+                cfg.concurrency.saturating_sub(self.calling.len()),
+                batch,
+                cap.saturating_sub(self.in_flight.len()),
+            )
         };
-        if slots == 0 {
+        if calls == 0 || room == 0 {
             return (now + cfg.poll_interval, false);
         }
         // Refill the buffer when it could not cover the free slots and half
         // the concurrency again; then one query serves several completions.
-        if self.buffer.len() < slots + cfg.concurrency / 2 {
-            self.refill(cfg.concurrency * 2 - self.buffer.len().min(cfg.concurrency))
+        let target = cfg.concurrency * batch;
+        if self.buffer.len() < calls * per_call + target / 2 {
+            self.refill(target * 2 - self.buffer.len().min(target))
                 .await;
         }
-        for _ in 0..slots {
-            let Some(item) = self.buffer.pop_front() else {
+        let mut next = now + cfg.poll_interval;
+        for _ in 0..calls {
+            let n = self.buffer.len().min(per_call).min(room);
+            if n == 0 {
                 break;
-            };
-            if self.pause.until.is_some() {
-                self.pause.probe = Some(item.fence.id.clone());
             }
-            self.start(item);
+            // A partial batch waits up to --batch-wait for more items while
+            // another call runs; an idle processor sends it at once.
+            if n < per_call && !self.calling.is_empty() {
+                let deadline = *self.partial_since.get_or_insert(now) + cfg.batch_wait;
+                if now < deadline {
+                    next = next.min(deadline);
+                    break;
+                }
+            }
+            self.partial_since = None;
+            let items: Vec<ReadyItem> = self.buffer.drain(..n).collect();
+            if self.pause.until.is_some() {
+                self.pause.probe = Some(items[0].fence.id.clone());
+            }
+            room -= n;
+            self.start(items);
         }
-        // Either the slots are now full (the next completion polls again at
+        // Either the slots are now full (the next answer polls again at
         // once) or nothing more is ready: wait for the poll interval.
-        (now + cfg.poll_interval, self.more)
+        (next, self.more)
     }
 
     /// Fetches up to `want` ready items that are not known here yet: a
@@ -289,77 +330,95 @@ impl Dispatcher {
         self.more = fetched >= want || parts.len() == MAX_BRANCHES;
     }
 
-    fn start(&mut self, item: ReadyItem) {
-        let id = item.fence.id.clone();
-        self.in_flight.insert(id.clone(), item.fence.clone());
+    /// Starts one handler call for `items` (a batch, or one item).
+    fn start(&mut self, items: Vec<ReadyItem>) {
+        let ids: Vec<String> = items.iter().map(|i| i.fence.id.clone()).collect();
+        for item in &items {
+            self.in_flight
+                .insert(item.fence.id.clone(), item.fence.clone());
+        }
         self.shared
             .metrics
             .in_flight
             .set(self.in_flight.len() as i64);
         let shared = self.shared.clone();
         let me = self.me.clone();
-        let task = self.tasks.spawn(async move {
-            let id = item.fence.id.clone();
-            (id, deliver(&shared, &me, item).await)
-        });
-        self.task_items.insert(task.id(), id);
+        let answered = self.answered.clone();
+        let task = self
+            .tasks
+            .spawn(async move { deliver(&shared, &me, items, &answered).await });
+        self.calling.insert(task.id());
+        self.task_items.insert(task.id(), ids);
     }
 
     fn finished(
         &mut self,
-        joined: Result<(tokio::task::Id, (String, Delivery)), tokio::task::JoinError>,
+        joined: Result<(tokio::task::Id, Vec<(String, Delivery)>), tokio::task::JoinError>,
     ) {
-        let (task, delivery) = match joined {
-            Ok((task, (_, delivery))) => (task, Some(delivery)),
+        // None = the task panicked: every item records a failed attempt.
+        let (task, deliveries) = match joined {
+            Ok((task, each)) => (task, Some(each.into_iter().collect::<HashMap<_, _>>())),
             Err(e) => (e.id(), self.panicked(e)),
         };
-        let Some(id) = self.task_items.remove(&task) else {
+        self.calling.remove(&task);
+        let Some(ids) = self.task_items.remove(&task) else {
             return;
         };
-        let Some(fence) = self.in_flight.remove(&id) else {
-            return;
-        };
+        let shared = self.shared.clone();
+        let health = &shared.health.handler;
+        for id in ids {
+            let Some(fence) = self.in_flight.remove(&id) else {
+                continue;
+            };
+            self.held.dirty.insert(fence.partition_id.clone());
+            let Some(deliveries) = &deliveries else {
+                self.record_panic(fence);
+                continue;
+            };
+            // An item without an entry: the task was aborted at shutdown.
+            match deliveries.get(&id).unwrap_or(&Delivery::Finished) {
+                Delivery::Unreachable => {
+                    health.store(false, Ordering::Relaxed);
+                    if self.pause.unreachable(&id, Instant::now()) {
+                        tracing::warn!(pause = ?self.pause.delay, "handler unreachable: pausing dispatch (no attempts are counted)");
+                    }
+                }
+                Delivery::Finished => {
+                    health.store(true, Ordering::Relaxed);
+                    if self.pause.reachable() {
+                        tracing::info!("handler reachable again: resuming dispatch");
+                    }
+                }
+                Delivery::Unwritten(cool) => {
+                    self.cooling
+                        .insert(id, (fence.partition_id, Instant::now() + *cool));
+                }
+            }
+        }
         self.shared
             .metrics
             .in_flight
             .set(self.in_flight.len() as i64);
-        self.held.dirty.insert(fence.partition_id.clone());
-        let health = &self.shared.health.handler;
-        match delivery {
-            None => self.record_panic(fence),
-            Some(Delivery::Unreachable) => {
-                health.store(false, Ordering::Relaxed);
-                if self.pause.unreachable(&id, Instant::now()) {
-                    tracing::warn!(pause = ?self.pause.delay, "handler unreachable: pausing dispatch (no attempts are counted)");
-                }
-            }
-            Some(Delivery::Finished) => {
-                health.store(true, Ordering::Relaxed);
-                if self.pause.reachable() {
-                    tracing::info!("handler reachable again: resuming dispatch");
-                }
-            }
-            Some(Delivery::Unwritten(cool)) => {
-                self.cooling
-                    .insert(id, (fence.partition_id, Instant::now() + cool));
-            }
-        }
     }
 
     /// Logs a delivery task that did not return; None = it panicked (the
-    /// caller records a failed attempt), or it was aborted at shutdown.
-    fn panicked(&self, e: tokio::task::JoinError) -> Option<Delivery> {
+    /// caller records a failed attempt per item), or it was aborted at shutdown.
+    fn panicked(&self, e: tokio::task::JoinError) -> Option<HashMap<String, Delivery>> {
         if !e.is_panic() {
-            return Some(Delivery::Finished);
+            return Some(HashMap::new());
         }
-        let item = self.task_items.get(&e.id()).cloned().unwrap_or_default();
+        let items = self
+            .task_items
+            .get(&e.id())
+            .map(|ids| ids.join(","))
+            .unwrap_or_default();
         let panic = e.into_panic();
         let message = panic
             .downcast_ref::<&str>()
             .map(|s| s.to_string())
             .or_else(|| panic.downcast_ref::<String>().cloned())
             .unwrap_or_else(|| "a panic without a message".into());
-        tracing::error!(item = %item, panic = %message, "a delivery panicked; recording a failed attempt");
+        tracing::error!(items = %items, panic = %message, "a delivery panicked; recording a failed attempt");
         None
     }
 
@@ -382,9 +441,9 @@ impl Dispatcher {
                 Some((write, label)) => record(&shared, &me, fence, write, label).await,
                 None => Delivery::Finished,
             };
-            (id, delivery)
+            vec![(id, delivery)]
         });
-        self.task_items.insert(task.id(), item);
+        self.task_items.insert(task.id(), vec![item]);
     }
 
     /// Waits for in-flight deliveries (their results are written) up to `timeout`.
@@ -407,184 +466,5 @@ impl Dispatcher {
                 }
             }
         }
-    }
-}
-
-/// Calls the handler for one item and writes the fenced result.
-async fn deliver(shared: &Context, me: &str, item: ReadyItem) -> Delivery {
-    let ReadyItem { fence, data } = item;
-    let attempt = u32::try_from(fence.attempts).unwrap_or(0) + 1;
-    let span = tracing::info_span!("delivery", partition = %fence.partition_id, item = %fence.id, gate = fence.gate, attempt);
-    async move {
-        let f = &fence;
-        let job = Job {
-            item_id: f.id.clone(),
-            partition_id: f.partition_id.clone(),
-            gate: f.gate,
-            attempt,
-            idempotency_key: format!("{}:{}", f.id, f.version),
-            processor_id: me.to_string(),
-            data,
-        };
-        let started = std::time::Instant::now();
-        let outcome = shared.handler.handle(&job).await;
-        shared
-            .metrics
-            .handler_seconds
-            .observe(started.elapsed().as_secs_f64());
-        let policy = Policy::from(&shared.config);
-        match policy.decide(&fence, outcome) {
-            Some((write, label)) => record(shared, me, fence, write, label).await,
-            None => {
-                shared.metrics.handler_unreachable.inc();
-                tracing::debug!("handler unreachable");
-                Delivery::Unreachable
-            }
-        }
-    }
-    .instrument(span)
-    .await
-}
-
-/// Writes one result through the completer. A row the database refuses is
-/// recorded instead as a failed attempt that says why (with a backoff), so
-/// that nothing is fetched again without an attempt counted.
-async fn record(
-    shared: &Context,
-    me: &str,
-    fence: Fence,
-    write: ItemWrite,
-    label: Label,
-) -> Delivery {
-    let cfg = &shared.config;
-    let policy = Policy::from(cfg);
-    let cool = policy.delay(u32::try_from(fence.attempts).unwrap_or(0) + 1);
-    let (mut write, mut label, mut fallback) = (write, label, false);
-    loop {
-        if shared.session.id() != me || !shared.session.live(cfg.session_expiry) {
-            tracing::warn!("result not written: this processor's session is no longer live");
-            shared.metrics.outcome(Label::Rejected.as_str());
-            return Delivery::Finished;
-        }
-        let ack = Ack {
-            fence: fence.clone(),
-            session: me.to_string(),
-            write: write.clone(),
-        };
-        match shared.completer.write(ack).await {
-            Ok(Written::Yes) => {
-                shared.metrics.outcome(label.as_str());
-                let error = write.last_error.as_deref().unwrap_or("");
-                match label {
-                    Label::Failed => {
-                        tracing::warn!(attempts = write.attempts, error, "item failed")
-                    }
-                    Label::Retried => tracing::info!(error, "attempt failed; will retry"),
-                    _ => tracing::debug!(
-                        next_gate = write.gate,
-                        outcome = label.as_str(),
-                        "result written"
-                    ),
-                }
-                return Delivery::Finished;
-            }
-            Ok(Written::Stale) => {
-                shared.metrics.outcome(Label::Rejected.as_str());
-                tracing::warn!(
-                    "stale result rejected: the item changed or its partition is no longer held by this session"
-                );
-                return Delivery::Finished;
-            }
-            Ok(Written::Refused(why)) if !fallback => {
-                tracing::error!(error = %why, "the database refused the result; recording a failed attempt instead");
-                let outcome = Outcome::Failed {
-                    message: format!("the database refused the handler's result: {why}"),
-                    retry: true,
-                    retry_after: None,
-                };
-                let Some((w, l)) = policy.decide(&fence, outcome) else {
-                    return Delivery::Unwritten(cool);
-                };
-                (write, label, fallback) = (w, l, true);
-            }
-            Ok(Written::Refused(why)) => {
-                tracing::error!(error = %why, retry_in = ?cool, "the database refused even the failed attempt; the item waits here before it runs again");
-                return Delivery::Unwritten(cool);
-            }
-            Err(e) => {
-                tracing::error!(error = %e, retry_in = ?cool, "could not write the result; the item waits here before it runs again");
-                return Delivery::Unwritten(cool);
-            }
-        }
-    }
-}
-
-/// The pause while the handler is unreachable: it starts at [`PAUSE_BASE`]
-/// and doubles once per failed probe, up to [`PAUSE_MAX`]. Deliveries
-/// that were already in flight when it began do not lengthen it.
-#[derive(Debug, Default)]
-struct Pause {
-    /// No dispatch before this instant, then one probe.
-    until: Option<Instant>,
-    /// The current pause length.
-    delay: Duration,
-    /// The item sent as the probe.
-    probe: Option<String>,
-}
-
-/// First pause after the handler is found unreachable.
-const PAUSE_BASE: Duration = Duration::from_millis(250);
-/// Longest pause between probes.
-const PAUSE_MAX: Duration = Duration::from_secs(10);
-
-impl Pause {
-    /// A delivery found the handler unreachable; true when this starts a pause.
-    fn unreachable(&mut self, item: &str, now: Instant) -> bool {
-        let start = self.until.is_none();
-        if start {
-            self.delay = PAUSE_BASE;
-        } else if self.probe.as_deref() == Some(item) {
-            self.delay = (self.delay * 2).min(PAUSE_MAX);
-        } else {
-            return false;
-        }
-        self.probe = None;
-        self.until = Some(now + self.delay);
-        start
-    }
-
-    /// A delivery reached the handler; true when this ends a pause.
-    fn reachable(&mut self) -> bool {
-        self.probe = None;
-        self.until.take().is_some()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn pause_doubles_per_failed_probe_only() {
-        let mut p = Pause::default();
-        let t = Instant::now();
-        assert!(p.unreachable("a", t));
-        assert_eq!(p.delay, PAUSE_BASE);
-        // 63 more deliveries that were in flight: no change.
-        for i in 0..63 {
-            assert!(!p.unreachable(&format!("x{i}"), t));
-        }
-        assert_eq!(p.delay, PAUSE_BASE);
-        p.probe = Some("probe".into());
-        p.unreachable("probe", t);
-        assert_eq!(p.delay, PAUSE_BASE * 2);
-        for _ in 0..10 {
-            p.probe = Some("probe".into());
-            p.unreachable("probe", t);
-        }
-        assert_eq!(p.delay, PAUSE_MAX);
-        assert!(p.reachable());
-        assert!(p.unreachable("b", t));
-        assert_eq!(p.delay, PAUSE_BASE);
     }
 }
