@@ -71,6 +71,20 @@ pub(crate) async fn answer(
     if !s.latency.is_zero() {
         tokio::time::sleep(s.latency).await;
     }
+    // A batch: every item done (`null` answers), one per item.
+    if let Some(n) = headers
+        .get("feed-batch")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok())
+    {
+        let mut reply = "null,".repeat(n);
+        reply.pop();
+        return (
+            [(axum::http::header::CONTENT_TYPE, "application/json")],
+            format!("[{reply}]"),
+        )
+            .into_response();
+    }
     let reply: &'static str = match step_of(&body) {
         None => r#"{"done":true}"#,
         // Multi-step: gate 0 → gate 1, then one more step at gate 1, then done.

@@ -25,6 +25,7 @@ mod drain;
 mod fixture;
 mod handler;
 mod latency;
+mod peer;
 mod report;
 
 use std::path::{Path, PathBuf};
@@ -41,7 +42,7 @@ use crate::fixture::processor_bin;
 use crate::handler::{Handler, ceiling};
 use crate::latency::{idle, pickup};
 use crate::report::{
-    BackendReport, Machine, Report, Scenario, describe, mib, print_tables, scenario,
+    BackendReport, Machine, Report, Scenario, describe, mib, print_ratios, print_tables, scenario,
 };
 
 // ---------------------------------------------------------------- options
@@ -59,7 +60,14 @@ pub(crate) enum Phase {
     Multistep,
     /// 2 and 3 processors sharing the database.
     Scale,
+    /// The drain again with `--batch-size 100`.
+    Batch,
+    /// graphile-worker on PostgreSQL (needs Node.js and npm).
+    Peer,
 }
+
+/// The batch phase's processor flags.
+const BATCH_FLAGS: &[&str] = &["--batch-size", "100"];
 
 /// The Feed drain benchmark. Every option is also read from FEED_BENCH_<NAME>.
 #[derive(Parser, Debug, Clone, Serialize)]
@@ -123,7 +131,7 @@ pub(crate) struct Args {
     /// Give up on one drain after this many seconds (reported as a partial rate)
     #[arg(long, env = "FEED_BENCH_TIMEOUT", default_value_t = 300)]
     pub(crate) timeout: u64,
-    /// Phases to skip, comma-separated: ceiling, pickup, idle, multistep, scale
+    /// Phases to skip, comma-separated: ceiling, pickup, idle, multistep, scale, batch, peer
     #[arg(long, env = "FEED_BENCH_SKIP", value_enum, value_delimiter = ',')]
     pub(crate) skip: Vec<Phase>,
     /// PostgreSQL server (databases are created and dropped on it)
@@ -260,6 +268,17 @@ async fn run_backend(
     let ceil = drain.ceiling_posts_per_s;
     rep.drain = Some(drain);
 
+    if args.runs(Phase::Batch) {
+        let w = Workload {
+            items: s.items,
+            processors: 1,
+            multistep: false,
+            flags: BATCH_FLAGS,
+        };
+        let ctx = (backend, args, s, handler, client);
+        rep.batch = Some(variant(ctx, "batch 100", w, ceil, s.runs).await);
+    }
+
     if args.runs(Phase::Pickup) && s.trickle > 0 {
         match pickup(backend, args, s, handler).await {
             Ok(p) => {
@@ -305,7 +324,8 @@ async fn run_backend(
             flags: &[],
         };
         let ctx = (backend, args, s, handler, client);
-        rep.multistep = Some(variant(ctx, "multistep (3 steps, 2 gates)", w, ceil).await);
+        rep.multistep =
+            Some(variant(ctx, "multistep (3 steps, 2 gates)", w, ceil, s.variant_runs).await);
     }
     if variants && args.runs(Phase::Scale) {
         for n in [2, 3] {
@@ -317,7 +337,7 @@ async fn run_backend(
             };
             let ctx = (backend, args, s, handler, client);
             rep.scale
-                .push(variant(ctx, &format!("{n} processors"), w, ceil).await);
+                .push(variant(ctx, &format!("{n} processors"), w, ceil, s.variant_runs).await);
         }
     }
     rep
@@ -329,9 +349,10 @@ async fn variant(
     name: &str,
     w: Workload,
     ceil: Option<Stats>,
+    count: usize,
 ) -> Scenario {
     let (mut runs, mut errors) = (Vec::new(), Vec::new());
-    for i in 1..=s.variant_runs {
+    for i in 1..=count {
         match drain_once(backend, args, s, handler, client, w).await {
             Ok(r) => {
                 let per = if w.processors > 1 {
@@ -438,6 +459,30 @@ async fn main() -> Result<()> {
         seen.push(b);
         backends.push(run_backend(b, &args, &s, &handler, &client).await);
     }
+    let (mut peer, mut peer_note) = (None, None);
+    if args.runs(Phase::Peer) && args.backends.contains(&Backend::Postgres) {
+        println!(
+            "\n== peer: graphile-worker {} on postgres ==",
+            peer::GRAPHILE_WORKER
+        );
+        match peer::graphile(&args, &out_dir(&args), &handler, s.items, s.concurrency).await {
+            Ok(Some(p)) => {
+                println!(
+                    "  graphile-worker: {:.0} jobs/s, drain {:.2}s, worker CPU {:.1}s, host busy {:.0} %",
+                    p.jobs_per_s,
+                    p.drain_s,
+                    p.cpu_s,
+                    p.busy_share * 100.0
+                );
+                peer = Some(p);
+            }
+            Ok(None) => peer_note = Some("skipped: Node.js is not installed".into()),
+            Err(e) => {
+                println!("  peer failed: {e:#}");
+                peer_note = Some(format!("failed: {e:#}"));
+            }
+        }
+    }
     let finished = chrono::Utc::now();
     let mut report = Report {
         started_at: started.to_rfc3339(),
@@ -447,8 +492,11 @@ async fn main() -> Result<()> {
         args: args.clone(),
         machine,
         backends,
+        peer,
+        peer_note,
     };
     report.machine.loadavg_end = loadavg();
+    print_ratios(&report);
     print_tables(&report);
 
     let dir = out_dir(&args);

@@ -7,6 +7,7 @@ use testkit::Stats;
 use crate::Args;
 use crate::Settings;
 use crate::cpu::CpuUse;
+use crate::peer::{GRAPHILE_WORKER, PeerRun};
 
 /// One drain: one fresh database, one or more processors.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -94,6 +95,8 @@ pub(crate) struct BackendReport {
     pub(crate) backend: String,
     pub(crate) skipped: Option<String>,
     pub(crate) drain: Option<Scenario>,
+    /// The same drain with `--batch-size 100`.
+    pub(crate) batch: Option<Scenario>,
     pub(crate) multistep: Option<Scenario>,
     pub(crate) scale: Vec<Scenario>,
     pub(crate) pickup: Option<Pickup>,
@@ -121,6 +124,9 @@ pub(crate) struct Report {
     pub(crate) args: Args,
     pub(crate) machine: Machine,
     pub(crate) backends: Vec<BackendReport>,
+    /// graphile-worker on PostgreSQL, same handler and job count.
+    pub(crate) peer: Option<PeerRun>,
+    pub(crate) peer_note: Option<String>,
 }
 
 pub(crate) fn scenario(
@@ -216,6 +222,7 @@ pub(crate) fn print_tables(report: &Report) {
         "Feed / ceiling",
         "stmts/item",
         "CPU µs/item: processor / database / handler / machine busy",
+        "host busy",
         "peak RSS",
     ]);
     for b in &report.backends {
@@ -227,6 +234,7 @@ pub(crate) fn print_tables(report: &Report) {
         let scenarios = b
             .drain
             .iter()
+            .chain(b.batch.iter())
             .chain(b.multistep.iter())
             .chain(b.scale.iter());
         for sc in scenarios {
@@ -257,6 +265,7 @@ pub(crate) fn print_tables(report: &Report) {
                 sc.statements_per_item
                     .map_or("n/a".into(), |x| format!("{:.2}", x.median)),
                 cpu_cell(&sc.runs),
+                busy_cell(&sc.runs),
                 mib(peak),
             ]);
             for e in &sc.errors {
@@ -311,5 +320,109 @@ pub(crate) fn print_tables(report: &Report) {
         for e in &b.errors {
             println!("  {}: {e}", b.backend);
         }
+    }
+}
+
+/// Median share of the machine's CPU time that was busy during the runs.
+pub(crate) fn busy_cell(runs: &[DrainRun]) -> String {
+    let v: Vec<f64> = runs
+        .iter()
+        .filter_map(|r| r.cpu)
+        .filter(|c| c.machine_capacity_s > 0.0)
+        .map(|c| c.machine_busy_s / c.machine_capacity_s)
+        .collect();
+    Stats::of(&v).map_or("n/a".into(), |s| format!("{:.0} %", s.median * 100.0))
+}
+
+/// Median processor CPU µs per item of a scenario.
+fn processor_us(sc: &Scenario) -> Option<f64> {
+    let v: Vec<f64> = sc
+        .runs
+        .iter()
+        .filter_map(|r| r.cpu.map(|c| c.processor_s * 1e6 / r.items.max(1) as f64))
+        .collect();
+    Stats::of(&v).map(|s| s.median)
+}
+
+/// The ratios the goals are stated in, first, each with its figures.
+pub(crate) fn print_ratios(report: &Report) {
+    let drain = |name: &str| {
+        report
+            .backends
+            .iter()
+            .find(|b| b.backend == name)
+            .and_then(|b| b.drain.as_ref())
+    };
+    let ips = |sc: Option<&Scenario>| sc.and_then(|s| s.items_per_s).map(|s| s.median);
+    let mut t = Table::new();
+    t.load_style(ASCII_MARKDOWN)
+        .set_header(vec!["ratio", "value", "figures (items/s)"]);
+    let mut row = |what: String, a: Option<f64>, b: Option<f64>| {
+        if let (Some(a), Some(b)) = (a, b)
+            && b > 0.0
+        {
+            t.add_row(vec![
+                what,
+                format!("{:.2}×", a / b),
+                format!("{a:.0} / {b:.0}"),
+            ]);
+        }
+    };
+    let peer = report.peer.as_ref().map(|p| p.jobs_per_s);
+    let pg = ips(drain("postgres"));
+    row(
+        format!("PostgreSQL: Feed / graphile-worker {GRAPHILE_WORKER}"),
+        pg,
+        peer,
+    );
+    row(
+        "PostgreSQL: Feed / HTTP ceiling (POST/s)".into(),
+        drain("postgres")
+            .and_then(|d| d.posts_per_s)
+            .map(|s| s.median),
+        drain("postgres")
+            .and_then(|d| d.ceiling_posts_per_s)
+            .map(|s| s.median),
+    );
+    row(
+        "SQLite Feed / graphile-worker on PostgreSQL".into(),
+        ips(drain("sqlite")),
+        peer,
+    );
+    row(
+        "MariaDB Feed / PostgreSQL Feed".into(),
+        ips(drain("mariadb")),
+        pg,
+    );
+    for b in &report.backends {
+        row(
+            format!("{}: --batch-size 100 / 1", b.backend),
+            ips(b.batch.as_ref()),
+            ips(b.drain.as_ref()),
+        );
+    }
+    println!("\nRatios (same run):");
+    println!("{t}");
+    for b in &report.backends {
+        if let Some(us) = b.drain.as_ref().and_then(processor_us) {
+            let batch = b.batch.as_ref().and_then(processor_us);
+            println!(
+                "  {}: processor CPU {us:.0} µs/item single{}",
+                b.backend,
+                batch.map_or(String::new(), |x| format!(
+                    ", {x:.0} µs/item with --batch-size 100"
+                ))
+            );
+        }
+    }
+    match (&report.peer, &report.peer_note) {
+        (Some(p), _) => println!(
+            "  graphile-worker {GRAPHILE_WORKER}: {:.0} jobs/s, {:.0} µs CPU/job (Node.js worker), host busy {:.0} %",
+            p.jobs_per_s,
+            p.cpu_s * 1e6 / p.jobs.max(1) as f64,
+            p.busy_share * 100.0
+        ),
+        (None, Some(note)) => println!("  graphile-worker: {note}"),
+        (None, None) => {}
     }
 }
