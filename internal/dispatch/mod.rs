@@ -221,10 +221,12 @@ impl Dispatcher {
         if calls == 0 || room == 0 {
             return (now + cfg.poll_interval, false);
         }
-        // Refill the buffer when it could not cover the free slots and half
-        // the concurrency again; then one query serves several completions.
+        // Refill the buffer when it could not cover what may start now and
+        // half the concurrency again; then one query serves several
+        // completions. (Counting free calls alone would refill on every
+        // poll while answered items wait for their writes.)
         let target = cfg.concurrency * batch;
-        if self.buffer.len() < calls * per_call + target / 2 {
+        if self.buffer.len() < (calls * per_call).min(room) + target / 2 {
             self.refill(target * 2 - self.buffer.len().min(target))
                 .await;
         }
