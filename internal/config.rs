@@ -56,6 +56,12 @@ pub struct Config {
     pub admin_token: Option<crate::console::AdminToken>,
     /// Prune finished partitions older than this every few minutes; None = keep them.
     pub retention: Option<Duration>,
+    /// Items per handler request; 1 = one item per request, above 1 = the
+    /// batch protocol (README: Batches).
+    pub batch_size: usize,
+    /// How long a batch may wait for more items once some are ready and a
+    /// request is already running; an idle processor sends at once.
+    pub batch_wait: Duration,
 }
 
 impl Config {
@@ -88,6 +94,10 @@ impl Config {
     pub const LISTEN: &str = "0.0.0.0:8080";
     /// `--drain-timeout`.
     pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
+    /// `--batch-size`: one item per request, the single-item protocol.
+    pub const BATCH_SIZE: usize = 1;
+    /// `--batch-wait`.
+    pub const BATCH_WAIT: Duration = Duration::from_millis(5);
     /// `--statement-timeout`.
     pub const STATEMENT_TIMEOUT: Duration = crate::store::DEFAULT_STATEMENT_TIMEOUT;
 
@@ -118,6 +128,8 @@ impl Config {
             ui: false,
             admin_token: None,
             retention: None,
+            batch_size: Self::BATCH_SIZE,
+            batch_wait: Self::BATCH_WAIT,
         }
     }
 
@@ -126,6 +138,9 @@ impl Config {
         let bad = |m: &str| Err(crate::Error::Config(m.into()));
         if self.concurrency == 0 {
             return bad("--concurrency must be at least 1");
+        }
+        if self.batch_size == 0 {
+            return bad("--batch-size must be at least 1");
         }
         if self.heartbeat_interval >= self.session_expiry {
             return bad("--heartbeat-interval must be shorter than --session-expiry");

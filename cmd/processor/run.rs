@@ -91,6 +91,12 @@ pub struct RunArgs {
     /// Prune complete and cancelled partitions older than this every few minutes, e.g. 7d [default: off]
     #[arg(long, env = "FEED_RETENTION", value_parser = duration)]
     retention: Option<Duration>,
+    /// Items per handler request; above 1, a JSON array of items per POST (README: Batches)
+    #[arg(long, env = "FEED_BATCH_SIZE", default_value_t = Config::BATCH_SIZE)]
+    batch_size: usize,
+    /// Longest a partial batch waits for more items while another request runs
+    #[arg(long, env = "FEED_BATCH_WAIT", value_parser = duration, default_value_t = Config::BATCH_WAIT.into())]
+    batch_wait: Duration,
 }
 
 /// `'Name: value'` of `--header`.
@@ -136,6 +142,8 @@ pub async fn run(a: RunArgs) -> anyhow::Result<()> {
         ui: a.ui,
         admin_token: a.token.token()?,
         retention: a.retention.map(Into::into),
+        batch_size: a.batch_size,
+        batch_wait: a.batch_wait.into(),
         ..Config::new(a.db.database_url, a.handler_url)
     };
     Ok(feed::run(c, shutdown).await?)

@@ -180,3 +180,44 @@ mod tests {
         assert_eq!(s.sql, "a = ? AND b = ?");
     }
 }
+
+/// How a batch of fenced results is written: one `UPDATE … FROM (VALUES …)
+/// RETURNING` on PostgreSQL and SQLite; MariaDB has neither an `UPDATE …
+/// FROM` nor `RETURNING` on `UPDATE`, so a multi-table `UPDATE … JOIN`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ResultBatch {
+    /// `UPDATE … FROM (VALUES …) RETURNING`.
+    Values,
+    /// `UPDATE … JOIN` in a transaction.
+    Join,
+}
+
+/// The result-batch statement shape of a backend.
+pub fn result_batch(backend: DbBackend) -> ResultBatch {
+    match backend {
+        DbBackend::MySql => ResultBatch::Join,
+        _ => ResultBatch::Values,
+    }
+}
+
+/// The `VALUES` source of a result batch: `rows` of `cols`, typed on
+/// PostgreSQL (its parameters carry no type), named through a subquery
+/// on SQLite (whose `VALUES` columns are `column1…`). Also returns the
+/// row template and the column `RETURNING` names the id by.
+pub fn values_source(backend: DbBackend, n: usize, cols: &[&str]) -> (String, &'static str) {
+    if backend == DbBackend::Postgres {
+        let row = "(?::text, ?::bigint, ?::int, ?::text, ?::text, ?::text, ?::bigint, ?::bytea, ?::bigint, ?::int, ?::text, ?::int)";
+        let rows = vec![row; n].join(", ");
+        (format!("(VALUES {rows}) AS v({})", cols.join(", ")), "i.id")
+    } else {
+        let row = format!("({})", vec!["?"; cols.len()].join(", "));
+        let rows = vec![row.as_str(); n].join(", ");
+        let named: Vec<String> = cols
+            .iter()
+            .enumerate()
+            .map(|(k, c)| format!("column{} AS {c}", k + 1))
+            .collect();
+        let source = format!("(SELECT {} FROM (VALUES {rows})) AS v", named.join(", "));
+        (source, "id")
+    }
+}

@@ -5,9 +5,9 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use sea_orm::{ConnectionTrait, DbBackend, DbErr, Statement, TransactionTrait, Value};
+use sea_orm::{ConnectionTrait, DbErr, Statement, TransactionTrait, Value};
 
-use super::dialect::{fence_lock, marks, stmt};
+use super::dialect::{ResultBatch, fence_lock, marks, result_batch, stmt, values_source};
 use super::{Fence, Store, ms};
 use crate::{Error, Result};
 
@@ -143,9 +143,9 @@ impl Store {
     }
 
     async fn write_chunk(&self, acks: &[Ack], expiry: Duration) -> Result<Vec<bool>> {
-        match self.backend {
-            DbBackend::MySql => self.write_mysql(acks, expiry).await,
-            _ => self.write_batch(acks, expiry).await,
+        match result_batch(self.backend) {
+            ResultBatch::Join => self.write_mysql(acks, expiry).await,
+            ResultBatch::Values => self.write_batch(acks, expiry).await,
         }
     }
 
@@ -153,12 +153,6 @@ impl Store {
     /// `UPDATE … FROM (VALUES …) RETURNING id` (one round trip). RETURNING
     /// says which rows passed the fence.
     async fn write_batch(&self, acks: &[Ack], expiry: Duration) -> Result<Vec<bool>> {
-        let pg = self.backend == DbBackend::Postgres;
-        let row = if pg {
-            "(?::text, ?::bigint, ?::int, ?::text, ?::text, ?::text, ?::bigint, ?::bytea, ?::bigint, ?::int, ?::text, ?::int)"
-        } else {
-            "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-        };
         let mut values: Vec<Value> = Vec::with_capacity(acks.len() * 12 + 1);
         let n = bucket(acks.len());
         for a in acks {
@@ -168,19 +162,21 @@ impl Store {
             values.extend(null_row());
         }
         values.push(ms(expiry).into());
-        let rows = vec![row; n].join(", ");
-        let cols = "id, old_version, old_attempts, partition_id, session, status, gate, data, delay, attempts, last_error, bump";
-        let source = if pg {
-            format!("(VALUES {rows}) AS v({cols})")
-        } else {
-            let named: Vec<String> = cols
-                .split(", ")
-                .enumerate()
-                .map(|(n, c)| format!("column{} AS {c}", n + 1))
-                .collect();
-            format!("(SELECT {} FROM (VALUES {rows})) AS v", named.join(", "))
-        };
-        let returning = if pg { "i.id" } else { "id" };
+        let cols = [
+            "id",
+            "old_version",
+            "old_attempts",
+            "partition_id",
+            "session",
+            "status",
+            "gate",
+            "data",
+            "delay",
+            "attempts",
+            "last_error",
+            "bump",
+        ];
+        let (source, returning) = values_source(self.backend, n, &cols);
         let sql = format!(
             "UPDATE feed_items AS i SET status = v.status, gate = v.gate, data = COALESCE(v.data, i.data), \
              not_before = CASE WHEN v.delay IS NULL THEN NULL ELSE {{now}} + v.delay END, \

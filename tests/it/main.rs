@@ -6,6 +6,7 @@ mod faults;
 mod proxy;
 mod support;
 
+mod batch;
 mod browser;
 mod chaos;
 mod chaos_hands;

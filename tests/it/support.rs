@@ -1,39 +1,23 @@
 //! Test support: a fresh database per test on each backend, a real HTTP
-//! handler with a ledger, and the real `processor` binary.
+//! handler with a ledger, and the real `processor` binary, built on the
+//! shared test kit (`testkit/`).
 
 use std::future::Future;
-use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
+use std::ops::{Deref, DerefMut};
 use std::time::{Duration, Instant};
 
-use axum::body::Bytes;
-use axum::http::{HeaderMap, StatusCode};
-use axum::response::{IntoResponse, Response};
-use parking_lot::Mutex;
 use sea_orm::{ConnectionTrait, DbBackend, QueryResult, Statement};
-
-/// A database server Feed runs on.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Backend {
-    Sqlite,
-    Postgres,
-    Mysql,
-}
+pub use testkit::{Backend, Call, Handler, free_port, json, metric, signed};
+use testkit::{Database, Process, Servers};
 
 /// A uniquely named database, dropped when the test ends.
 pub struct TestDb {
     pub backend: Backend,
     pub url: String,
     pub store: feed::Store,
-    name: String,
-    /// Drop the database at the end (false for an alias).
-    owned: bool,
-    _dir: Option<tempfile::TempDir>,
+    /// The database, dropped at the end (None for an alias).
+    owned: Option<Database>,
 }
-
-const PG_ADMIN: &str = "postgres://postgres@127.0.0.1:5432/postgres";
-const MY_ADMIN: &str = "mysql://root@127.0.0.1:3306/test";
 
 impl TestDb {
     /// A fresh, migrated database; None (skip) when the server is unreachable
@@ -46,47 +30,22 @@ impl TestDb {
 
     /// A fresh database without Feed's tables.
     pub async fn empty(backend: Backend) -> Option<TestDb> {
-        let name = format!("feed_t_{}", uuid::Uuid::new_v4().simple());
-        let (url, dir) = match backend {
-            Backend::Sqlite => {
-                let dir = tempfile::tempdir().unwrap();
-                let url = format!("sqlite://{}/feed.db?mode=rwc", dir.path().display());
-                (url, Some(dir))
+        let servers = Servers::default();
+        if let Err(e) = servers.reachable(backend).await {
+            if std::env::var_os("CI").is_none() {
+                eprintln!("skipping: {backend:?} unreachable: {e}");
+                return None;
             }
-            Backend::Postgres | Backend::Mysql => {
-                let admin = if backend == Backend::Postgres {
-                    PG_ADMIN
-                } else {
-                    MY_ADMIN
-                };
-                let conn = match feed::Store::connect(admin, 2).await {
-                    Ok(c) => c,
-                    Err(e) if std::env::var_os("CI").is_none() => {
-                        eprintln!("skipping: {backend:?} unreachable: {e}");
-                        return None;
-                    }
-                    Err(e) => panic!("{backend:?} unreachable in CI: {e}"),
-                };
-                conn.connection()
-                    .execute_unprepared(&format!("CREATE DATABASE {name}"))
-                    .await
-                    .unwrap();
-                let url = if backend == Backend::Postgres {
-                    format!("postgres://postgres@127.0.0.1:5432/{name}")
-                } else {
-                    format!("mysql://root@127.0.0.1:3306/{name}")
-                };
-                (url, None)
-            }
-        };
-        let store = feed::Store::connect(&url, 4).await.unwrap();
+            panic!("{backend:?} unreachable in CI: {e}");
+        }
+        let db = Database::create(backend, &servers, "feed_t_", 4)
+            .await
+            .unwrap();
         Some(TestDb {
             backend,
-            url,
-            store,
-            name,
-            owned: true,
-            _dir: dir,
+            url: db.url.clone(),
+            store: db.store.clone(),
+            owned: Some(db),
         })
     }
 
@@ -97,9 +56,7 @@ impl TestDb {
             backend: db.backend,
             url: url.to_string(),
             store: db.store.clone(),
-            name: String::new(),
-            owned: false,
-            _dir: None,
+            owned: None,
         }
     }
 
@@ -214,30 +171,9 @@ impl TestDb {
 
 impl Drop for TestDb {
     fn drop(&mut self) {
-        let admin = match self.backend {
-            _ if !self.owned => return,
-            Backend::Sqlite => return,
-            Backend::Postgres => PG_ADMIN,
-            Backend::Mysql => MY_ADMIN,
-        };
-        let sql = if self.backend == Backend::Postgres {
-            format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name)
-        } else {
-            format!("DROP DATABASE IF EXISTS {}", self.name)
-        };
-        // Drop runs inside the test's runtime: use a runtime of our own on a thread.
-        let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async {
-                if let Ok(store) = feed::Store::connect(admin, 1).await {
-                    let _ = store.connection().execute_unprepared(&sql).await;
-                }
-            });
-        })
-        .join();
+        if let Some(db) = &self.owned {
+            db.drop_blocking();
+        }
     }
 }
 
@@ -252,147 +188,24 @@ pub struct ItemRow {
     pub not_before: Option<i64>,
 }
 
-/// One request the handler received.
-#[derive(Debug, Clone)]
-pub struct Call {
-    pub item: String,
-    pub partition: String,
-    pub gate: i64,
-    pub attempt: u32,
-    pub processor: String,
-    pub idempotency_key: String,
-    pub data: serde_json::Value,
-    /// The request body exactly as received.
-    pub body: Vec<u8>,
-    pub headers: HeaderMap,
-    pub at: Instant,
-}
-
-type Answer = Box<dyn Fn(&Call) -> Response + Send + Sync>;
-
-/// A real HTTP handler served on 127.0.0.1 that records every call.
-pub struct Handler {
-    pub addr: SocketAddr,
-    pub ledger: Arc<Mutex<Vec<Call>>>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Handler {
-    /// Serves `answer` on a free port.
-    pub async fn start<F>(answer: F) -> Handler
-    where
-        F: Fn(&Call) -> Response + Send + Sync + 'static,
-    {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        Self::serve(listener, Arc::new(Box::new(answer))).await
-    }
-
-    /// Serves an async answer (one that may wait) on a free port.
-    pub async fn start_async<F, Fut>(answer: F) -> Handler
-    where
-        F: Fn(Call) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Response> + Send + 'static,
-    {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        Self::serve_async(listener, answer).await
-    }
-
-    /// Serves `answer` on a listener the caller bound (e.g. a port chosen earlier).
-    pub async fn serve(listener: tokio::net::TcpListener, answer: Arc<Answer>) -> Handler {
-        Self::serve_async(listener, move |c| {
-            let answer = answer.clone();
-            async move { answer(&c) }
-        })
-        .await
-    }
-
-    async fn serve_async<F, Fut>(listener: tokio::net::TcpListener, answer: F) -> Handler
-    where
-        F: Fn(Call) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Response> + Send + 'static,
-    {
-        let addr = listener.local_addr().unwrap();
-        let ledger: Arc<Mutex<Vec<Call>>> = Arc::default();
-        let answer = Arc::new(answer);
-        let l = ledger.clone();
-        let app = axum::Router::new().fallback(move |headers: HeaderMap, body: Bytes| {
-            let l = l.clone();
-            let answer = answer.clone();
-            async move {
-                let call = parse_call(headers, &body);
-                l.lock().push(call.clone());
-                answer(call).await
-            }
-        });
-        let task = tokio::spawn(async move {
-            axum::serve(listener, app).await.unwrap();
-        });
-        Handler { addr, ledger, task }
-    }
-
-    pub fn url(&self) -> String {
-        format!("http://{}/feed", self.addr)
-    }
-
-    pub fn calls(&self) -> Vec<Call> {
-        self.ledger.lock().clone()
-    }
-
-    pub fn calls_for(&self, item: &str) -> Vec<Call> {
-        self.calls()
-            .into_iter()
-            .filter(|c| c.item == item)
-            .collect()
-    }
-}
-
-impl Drop for Handler {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-fn parse_call(headers: HeaderMap, body: &[u8]) -> Call {
-    let h = |n: &str| {
-        headers
-            .get(n)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or_default()
-            .to_string()
-    };
-    Call {
-        item: h("feed-item-id"),
-        partition: h("feed-partition-id"),
-        gate: h("feed-gate").parse().unwrap_or(-1),
-        attempt: h("feed-attempt").parse().unwrap_or(0),
-        processor: h("feed-processor-id"),
-        idempotency_key: h("idempotency-key"),
-        data: serde_json::from_slice(body).unwrap_or(serde_json::Value::Null),
-        body: body.to_vec(),
-        headers: headers.clone(),
-        at: Instant::now(),
-    }
-}
-
-/// A JSON answer with a status.
-pub fn json(status: u16, body: serde_json::Value) -> Response {
-    (StatusCode::from_u16(status).unwrap(), axum::Json(body)).into_response()
-}
-
-/// A free TCP port on 127.0.0.1 (nothing listens on it when this returns).
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// A running `processor run`, killed when dropped.
+/// A running `processor run`, killed when dropped (the kit's
+/// [`Process`], with the listen address as tests read it).
 pub struct Proc {
-    pub child: Child,
+    process: Process,
     pub listen: Option<String>,
-    log: std::path::PathBuf,
+}
+
+impl Deref for Proc {
+    type Target = Process;
+    fn deref(&self) -> &Process {
+        &self.process
+    }
+}
+
+impl DerefMut for Proc {
+    fn deref_mut(&mut self) -> &mut Process {
+        &mut self.process
+    }
 }
 
 /// Fast settings so the tests run in seconds.
@@ -418,65 +231,24 @@ pub const FAST: &[&str] = &[
 impl Proc {
     /// Starts `processor run` with FAST settings plus `extra`.
     pub fn start(db: &TestDb, handler_url: &str, extra: &[&str]) -> Proc {
-        let port = free_port();
-        let listen = format!("127.0.0.1:{port}");
-        let log =
-            std::env::temp_dir().join(format!("feed-test-{}.log", uuid::Uuid::new_v4().simple()));
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_processor"));
-        cmd.arg("run")
-            .args([
-                "--database-url",
-                &db.url,
-                "--handler-url",
-                handler_url,
-                "--listen",
-                &listen,
-            ])
-            .args(FAST)
-            .args(extra)
-            .env("RUST_LOG", "info,feed=debug,sqlx=warn")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap());
-        let child = cmd.spawn().expect("spawn processor");
+        let args: Vec<&str> = FAST.iter().chain(extra).copied().collect();
+        let process = Process::spawn(
+            env!("CARGO_BIN_EXE_processor"),
+            &db.url,
+            handler_url,
+            &args,
+            Some("info,feed=debug,sqlx=warn"),
+        )
+        .expect("spawn processor");
         Proc {
-            child,
-            listen: Some(listen),
-            log,
+            listen: Some(process.listen.clone()),
+            process,
         }
-    }
-
-    /// The processor's log so far (for failure messages).
-    pub fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
     /// `/metrics` text.
     pub async fn metrics(&self) -> String {
-        let url = format!("http://{}/metrics", self.listen.as_ref().unwrap());
-        match reqwest::get(url).await {
-            Ok(r) => r.text().await.unwrap_or_default(),
-            Err(_) => String::new(),
-        }
-    }
-
-    /// Sends SIGTERM and waits for exit.
-    pub fn terminate(&mut self) -> std::process::ExitStatus {
-        let _ = Command::new("kill")
-            .arg("-TERM")
-            .arg(self.child.id().to_string())
-            .status();
-        self.child.wait().unwrap()
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        if std::thread::panicking() {
-            eprintln!("---- processor log ----\n{}", self.log());
-        }
-        let _ = std::fs::remove_file(&self.log);
+        self.process.metrics(&reqwest::Client::new()).await
     }
 }
 
@@ -494,15 +266,6 @@ where
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     panic!("timed out waiting for: {what}");
-}
-
-/// The value of a metric line (`name{labels} value`), 0 when absent.
-pub fn metric(text: &str, series: &str) -> f64 {
-    text.lines()
-        .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0.0)
 }
 
 /// Declares one test per backend for an `async fn(Backend)`.

@@ -1,0 +1,157 @@
+//! The drain phase: one or more processors drain a backlog on a fresh
+//! database, timed from the first POST until every partition is complete.
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use anyhow::{Result, bail};
+use testkit::{Backend, Outcomes};
+
+use crate::cpu::{CpuSnap, CpuUse, clk_tck, pid_ticks};
+use crate::fixture::{Db, Proc, enqueue_backlog};
+use crate::handler::Handler;
+use crate::report::DrainRun;
+use crate::{Args, Settings};
+
+/// What one drain runs.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Workload {
+    pub(crate) items: usize,
+    pub(crate) processors: usize,
+    /// Each item takes 3 handler steps across 2 gates.
+    pub(crate) multistep: bool,
+    /// Flags beyond the defaults (e.g. `--batch-size`).
+    pub(crate) flags: &'static [&'static str],
+}
+
+/// One drain on a fresh database with `processors` processors.
+pub(crate) async fn drain_once(
+    backend: Backend,
+    args: &Args,
+    s: &Settings,
+    handler: &Handler,
+    client: &reqwest::Client,
+    w: Workload,
+) -> Result<DrainRun> {
+    let db = Db::create(backend, args, 6).await?;
+    let r = drain_on(&db, s, w, handler, client).await;
+    db.drop_db().await;
+    r
+}
+
+pub(crate) async fn drain_on(
+    db: &Db,
+    s: &Settings,
+    w: Workload,
+    handler: &Handler,
+    client: &reqwest::Client,
+) -> Result<DrainRun> {
+    let Workload {
+        items,
+        processors,
+        multistep,
+        ..
+    } = w;
+    let enqueue = enqueue_backlog(db, items, s.partitions, multistep).await?;
+    handler.state.reset();
+    let cpu0 = CpuSnap::take();
+    let mut procs = Vec::with_capacity(processors);
+    for _ in 0..processors {
+        procs.push(Proc::spawn(&db.url, &handler.url(), w.flags)?);
+    }
+    let spawned = procs[0].spawned;
+    let deadline = spawned + Duration::from_secs(s.timeout_s);
+    let mut timed_out = false;
+    let mut last_check = Instant::now();
+    let done_at = loop {
+        let (open, failed) = db.open_partitions().await?;
+        let now = Instant::now();
+        if open == 0 {
+            break now;
+        }
+        if failed > 0 {
+            bail!("{failed} partition(s) failed during the drain; see the processor log");
+        }
+        if now >= deadline {
+            timed_out = true;
+            break now;
+        }
+        if now - last_check > Duration::from_millis(500) {
+            for p in &mut procs {
+                p.check_alive()?;
+            }
+            last_check = now;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let posts = handler.state.posts.load(Ordering::SeqCst);
+    let cpu1 = CpuSnap::take();
+    let proc_ticks: u64 = procs.iter().map(|p| pid_ticks(p.child.id())).sum();
+    let cpu = (cpu1.machine_busy > 0).then(|| {
+        let t = clk_tck();
+        let window = done_at.duration_since(spawned).as_secs_f64();
+        CpuUse {
+            window_s: window,
+            processor_s: proc_ticks as f64 / t,
+            handler_s: cpu1.own.saturating_sub(cpu0.own) as f64 / t,
+            database_s: cpu1.database.saturating_sub(cpu0.database) as f64 / t,
+            machine_busy_s: cpu1.machine_busy.saturating_sub(cpu0.machine_busy) as f64 / t,
+            machine_capacity_s: window
+                * std::thread::available_parallelism().map_or(1.0, |n| n.get() as f64),
+        }
+    });
+    let mut m = Outcomes::default();
+    let mut done_per = Vec::new();
+    let mut peak: Option<f64> = None;
+    for p in &procs {
+        let pm = p.outcomes(client).await;
+        m.statements += pm.statements;
+        m.done += pm.done;
+        m.stepped += pm.stepped;
+        m.retried += pm.retried;
+        m.rejected += pm.rejected;
+        m.failed += pm.failed;
+        done_per.push(pm.done);
+        if let (_, Some(hwm)) = p.memory() {
+            peak = Some(peak.map_or(hwm, |x: f64| x.max(hwm)));
+        }
+    }
+    let first = handler.state.first_post().unwrap_or(spawned);
+    let drain = done_at
+        .saturating_duration_since(first)
+        .as_secs_f64()
+        .max(1e-6);
+    let finished_items = if timed_out {
+        db.count("SELECT COUNT(*) AS n FROM feed_items WHERE status = 'complete'")
+            .await? as usize
+    } else {
+        items
+    };
+    for p in procs {
+        p.stop().await;
+    }
+    Ok(DrainRun {
+        items,
+        partitions: s.partitions,
+        processors,
+        steps_per_item: if multistep { 3 } else { 1 },
+        enqueue_s: enqueue.as_secs_f64(),
+        startup_s: first.saturating_duration_since(spawned).as_secs_f64(),
+        drain_s: drain,
+        items_per_s: finished_items as f64 / drain,
+        posts,
+        posts_per_s: posts as f64 / drain,
+        statements: m.statements,
+        statements_per_item: m.statements as f64 / finished_items.max(1) as f64,
+        done: m.done,
+        stepped: m.stepped,
+        retried: m.retried,
+        rejected: m.rejected,
+        failed: m.failed,
+        done_per_processor: done_per,
+        peak_rss_mib: peak,
+        timed_out,
+        ceiling_posts_per_s: None,
+        cpu,
+    })
+}

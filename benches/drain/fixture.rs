@@ -1,0 +1,195 @@
+//! Fresh databases, the processor under test and the workload, on the
+//! shared test kit.
+
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use feed::store::{NewItem, PartitionSpec};
+use sea_orm::Value;
+use tokio::task::JoinSet;
+
+use crate::Args;
+use testkit::{Backend, Database, Outcomes, Process};
+
+/// The processor under test: this build's, or `FEED_BENCH_PROCESSOR` (an
+/// earlier build, to compare before and after on the same machine).
+pub(crate) fn processor_bin() -> String {
+    std::env::var("FEED_BENCH_PROCESSOR")
+        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_processor").to_string())
+}
+
+/// A fresh, uniquely named, migrated database; `drop_db` removes it.
+pub(crate) struct Db(Database);
+
+impl std::ops::Deref for Db {
+    type Target = Database;
+    fn deref(&self) -> &Database {
+        &self.0
+    }
+}
+
+impl Db {
+    pub(crate) async fn create(backend: Backend, args: &Args, pool: u32) -> Result<Db> {
+        Ok(Db(Database::migrated(
+            backend,
+            &args.servers(),
+            "feed_bench_",
+            pool,
+        )
+        .await?))
+    }
+
+    pub(crate) async fn drop_db(self) {
+        self.0.drop_db().await
+    }
+
+    /// (partitions not complete, partitions failed).
+    pub(crate) async fn open_partitions(&self) -> Result<(i64, i64)> {
+        let rows = self
+            .query(
+                "SELECT status, COUNT(*) AS n FROM feed_partitions GROUP BY status",
+                vec![],
+            )
+            .await?;
+        let (mut open, mut failed) = (0, 0);
+        for r in rows {
+            let status: String = r.try_get("", "status")?;
+            let n: i64 = r.try_get("", "n")?;
+            if status != "complete" {
+                open += n;
+            }
+            if status == "failed" {
+                failed += n;
+            }
+        }
+        Ok((open, failed))
+    }
+}
+
+/// A running `processor run` at its defaults (plus the flags a phase
+/// names); killed if dropped.
+pub(crate) struct Proc(Process);
+
+impl std::ops::Deref for Proc {
+    type Target = Process;
+    fn deref(&self) -> &Process {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Proc {
+    fn deref_mut(&mut self) -> &mut Process {
+        &mut self.0
+    }
+}
+
+impl Proc {
+    /// Spawns the processor with only the URLs, `--listen` and `flags`.
+    pub(crate) fn spawn(db_url: &str, handler_url: &str, flags: &[&str]) -> Result<Proc> {
+        Ok(Proc(Process::spawn(
+            &processor_bin(),
+            db_url,
+            handler_url,
+            flags,
+            None,
+        )?))
+    }
+
+    pub(crate) async fn outcomes(&self, client: &reqwest::Client) -> Outcomes {
+        Outcomes::parse(&self.0.metrics(client).await)
+    }
+
+    /// SIGTERM (graceful: release partitions, delete the session), then wait.
+    pub(crate) async fn stop(mut self) {
+        if !self.0.stop(Duration::from_secs(40)).await {
+            eprintln!("  warning: processor did not stop on SIGTERM; killing it");
+        }
+    }
+}
+
+pub(crate) fn item_body(n: usize, multistep: bool) -> Vec<u8> {
+    if multistep {
+        format!(r#"{{"n":{n},"s":0}}"#).into_bytes()
+    } else {
+        format!(r#"{{"n":{n}}}"#).into_bytes()
+    }
+}
+
+/// Enqueues `items` across `partitions` with Store::enqueue (one transaction
+/// per partition), `parallel` partitions at a time.
+pub(crate) async fn enqueue_backlog(
+    db: &Db,
+    items: usize,
+    partitions: usize,
+    multistep: bool,
+) -> Result<Duration> {
+    let parallel = if db.backend == Backend::Sqlite { 1 } else { 4 };
+    let started = Instant::now();
+    let mut tasks = JoinSet::new();
+    for t in 0..parallel {
+        let store = db.store.clone();
+        tasks.spawn(async move {
+            for k in (t..partitions).step_by(parallel) {
+                let count = items / partitions + usize::from(k < items % partitions);
+                let batch = (0..count)
+                    .map(|j| NewItem {
+                        id: None,
+                        gate: None,
+                        data: item_body(j * partitions + k, multistep),
+                    })
+                    .collect();
+                store
+                    .enqueue(&format!("p-{k:05}"), &PartitionSpec::default(), batch)
+                    .await?;
+            }
+            anyhow::Ok(())
+        });
+    }
+    while let Some(r) = tasks.join_next().await {
+        r??;
+    }
+    Ok(started.elapsed())
+}
+
+/// Creates `n` empty partitions with auto_close = false (they stay open and
+/// held while idle), in multi-row INSERTs as any producer may (the schema is
+/// a public contract).
+pub(crate) async fn idle_partitions(db: &Db, n: usize) -> Result<()> {
+    let ids: Vec<String> = (0..n).map(|k| format!("idle-{k:06}")).collect();
+    for chunk in ids.chunks(500) {
+        let rows = vec!["(?, ?)"; chunk.len()].join(", ");
+        let mut values: Vec<Value> = Vec::with_capacity(chunk.len() * 2);
+        for id in chunk {
+            values.push(id.clone().into());
+            values.push(false.into());
+        }
+        db.exec(
+            &format!("INSERT INTO feed_partitions (id, auto_close) VALUES {rows}"),
+            values,
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+/// Waits until `want` open partitions have an owner; returns how many do.
+pub(crate) async fn wait_held(
+    db: &Db,
+    procs: &mut [&mut Proc],
+    want: usize,
+    timeout: Duration,
+) -> Result<usize> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        for p in procs.iter_mut() {
+            p.check_alive()?;
+        }
+        let held = db
+            .count("SELECT COUNT(*) AS n FROM feed_partitions WHERE status = 'available' AND owner IS NOT NULL")
+            .await? as usize;
+        if held >= want || Instant::now() >= deadline {
+            return Ok(held);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

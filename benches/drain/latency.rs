@@ -1,0 +1,149 @@
+//! Pickup latency (enqueue → first POST) and the idle cost of holding
+//! many partitions.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Result, bail};
+use feed::store::{NewItem, PartitionSpec};
+use testkit::{Backend, percentile};
+
+use crate::fixture::{Db, Proc, idle_partitions, item_body, wait_held};
+use crate::handler::Handler;
+use crate::report::{Idle, Pickup};
+use crate::{Args, Settings};
+
+/// Pickup latency: single items enqueued, at random moments, into idle
+/// partitions the processor already holds; enqueue call → first POST.
+pub(crate) async fn pickup(
+    backend: Backend,
+    args: &Args,
+    s: &Settings,
+    handler: &Handler,
+) -> Result<Pickup> {
+    let db = Db::create(backend, args, 4).await?;
+    let r = pickup_on(&db, s, handler).await;
+    db.drop_db().await;
+    r
+}
+
+pub(crate) async fn pickup_on(db: &Db, s: &Settings, handler: &Handler) -> Result<Pickup> {
+    let parts = s.partitions.clamp(1, 1000);
+    idle_partitions(db, parts).await?;
+    handler.state.reset();
+    let mut proc = Proc::spawn(&db.url, &handler.url(), &[])?;
+    let held = wait_held(db, &mut [&mut proc], parts, Duration::from_secs(60)).await?;
+    if held < parts {
+        bail!("the processor held only {held} of {parts} partitions after 60 s");
+    }
+    // Let the first gate checks of the new leases settle.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let open = PartitionSpec {
+        auto_close: false,
+        ..PartitionSpec::default()
+    };
+    let (mut lat, mut enq) = (Vec::new(), Vec::new());
+    let mut missed = 0;
+    for i in 0..s.trickle {
+        tokio::time::sleep(Duration::from_millis(rand::random_range(50..400))).await;
+        proc.check_alive()?;
+        let id = format!("pickup-{i}");
+        let partition = format!("idle-{:06}", rand::random_range(0..parts));
+        let t0 = Instant::now();
+        db.store
+            .enqueue(
+                &partition,
+                &open,
+                vec![NewItem {
+                    id: Some(id.clone()),
+                    gate: None,
+                    data: item_body(i, false),
+                }],
+            )
+            .await?;
+        enq.push(t0.elapsed().as_secs_f64() * 1e3);
+        let deadline = t0 + Duration::from_secs(15);
+        loop {
+            if let Some(at) = handler.state.seen(&id) {
+                lat.push(at.saturating_duration_since(t0).as_secs_f64() * 1e3);
+                break;
+            }
+            if Instant::now() >= deadline {
+                missed += 1;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+    proc.stop().await;
+    if lat.is_empty() {
+        bail!("no trickled item reached the handler within 15 s");
+    }
+    let mut sorted = lat.clone();
+    sorted.sort_by(f64::total_cmp);
+    let mut es = enq.clone();
+    es.sort_by(f64::total_cmp);
+    Ok(Pickup {
+        partitions: parts,
+        samples: lat.len(),
+        p50_ms: percentile(&sorted, 50.0),
+        p99_ms: percentile(&sorted, 99.0),
+        max_ms: sorted[sorted.len() - 1],
+        mean_ms: lat.iter().sum::<f64>() / lat.len() as f64,
+        enqueue_p50_ms: percentile(&es, 50.0),
+        latencies_ms: lat,
+        missed,
+    })
+}
+
+/// Idle cost: one processor holding many idle partitions; statements per
+/// second once they are all held, and resident memory.
+pub(crate) async fn idle(
+    backend: Backend,
+    args: &Args,
+    s: &Settings,
+    handler: &Handler,
+) -> Result<Idle> {
+    let db = Db::create(backend, args, 4).await?;
+    let r = idle_on(&db, s, handler).await;
+    db.drop_db().await;
+    r
+}
+
+pub(crate) async fn idle_on(db: &Db, s: &Settings, handler: &Handler) -> Result<Idle> {
+    let n = s.idle_partitions.max(1);
+    idle_partitions(db, n).await?;
+    let client = reqwest::Client::new();
+    let mut proc = Proc::spawn(&db.url, &handler.url(), &[])?;
+    let held = wait_held(db, &mut [&mut proc], n, Duration::from_secs(240)).await?;
+    let hold_s = proc.spawned.elapsed().as_secs_f64();
+    if held < n {
+        eprintln!(
+            "  warning: only {held} of {n} idle partitions held after 240 s; measuring anyway"
+        );
+    }
+    let mut series = Vec::new();
+    let start = Instant::now();
+    for k in 0..=s.idle_observe_s {
+        tokio::time::sleep_until((start + Duration::from_secs(k)).into()).await;
+        proc.check_alive()?;
+        series.push(proc.outcomes(&client).await.statements);
+    }
+    let (rss, hwm) = proc.memory();
+    proc.stop().await;
+    let w = s.idle_window_s.min(s.idle_observe_s) as usize;
+    let last = series[series.len() - 1];
+    let before = series[series.len() - 1 - w];
+    Ok(Idle {
+        partitions: n,
+        held,
+        hold_s,
+        statements_series: series,
+        window_s: w as f64,
+        statements_in_window: last - before,
+        statements_per_s: (last - before) as f64 / w as f64,
+        rss_mib: rss,
+        peak_rss_mib: hwm,
+    })
+}
+
+// ---------------------------------------------------------------- driver

@@ -1,0 +1,515 @@
+//! The drain benchmark: how fast one real `processor` drains a
+//! backlog through a real HTTP handler on SQLite, PostgreSQL and MariaDB,
+//! next to the HTTP-only ceiling of this machine; statements per item,
+//! pickup latency, idle cost and memory; a multi-step variant and 2- and
+//! 3-processor variants.
+//!
+//! ```text
+//! cargo bench --bench drain                      # full run (100,000 items, 100 partitions, 3 runs)
+//! cargo bench --bench drain -- --quick           # 10,000 items, lighter idle and pickup phases
+//! cargo bench --bench drain -- --backends postgres --items 20000
+//! cargo bench --bench drain -- --help            # every option (each also FEED_BENCH_*)
+//! ```
+//!
+//! Every figure comes from the real binary at its default settings (only
+//! `--database-url`, `--handler-url` and `--listen` are given) against a
+//! fresh, uniquely named database per run, which is dropped afterwards.
+//! Items are enqueued with [`feed::Store::enqueue`] before the processor
+//! starts; the drain is timed from the handler's first POST until the
+//! database shows every partition complete. Statement counts come from the
+//! processor's own `feed_statements_total` on `/metrics`. Nothing here is a
+//! pass/fail test: it prints a table and writes JSON to `target/bench/`.
+
+mod cpu;
+mod drain;
+mod fixture;
+mod handler;
+mod latency;
+mod peer;
+mod report;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use clap::{Parser, ValueEnum};
+use serde::Serialize;
+use testkit::{Backend, Servers, Stats};
+
+use crate::drain::{Workload, drain_once};
+use crate::fixture::processor_bin;
+use crate::handler::{Handler, ceiling};
+use crate::latency::{idle, pickup};
+use crate::report::{
+    BackendReport, Machine, Report, Scenario, describe, mib, print_ratios, print_tables, scenario,
+};
+
+// ---------------------------------------------------------------- options
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum Phase {
+    /// The HTTP-only ceiling (plain reqwest loop).
+    Ceiling,
+    /// Pickup latency of trickled single items.
+    Pickup,
+    /// Idle cost and memory with many idle partitions.
+    Idle,
+    /// Each item takes 3 handler steps across 2 gates.
+    Multistep,
+    /// 2 and 3 processors sharing the database.
+    Scale,
+    /// The drain again with `--batch-size 100`.
+    Batch,
+    /// graphile-worker on PostgreSQL (needs Node.js and npm).
+    Peer,
+}
+
+/// The batch phase's processor flags.
+const BATCH_FLAGS: &[&str] = &["--batch-size", "100"];
+
+/// The Feed drain benchmark. Every option is also read from FEED_BENCH_<NAME>.
+#[derive(Parser, Debug, Clone, Serialize)]
+#[command(name = "drain", bin_name = "cargo bench --bench drain --")]
+pub(crate) struct Args {
+    /// Backends to run, comma-separated: sqlite, postgres, mariadb. An unreachable server is skipped.
+    #[arg(
+        long,
+        env = "FEED_BENCH_BACKENDS",
+        value_enum,
+        value_delimiter = ',',
+        default_value = "sqlite,postgres,mariadb"
+    )]
+    pub(crate) backends: Vec<Backend>,
+    /// Quick mode: 10,000 items, 2,000 idle partitions, 20 pickup samples, shorter idle window.
+    #[arg(long, env = "FEED_BENCH_QUICK")]
+    pub(crate) quick: bool,
+    /// Items to drain per run [default: 100000; --quick: 10000]
+    #[arg(long, env = "FEED_BENCH_ITEMS")]
+    pub(crate) items: Option<usize>,
+    /// Partitions the items are spread across
+    #[arg(long, env = "FEED_BENCH_PARTITIONS", default_value_t = 100)]
+    pub(crate) partitions: usize,
+    /// Drain runs per backend (the median is reported, with min and max)
+    #[arg(long, env = "FEED_BENCH_RUNS", default_value_t = 3)]
+    pub(crate) runs: usize,
+    /// Items per run of the multi-step and multi-processor variants [default: --items, at most 25000]
+    #[arg(long, env = "FEED_BENCH_VARIANT_ITEMS")]
+    pub(crate) variant_items: Option<usize>,
+    /// Runs of each multi-step and multi-processor variant
+    #[arg(long, env = "FEED_BENCH_VARIANT_RUNS", default_value_t = 1)]
+    pub(crate) variant_runs: usize,
+    /// Backends the multi-step and 2-/3-processor variants run on
+    #[arg(
+        long,
+        env = "FEED_BENCH_VARIANTS_ON",
+        value_enum,
+        value_delimiter = ',',
+        default_value = "postgres"
+    )]
+    pub(crate) variants_on: Vec<Backend>,
+    /// Fixed latency the handler waits before answering, in milliseconds
+    #[arg(long, env = "FEED_BENCH_HANDLER_LATENCY_MS", default_value_t = 0)]
+    pub(crate) handler_latency_ms: u64,
+    /// Concurrency of the HTTP-only ceiling loop (the processor's default --concurrency)
+    #[arg(long, env = "FEED_BENCH_CONCURRENCY", default_value_t = 64)]
+    pub(crate) concurrency: usize,
+    /// Idle partitions held by one processor for the idle-cost phase [default: 10000; --quick: 2000]
+    #[arg(long, env = "FEED_BENCH_IDLE_PARTITIONS")]
+    pub(crate) idle_partitions: Option<usize>,
+    /// Seconds feed_statements_total is sampled once every idle partition is held; the idle
+    /// rate is taken over the last --idle-window seconds of it [default: 25; --quick: 10]
+    #[arg(long, env = "FEED_BENCH_IDLE_OBSERVE")]
+    pub(crate) idle_observe: Option<u64>,
+    /// Seconds of the idle-rate window (the end of the observation) [default: 10; --quick: 5]
+    #[arg(long, env = "FEED_BENCH_IDLE_WINDOW")]
+    pub(crate) idle_window: Option<u64>,
+    /// Single items trickled for pickup latency [default: 50; --quick: 20]
+    #[arg(long, env = "FEED_BENCH_TRICKLE")]
+    pub(crate) trickle: Option<usize>,
+    /// Give up on one drain after this many seconds (reported as a partial rate)
+    #[arg(long, env = "FEED_BENCH_TIMEOUT", default_value_t = 300)]
+    pub(crate) timeout: u64,
+    /// Phases to skip, comma-separated: ceiling, pickup, idle, multistep, scale, batch, peer
+    #[arg(long, env = "FEED_BENCH_SKIP", value_enum, value_delimiter = ',')]
+    pub(crate) skip: Vec<Phase>,
+    /// PostgreSQL server (databases are created and dropped on it)
+    #[arg(
+        long,
+        env = "FEED_BENCH_POSTGRES_URL",
+        default_value = "postgres://postgres@127.0.0.1:5432"
+    )]
+    pub(crate) postgres_url: String,
+    /// MariaDB/MySQL server (databases are created and dropped on it)
+    #[arg(
+        long,
+        env = "FEED_BENCH_MARIADB_URL",
+        default_value = "mysql://root@127.0.0.1:3306"
+    )]
+    pub(crate) mariadb_url: String,
+    /// Directory for the JSON results [default: <target>/bench]
+    #[arg(long, env = "FEED_BENCH_OUT")]
+    pub(crate) out: Option<PathBuf>,
+    /// Passed by `cargo bench`; ignored.
+    #[arg(long, hide = true)]
+    #[serde(skip)]
+    pub(crate) bench: bool,
+    /// A name filter `cargo bench` may pass; ignored.
+    #[arg(hide = true)]
+    #[serde(skip)]
+    pub(crate) filter: Vec<String>,
+}
+
+/// Options with the defaults of the chosen mode filled in.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Settings {
+    pub(crate) items: usize,
+    pub(crate) partitions: usize,
+    pub(crate) runs: usize,
+    pub(crate) variant_items: usize,
+    pub(crate) variant_runs: usize,
+    pub(crate) concurrency: usize,
+    pub(crate) handler_latency_ms: u64,
+    pub(crate) idle_partitions: usize,
+    pub(crate) idle_observe_s: u64,
+    pub(crate) idle_window_s: u64,
+    pub(crate) trickle: usize,
+    pub(crate) timeout_s: u64,
+}
+
+impl Args {
+    pub(crate) fn settings(&self) -> Settings {
+        let q = self.quick;
+        let items = self.items.unwrap_or(if q { 10_000 } else { 100_000 });
+        Settings {
+            items,
+            variant_items: self.variant_items.unwrap_or(items.min(25_000)),
+            partitions: self.partitions.max(1),
+            runs: self.runs.max(1),
+            variant_runs: self.variant_runs.max(1),
+            concurrency: self.concurrency.max(1),
+            handler_latency_ms: self.handler_latency_ms,
+            idle_partitions: self
+                .idle_partitions
+                .unwrap_or(if q { 2_000 } else { 10_000 }),
+            idle_observe_s: self.idle_observe.unwrap_or(if q { 10 } else { 25 }).max(2),
+            idle_window_s: self.idle_window.unwrap_or(if q { 5 } else { 10 }).max(1),
+            trickle: self.trickle.unwrap_or(if q { 20 } else { 50 }),
+            timeout_s: self.timeout.max(5),
+        }
+    }
+
+    pub(crate) fn servers(&self) -> Servers {
+        Servers {
+            postgres: self.postgres_url.clone(),
+            mariadb: self.mariadb_url.clone(),
+        }
+    }
+
+    pub(crate) fn runs(&self, p: Phase) -> bool {
+        !self.skip.contains(&p)
+    }
+}
+
+async fn run_backend(
+    backend: Backend,
+    args: &Args,
+    s: &Settings,
+    handler: &Handler,
+    client: &reqwest::Client,
+) -> BackendReport {
+    let mut rep = BackendReport {
+        backend: backend.name().into(),
+        ..Default::default()
+    };
+    println!("\n== {} ==", backend.name());
+    if let Err(why) = args.servers().reachable(backend).await {
+        println!("  skipped: {} is unreachable: {why}", backend.name());
+        rep.skipped = Some(format!("unreachable: {why}"));
+        return rep;
+    }
+
+    // Single-step drain, each run followed by the HTTP-only ceiling.
+    let (mut runs, mut errors) = (Vec::new(), Vec::new());
+    for i in 1..=s.runs {
+        match drain_once(
+            backend,
+            args,
+            s,
+            handler,
+            client,
+            Workload {
+                items: s.items,
+                processors: 1,
+                multistep: false,
+                flags: &[],
+            },
+        )
+        .await
+        {
+            Ok(mut r) => {
+                if args.runs(Phase::Ceiling) {
+                    match ceiling(handler, s.items, s.concurrency).await {
+                        Ok(c) => r.ceiling_posts_per_s = Some(c),
+                        Err(e) => errors.push(format!("ceiling: {e:#}")),
+                    }
+                }
+                println!("  drain run {i}: {}", describe(&r));
+                runs.push(r);
+            }
+            Err(e) => {
+                println!("  drain run {i} failed: {e:#}");
+                errors.push(format!("run {i}: {e:#}"));
+            }
+        }
+    }
+    let drain = scenario("drain", runs, errors, None);
+    let ceil = drain.ceiling_posts_per_s;
+    rep.drain = Some(drain);
+
+    if args.runs(Phase::Batch) {
+        let w = Workload {
+            items: s.items,
+            processors: 1,
+            multistep: false,
+            flags: BATCH_FLAGS,
+        };
+        let ctx = (backend, args, s, handler, client);
+        rep.batch = Some(variant(ctx, "batch 100", w, ceil, s.runs).await);
+    }
+
+    if args.runs(Phase::Pickup) && s.trickle > 0 {
+        match pickup(backend, args, s, handler).await {
+            Ok(p) => {
+                println!(
+                    "  pickup: p50 {:.1} ms  p99 {:.1} ms  max {:.1} ms  ({} samples, enqueue p50 {:.1} ms)",
+                    p.p50_ms, p.p99_ms, p.max_ms, p.samples, p.enqueue_p50_ms
+                );
+                rep.pickup = Some(p);
+            }
+            Err(e) => {
+                println!("  pickup failed: {e:#}");
+                rep.errors.push(format!("pickup: {e:#}"));
+            }
+        }
+    }
+
+    if args.runs(Phase::Idle) {
+        match idle(backend, args, s, handler).await {
+            Ok(i) => {
+                println!(
+                    "  idle: {} partitions held after {:.1}s; {:.2} statements/s over the last {:.0}s; RSS {}",
+                    i.held,
+                    i.hold_s,
+                    i.statements_per_s,
+                    i.window_s,
+                    mib(i.rss_mib)
+                );
+                rep.idle = Some(i);
+            }
+            Err(e) => {
+                println!("  idle failed: {e:#}");
+                rep.errors.push(format!("idle: {e:#}"));
+            }
+        }
+    }
+
+    let variants = args.variants_on.contains(&backend);
+    if variants && args.runs(Phase::Multistep) {
+        let w = Workload {
+            items: s.variant_items,
+            processors: 1,
+            multistep: true,
+            flags: &[],
+        };
+        let ctx = (backend, args, s, handler, client);
+        rep.multistep =
+            Some(variant(ctx, "multistep (3 steps, 2 gates)", w, ceil, s.variant_runs).await);
+    }
+    if variants && args.runs(Phase::Scale) {
+        for n in [2, 3] {
+            let w = Workload {
+                items: s.variant_items,
+                processors: n,
+                multistep: false,
+                flags: &[],
+            };
+            let ctx = (backend, args, s, handler, client);
+            rep.scale
+                .push(variant(ctx, &format!("{n} processors"), w, ceil, s.variant_runs).await);
+        }
+    }
+    rep
+}
+
+/// `--variant-runs` drains of one variant workload, printed as they finish.
+async fn variant(
+    (backend, args, s, handler, client): (Backend, &Args, &Settings, &Handler, &reqwest::Client),
+    name: &str,
+    w: Workload,
+    ceil: Option<Stats>,
+    count: usize,
+) -> Scenario {
+    let (mut runs, mut errors) = (Vec::new(), Vec::new());
+    for i in 1..=count {
+        match drain_once(backend, args, s, handler, client, w).await {
+            Ok(r) => {
+                let per = if w.processors > 1 {
+                    format!("  done per processor {:?}", r.done_per_processor)
+                } else {
+                    String::new()
+                };
+                println!("  {name} run {i}: {}{per}", describe(&r));
+                runs.push(r);
+            }
+            Err(e) => {
+                println!("  {name} run {i} failed: {e:#}");
+                errors.push(format!("run {i}: {e:#}"));
+            }
+        }
+    }
+    scenario(name, runs, errors, ceil)
+}
+
+fn git_describe() -> String {
+    let run = |args: &[&str]| {
+        Command::new("git")
+            .args(args)
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    };
+    let rev = run(&["rev-parse", "--short", "HEAD"]).unwrap_or_else(|| "unknown".into());
+    let dirty =
+        run(&["status", "--porcelain", "--untracked-files=no"]).is_some_and(|s| !s.is_empty());
+    if dirty { format!("{rev}-dirty") } else { rev }
+}
+
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
+}
+
+/// `<target>/bench`, found from the processor binary (`<target>/<profile>/processor`).
+fn out_dir(args: &Args) -> PathBuf {
+    if let Some(d) = &args.out {
+        return d.clone();
+    }
+    Path::new(env!("CARGO_BIN_EXE_processor"))
+        .parent()
+        .and_then(Path::parent)
+        .map(|t| t.join("bench"))
+        .unwrap_or_else(|| PathBuf::from("target/bench"))
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let args = Args::parse();
+    let s = args.settings();
+    let started = chrono::Utc::now();
+    let t0 = Instant::now();
+    let bin = processor_bin();
+    let profile = Path::new(&bin)
+        .parent()
+        .and_then(|p| p.file_name())
+        .map(|p| p.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let release = profile == "release";
+    let machine = Machine {
+        cpus: std::thread::available_parallelism().map_or(0, |n| n.get()),
+        loadavg_start: loadavg(),
+        loadavg_end: String::new(),
+        kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")
+            .unwrap_or_default()
+            .trim()
+            .to_string(),
+        git: git_describe(),
+        processor_binary: bin.clone(),
+        release_build: release,
+    };
+    println!(
+        "Feed drain benchmark: {} items, {} partitions, {} runs; processor {} ({}); {} CPUs, load {}",
+        s.items,
+        s.partitions,
+        s.runs,
+        bin,
+        if release {
+            "release build"
+        } else {
+            "NOT a release build"
+        },
+        machine.cpus,
+        machine.loadavg_start
+    );
+    if !release {
+        println!("  warning: the processor binary is not a release build; run with `cargo bench`");
+    }
+    let handler = Handler::start(Duration::from_millis(s.handler_latency_ms)).await?;
+    let client = reqwest::Client::new();
+    let mut backends = Vec::new();
+    let mut seen = Vec::new();
+    for &b in &args.backends {
+        if seen.contains(&b) {
+            continue;
+        }
+        seen.push(b);
+        backends.push(run_backend(b, &args, &s, &handler, &client).await);
+    }
+    let (mut peer, mut peer_note) = (None, None);
+    if args.runs(Phase::Peer) && args.backends.contains(&Backend::Postgres) {
+        println!(
+            "\n== peer: graphile-worker {} on postgres ==",
+            peer::GRAPHILE_WORKER
+        );
+        match peer::graphile(&args, &out_dir(&args), &handler, s.items, s.concurrency).await {
+            Ok(Some(p)) => {
+                println!(
+                    "  graphile-worker: {:.0} jobs/s, drain {:.2}s, worker CPU {:.1}s, host busy {:.0} %",
+                    p.jobs_per_s,
+                    p.drain_s,
+                    p.cpu_s,
+                    p.busy_share * 100.0
+                );
+                peer = Some(p);
+            }
+            Ok(None) => peer_note = Some("skipped: Node.js is not installed".into()),
+            Err(e) => {
+                println!("  peer failed: {e:#}");
+                peer_note = Some(format!("failed: {e:#}"));
+            }
+        }
+    }
+    let finished = chrono::Utc::now();
+    let mut report = Report {
+        started_at: started.to_rfc3339(),
+        finished_at: finished.to_rfc3339(),
+        wall_s: t0.elapsed().as_secs_f64(),
+        settings: s,
+        args: args.clone(),
+        machine,
+        backends,
+        peer,
+        peer_note,
+    };
+    report.machine.loadavg_end = loadavg();
+    print_ratios(&report);
+    print_tables(&report);
+
+    let dir = out_dir(&args);
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let json = serde_json::to_string_pretty(&report)?;
+    let file = dir.join(format!("drain-{}.json", started.format("%Y%m%dT%H%M%SZ")));
+    std::fs::write(&file, &json)?;
+    std::fs::write(dir.join("latest.json"), &json)?;
+    println!(
+        "\nwall time {:.0} s; load average at the end {}; JSON: {} (and latest.json beside it)",
+        report.wall_s,
+        report.machine.loadavg_end,
+        file.display()
+    );
+    Ok(())
+}

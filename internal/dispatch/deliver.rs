@@ -1,0 +1,198 @@
+//! One delivery: a handler call for one item or a batch of items, then
+//! each item's fenced result through the completer. The loop is told as
+//! soon as the handler has answered, so the call's slot is free while the
+//! results are being written (the items stay in flight until then).
+
+use std::time::Duration;
+
+use futures_util::future::join_all;
+use tokio::sync::mpsc;
+use tracing::Instrument;
+
+use crate::context::Context;
+use crate::handler::{Job, Outcome};
+use crate::policy::{Label, Policy};
+use crate::store::{Ack, Fence, ItemWrite, ReadyItem, Written};
+
+/// How one item's delivery ended, reported back to the loop.
+#[derive(Debug)]
+pub(super) enum Delivery {
+    /// A result was written (or rejected as stale).
+    Finished,
+    /// The handler could not be reached; nothing was written.
+    Unreachable,
+    /// The result could not be stored at all (the database is unreachable,
+    /// or refused even the failed attempt): the item cools down here for a
+    /// backoff before it may be fetched again.
+    Unwritten(Duration),
+}
+
+/// Where a delivery task reports (with its task id) that its handler call is over.
+pub(super) type Answered = mpsc::UnboundedSender<tokio::task::Id>;
+
+/// Calls the handler for `items` (one request; a batch when `--batch-size`
+/// is above 1), reports the answer on `answered`, then writes each item's
+/// fenced result. Runs as its own task.
+pub(super) async fn deliver(
+    shared: &Context,
+    me: &str,
+    items: Vec<ReadyItem>,
+    answered: &Answered,
+) -> Vec<(String, Delivery)> {
+    let span = match items.as_slice() {
+        [one] => item_span(&one.fence),
+        many => tracing::info_span!("batch", items = many.len()),
+    };
+    let single = items.len() == 1;
+    async move {
+        let (fences, jobs): (Vec<Fence>, Vec<Job>) = items
+            .into_iter()
+            .map(|ReadyItem { fence, data }| {
+                let job = Job {
+                    item_id: fence.id.clone(),
+                    partition_id: fence.partition_id.clone(),
+                    gate: fence.gate,
+                    attempt: attempt(&fence),
+                    idempotency_key: format!("{}:{}", fence.id, fence.version),
+                    processor_id: me.to_string(),
+                    data,
+                };
+                (fence, job)
+            })
+            .unzip();
+        let started = std::time::Instant::now();
+        let mut outcomes = if shared.config.batch_size == 1 {
+            vec![shared.handler.handle(&jobs[0]).await]
+        } else {
+            shared.handler.handle_batch(&jobs).await
+        };
+        let _ = answered.send(tokio::task::id());
+        drop(jobs);
+        shared
+            .metrics
+            .handler_seconds
+            .observe(started.elapsed().as_secs_f64());
+        if outcomes.len() != fences.len() {
+            let message = format!(
+                "the handler returned {} outcomes for a batch of {}",
+                outcomes.len(),
+                fences.len()
+            );
+            tracing::error!(%message, "a failed attempt for every item of the batch");
+            let failed = Outcome::Failed {
+                message,
+                retry: true,
+                retry_after: None,
+            };
+            outcomes = vec![failed; fences.len()];
+        }
+        let policy = Policy::from(&shared.config);
+        let each = fences.into_iter().zip(outcomes).map(|(fence, outcome)| {
+            let span = (!single).then(|| item_span(&fence));
+            let id = fence.id.clone();
+            let done = async move {
+                match policy.decide(&fence, outcome) {
+                    Some((write, label)) => record(shared, me, fence, write, label).await,
+                    None => {
+                        shared.metrics.handler_unreachable.inc();
+                        tracing::debug!("handler unreachable");
+                        Delivery::Unreachable
+                    }
+                }
+            };
+            async move {
+                (
+                    id,
+                    done.instrument(span.unwrap_or_else(tracing::Span::current))
+                        .await,
+                )
+            }
+        });
+        join_all(each).await
+    }
+    .instrument(span)
+    .await
+}
+
+/// The 1-based attempt a delivery of this item is.
+fn attempt(fence: &Fence) -> u32 {
+    u32::try_from(fence.attempts).unwrap_or(0) + 1
+}
+
+/// The span of one item's delivery.
+fn item_span(f: &Fence) -> tracing::Span {
+    tracing::info_span!("delivery", partition = %f.partition_id, item = %f.id, gate = f.gate, attempt = attempt(f))
+}
+
+/// Writes one result through the completer. A row the database refuses is
+/// recorded instead as a failed attempt that says why (with a backoff), so
+/// that nothing is fetched again without an attempt counted.
+pub(super) async fn record(
+    shared: &Context,
+    me: &str,
+    fence: Fence,
+    write: ItemWrite,
+    label: Label,
+) -> Delivery {
+    let cfg = &shared.config;
+    let policy = Policy::from(cfg);
+    let cool = policy.delay(attempt(&fence));
+    let (mut write, mut label, mut fallback) = (write, label, false);
+    loop {
+        if shared.session.id() != me || !shared.session.live(cfg.session_expiry) {
+            tracing::warn!("result not written: this processor's session is no longer live");
+            shared.metrics.outcome(Label::Rejected.as_str());
+            return Delivery::Finished;
+        }
+        let ack = Ack {
+            fence: fence.clone(),
+            session: me.to_string(),
+            write: write.clone(),
+        };
+        match shared.completer.write(ack).await {
+            Ok(Written::Yes) => {
+                shared.metrics.outcome(label.as_str());
+                let error = write.last_error.as_deref().unwrap_or("");
+                match label {
+                    Label::Failed => {
+                        tracing::warn!(attempts = write.attempts, error, "item failed")
+                    }
+                    Label::Retried => tracing::info!(error, "attempt failed; will retry"),
+                    _ => tracing::debug!(
+                        next_gate = write.gate,
+                        outcome = label.as_str(),
+                        "result written"
+                    ),
+                }
+                return Delivery::Finished;
+            }
+            Ok(Written::Stale) => {
+                shared.metrics.outcome(Label::Rejected.as_str());
+                tracing::warn!(
+                    "stale result rejected: the item changed or its partition is no longer held by this session"
+                );
+                return Delivery::Finished;
+            }
+            Ok(Written::Refused(why)) if !fallback => {
+                tracing::error!(error = %why, "the database refused the result; recording a failed attempt instead");
+                let outcome = Outcome::Failed {
+                    message: format!("the database refused the handler's result: {why}"),
+                    retry: true,
+                    retry_after: None,
+                };
+                let Some((w, l)) = policy.decide(&fence, outcome) else {
+                    return Delivery::Unwritten(cool);
+                };
+                (write, label, fallback) = (w, l, true);
+            }
+            Ok(Written::Refused(why)) => {
+                tracing::error!(error = %why, retry_in = ?cool, "the database refused even the failed attempt; the item waits here before it runs again");
+                return Delivery::Unwritten(cool);
+            }
+            Err(e) => {
+                tracing::error!(error = %e, retry_in = ?cool, "could not write the result; the item waits here before it runs again");
+                return Delivery::Unwritten(cool);
+            }
+        }
+    }
+}

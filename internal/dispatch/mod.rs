@@ -1,0 +1,395 @@
+//! The dispatch loop: poll, deliver, write fenced results, check gates, balance.
+//!
+//! Each refill serves the held partitions that have work ready in
+//! round-robin order, a fair share of items from each (oldest first, and
+//! no more than `--max-in-flight-per-partition` in flight per partition),
+//! into a prefetch buffer that the free concurrency slots drain. Items in
+//! flight are tracked so none is delivered twice by this processor. No
+//! connection is held across a handler call: each delivery is a task that
+//! calls the handler (one item, or a batch of up to `--batch-size`), then
+//! hands each result to the completer. A call's slot is free again as soon
+//! as the handler answers; its items stay in flight, excluded from the
+//! next refills, until their results are written.
+
+mod deliver;
+mod pause;
+mod refill;
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::context::Context;
+use crate::gates;
+use crate::handler::Outcome;
+use crate::leases::{self, Held};
+use crate::policy::Policy;
+use crate::rotation::Rotation;
+use crate::store::{Fence, ReadyItem};
+use deliver::{Delivery, deliver, record};
+use pause::Pause;
+
+/// Items in flight (called or being written) per request slot and batch
+/// item: room for one round of calls while the previous round's results
+/// are still being written.
+const IN_FLIGHT_PER_SLOT: usize = 2;
+
+/// The loop's state: what is held, what is in flight, whether the handler is paused.
+struct Dispatcher {
+    shared: Arc<Context>,
+    /// Session id the held set belongs to; a new id means every lease was lost.
+    me: String,
+    held: Held,
+    /// Item id → the item as delivered, for items being delivered.
+    in_flight: HashMap<String, Fence>,
+    /// Fetched, not yet started: a prefetch buffer so that the next
+    /// completions start work without a query each.
+    buffer: VecDeque<ReadyItem>,
+    /// The last fetch filled what it asked for: more work is probably ready.
+    more: bool,
+    /// The partitions with ready work, in the order they are served.
+    rotation: Rotation,
+    /// Items whose result could not be stored, with their partition, kept
+    /// from being fetched again until the instant.
+    cooling: HashMap<String, (String, Instant)>,
+    tasks: JoinSet<Vec<(String, Delivery)>>,
+    /// Task id → item ids, to clean up after a delivery that panicked.
+    task_items: HashMap<tokio::task::Id, Vec<String>>,
+    /// Tasks whose handler call has not answered yet: the busy slots.
+    calling: HashSet<tokio::task::Id>,
+    /// Where delivery tasks report that their call has answered.
+    answered: deliver::Answered,
+    answers: mpsc::UnboundedReceiver<tokio::task::Id>,
+    /// Since when a partial batch has waited for more items.
+    partial_since: Option<Instant>,
+    pause: Pause,
+}
+
+/// Runs until `cancel`, then drains in-flight deliveries up to the drain timeout.
+pub async fn run(shared: Arc<Context>, cancel: CancellationToken) {
+    let (answered, answers) = mpsc::unbounded_channel();
+    let mut d = Dispatcher {
+        me: shared.session.id(),
+        shared: shared.clone(),
+        held: Held::default(),
+        in_flight: HashMap::new(),
+        buffer: VecDeque::new(),
+        more: false,
+        rotation: Rotation::default(),
+        cooling: HashMap::new(),
+        tasks: JoinSet::new(),
+        task_items: HashMap::new(),
+        calling: HashSet::new(),
+        answered,
+        answers,
+        partial_since: None,
+        pause: Pause::default(),
+    };
+    let cfg = shared.config.clone();
+    let mut acquire = tokio::time::interval(cfg.acquire_interval);
+    acquire.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut next_poll = Instant::now();
+    // While every slot is busy and more work is ready, partitions are not
+    // running dry: check gates at most once per poll interval then.
+    let mut full = false;
+    let mut next_check = Instant::now();
+    loop {
+        tokio::select! {
+            biased;
+            _ = cancel.cancelled() => break,
+            Some(task) = d.answers.recv() => {
+                d.calling.remove(&task);
+                while let Ok(task) = d.answers.try_recv() {
+                    d.calling.remove(&task);
+                }
+                next_poll = next_poll.min(Instant::now());
+            }
+            Some(joined) = d.tasks.join_next_with_id(), if !d.tasks.is_empty() => {
+                d.finished(joined);
+                while let Some(more) = d.tasks.try_join_next_with_id() {
+                    d.finished(more);
+                }
+                next_poll = next_poll.min(Instant::now());
+            }
+            _ = acquire.tick() => {
+                d.sync_session();
+                let before = d.held.versions.clone();
+                let busy = d.busy_partitions();
+                if let Err(e) = leases::balance(&shared, &d.me, &mut d.held, &busy).await {
+                    tracing::warn!(error = %e, "balancing leases failed; will retry");
+                }
+                // Buffered items of partitions lost meanwhile, or changed by
+                // someone else (paused, cancelled), are not delivered.
+                let held = &d.held.versions;
+                let same = |p: &str| held.get(p).is_some_and(|v| before.get(p).is_none_or(|b| b == v));
+                d.buffer.retain(|i| same(&i.fence.partition_id));
+                d.rotation.retain(|p| held.contains_key(p));
+                let now = Instant::now();
+                d.cooling.retain(|_, (_, until)| *until > now);
+                if d.held.versions.len() != before.len() || !d.held.dirty.is_empty() {
+                    d.rotation.rediscover();
+                    next_poll = now;
+                }
+            }
+            _ = shared.wake.notified() => {
+                d.rotation.rediscover();
+                next_poll = Instant::now();
+            }
+            _ = tokio::time::sleep_until(next_poll) => {}
+        }
+        d.sync_session();
+        if (!full || Instant::now() >= next_check) && !d.held.dirty.is_empty() {
+            next_check = Instant::now() + cfg.poll_interval;
+            let busy = d.busy_partitions();
+            match gates::check(&shared, &d.me, &mut d.held, &busy).await {
+                Ok(c) if c.advanced => {
+                    d.rotation.rediscover();
+                    next_poll = Instant::now();
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "gate check failed; its partitions stay marked and are checked again")
+                }
+            }
+        }
+        if Instant::now() >= next_poll {
+            (next_poll, full) = d.poll().await;
+        }
+    }
+    d.drain(cfg.drain_timeout).await;
+}
+
+impl Dispatcher {
+    /// Adopts a new session id: every lease of the old one is gone.
+    fn sync_session(&mut self) {
+        let id = self.shared.session.id();
+        if id != self.me {
+            let lost = self.held.versions.len();
+            tracing::warn!(old = %self.me, new = %id, partitions = lost, "session replaced; dropping every partition");
+            self.shared.metrics.leases_lost.inc_by(lost as u64);
+            self.me = id;
+            self.held = Held::default();
+            self.buffer.clear();
+            self.partial_since = None;
+            self.shared.metrics.partitions_held.set(0);
+        }
+    }
+
+    /// Partitions with items in flight, buffered or cooling down here.
+    fn busy_partitions(&self) -> HashSet<String> {
+        self.known_per_partition().into_keys().collect()
+    }
+
+    /// Fetches and starts ready items; returns when to poll next and
+    /// whether more work was ready than slots.
+    async fn poll(&mut self) -> (Instant, bool) {
+        let shared = self.shared.clone();
+        let cfg = &shared.config;
+        let now = Instant::now();
+        if let Some(until) = self.pause.until {
+            if now < until {
+                return (until, false);
+            }
+            if !self.in_flight.is_empty() {
+                return (now + cfg.poll_interval, false);
+            }
+        }
+        if !self.shared.session.live(cfg.session_expiry) {
+            return (now + cfg.poll_interval, false);
+        }
+        let batch = cfg.batch_size;
+        // One probe delivery of one item while the handler is down.
+        let (calls, per_call, mut room) = if self.pause.until.is_some() {
+            (1, 1, 1)
+        } else {
+            let cap = cfg.concurrency * batch * IN_FLIGHT_PER_SLOT;
+            (
+                cfg.concurrency.saturating_sub(self.calling.len()),
+                batch,
+                cap.saturating_sub(self.in_flight.len()),
+            )
+        };
+        if calls == 0 || room == 0 {
+            return (now + cfg.poll_interval, false);
+        }
+        // Refill the buffer when it could not cover what may start now and
+        // half the concurrency again; then one query serves several
+        // completions. (Counting free calls alone would refill on every
+        // poll while answered items wait for their writes.)
+        let target = cfg.concurrency * batch;
+        if self.buffer.len() < (calls * per_call).min(room) + target / 2 {
+            self.refill(target * 2 - self.buffer.len().min(target))
+                .await;
+        }
+        let mut next = now + cfg.poll_interval;
+        for _ in 0..calls {
+            let n = self.buffer.len().min(per_call).min(room);
+            if n == 0 {
+                break;
+            }
+            // A partial batch waits up to --batch-wait for more items while
+            // another call runs; an idle processor sends it at once.
+            if n < per_call && !self.calling.is_empty() {
+                let deadline = *self.partial_since.get_or_insert(now) + cfg.batch_wait;
+                if now < deadline {
+                    next = next.min(deadline);
+                    break;
+                }
+            }
+            self.partial_since = None;
+            let items: Vec<ReadyItem> = self.buffer.drain(..n).collect();
+            if self.pause.until.is_some() {
+                self.pause.probe = Some(items[0].fence.id.clone());
+            }
+            room -= n;
+            self.start(items);
+        }
+        // Either the slots are now full (the next answer polls again at
+        // once) or nothing more is ready: wait for the poll interval.
+        (next, self.more)
+    }
+
+    /// Starts one handler call for `items` (a batch, or one item).
+    fn start(&mut self, items: Vec<ReadyItem>) {
+        let ids: Vec<String> = items.iter().map(|i| i.fence.id.clone()).collect();
+        for item in &items {
+            self.in_flight
+                .insert(item.fence.id.clone(), item.fence.clone());
+        }
+        self.shared
+            .metrics
+            .in_flight
+            .set(self.in_flight.len() as i64);
+        let shared = self.shared.clone();
+        let me = self.me.clone();
+        let answered = self.answered.clone();
+        let task = self
+            .tasks
+            .spawn(async move { deliver(&shared, &me, items, &answered).await });
+        self.calling.insert(task.id());
+        self.task_items.insert(task.id(), ids);
+    }
+
+    fn finished(
+        &mut self,
+        joined: Result<(tokio::task::Id, Vec<(String, Delivery)>), tokio::task::JoinError>,
+    ) {
+        // None = the task panicked: every item records a failed attempt.
+        let (task, deliveries) = match joined {
+            Ok((task, each)) => (task, Some(each.into_iter().collect::<HashMap<_, _>>())),
+            Err(e) => (e.id(), self.panicked(e)),
+        };
+        self.calling.remove(&task);
+        let Some(ids) = self.task_items.remove(&task) else {
+            return;
+        };
+        let shared = self.shared.clone();
+        let health = &shared.health.handler;
+        for id in ids {
+            let Some(fence) = self.in_flight.remove(&id) else {
+                continue;
+            };
+            self.held.dirty.insert(fence.partition_id.clone());
+            let Some(deliveries) = &deliveries else {
+                self.record_panic(fence);
+                continue;
+            };
+            // An item without an entry: the task was aborted at shutdown.
+            match deliveries.get(&id).unwrap_or(&Delivery::Finished) {
+                Delivery::Unreachable => {
+                    health.store(false, Ordering::Relaxed);
+                    if self.pause.unreachable(&id, Instant::now()) {
+                        tracing::warn!(pause = ?self.pause.delay, "handler unreachable: pausing dispatch (no attempts are counted)");
+                    }
+                }
+                Delivery::Finished => {
+                    health.store(true, Ordering::Relaxed);
+                    if self.pause.reachable() {
+                        tracing::info!("handler reachable again: resuming dispatch");
+                    }
+                }
+                Delivery::Unwritten(cool) => {
+                    self.cooling
+                        .insert(id, (fence.partition_id, Instant::now() + *cool));
+                }
+            }
+        }
+        self.shared
+            .metrics
+            .in_flight
+            .set(self.in_flight.len() as i64);
+    }
+
+    /// Logs a delivery task that did not return; None = it panicked (the
+    /// caller records a failed attempt per item), or it was aborted at shutdown.
+    fn panicked(&self, e: tokio::task::JoinError) -> Option<HashMap<String, Delivery>> {
+        if !e.is_panic() {
+            return Some(HashMap::new());
+        }
+        let items = self
+            .task_items
+            .get(&e.id())
+            .map(|ids| ids.join(","))
+            .unwrap_or_default();
+        let panic = e.into_panic();
+        let message = panic
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a panic without a message".into());
+        tracing::error!(items = %items, panic = %message, "a delivery panicked; recording a failed attempt");
+        None
+    }
+
+    /// Records a failed attempt for an item whose delivery panicked, so it
+    /// is retried after a backoff like any failed attempt.
+    fn record_panic(&mut self, fence: Fence) {
+        let outcome = Outcome::Failed {
+            message: "the delivery panicked (see the processor's log); will retry".into(),
+            retry: true,
+            retry_after: None,
+        };
+        let id = fence.id.clone();
+        self.in_flight.insert(id.clone(), fence.clone());
+        let item = id.clone();
+        let shared = self.shared.clone();
+        let me = self.me.clone();
+        let task = self.tasks.spawn(async move {
+            let policy = Policy::from(&shared.config);
+            let delivery = match policy.decide(&fence, outcome) {
+                Some((write, label)) => record(&shared, &me, fence, write, label).await,
+                None => Delivery::Finished,
+            };
+            vec![(id, delivery)]
+        });
+        self.task_items.insert(task.id(), vec![item]);
+    }
+
+    /// Waits for in-flight deliveries (their results are written) up to `timeout`.
+    async fn drain(&mut self, timeout: Duration) {
+        if self.tasks.is_empty() {
+            return;
+        }
+        tracing::info!(
+            in_flight = self.tasks.len(),
+            "draining in-flight deliveries"
+        );
+        let deadline = Instant::now() + timeout;
+        while !self.tasks.is_empty() {
+            tokio::select! {
+                Some(j) = self.tasks.join_next_with_id() => self.finished(j),
+                _ = tokio::time::sleep_until(deadline) => {
+                    tracing::warn!(abandoned = self.tasks.len(), "drain timeout: abandoning deliveries; their items stay available");
+                    self.tasks.abort_all();
+                    break;
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,127 @@
+//! The refill: a fair share of ready items from each of the next held
+//! partitions in the rotation (see `rotation`), into the prefetch buffer,
+//! leaving out what is already known here.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+
+use tokio::time::Instant;
+
+use super::Dispatcher;
+use crate::store::ReadyItem;
+
+/// Partitions served by one refill at most; the rotation still visits
+/// every partition with work in turn. Few partitions with a large share
+/// each keep locality: a batch of results then touches few index pages
+/// (measured on SQLite, 10,000 items over 100 partitions: 16 partitions
+/// per refill drained at 0.72 of the unfair single query, 4 at 0.91).
+const MAX_BRANCHES: usize = 4;
+
+/// Partitions one discovery may add to the rotation.
+const DISCOVER: usize = 256;
+
+impl Dispatcher {
+    /// How many items of each partition are in flight, buffered or cooling.
+    pub(super) fn known_per_partition(&self) -> HashMap<String, usize> {
+        let mut known: HashMap<String, usize> = HashMap::new();
+        let partitions = self
+            .in_flight
+            .values()
+            .map(|f| &f.partition_id)
+            .chain(self.buffer.iter().map(|i| &i.fence.partition_id))
+            .chain(self.cooling.values().map(|(p, _)| p));
+        for p in partitions {
+            *known.entry(p.clone()).or_default() += 1;
+        }
+        known
+    }
+
+    /// Fetches up to `want` ready items that are not known here yet: a
+    /// fair share from each of the next partitions in the rotation.
+    pub(super) async fn refill(&mut self, want: usize) {
+        let store = &self.shared.store;
+        let cfg = &self.shared.config;
+        let now = Instant::now();
+        if self.rotation.needs_discovery(now) {
+            match store
+                .ready_partitions(&self.me, &self.rotation.cursor, DISCOVER)
+                .await
+            {
+                Ok(ids) => self.rotation.discovered(ids, now + cfg.poll_interval),
+                Err(e) => {
+                    tracing::warn!(error = %e, "polling for items failed; will retry");
+                    return;
+                }
+            }
+        }
+        let parts = self.rotation.take(MAX_BRANCHES);
+        if parts.is_empty() {
+            self.more = false;
+            return;
+        }
+        let known = self.known_per_partition();
+        let share = want.div_ceil(parts.len());
+        let cap = cfg.max_in_flight_per_partition;
+        // Each partition's first `share + known` ready items hold at least
+        // `share` that are not known here: those in flight, buffered or
+        // cooling are among its ready items and are filtered out below.
+        let asks: Vec<(String, usize)> = parts
+            .iter()
+            .map(|p| {
+                let k = known.get(p).copied().unwrap_or(0);
+                let room = cap.map_or(share, |c| c.saturating_sub(k).min(share));
+                (p.clone(), room + k)
+            })
+            .collect();
+        let items = match store.ready_items(&self.me, &asks).await {
+            Ok(items) => items,
+            Err(e) => {
+                tracing::warn!(error = %e, "polling for items failed; will retry");
+                for p in parts {
+                    self.rotation.keep(p);
+                }
+                return;
+            }
+        };
+        let buffered: HashSet<String> = self.buffer.iter().map(|i| i.fence.id.clone()).collect();
+        let mut by_partition: HashMap<String, VecDeque<ReadyItem>> = HashMap::new();
+        let mut rows: HashMap<String, usize> = HashMap::new();
+        for item in items {
+            *rows.entry(item.fence.partition_id.clone()).or_default() += 1;
+            let id = &item.fence.id;
+            if self.in_flight.contains_key(id)
+                || buffered.contains(id)
+                || self.cooling.contains_key(id)
+            {
+                continue;
+            }
+            by_partition
+                .entry(item.fence.partition_id.clone())
+                .or_default()
+                .push_back(item);
+        }
+        // A partition that returned all it was asked for (or was held back
+        // by its cap) probably has more: it stays in the rotation.
+        for (p, asked) in &asks {
+            if rows.get(p).copied().unwrap_or(0) >= *asked {
+                self.rotation.keep(p.clone());
+            }
+        }
+        // Interleave: one item of each partition, then the next round.
+        let mut fetched = 0;
+        let mut rounds: Vec<VecDeque<ReadyItem>> = asks
+            .iter()
+            .filter_map(|(p, _)| by_partition.remove(p))
+            .collect();
+        while !rounds.is_empty() {
+            rounds.retain_mut(|q| match q.pop_front() {
+                Some(item) => {
+                    self.buffer.push_back(item);
+                    fetched += 1;
+                    true
+                }
+                None => false,
+            });
+        }
+        self.more = fetched >= want || !self.rotation.is_empty();
+    }
+}

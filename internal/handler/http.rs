@@ -1,0 +1,296 @@
+//! [`HttpHandler`]: POSTs one item, or a batch of items, to the user's
+//! HTTP handler. The URL and the fixed headers are parsed once, at start.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use base64::Engine;
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+
+use super::answer::{parse_batch_response, parse_response, parse_retry_after, signature};
+use super::{Handler, Job, Outcome};
+use crate::{Config, Error, Result};
+
+/// POSTs items to an HTTP handler.
+pub struct HttpHandler {
+    client: reqwest::Client,
+    url: reqwest::Url,
+    headers: HeaderMap,
+    secret: Option<Vec<u8>>,
+    max_bytes: usize,
+}
+
+/// A response read up to the byte cap: its status, body and `Retry-After`.
+struct Answered {
+    status: reqwest::StatusCode,
+    body: Vec<u8>,
+    retry_after: Option<Duration>,
+}
+
+impl HttpHandler {
+    /// Builds the client from the configuration: timeout, no redirects,
+    /// fixed headers (marked sensitive so they never show in debug output).
+    pub fn new(config: &Config) -> Result<Self> {
+        let url = reqwest::Url::parse(&config.handler_url).map_err(|e| {
+            Error::Config(format!(
+                "--handler-url {:?} is not a URL ({e}); use e.g. http://127.0.0.1:9000/feed",
+                config.handler_url
+            ))
+        })?;
+        if !matches!(url.scheme(), "http" | "https") {
+            return Err(Error::Config(format!(
+                "--handler-url must be http:// or https://, not {}:",
+                url.scheme()
+            )));
+        }
+        let mut headers = HeaderMap::new();
+        let ct = HeaderValue::from_str(&config.content_type)
+            .map_err(|_| Error::Config("--content-type is not a valid header value".into()))?;
+        headers.insert(reqwest::header::CONTENT_TYPE, ct);
+        for (name, value) in &config.headers {
+            let n = HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
+                Error::Config(format!("--header name {name:?} is not a valid header name"))
+            })?;
+            let mut v = HeaderValue::from_str(value).map_err(|_| {
+                Error::Config(format!(
+                    "--header {name}: the value is not a valid header value"
+                ))
+            })?;
+            v.set_sensitive(true);
+            headers.append(n, v);
+        }
+        let client = reqwest::Client::builder()
+            .timeout(config.request_timeout)
+            .connect_timeout(config.request_timeout.min(Duration::from_secs(10)))
+            .redirect(reqwest::redirect::Policy::none())
+            .pool_max_idle_per_host(config.concurrency)
+            .build()
+            .map_err(|e| Error::Config(format!("cannot build the HTTP client: {e}")))?;
+        Ok(Self {
+            client,
+            url,
+            headers,
+            secret: config.signing_secret.clone().map(String::into_bytes),
+            max_bytes: config.max_response_bytes,
+        })
+    }
+
+    /// POSTs `body` with the fixed headers, `extra` and the signature, and
+    /// reads the answer up to the byte cap; Err = the outcome of every
+    /// item of the request (no answer, or one too large).
+    async fn post(
+        &self,
+        extra: HeaderMap,
+        body: Vec<u8>,
+    ) -> std::result::Result<Answered, Outcome> {
+        let mut req = self
+            .client
+            .post(self.url.clone())
+            .headers(self.headers.clone())
+            .headers(extra);
+        if let Some(secret) = &self.secret {
+            req = req.header("Feed-Signature", signature(secret, unix_now(), &body));
+        }
+        let mut resp = req.body(body).send().await.map_err(|e| transport(&e))?;
+        let status = resp.status();
+        let retry_after = resp
+            .headers()
+            .get(reqwest::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(parse_retry_after);
+        let mut body = Vec::new();
+        while let Some(chunk) = resp.chunk().await.map_err(|e| transport(&e))? {
+            if body.len() + chunk.len() > self.max_bytes {
+                return Err(Outcome::Failed {
+                    message: format!(
+                        "handler response body exceeds the {} byte cap; answer with less data",
+                        self.max_bytes
+                    ),
+                    retry: true,
+                    retry_after,
+                });
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok(Answered {
+            status,
+            body,
+            retry_after,
+        })
+    }
+}
+
+/// A header value from an id the database holds: one that cannot be a
+/// header value is a failed attempt, as any request that cannot be built.
+fn value(name: &str, text: &str) -> std::result::Result<HeaderValue, Outcome> {
+    HeaderValue::from_str(text).map_err(|_| Outcome::Failed {
+        message: format!("handler request failed: {name} {text:?} is not a valid header value"),
+        retry: true,
+        retry_after: None,
+    })
+}
+
+/// The per-item headers of a single-item request.
+fn item_headers(job: &Job) -> std::result::Result<HeaderMap, Outcome> {
+    let mut h = HeaderMap::with_capacity(6);
+    h.insert("feed-item-id", value("Feed-Item-Id", &job.item_id)?);
+    h.insert(
+        "feed-partition-id",
+        value("Feed-Partition-Id", &job.partition_id)?,
+    );
+    h.insert("feed-gate", HeaderValue::from(job.gate));
+    h.insert("feed-attempt", HeaderValue::from(job.attempt));
+    h.insert(
+        "feed-processor-id",
+        value("Feed-Processor-Id", &job.processor_id)?,
+    );
+    h.insert(
+        "idempotency-key",
+        value("Idempotency-Key", &job.idempotency_key)?,
+    );
+    Ok(h)
+}
+
+#[async_trait]
+impl Handler for HttpHandler {
+    async fn handle(&self, job: &Job) -> Outcome {
+        let h = match item_headers(job) {
+            Ok(h) => h,
+            Err(failed) => return failed,
+        };
+        match self.post(h, job.data.clone()).await {
+            Ok(a) => parse_response(a.status, &a.body, a.retry_after),
+            Err(failed) => failed,
+        }
+    }
+
+    async fn handle_batch(&self, jobs: &[Job]) -> Vec<Outcome> {
+        let Some(first) = jobs.first() else {
+            return Vec::new();
+        };
+        let mut h = HeaderMap::with_capacity(2);
+        h.insert("feed-batch", HeaderValue::from(jobs.len()));
+        match value("Feed-Processor-Id", &first.processor_id) {
+            Ok(v) => h.insert("feed-processor-id", v),
+            Err(failed) => return vec![failed; jobs.len()],
+        };
+        let answered = self.post(h, batch_body(jobs)).await;
+        let outcome = match answered
+            .map(|a| parse_batch_response(a.status, &a.body, a.retry_after, jobs.len()))
+        {
+            Ok(Ok(each)) => return each,
+            Ok(Err(failed)) | Err(failed) => failed,
+        };
+        vec![outcome; jobs.len()]
+    }
+}
+
+/// The outcome of a request that got no HTTP answer.
+fn transport(e: &reqwest::Error) -> Outcome {
+    if e.is_connect() {
+        Outcome::Unreachable {
+            message: format!("handler unreachable: {}", error_chain(e)),
+        }
+    } else if e.is_timeout() {
+        Outcome::Failed {
+            message: "handler did not answer within --request-timeout".into(),
+            retry: true,
+            retry_after: None,
+        }
+    } else {
+        Outcome::Failed {
+            message: format!("handler request failed: {}", error_chain(e)),
+            retry: true,
+            retry_after: None,
+        }
+    }
+}
+
+/// The batch request's body: a JSON array of one object per job, its data
+/// embedded as JSON when it is JSON and as `data_base64` otherwise.
+pub(crate) fn batch_body(jobs: &[Job]) -> Vec<u8> {
+    let size: usize = jobs.iter().map(|j| j.data.len() + 160).sum();
+    let mut out = Vec::with_capacity(size + 2);
+    out.push(b'[');
+    for (i, j) in jobs.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        let text = |out: &mut Vec<u8>, s: &str| {
+            serde_json::to_writer(out, s).expect("a string serializes");
+        };
+        out.extend_from_slice(b"{\"id\":");
+        text(&mut out, &j.item_id);
+        out.extend_from_slice(b",\"partition_id\":");
+        text(&mut out, &j.partition_id);
+        out.extend_from_slice(format!(",\"gate\":{},\"attempt\":{}", j.gate, j.attempt).as_bytes());
+        out.extend_from_slice(b",\"idempotency_key\":");
+        text(&mut out, &j.idempotency_key);
+        if serde_json::from_slice::<serde::de::IgnoredAny>(&j.data).is_ok() {
+            out.extend_from_slice(b",\"data\":");
+            out.extend_from_slice(&j.data);
+        } else {
+            out.extend_from_slice(b",\"data_base64\":\"");
+            out.extend_from_slice(
+                base64::engine::general_purpose::STANDARD
+                    .encode(&j.data)
+                    .as_bytes(),
+            );
+            out.push(b'"');
+        }
+        out.push(b'}');
+    }
+    out.push(b']');
+    out
+}
+
+/// The error with its causes, without the URL (which may carry credentials).
+fn error_chain(e: &reqwest::Error) -> String {
+    let mut out = e.to_string();
+    if let Some(u) = e.url() {
+        out = out.replace(&format!(" for url ({u})"), "");
+    }
+    let mut src = std::error::Error::source(e);
+    while let Some(s) = src {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        src = s.source();
+    }
+    out
+}
+
+fn unix_now() -> i64 {
+    chrono::Utc::now().timestamp()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(id: &str, data: &[u8]) -> Job {
+        Job {
+            item_id: id.into(),
+            partition_id: "p".into(),
+            gate: 2,
+            attempt: 1,
+            idempotency_key: format!("{id}:1"),
+            processor_id: "s".into(),
+            data: data.to_vec(),
+        }
+    }
+
+    #[test]
+    fn batch_body_embeds_json_and_encodes_the_rest() {
+        let body = batch_body(&[job("a", br#"{"x": [1]}"#), job("b", b"\xff not json")]);
+        let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!([
+                {"id": "a", "partition_id": "p", "gate": 2, "attempt": 1,
+                 "idempotency_key": "a:1", "data": {"x": [1]}},
+                {"id": "b", "partition_id": "p", "gate": 2, "attempt": 1,
+                 "idempotency_key": "b:1", "data_base64": "/yBub3QganNvbg=="},
+            ])
+        );
+    }
+}

@@ -1,0 +1,109 @@
+//! The handler side: the [`Handler`] trait that turns an item (or a batch
+//! of items) into an [`Outcome`], [`HttpHandler`], which POSTs them to the
+//! user's HTTP handler, and the parser of its answers (README: The handler
+//! protocol).
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+mod answer;
+mod http;
+
+pub use answer::{parse_batch_response, parse_response, parse_retry_after, signature};
+pub use http::HttpHandler;
+
+/// One delivery of an item to a handler.
+#[derive(Clone, Debug)]
+pub struct Job {
+    /// Item id (`Feed-Item-Id`).
+    pub item_id: String,
+    /// Partition id (`Feed-Partition-Id`).
+    pub partition_id: String,
+    /// The item's gate, which is its partition's gate (`Feed-Gate`).
+    pub gate: i64,
+    /// 1-based attempt of the current step (`Feed-Attempt`).
+    pub attempt: u32,
+    /// Stable across redeliveries of the same step (`Idempotency-Key`).
+    pub idempotency_key: String,
+    /// The session that dispatched it (`Feed-Processor-Id`).
+    pub processor_id: String,
+    /// The item's data, forwarded unchanged.
+    pub data: Vec<u8>,
+}
+
+/// What a handler made of one delivery.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Outcome {
+    /// A valid answer: the next gate (None = unchanged), whether the item
+    /// is done, and its new data (None = unchanged).
+    Step {
+        /// Next gate.
+        gate: Option<i64>,
+        /// Terminal state reached.
+        done: bool,
+        /// Replacement data.
+        data: Option<Vec<u8>>,
+    },
+    /// A failed attempt.
+    Failed {
+        /// What went wrong, stored in `last_error`.
+        message: String,
+        /// False = fail the item now, whatever attempts are left.
+        retry: bool,
+        /// The handler's `Retry-After`, if any.
+        retry_after: Option<Duration>,
+    },
+    /// The handler could not be reached at all: no attempt is counted and
+    /// dispatch pauses until it is back.
+    Unreachable {
+        /// Why (connection refused, DNS…).
+        message: String,
+    },
+}
+
+impl Outcome {
+    /// Done, data unchanged: the answer `null`, `{}` or an empty body.
+    pub fn done() -> Outcome {
+        Outcome::Step {
+            gate: None,
+            done: true,
+            data: None,
+        }
+    }
+}
+
+/// The user's handler: turns one delivery into an outcome. [`HttpHandler`]
+/// calls an HTTP service; implement it to run a processor with an
+/// in-process handler instead.
+///
+/// ```
+/// use feed::{Handler, Job, Outcome};
+///
+/// struct Upper;
+///
+/// #[async_trait::async_trait]
+/// impl Handler for Upper {
+///     async fn handle(&self, job: &Job) -> Outcome {
+///         let text = String::from_utf8_lossy(&job.data).to_uppercase();
+///         Outcome::Step { gate: None, done: true, data: Some(text.into_bytes()) }
+///     }
+/// }
+/// ```
+#[async_trait]
+pub trait Handler: Send + Sync + 'static {
+    /// Handles one delivery.
+    async fn handle(&self, job: &Job) -> Outcome;
+
+    /// Handles a batch (with `--batch-size` above 1): one outcome per job,
+    /// in order. The default calls [`Handler::handle`] per job, one after
+    /// the other; override it when the work itself batches (one query,
+    /// one request for many items).
+    async fn handle_batch(&self, jobs: &[Job]) -> Vec<Outcome> {
+        let mut out = Vec::with_capacity(jobs.len());
+        for job in jobs {
+            out.push(self.handle(job).await);
+        }
+        out
+    }
+}

@@ -1,0 +1,236 @@
+//! A fresh, uniquely named database per test or benchmark run, on SQLite
+//! (a temporary file), PostgreSQL or MariaDB (a database created on the
+//! server and dropped afterwards).
+
+use std::time::Duration;
+
+use anyhow::{Context, Result, anyhow, bail};
+use feed::Store;
+use sea_orm::{ConnectionTrait, QueryResult, Value};
+use serde::Serialize;
+
+/// A database server Feed runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Backend {
+    /// A file next to the processor.
+    Sqlite,
+    /// PostgreSQL.
+    Postgres,
+    /// MariaDB or MySQL.
+    #[value(name = "mariadb", alias = "mysql")]
+    #[serde(rename = "mariadb")]
+    Mysql,
+}
+
+impl Backend {
+    /// The name used on the command line and in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Sqlite => "sqlite",
+            Backend::Postgres => "postgres",
+            Backend::Mysql => "mariadb",
+        }
+    }
+}
+
+/// Where the PostgreSQL and MariaDB servers are (URLs without a database).
+#[derive(Clone, Debug, Serialize)]
+pub struct Servers {
+    /// e.g. `postgres://postgres@127.0.0.1:5432`.
+    pub postgres: String,
+    /// e.g. `mysql://root@127.0.0.1:3306`.
+    pub mariadb: String,
+}
+
+impl Default for Servers {
+    fn default() -> Self {
+        Servers {
+            postgres: "postgres://postgres@127.0.0.1:5432".into(),
+            mariadb: "mysql://root@127.0.0.1:3306".into(),
+        }
+    }
+}
+
+impl Servers {
+    /// The URL of database `db` on the backend's server; None for SQLite.
+    pub fn url(&self, backend: Backend, db: &str) -> Result<Option<String>> {
+        let base = match backend {
+            Backend::Sqlite => return Ok(None),
+            Backend::Postgres => &self.postgres,
+            Backend::Mysql => &self.mariadb,
+        };
+        let mut u = url::Url::parse(base).with_context(|| format!("bad server URL {base}"))?;
+        u.set_path(&format!("/{db}"));
+        Ok(Some(u.to_string()))
+    }
+
+    /// The database to connect to for creating and dropping others.
+    pub fn admin(&self, backend: Backend) -> Result<Option<String>> {
+        let db = if backend == Backend::Postgres {
+            "postgres"
+        } else {
+            ""
+        };
+        self.url(backend, db)
+    }
+
+    /// Whether a backend's server answers; the reason when it does not.
+    pub async fn reachable(&self, backend: Backend) -> Result<(), String> {
+        let Some(admin) = self.admin(backend).map_err(|e| e.to_string())? else {
+            return Ok(());
+        };
+        let store = connect(&admin, 1).await.map_err(|e| format!("{e:#}"))?;
+        let r = store.connection().execute_unprepared("SELECT 1").await;
+        let _ = store.connection().clone().close().await;
+        r.map(drop).map_err(|e| e.to_string())
+    }
+}
+
+/// Connects, giving up after 15 seconds.
+pub async fn connect(url: &str, pool: u32) -> Result<Store> {
+    match tokio::time::timeout(Duration::from_secs(15), Store::connect(url, pool)).await {
+        Ok(r) => Ok(r?),
+        Err(_) => bail!("connecting timed out"),
+    }
+}
+
+/// A uniquely named database; [`Database::drop_db`] (or the blocking
+/// [`Database::drop_blocking`]) removes it.
+pub struct Database {
+    /// Its backend.
+    pub backend: Backend,
+    /// The URL a processor is given.
+    pub url: String,
+    /// Its name on the server.
+    pub name: String,
+    /// A pool on it.
+    pub store: Store,
+    admin: Option<String>,
+    _dir: Option<tempfile::TempDir>,
+}
+
+impl Database {
+    /// Creates an empty database named `<prefix><uuid>` (without Feed's tables).
+    pub async fn create(
+        backend: Backend,
+        servers: &Servers,
+        prefix: &str,
+        pool: u32,
+    ) -> Result<Database> {
+        let name = format!("{prefix}{}", uuid::Uuid::new_v4().simple());
+        let admin = servers.admin(backend)?;
+        let (url, dir) = match servers.url(backend, &name)? {
+            None => {
+                let dir = tempfile::Builder::new().prefix("feed-").tempdir()?;
+                let url = format!("sqlite://{}/feed.db?mode=rwc", dir.path().display());
+                (url, Some(dir))
+            }
+            Some(url) => {
+                let admin_store = connect(admin.as_deref().unwrap_or_default(), 1).await?;
+                let created = admin_store
+                    .connection()
+                    .execute_unprepared(&format!("CREATE DATABASE {name}"))
+                    .await;
+                let _ = admin_store.connection().clone().close().await;
+                created?;
+                (url, None)
+            }
+        };
+        let store = match connect(&url, pool).await {
+            Ok(s) => s,
+            Err(e) => {
+                drop_database(backend, admin.as_deref(), &name).await;
+                return Err(e);
+            }
+        };
+        Ok(Database {
+            backend,
+            url,
+            name,
+            store,
+            admin,
+            _dir: dir,
+        })
+    }
+
+    /// Creates a database with Feed's tables.
+    pub async fn migrated(
+        backend: Backend,
+        servers: &Servers,
+        prefix: &str,
+        pool: u32,
+    ) -> Result<Database> {
+        let db = Self::create(backend, servers, prefix, pool).await?;
+        if let Err(e) = db.store.migrate().await {
+            db.drop_db().await;
+            return Err(e.into());
+        }
+        Ok(db)
+    }
+
+    /// Closes the pool and drops the database.
+    pub async fn drop_db(self) {
+        let _ = self.store.connection().clone().close().await;
+        drop_database(self.backend, self.admin.as_deref(), &self.name).await;
+    }
+
+    /// Drops the database from synchronous code (a `Drop` inside a
+    /// runtime), on a thread with a runtime of its own.
+    pub fn drop_blocking(&self) {
+        let (backend, admin, name) = (self.backend, self.admin.clone(), self.name.clone());
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a runtime");
+            rt.block_on(drop_database(backend, admin.as_deref(), &name));
+        })
+        .join();
+    }
+
+    /// Runs SQL written with `?` placeholders (numbered for PostgreSQL).
+    pub async fn exec(&self, sql: &str, values: Vec<Value>) -> Result<u64> {
+        Ok(self
+            .store
+            .connection()
+            .execute_raw(feed::store::statement(self.store.backend(), sql, values))
+            .await
+            .with_context(|| sql.to_string())?
+            .rows_affected())
+    }
+
+    /// Runs a query written with `?` placeholders.
+    pub async fn query(&self, sql: &str, values: Vec<Value>) -> Result<Vec<QueryResult>> {
+        self.store
+            .connection()
+            .query_all_raw(feed::store::statement(self.store.backend(), sql, values))
+            .await
+            .with_context(|| sql.to_string())
+    }
+
+    /// The `n` column of a one-row query.
+    pub async fn count(&self, sql: &str) -> Result<i64> {
+        let rows = self.query(sql, vec![]).await?;
+        let row = rows.first().ok_or_else(|| anyhow!("no row from {sql}"))?;
+        Ok(row.try_get::<i64>("", "n")?)
+    }
+}
+
+async fn drop_database(backend: Backend, admin: Option<&str>, name: &str) {
+    let Some(admin) = admin else { return };
+    let sql = if backend == Backend::Postgres {
+        format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+    } else {
+        format!("DROP DATABASE IF EXISTS {name}")
+    };
+    match connect(admin, 1).await {
+        Ok(store) => {
+            if let Err(e) = store.connection().execute_unprepared(&sql).await {
+                eprintln!("  warning: could not drop database {name}: {e}");
+            }
+            let _ = store.connection().clone().close().await;
+        }
+        Err(e) => eprintln!("  warning: could not drop database {name}: {e:#}"),
+    }
+}

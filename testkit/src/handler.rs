@@ -1,0 +1,151 @@
+//! A real HTTP handler served on 127.0.0.1 that records every call it
+//! receives and answers with a closure.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::body::Bytes;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use parking_lot::Mutex;
+
+/// One request the handler received.
+#[derive(Debug, Clone)]
+pub struct Call {
+    /// `Feed-Item-Id` (empty for a batch).
+    pub item: String,
+    pub partition: String,
+    pub gate: i64,
+    pub attempt: u32,
+    pub processor: String,
+    pub idempotency_key: String,
+    pub data: serde_json::Value,
+    /// The request body exactly as received.
+    pub body: Vec<u8>,
+    pub headers: HeaderMap,
+    pub at: Instant,
+}
+
+/// How the handler answers a call.
+pub type Answer = Box<dyn Fn(&Call) -> Response + Send + Sync>;
+
+/// A real HTTP handler served on 127.0.0.1 that records every call.
+pub struct Handler {
+    pub addr: SocketAddr,
+    pub ledger: Arc<Mutex<Vec<Call>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Handler {
+    /// Serves `answer` on a free port.
+    pub async fn start<F>(answer: F) -> Handler
+    where
+        F: Fn(&Call) -> Response + Send + Sync + 'static,
+    {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        Self::serve(listener, Arc::new(Box::new(answer))).await
+    }
+
+    /// Serves an async answer (one that may wait) on a free port.
+    pub async fn start_async<F, Fut>(answer: F) -> Handler
+    where
+        F: Fn(Call) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Response> + Send + 'static,
+    {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        Self::serve_async(listener, answer).await
+    }
+
+    /// Serves `answer` on a listener the caller bound (e.g. a port chosen earlier).
+    pub async fn serve(listener: tokio::net::TcpListener, answer: Arc<Answer>) -> Handler {
+        Self::serve_async(listener, move |c| {
+            let answer = answer.clone();
+            async move { answer(&c) }
+        })
+        .await
+    }
+
+    async fn serve_async<F, Fut>(listener: tokio::net::TcpListener, answer: F) -> Handler
+    where
+        F: Fn(Call) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Response> + Send + 'static,
+    {
+        let addr = listener.local_addr().unwrap();
+        let ledger: Arc<Mutex<Vec<Call>>> = Arc::default();
+        let answer = Arc::new(answer);
+        let l = ledger.clone();
+        let app = axum::Router::new().fallback(move |headers: HeaderMap, body: Bytes| {
+            let l = l.clone();
+            let answer = answer.clone();
+            async move {
+                let call = parse_call(headers, &body);
+                l.lock().push(call.clone());
+                answer(call).await
+            }
+        });
+        let task = tokio::spawn(async move {
+            axum::serve(listener, app).await.unwrap();
+        });
+        Handler { addr, ledger, task }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}/feed", self.addr)
+    }
+
+    pub fn calls(&self) -> Vec<Call> {
+        self.ledger.lock().clone()
+    }
+
+    pub fn calls_for(&self, item: &str) -> Vec<Call> {
+        self.calls()
+            .into_iter()
+            .filter(|c| c.item == item)
+            .collect()
+    }
+}
+
+impl Drop for Handler {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+fn parse_call(headers: HeaderMap, body: &[u8]) -> Call {
+    let h = |n: &str| {
+        headers
+            .get(n)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_string()
+    };
+    Call {
+        item: h("feed-item-id"),
+        partition: h("feed-partition-id"),
+        gate: h("feed-gate").parse().unwrap_or(-1),
+        attempt: h("feed-attempt").parse().unwrap_or(0),
+        processor: h("feed-processor-id"),
+        idempotency_key: h("idempotency-key"),
+        data: serde_json::from_slice(body).unwrap_or(serde_json::Value::Null),
+        body: body.to_vec(),
+        headers: headers.clone(),
+        at: Instant::now(),
+    }
+}
+
+/// A JSON answer with a status.
+pub fn json(status: u16, body: serde_json::Value) -> Response {
+    (StatusCode::from_u16(status).unwrap(), axum::Json(body)).into_response()
+}
+
+/// What a handler does with `Feed-Signature`: recompute the HMAC of
+/// "t.body" with the secret and compare.
+pub fn signed(header: &str, secret: &[u8], body: &[u8]) -> bool {
+    let Some((t, _)) = header.trim_start_matches("t=").split_once(",v1=") else {
+        return false;
+    };
+    let Ok(t) = t.parse() else { return false };
+    feed::handler::signature(secret, t, body) == header
+}

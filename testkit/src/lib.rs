@@ -1,0 +1,17 @@
+//! Feed's test kit, shared by the integration tests and the benchmark:
+//! a fresh database per backend ([`db`]), a real HTTP handler that records
+//! every call ([`handler`]), the `processor` binary as a child process
+//! ([`process`]), `/metrics` parsing ([`metrics`]) and statistics
+//! ([`stats`]). Dev-only: nothing here ships.
+
+pub mod db;
+pub mod handler;
+pub mod metrics;
+pub mod process;
+pub mod stats;
+
+pub use db::{Backend, Database, Servers};
+pub use handler::{Call, Handler, json, signed};
+pub use metrics::{Outcomes, metric};
+pub use process::{Process, free_port};
+pub use stats::{Stats, percentile};

@@ -1,0 +1,157 @@
+//! The `processor` binary as a child process: spawned with a clean
+//! environment and a log file, read through `/metrics` and `/proc`,
+//! stopped with SIGTERM, killed when dropped.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+
+/// A free TCP port on 127.0.0.1 (nothing listens on it when this returns).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port on 127.0.0.1")
+        .port()
+}
+
+/// A running `processor run` with `--listen` on a free port.
+pub struct Process {
+    /// The child.
+    pub child: Child,
+    /// Its `--listen` address.
+    pub listen: String,
+    /// When it was spawned.
+    pub spawned: Instant,
+    log: PathBuf,
+}
+
+impl Process {
+    /// Spawns `bin run --database-url … --handler-url … --listen … args…`
+    /// with `RUST_LOG` = `log_filter` (None = unset) and no `FEED_*`
+    /// variables from this environment; stderr goes to a log file.
+    pub fn spawn(
+        bin: &str,
+        database_url: &str,
+        handler_url: &str,
+        args: &[&str],
+        log_filter: Option<&str>,
+    ) -> Result<Process> {
+        let listen = format!("127.0.0.1:{}", free_port());
+        let log =
+            std::env::temp_dir().join(format!("feed-proc-{}.log", uuid::Uuid::new_v4().simple()));
+        let mut cmd = Command::new(bin);
+        cmd.arg("run")
+            .args(["--database-url", database_url])
+            .args(["--handler-url", handler_url])
+            .args(["--listen", &listen])
+            .args(args);
+        for (k, _) in std::env::vars_os() {
+            if let Some(k) = k.to_str()
+                && (k.starts_with("FEED_") || k == "RUST_LOG")
+            {
+                cmd.env_remove(k);
+            }
+        }
+        if let Some(filter) = log_filter {
+            cmd.env("RUST_LOG", filter);
+        }
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log)?);
+        let child = cmd.spawn().with_context(|| format!("spawning {bin}"))?;
+        Ok(Process {
+            child,
+            listen,
+            spawned: Instant::now(),
+            log,
+        })
+    }
+
+    /// The log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// The last `lines` lines of the log.
+    pub fn log_tail(&self, lines: usize) -> String {
+        let text = self.log();
+        let all: Vec<&str> = text.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
+    }
+
+    /// Fails with the end of the log when the processor has exited.
+    pub fn check_alive(&mut self) -> Result<()> {
+        if let Some(status) = self.child.try_wait()? {
+            bail!(
+                "processor exited early ({status}); log tail:\n{}",
+                self.log_tail(15)
+            );
+        }
+        Ok(())
+    }
+
+    /// `/metrics` text; empty when it does not answer.
+    pub async fn metrics(&self, client: &reqwest::Client) -> String {
+        let url = format!("http://{}/metrics", self.listen);
+        match client.get(url).timeout(Duration::from_secs(5)).send().await {
+            Ok(r) => r.text().await.unwrap_or_default(),
+            Err(_) => String::new(),
+        }
+    }
+
+    /// VmRSS and VmHWM from /proc, in MiB (Linux only).
+    pub fn memory(&self) -> (Option<f64>, Option<f64>) {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .unwrap_or_default();
+        let field = |name: &str| {
+            status
+                .lines()
+                .find(|l| l.starts_with(name))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<f64>().ok())
+                .map(|kb| kb / 1024.0)
+        };
+        (field("VmRSS:"), field("VmHWM:"))
+    }
+
+    /// Sends SIGTERM (graceful: release partitions, delete the session).
+    pub fn sigterm(&self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .stderr(Stdio::null())
+            .status();
+    }
+
+    /// SIGTERM, then waits for the exit.
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
+        self.sigterm();
+        self.child.wait().expect("waiting for the processor")
+    }
+
+    /// SIGTERM, then waits up to `limit` without blocking the runtime;
+    /// false when it did not stop (it is killed on drop).
+    pub async fn stop(&mut self, limit: Duration) -> bool {
+        self.sigterm();
+        let deadline = Instant::now() + limit;
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        false
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            eprintln!("---- processor log ----\n{}", self.log());
+        }
+        let _ = std::fs::remove_file(&self.log);
+    }
+}

@@ -1,0 +1,176 @@
+//! Batch delivery (README: Batches): one request carries a JSON array of
+//! items, element i of the answer is item i's answer, and an answer that
+//! is not an array of the right length fails every item of the batch.
+
+use serde_json::{Value, json};
+
+use crate::on_all_backends;
+use crate::support::{Backend, Call, Handler, Proc, TestDb, json as reply, signed};
+
+on_all_backends!(
+    mixed_batch,
+    wrong_length_fails_every_item,
+    non_json_data_and_signing,
+);
+
+/// The items of a batch request, with `Feed-Batch` checked against them.
+fn items(c: &Call) -> Vec<Value> {
+    let items = c.data.as_array().cloned().unwrap_or_default();
+    let count = c.headers.get("feed-batch").and_then(|v| v.to_str().ok());
+    assert_eq!(count, Some(items.len().to_string().as_str()), "Feed-Batch");
+    items
+}
+
+/// Done, next gate, error and `{}` answers in one batch each do what a
+/// single answer does; items of one request come from several partitions.
+async fn mixed_batch(b: Backend) {
+    let Some(db) = TestDb::new(b).await else {
+        return;
+    };
+    db.partition("p", true, false, "continue").await;
+    db.partition("q", true, false, "block").await;
+    for (id, part) in [("done", "p"), ("step", "p"), ("bad", "p"), ("empty", "q")] {
+        db.item(id, part, 0, json!({"id": id})).await;
+    }
+    let h = Handler::start(|c| {
+        let answers: Vec<Value> = items(c)
+            .iter()
+            .map(|i| match (i["id"].as_str().unwrap(), i["gate"].as_i64()) {
+                ("done", _) => Value::Null,
+                ("step", Some(0)) => json!({"gate": 1, "data": {"moved": true}}),
+                ("step", _) => json!({"done": true}),
+                ("bad", _) => json!({"error": {"message": "bad item", "no_retry": true}}),
+                _ => json!({}),
+            })
+            .collect();
+        reply(200, Value::Array(answers))
+    })
+    .await;
+    let _p = Proc::start(&db, &h.url(), &["--batch-size", "10"]);
+    db.wait_partition("p", "complete").await;
+    db.wait_partition("q", "complete").await;
+    let first = items(&h.calls()[0]);
+    assert_eq!(first.len(), 4, "every ready item in the first batch");
+    assert_eq!(first.iter().filter(|i| i["partition_id"] == "q").count(), 1);
+    let step = first.iter().find(|i| i["id"] == "step").unwrap();
+    assert_eq!(
+        (&step["gate"], &step["attempt"], &step["data"]),
+        (&json!(0), &json!(1), &json!({"id": "step"}))
+    );
+    assert!(
+        step["idempotency_key"]
+            .as_str()
+            .unwrap()
+            .starts_with("step:")
+    );
+    let row = |id| db.item_row(id);
+    let (done, stepped, bad, empty) = (
+        row("done").await,
+        row("step").await,
+        row("bad").await,
+        row("empty").await,
+    );
+    assert_eq!(
+        (done.status.as_str(), done.data),
+        ("complete", json!({"id": "done"}))
+    );
+    assert_eq!((stepped.status.as_str(), stepped.gate), ("complete", 1));
+    assert_eq!(stepped.data, json!({"moved": true}));
+    assert_eq!(bad.status, "failed");
+    assert!(bad.last_error.unwrap().contains("bad item"));
+    assert_eq!(
+        (empty.status.as_str(), empty.data),
+        ("complete", json!({"id": "empty"}))
+    );
+}
+
+/// An array one short fails every item of the batch (an attempt each,
+/// retried); the next, right-length answer completes them.
+async fn wrong_length_fails_every_item(b: Backend) {
+    let Some(db) = TestDb::new(b).await else {
+        return;
+    };
+    db.partition("p", true, false, "block").await;
+    db.item("a", "p", 0, json!(1)).await;
+    db.item("b", "p", 0, json!(2)).await;
+    let h = Handler::start(|c| {
+        let items = items(c);
+        if items.iter().all(|i| i["attempt"] == 1) {
+            reply(200, json!([null]))
+        } else {
+            reply(200, Value::Array(vec![Value::Null; items.len()]))
+        }
+    })
+    .await;
+    let _p = Proc::start(&db, &h.url(), &["--batch-size", "2"]);
+    db.wait_partition("p", "complete").await;
+    let first = items(&h.calls()[0]);
+    assert_eq!(first.len(), 2);
+    for id in ["a", "b"] {
+        let row = db.item_row(id).await;
+        assert_eq!((row.status.as_str(), row.attempts), ("complete", 2), "{id}");
+        let attempts: Vec<Value> = h
+            .calls()
+            .iter()
+            .flat_map(items)
+            .filter(|i| i["id"] == id)
+            .map(|i| i["attempt"].clone())
+            .collect();
+        assert_eq!(attempts, vec![json!(1), json!(2)], "{id}");
+    }
+}
+
+/// Data that is not JSON travels as `data_base64`; the batch request is
+/// signed over its body, and `--header` is sent with it.
+async fn non_json_data_and_signing(b: Backend) {
+    let Some(db) = TestDb::new(b).await else {
+        return;
+    };
+    db.partition("p", true, false, "block").await;
+    db.exec(
+        "INSERT INTO feed_items (id, partition_id, gate, data) VALUES (?, ?, ?, ?)",
+        vec![
+            "raw".into(),
+            "p".into(),
+            0i64.into(),
+            b"\x00\xffbytes".to_vec().into(),
+        ],
+    )
+    .await;
+    db.item("json", "p", 0, json!({"n": 1})).await;
+    let h = Handler::start(|c| {
+        let sig = c
+            .headers
+            .get("feed-signature")
+            .and_then(|v| v.to_str().ok());
+        let signed = sig.is_some_and(|s| signed(s, b"s3cret", &c.body));
+        let tagged = c.headers.get("x-tenant").is_some_and(|v| v == "t1");
+        if !(signed && tagged) {
+            return reply(
+                401,
+                json!({"error": {"message": "unsigned", "no_retry": true}}),
+            );
+        }
+        let answers: Vec<Value> = items(c)
+            .iter()
+            .map(|i| json!({"done": true, "data": {"got": i.get("data").or(i.get("data_base64"))}}))
+            .collect();
+        reply(200, Value::Array(answers))
+    })
+    .await;
+    let flags = [
+        "--batch-size",
+        "5",
+        "--signing-secret",
+        "s3cret",
+        "--header",
+        "X-Tenant: t1",
+    ];
+    let _p = Proc::start(&db, &h.url(), &flags);
+    db.wait_partition("p", "complete").await;
+    assert_eq!(
+        db.item_row("raw").await.data,
+        json!({"got": "AP9ieXRlcw=="})
+    );
+    assert_eq!(db.item_row("json").await.data, json!({"got": {"n": 1}}));
+}
