@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 
 use maud::{DOCTYPE, Markup, html};
 
-use crate::store::listing::{ItemView, Overview, Page, PartitionView};
+use crate::store::listing::{ItemView, Page, PartitionView};
+use crate::store::overview::Overview;
 use crate::store::status::ProcessorStatus;
 
 /// Characters of item data shown in a table.

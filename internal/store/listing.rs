@@ -10,7 +10,7 @@ use serde::Serialize;
 
 use super::Store;
 use super::dialect::{data_column, marks};
-use super::status::{ItemCount, ProcessorStatus};
+use super::status::ItemCount;
 use crate::{Error, Result};
 
 /// Most rows one page returns.
@@ -87,21 +87,6 @@ pub struct ItemView {
     pub data_bytes: i64,
     /// The first [`PREVIEW_BYTES`] bytes of data, as lossy UTF-8.
     pub data_preview: String,
-}
-
-/// What the overview page shows.
-#[derive(Debug, Serialize)]
-pub struct Overview {
-    /// Partitions per status.
-    pub partitions_by_status: BTreeMap<String, i64>,
-    /// Paused partitions.
-    pub paused: i64,
-    /// (minute start in epoch ms, items completed), last hour, oldest first.
-    pub completed_per_minute: Vec<(i64, i64)>,
-    /// Processor sessions.
-    pub processors: Vec<ProcessorStatus>,
-    /// The database clock (epoch ms).
-    pub now: i64,
 }
 
 /// Filters of [`Store::partitions`].
@@ -183,21 +168,6 @@ impl TryGetable for Length {
             .or_else(|_| i32::try_get_by(res, index).map(i64::from))
             .map(Length)
     }
-}
-
-/// Partitions of one status and pause state (`status, paused, COUNT(*) AS n`).
-#[derive(FromQueryResult)]
-struct PausedCount {
-    status: String,
-    paused: bool,
-    n: i64,
-}
-
-/// Items completed in one minute (`... AS bucket, COUNT(*) AS n`).
-#[derive(FromQueryResult)]
-struct MinuteCount {
-    bucket: i64,
-    n: i64,
 }
 
 /// Appends `AND column = ?` when `value` is set.
@@ -365,46 +335,5 @@ impl Store {
             return Err(Error::NotFound(format!("partition {id}")));
         }
         Ok(())
-    }
-
-    /// Partitions by status, items completed per minute over the last hour
-    /// and the processors.
-    pub async fn overview(&self) -> Result<Overview> {
-        let mut partitions_by_status = BTreeMap::new();
-        let mut paused = 0;
-        for r in self
-            .query(
-                "SELECT status, paused, COUNT(*) AS n FROM feed_partitions GROUP BY status, paused",
-                vec![],
-            )
-            .await?
-        {
-            let c = PausedCount::from_query_result(&r, "")?;
-            if c.paused {
-                paused += c.n;
-            }
-            *partitions_by_status.entry(c.status).or_default() += c.n;
-        }
-        let completed_per_minute = self
-            .query(
-                "SELECT updated_at - (updated_at % 60000) AS bucket, COUNT(*) AS n FROM feed_items \
-                 WHERE status = 'complete' AND updated_at >= {now} - 3600000 \
-                 GROUP BY updated_at - (updated_at % 60000) ORDER BY bucket",
-                vec![],
-            )
-            .await?
-            .iter()
-            .map(|r| {
-                let c = MinuteCount::from_query_result(r, "")?;
-                Ok((c.bucket, c.n))
-            })
-            .collect::<Result<Vec<_>>>()?;
-        Ok(Overview {
-            partitions_by_status,
-            paused,
-            completed_per_minute,
-            processors: self.processors().await?,
-            now: self.now_ms().await?,
-        })
     }
 }

@@ -11,6 +11,7 @@ mod dispatch;
 mod gates;
 mod leases;
 pub mod listing;
+pub mod overview;
 pub mod producer;
 pub mod prune;
 mod results;

@@ -1,0 +1,84 @@
+//! The overview page's read model: partitions by status, items completed
+//! per minute over the last hour, and the processors.
+
+use std::collections::BTreeMap;
+
+use sea_orm::FromQueryResult;
+use serde::Serialize;
+
+use super::Store;
+use super::status::ProcessorStatus;
+use crate::Result;
+
+/// What the overview page shows.
+#[derive(Debug, Serialize)]
+pub struct Overview {
+    /// Partitions per status.
+    pub partitions_by_status: BTreeMap<String, i64>,
+    /// Paused partitions.
+    pub paused: i64,
+    /// (minute start in epoch ms, items completed), last hour, oldest first.
+    pub completed_per_minute: Vec<(i64, i64)>,
+    /// Processor sessions.
+    pub processors: Vec<ProcessorStatus>,
+    /// The database clock (epoch ms).
+    pub now: i64,
+}
+
+/// Partitions of one status and pause state (`status, paused, COUNT(*) AS n`).
+#[derive(FromQueryResult)]
+struct PausedCount {
+    status: String,
+    paused: bool,
+    n: i64,
+}
+
+/// Items completed in one minute (`... AS bucket, COUNT(*) AS n`).
+#[derive(FromQueryResult)]
+struct MinuteCount {
+    bucket: i64,
+    n: i64,
+}
+
+impl Store {
+    /// Partitions by status, items completed per minute over the last hour
+    /// and the processors.
+    pub async fn overview(&self) -> Result<Overview> {
+        let mut partitions_by_status = BTreeMap::new();
+        let mut paused = 0;
+        for r in self
+            .query(
+                "SELECT status, paused, COUNT(*) AS n FROM feed_partitions GROUP BY status, paused",
+                vec![],
+            )
+            .await?
+        {
+            let c = PausedCount::from_query_result(&r, "")?;
+            if c.paused {
+                paused += c.n;
+            }
+            *partitions_by_status.entry(c.status).or_default() += c.n;
+        }
+        let completed_per_minute = self
+            .query(
+                "SELECT updated_at - (updated_at % 60000) AS bucket, COUNT(*) AS n FROM feed_items \
+                 WHERE status = 'complete' AND updated_at >= {now} - 3600000 \
+                 GROUP BY updated_at - (updated_at % 60000) ORDER BY bucket",
+                vec![],
+            )
+            .await?
+            .iter()
+            .map(|r| {
+                let c = MinuteCount::from_query_result(r, "")?;
+                Ok((c.bucket, c.n))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Overview {
+            partitions_by_status,
+            paused,
+            completed_per_minute,
+            processors: self.processors().await?,
+            now: self.now_ms().await?,
+        })
+    }
+}
