@@ -16,7 +16,9 @@ use crate::store::ReadyItem;
 /// partitions. Measured with the drain bench (10,000 items over 100
 /// partitions, against the unfair single query of before, same build):
 /// 16 per refill drained SQLite at 0.72 of it; 4 at 0.92 (MariaDB 0.91,
-/// PostgreSQL 1.04); 1 at 0.94, but then a batch holds one partition only.
+/// PostgreSQL 1.04); 1 at 0.94 (MariaDB 1.1, PostgreSQL level), but then a
+/// batch holds one partition only. So single items take one partition per
+/// refill and batches up to this many.
 const MAX_BRANCHES: usize = 4;
 
 /// Partitions one discovery may add to the rotation.
@@ -56,7 +58,10 @@ impl Dispatcher {
                 }
             }
         }
-        let parts = self.rotation.take(MAX_BRANCHES);
+        // Single items: one partition per refill, the best locality. A
+        // batch may mix partitions, so batches draw on several.
+        let per_refill = if cfg.batch_size > 1 { MAX_BRANCHES } else { 1 };
+        let parts = self.rotation.take(per_refill);
         if parts.is_empty() {
             self.more = false;
             return;
