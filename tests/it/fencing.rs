@@ -13,48 +13,78 @@ use crate::support::{Backend, Handler, Proc, TestDb, json as reply, metric, wait
 
 on_all_backends!(late_result_after_lease_change_is_rejected);
 
-async fn late_result_after_lease_change_is_rejected(b: Backend) {
-    let Some(db) = TestDb::new(b).await else {
-        return;
-    };
+/// Processor A holding partition `p` (one item `x`) with its call hanging,
+/// and a second processor B live: the scene of a lease moving mid-call.
+/// Each one's calls are answered when its `release_*` is set.
+pub struct TwoProcessors {
+    pub handler: Handler,
+    pub a: Proc,
+    pub b: Proc,
+    pub a_session: String,
+    pub b_session: String,
+    pub release_a: watch::Sender<bool>,
+    pub release_b: watch::Sender<bool>,
+}
+
+pub async fn two_processors(db: &TestDb) -> TwoProcessors {
     db.partition("p", true, false, "block").await;
     db.item("x", "p", 0, json!({"v": 0})).await;
-
     let (release_a, rx_a) = watch::channel(false);
     let (release_b, rx_b) = watch::channel(false);
     let first: Arc<Mutex<Option<String>>> = Arc::default();
-    let f = first.clone();
-    let h = Handler::start_async(move |c| {
-        let (mut rx_a, mut rx_b, f) = (rx_a.clone(), rx_b.clone(), f.clone());
+    let handler = Handler::start_async(move |c| {
+        let (mut rx_a, mut rx_b, first) = (rx_a.clone(), rx_b.clone(), first.clone());
         async move {
-            let is_a = f.lock().get_or_insert_with(|| c.processor.clone()) == &c.processor;
+            let is_a = first.lock().get_or_insert_with(|| c.processor.clone()) == &c.processor;
             let rx = if is_a { &mut rx_a } else { &mut rx_b };
             let _ = rx.wait_for(|go| *go).await;
             reply(200, json!({"done": true, "data": {"by": c.processor}}))
         }
     })
     .await;
-
     // A takes the partition and its call hangs.
-    let a = Proc::start(&db, &h.url(), &[]);
+    let a = Proc::start(db, &handler.url(), &[]);
     wait_for("A's call", Duration::from_secs(30), || async {
-        h.calls().len() == 1
+        handler.calls().len() == 1
     })
     .await;
-    let a_id = h.calls()[0].processor.clone();
-
-    // B starts; the lease moves to B while A's call is in flight.
-    let _b = Proc::start(&db, &h.url(), &[]);
+    let a_session = handler.calls()[0].processor.clone();
+    let b = Proc::start(db, &handler.url(), &[]);
     wait_for("B's session", Duration::from_secs(30), || async {
         db.sessions().await.len() == 2
     })
     .await;
-    let b_id = db
+    let b_session = db
         .sessions()
         .await
         .into_iter()
-        .find(|s| *s != a_id)
+        .find(|s| *s != a_session)
         .unwrap();
+    TwoProcessors {
+        handler,
+        a,
+        b,
+        a_session,
+        b_session,
+        release_a,
+        release_b,
+    }
+}
+
+async fn late_result_after_lease_change_is_rejected(b: Backend) {
+    let Some(db) = TestDb::new(b).await else {
+        return;
+    };
+    let TwoProcessors {
+        handler: h,
+        a,
+        b: _b,
+        a_session: a_id,
+        b_session: b_id,
+        release_a,
+        release_b,
+    } = two_processors(&db).await;
+    // The lease moves to B while A's call is in flight.
     let moved = db
         .exec(
             "UPDATE feed_partitions SET owner = ?, version = version + 1 WHERE id = 'p' AND owner = ?",

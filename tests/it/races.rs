@@ -7,10 +7,10 @@ use std::time::Duration;
 use feed::store::{HeldPartition, NewItem, OnFailure, PartitionSpec, RetryScope};
 use sea_orm::{ConnectionTrait, TransactionTrait};
 use serde_json::json;
-use tokio::sync::watch;
 
+use crate::fencing::{TwoProcessors, two_processors};
 use crate::on_all_backends;
-use crate::support::{Backend, Handler, Proc, TestDb, json as reply, metric, wait_for};
+use crate::support::{Backend, TestDb, metric, wait_for};
 
 on_all_backends!(
     fence_holds_at_commit,
@@ -27,39 +27,15 @@ async fn fence_holds_at_commit(b: Backend) {
     let Some(db) = TestDb::new(b).await else {
         return;
     };
-    db.partition("p", true, false, "block").await;
-    db.item("x", "p", 0, json!({"v": 0})).await;
-    let (release_a, rx_a) = watch::channel(false);
-    let (release_b, rx_b) = watch::channel(false);
-    let a_id: std::sync::Arc<parking_lot::Mutex<Option<String>>> = Default::default();
-    let first = a_id.clone();
-    let h = Handler::start_async(move |c| {
-        let (mut rx_a, mut rx_b, first) = (rx_a.clone(), rx_b.clone(), first.clone());
-        async move {
-            let is_a = first.lock().get_or_insert_with(|| c.processor.clone()) == &c.processor;
-            let rx = if is_a { &mut rx_a } else { &mut rx_b };
-            let _ = rx.wait_for(|go| *go).await;
-            reply(200, json!({"done": true, "data": {"by": c.processor}}))
-        }
-    })
-    .await;
-    let a = Proc::start(&db, &h.url(), &[]);
-    wait_for("A's call", Duration::from_secs(30), || async {
-        h.calls().len() == 1
-    })
-    .await;
-    let a_session = h.calls()[0].processor.clone();
-    let _b = Proc::start(&db, &h.url(), &[]);
-    wait_for("B's session", Duration::from_secs(30), || async {
-        db.sessions().await.len() == 2
-    })
-    .await;
-    let b_session = db
-        .sessions()
-        .await
-        .into_iter()
-        .find(|s| *s != a_session)
-        .unwrap();
+    let TwoProcessors {
+        handler: _h,
+        a,
+        b: _b,
+        a_session,
+        b_session,
+        release_a,
+        release_b,
+    } = two_processors(&db).await;
 
     // The lease change, uncommitted: its row lock is held.
     let txn = db.store.connection().begin().await.unwrap();
