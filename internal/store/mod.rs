@@ -11,6 +11,7 @@ mod dispatch;
 mod gates;
 mod leases;
 pub mod listing;
+pub(crate) mod nodelay;
 pub mod overview;
 pub mod producer;
 pub mod prune;
@@ -127,10 +128,17 @@ impl Store {
         let limit = statement_timeout;
         opts.map_sqlx_postgres_pool_opts(move |o| {
             o.after_release(move |conn, _| timeout::release_check(conn, limit))
+                .after_connect(|_, _| {
+                    nodelay::set_on_open_sockets();
+                    Box::pin(async { Ok(()) })
+                })
         });
         opts.map_sqlx_mysql_pool_opts(move |o| {
             o.after_release(move |conn, _| timeout::release_check(conn, limit))
-                .after_connect(move |conn, _| timeout::end_idle_transactions(conn, limit))
+                .after_connect(move |conn, _| {
+                    nodelay::set_on_open_sockets();
+                    timeout::end_idle_transactions(conn, limit)
+                })
         });
         let db = Database::connect(opts).await.map_err(|e| Error::Connect {
             url: redact(&url),
