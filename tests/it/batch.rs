@@ -5,13 +5,7 @@
 use serde_json::{Value, json};
 
 use crate::on_all_backends;
-use crate::support::{Backend, Call, Handler, Proc, TestDb, json as reply, signed};
-
-on_all_backends!(
-    mixed_batch,
-    wrong_length_fails_every_item,
-    non_json_data_and_signing,
-);
+use crate::support::{Call, Handler, Proc, TestDb, json as reply, signed};
 
 /// The items of a batch request, with `Feed-Batch` checked against them.
 fn items(c: &Call) -> Vec<Value> {
@@ -21,12 +15,10 @@ fn items(c: &Call) -> Vec<Value> {
     items
 }
 
+on_all_backends!(mixed_batch);
 /// Done, next gate, error and `{}` answers in one batch each do what a
 /// single answer does; items of one request come from several partitions.
-async fn mixed_batch(b: Backend) {
-    let Some(db) = TestDb::new(b).await else {
-        return;
-    };
+async fn mixed_batch(db: TestDb) {
     db.partition("p", true, false, "continue").await;
     db.partition("q", true, false, "block").await;
     for (id, part) in [("done", "p"), ("step", "p"), ("bad", "p"), ("empty", "q")] {
@@ -84,12 +76,10 @@ async fn mixed_batch(b: Backend) {
     );
 }
 
+on_all_backends!(wrong_length_fails_every_item);
 /// An array one short fails every item of the batch (an attempt each,
 /// retried); the next, right-length answer completes them.
-async fn wrong_length_fails_every_item(b: Backend) {
-    let Some(db) = TestDb::new(b).await else {
-        return;
-    };
+async fn wrong_length_fails_every_item(db: TestDb) {
     db.partition("p", true, false, "block").await;
     db.item("a", "p", 0, json!(1)).await;
     db.item("b", "p", 0, json!(2)).await;
@@ -120,12 +110,10 @@ async fn wrong_length_fails_every_item(b: Backend) {
     }
 }
 
+on_all_backends!(non_json_data_and_signing);
 /// Data that is not JSON travels as `data_base64`; the batch request is
 /// signed over its body, and `--header` is sent with it.
-async fn non_json_data_and_signing(b: Backend) {
-    let Some(db) = TestDb::new(b).await else {
-        return;
-    };
+async fn non_json_data_and_signing(db: TestDb) {
     db.partition("p", true, false, "block").await;
     db.exec(
         "INSERT INTO feed_items (id, partition_id, gate, data) VALUES (?, ?, ?, ?)",

@@ -11,9 +11,7 @@ use rand::seq::IndexedRandom;
 use serde_json::json;
 
 use crate::on_all_backends;
-use crate::support::{Backend, Handler, Proc, TestDb, json as reply, wait_for};
-
-on_all_backends!(hand_changes_during_chaos_strand_nothing);
+use crate::support::{Handler, Proc, TestDb, json as reply, wait_for};
 
 const PARTITIONS: usize = 40;
 /// Partition p has 1 + p % MAX_ITEMS items: small ones close early.
@@ -46,10 +44,8 @@ async fn count(db: &TestDb, sql: &str) -> i64 {
     db.query(sql, vec![]).await[0].try_get("", "n").unwrap()
 }
 
-async fn hand_changes_during_chaos_strand_nothing(b: Backend) {
-    let Some(db) = TestDb::new(b).await else {
-        return;
-    };
+on_all_backends!(hand_changes_during_chaos_strand_nothing);
+async fn hand_changes_during_chaos_strand_nothing(db: TestDb) {
     for p in 0..PARTITIONS {
         db.partition(&format!("p{p:02}"), true, false, "block")
             .await;
@@ -138,7 +134,8 @@ async fn hand_changes_during_chaos_strand_nothing(b: Backend) {
         "no partition was complete during the chaos"
     );
     eprintln!(
-        "[{b:?}] {} hand-added items; {} calls; {} processors alive",
+        "[{:?}] {} hand-added items; {} calls; {} processors alive",
+        db.backend,
         added.len(),
         h.calls().len(),
         alive.len()

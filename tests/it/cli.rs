@@ -37,18 +37,8 @@ fn text(o: &Output) -> String {
     )
 }
 
-on_all_backends!(
-    enqueue_is_all_or_nothing,
-    enqueue_refuses_low_gate_and_reopens,
-    status_and_retry,
-    metrics_move,
-    secrets_never_printed
-);
-
-async fn enqueue_is_all_or_nothing(b: Backend) {
-    let Some(db) = TestDb::new(b).await else {
-        return;
-    };
+on_all_backends!(enqueue_is_all_or_nothing);
+async fn enqueue_is_all_or_nothing(db: TestDb) {
     let bad = "{\"id\": \"a\", \"data\": {\"x\": 1}}\n{\"id\": \"b\", \"data\": 2}\n{\"id\": \"c\", \"dta\": 3}\n";
     let o = processor(
         &["enqueue", "--database-url", &db.url, "--partition", "p"],
@@ -124,10 +114,8 @@ async fn enqueue_is_all_or_nothing(b: Backend) {
     assert_eq!(n, 2);
 }
 
-async fn enqueue_refuses_low_gate_and_reopens(b: Backend) {
-    let Some(db) = TestDb::new(b).await else {
-        return;
-    };
+on_all_backends!(enqueue_refuses_low_gate_and_reopens);
+async fn enqueue_refuses_low_gate_and_reopens(db: TestDb) {
     db.partition("p", true, false, "block").await;
     db.exec(
         "UPDATE feed_partitions SET gate = 3, status = 'complete' WHERE id = 'p'",
@@ -170,10 +158,8 @@ async fn enqueue_refuses_low_gate_and_reopens(b: Backend) {
     .await;
 }
 
-async fn status_and_retry(b: Backend) {
-    let Some(db) = TestDb::new(b).await else {
-        return;
-    };
+on_all_backends!(status_and_retry);
+async fn status_and_retry(db: TestDb) {
     db.partition("p", true, false, "block").await;
     db.item("bad", "p", 0, json!({})).await;
     db.item("good", "p", 0, json!({})).await;
@@ -245,10 +231,8 @@ async fn status_and_retry(b: Backend) {
     assert_eq!(o.status.code(), Some(2), "retry needs --partition or --all");
 }
 
-async fn metrics_move(b: Backend) {
-    let Some(db) = TestDb::new(b).await else {
-        return;
-    };
+on_all_backends!(metrics_move);
+async fn metrics_move(db: TestDb) {
     db.partition("p", true, false, "block").await;
     for i in 0..4 {
         db.item(&format!("i{i}"), "p", 0, json!({})).await;
@@ -308,14 +292,12 @@ async fn metrics_move(b: Backend) {
     );
 }
 
+on_all_backends!(secrets_never_printed);
 /// A database password, the signing secret and `--header` values never
 /// appear in logs, errors, `status` or `/metrics`.
-async fn secrets_never_printed(b: Backend) {
-    let Some(db) = TestDb::new(b).await else {
-        return;
-    };
+async fn secrets_never_printed(db: TestDb) {
     // Trust auth accepts any password, so the URL can carry one.
-    let url = match b {
+    let url = match db.backend {
         Backend::Postgres => db.url.replace("postgres@", "postgres:pw-s3cret@"),
         _ => db.url.clone(),
     };

@@ -42,10 +42,8 @@ async fn gated_handler() -> (Handler, Arc<Semaphore>) {
     (h, gate)
 }
 
-async fn pause_holds_work_and_resume_continues(b: Backend) {
-    let Some(db) = TestDb::new(b).await else {
-        return;
-    };
+on_all_backends!(pause_holds_work_and_resume_continues);
+async fn pause_holds_work_and_resume_continues(db: TestDb) {
     enqueue(&db, "p", false, &[("p/1", 0), ("p/2", 0)]).await;
     enqueue(&db, "other", false, &[("o/1", 0)]).await;
     let (ok, out) = cli(&db, &["pause", "--all"]);
@@ -76,10 +74,8 @@ async fn pause_holds_work_and_resume_continues(b: Backend) {
     assert_eq!(h.calls_for("p/1").len(), 1);
 }
 
-async fn paused_in_flight_call_is_written(b: Backend) {
-    let Some(db) = TestDb::new(b).await else {
-        return;
-    };
+on_all_backends!(paused_in_flight_call_is_written);
+async fn paused_in_flight_call_is_written(db: TestDb) {
     enqueue(&db, "p", false, &[("p/1", 0)]).await;
     let (h, gate) = gated_handler().await;
     let _proc = Proc::start(&db, &h.url(), &[]);
@@ -96,10 +92,8 @@ async fn paused_in_flight_call_is_written(b: Backend) {
     .await;
 }
 
-async fn cancel_rejects_late_results(b: Backend) {
-    let Some(db) = TestDb::new(b).await else {
-        return;
-    };
+on_all_backends!(cancel_rejects_late_results);
+async fn cancel_rejects_late_results(db: TestDb) {
     enqueue(&db, "c", false, &[("c/1", 0), ("c/2", 0)]).await;
     let (h, gate) = gated_handler().await;
     let proc = Proc::start(&db, &h.url(), &["--concurrency", "1"]);
@@ -127,10 +121,8 @@ async fn cancel_rejects_late_results(b: Backend) {
     assert!(!ok && out.contains("not found"), "{out}");
 }
 
-async fn manual_checkpoint_from_the_cli(b: Backend) {
-    let Some(db) = TestDb::new(b).await else {
-        return;
-    };
+on_all_backends!(manual_checkpoint_from_the_cli);
+async fn manual_checkpoint_from_the_cli(db: TestDb) {
     enqueue(&db, "m", true, &[("m/1", 0), ("m/2", 1)]).await;
     let (ok, out) = cli(&db, &["checkpoint", "--partition", "m", "--gate", "1"]);
     assert!(!ok && out.contains("still has available items"), "{out}");
@@ -147,10 +139,8 @@ async fn manual_checkpoint_from_the_cli(b: Backend) {
     assert!(!ok && out.contains("complete"), "{out}");
 }
 
-async fn retry_one_item_from_the_cli(b: Backend) {
-    let Some(db) = TestDb::new(b).await else {
-        return;
-    };
+on_all_backends!(retry_one_item_from_the_cli);
+async fn retry_one_item_from_the_cli(db: TestDb) {
     enqueue(&db, "r", false, &[("r/1", 0), ("r/2", 0)]).await;
     let failed_once = std::sync::atomic::AtomicBool::new(false);
     let h = Handler::start(move |c| {
@@ -172,14 +162,6 @@ async fn retry_one_item_from_the_cli(b: Backend) {
     assert!(ok && out.contains("item r/1 back to available"), "{out}");
     db.wait_partition("r", "complete").await;
 }
-
-on_all_backends!(
-    pause_holds_work_and_resume_continues,
-    paused_in_flight_call_is_written,
-    cancel_rejects_late_results,
-    manual_checkpoint_from_the_cli,
-    retry_one_item_from_the_cli,
-);
 
 /// `processor status --json | head -1` exits quietly (it used to panic).
 #[tokio::test]

@@ -11,13 +11,7 @@ use parking_lot::Mutex;
 use serde_json::json;
 
 use crate::on_all_backends;
-use crate::support::{Backend, Handler, Proc, TestDb, json as reply, wait_for};
-
-on_all_backends!(
-    small_partitions_are_not_behind_a_big_one,
-    items_run_in_the_order_they_were_written,
-    an_endless_partition_does_not_starve_others
-);
+use crate::support::{Handler, Proc, TestDb, json as reply, wait_for};
 
 async fn enqueue(db: &TestDb, partition: &str, ids: impl Iterator<Item = String>) {
     let items: Vec<NewItem> = ids
@@ -43,12 +37,10 @@ async fn available(db: &TestDb, partition: &str) -> i64 {
         .unwrap()
 }
 
+on_all_backends!(small_partitions_are_not_behind_a_big_one);
 /// One partition of 5,000 items (named to sort first) and ten of 10: the
 /// ten complete while most of the big one is still waiting.
-async fn small_partitions_are_not_behind_a_big_one(b: Backend) {
-    let Some(db) = TestDb::new(b).await else {
-        return;
-    };
+async fn small_partitions_are_not_behind_a_big_one(db: TestDb) {
     enqueue(&db, "a-big", (0..5000).map(|i| format!("big-{i:05}"))).await;
     for s in 0..10 {
         enqueue(
@@ -71,12 +63,10 @@ async fn small_partitions_are_not_behind_a_big_one(b: Backend) {
     );
 }
 
+on_all_backends!(items_run_in_the_order_they_were_written);
 /// Ids sort in the opposite order to the order they were written: with one
 /// item in flight at a time they are called in the order written.
-async fn items_run_in_the_order_they_were_written(b: Backend) {
-    let Some(db) = TestDb::new(b).await else {
-        return;
-    };
+async fn items_run_in_the_order_they_were_written(db: TestDb) {
     let ids: Vec<String> = (0..30).rev().map(|i| format!("item-{i:02}")).collect();
     // Written in three transactions, to order across them too.
     for chunk in ids.chunks(10) {
@@ -89,14 +79,12 @@ async fn items_run_in_the_order_they_were_written(b: Backend) {
     assert_eq!(called, ids);
 }
 
+on_all_backends!(an_endless_partition_does_not_starve_others);
 /// One partition's 200 items answer `done: false` forever (a state machine
 /// that never ends); five small partitions must still finish, and with
 /// `--max-in-flight-per-partition 2` no partition ever has more than two
 /// calls in flight.
-async fn an_endless_partition_does_not_starve_others(b: Backend) {
-    let Some(db) = TestDb::new(b).await else {
-        return;
-    };
+async fn an_endless_partition_does_not_starve_others(db: TestDb) {
     enqueue(&db, "a-endless", (0..200).map(|i| format!("e{i:03}"))).await;
     for s in 0..5 {
         enqueue(

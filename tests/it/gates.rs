@@ -5,22 +5,12 @@ use std::time::Duration;
 use serde_json::json;
 
 use crate::on_all_backends;
-use crate::support::{Backend, Handler, Proc, TestDb, json as reply, wait_for};
+use crate::support::{Handler, Proc, TestDb, json as reply, wait_for};
 
-on_all_backends!(
-    fan_out_then_fan_in,
-    three_steps_at_one_gate,
-    plain_sql_rows,
-    auto_close_off_stays_open,
-    manual_checkpoint_holds_gate
-);
-
+on_all_backends!(fan_out_then_fan_in);
 /// Items at gate 0 move to gate 2 or finish; nothing at gate 2 is called
 /// before every gate-0 item is complete; then the partition closes.
-async fn fan_out_then_fan_in(b: Backend) {
-    let Some(db) = TestDb::new(b).await else {
-        return;
-    };
+async fn fan_out_then_fan_in(db: TestDb) {
     db.partition("resumes", true, false, "block").await;
     for i in 0..30 {
         db.item(&format!("r{i}"), "resumes", 0, json!({"n": i}))
@@ -61,12 +51,10 @@ async fn fan_out_then_fan_in(b: Backend) {
     );
 }
 
+on_all_backends!(three_steps_at_one_gate);
 /// A handler-driven state machine: three steps at the same gate; the
 /// stored data is the third step's.
-async fn three_steps_at_one_gate(b: Backend) {
-    let Some(db) = TestDb::new(b).await else {
-        return;
-    };
+async fn three_steps_at_one_gate(db: TestDb) {
     db.partition("p", true, false, "block").await;
     db.item("i", "p", 0, json!({"step": 0})).await;
     let h = Handler::start(|c| {
@@ -87,11 +75,9 @@ async fn three_steps_at_one_gate(b: Backend) {
     assert!(calls.iter().all(|c| c.attempt == 1));
 }
 
+on_all_backends!(plain_sql_rows);
 /// A producer writing only the required columns with plain SQL.
-async fn plain_sql_rows(b: Backend) {
-    let Some(db) = TestDb::new(b).await else {
-        return;
-    };
+async fn plain_sql_rows(db: TestDb) {
     db.exec("INSERT INTO feed_partitions (id) VALUES ('plain')", vec![])
         .await;
     db.exec(
@@ -117,11 +103,9 @@ async fn plain_sql_rows(b: Backend) {
     );
 }
 
+on_all_backends!(auto_close_off_stays_open);
 /// `auto_close = false`: everything done, the partition stays available.
-async fn auto_close_off_stays_open(b: Backend) {
-    let Some(db) = TestDb::new(b).await else {
-        return;
-    };
+async fn auto_close_off_stays_open(db: TestDb) {
     db.partition("open", false, false, "block").await;
     db.item("a", "open", 0, json!({})).await;
     let h = Handler::start(|_| reply(200, json!({"done": true}))).await;
@@ -141,11 +125,9 @@ async fn auto_close_off_stays_open(b: Backend) {
     assert_eq!(db.partition_status("open").await, "available");
 }
 
+on_all_backends!(manual_checkpoint_holds_gate);
 /// `manual_checkpoint`: the gate stays until the user moves it.
-async fn manual_checkpoint_holds_gate(b: Backend) {
-    let Some(db) = TestDb::new(b).await else {
-        return;
-    };
+async fn manual_checkpoint_holds_gate(db: TestDb) {
     db.partition("m", true, true, "block").await;
     db.item("g0", "m", 0, json!({})).await;
     db.item("g1", "m", 1, json!({})).await;

@@ -13,24 +13,15 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use crate::on_all_backends;
 use crate::support::{Backend, Handler, Proc, TestDb, free_port, json as reply, wait_for};
 
-on_all_backends!(
-    misbehaving_handlers,
-    broken_connections,
-    hand_written_rows,
-    signed_requests_verify
-);
-
 const BEHAVIOURS: &[&str] = &[
     "slow", "nonjson", "gate_x", "neg_gate", "done_str", "big", "r301", "r302", "r429", "r503date",
     "ok", "array",
 ];
 
+on_all_backends!(misbehaving_handlers);
 /// Every kind of bad answer at once, one item each; `continue` so the
 /// partition closes when they are settled.
-async fn misbehaving_handlers(b: Backend) {
-    let Some(db) = TestDb::new(b).await else {
-        return;
-    };
+async fn misbehaving_handlers(db: TestDb) {
     db.partition("p", true, false, "continue").await;
     for name in BEHAVIOURS {
         db.item(name, "p", 0, json!({"keep": name})).await;
@@ -130,12 +121,10 @@ async fn misbehaving_handlers(b: Backend) {
     }
 }
 
+on_all_backends!(broken_connections);
 /// A handler whose connection dies: cut off mid-body, or reset. Each is a
 /// failed attempt (retried), the data is kept, and the processor goes on.
-async fn broken_connections(b: Backend) {
-    let Some(db) = TestDb::new(b).await else {
-        return;
-    };
+async fn broken_connections(db: TestDb) {
     db.partition("p", true, false, "continue").await;
     db.item("cut", "p", 0, json!({"keep": 1})).await;
     db.item("reset", "p", 0, json!({"keep": 2})).await;
@@ -190,12 +179,10 @@ async fn broken_connections(b: Backend) {
     assert!(p.terminate().success());
 }
 
+on_all_backends!(hand_written_rows);
 /// Rows written by hand that Feed cannot run are failed with a
 /// `last_error` that says why; a far gate is reached in one step.
-async fn hand_written_rows(b: Backend) {
-    let Some(db) = TestDb::new(b).await else {
-        return;
-    };
+async fn hand_written_rows(db: TestDb) {
     db.partition("p", true, false, "continue").await;
     db.item("ok", "p", 0, json!({})).await;
     db.item("far", "p", 1000, json!({})).await;
@@ -243,12 +230,10 @@ async fn hand_written_rows(b: Backend) {
     assert!(p.terminate().success());
 }
 
+on_all_backends!(signed_requests_verify);
 /// `Feed-Signature` verifies with the secret (read from a file) and a
 /// tampered body does not.
-async fn signed_requests_verify(b: Backend) {
-    let Some(db) = TestDb::new(b).await else {
-        return;
-    };
+async fn signed_requests_verify(db: TestDb) {
     db.partition("p", true, false, "block").await;
     db.item("i", "p", 0, json!({"amount": 10})).await;
     let dir = tempfile::tempdir().unwrap();

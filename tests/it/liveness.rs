@@ -10,24 +10,13 @@ use serde_json::json;
 
 use crate::cli::processor;
 use crate::on_all_backends;
-use crate::support::{Backend, Handler, Proc, TestDb, json as reply, wait_for};
+use crate::support::{Handler, Proc, TestDb, json as reply, wait_for};
 
-on_all_backends!(
-    failed_gate_check_is_retried,
-    changes_by_hand_are_noticed,
-    plain_insert_into_complete_partition_reopens_it,
-    capped_share_is_taken_up,
-    capped_processor_makes_room,
-    retry_after_the_gate_moved_on_runs_at_the_current_gate
-);
-
+on_all_backends!(failed_gate_check_is_retried);
 /// The database refuses every gate advance for a while (a fault injected
 /// with a trigger): the check fails, the partition keeps its mark, and once
 /// the fault is gone it advances and closes.
-async fn failed_gate_check_is_retried(b: Backend) {
-    let Some(db) = TestDb::new(b).await else {
-        return;
-    };
+async fn failed_gate_check_is_retried(db: TestDb) {
     db.partition("p", true, false, "block").await;
     db.item("a", "p", 0, json!({})).await;
     db.item("b", "p", 1, json!({})).await;
@@ -46,12 +35,10 @@ async fn failed_gate_check_is_retried(b: Backend) {
     assert_eq!(db.item_row("b").await.status, "complete");
 }
 
+on_all_backends!(changes_by_hand_are_noticed);
 /// Items deleted or completed by hand while the partition waits on them:
 /// the processor notices within an acquire cycle and the partition moves on.
-async fn changes_by_hand_are_noticed(b: Backend) {
-    let Some(db) = TestDb::new(b).await else {
-        return;
-    };
+async fn changes_by_hand_are_noticed(db: TestDb) {
     for p in ["deleted", "completed"] {
         db.partition(p, true, false, "block").await;
         db.item(&format!("{p}-0"), p, 0, json!({})).await;
@@ -94,12 +81,10 @@ async fn changes_by_hand_are_noticed(b: Backend) {
     assert_eq!(db.item_row("completed-1").await.status, "complete");
 }
 
+on_all_backends!(plain_insert_into_complete_partition_reopens_it);
 /// A producer adds an item to a complete partition with a plain INSERT
 /// (not reopening it): a processor reopens the partition and runs the item.
-async fn plain_insert_into_complete_partition_reopens_it(b: Backend) {
-    let Some(db) = TestDb::new(b).await else {
-        return;
-    };
+async fn plain_insert_into_complete_partition_reopens_it(db: TestDb) {
     db.partition("p", true, false, "block").await;
     db.item("first", "p", 0, json!({})).await;
     let h = Handler::start(|_| reply(200, json!({"done": true}))).await;
@@ -114,12 +99,10 @@ async fn plain_insert_into_complete_partition_reopens_it(b: Backend) {
     assert_eq!(h.calls_for("late").len(), 1);
 }
 
+on_all_backends!(capped_share_is_taken_up);
 /// Ten partitions, one processor capped at 2 and one uncapped: the
 /// uncapped one takes up the capped one's unused share and all complete.
-async fn capped_share_is_taken_up(b: Backend) {
-    let Some(db) = TestDb::new(b).await else {
-        return;
-    };
+async fn capped_share_is_taken_up(db: TestDb) {
     for p in 0..10 {
         db.partition(&format!("p{p}"), true, false, "block").await;
         for i in 0..3 {
@@ -173,12 +156,10 @@ async fn capped_share_is_taken_up(b: Backend) {
     drop((capped, free));
 }
 
+on_all_backends!(capped_processor_makes_room);
 /// A processor capped at 2 holds two idle partitions; a third partition
 /// gets work: the capped processor gives an idle one back and runs it.
-async fn capped_processor_makes_room(b: Backend) {
-    let Some(db) = TestDb::new(b).await else {
-        return;
-    };
+async fn capped_processor_makes_room(db: TestDb) {
     db.partition("idle1", false, false, "block").await;
     db.partition("idle2", false, false, "block").await;
     let h = Handler::start(|_| reply(200, json!({"done": true}))).await;
@@ -198,13 +179,11 @@ async fn capped_processor_makes_room(b: Backend) {
     assert_eq!(h.calls_for("job").len(), 1);
 }
 
+on_all_backends!(retry_after_the_gate_moved_on_runs_at_the_current_gate);
 /// In an `on_failure = continue` partition an item failed at gate 0 while
 /// the partition went on to gate 1 and closed. `processor retry` runs it
 /// again at gate 1 and says so.
-async fn retry_after_the_gate_moved_on_runs_at_the_current_gate(b: Backend) {
-    let Some(db) = TestDb::new(b).await else {
-        return;
-    };
+async fn retry_after_the_gate_moved_on_runs_at_the_current_gate(db: TestDb) {
     db.partition("p", true, false, "continue").await;
     db.item("x", "p", 0, json!({})).await;
     db.item("y", "p", 0, json!({})).await;

@@ -10,24 +10,11 @@ use axum::response::IntoResponse;
 use serde_json::json;
 
 use crate::on_all_backends;
-use crate::support::{Backend, Handler, Proc, TestDb, free_port, json as reply, wait_for};
+use crate::support::{Handler, Proc, TestDb, free_port, json as reply, wait_for};
 
-on_all_backends!(
-    retry_then_success,
-    exhausted_attempts_fail_partition,
-    on_failure_continue_closes,
-    no_retry_fails_at_once,
-    non_retryable_4xx,
-    retry_after_is_honoured,
-    gate_below_partition_gate_fails,
-    handler_down_then_up,
-);
-
+on_all_backends!(retry_then_success);
 /// Two 500s then success: three attempts, 1-based `Feed-Attempt`, one idempotency key.
-async fn retry_then_success(b: Backend) {
-    let Some(db) = TestDb::new(b).await else {
-        return;
-    };
+async fn retry_then_success(db: TestDb) {
     db.partition("p", true, false, "block").await;
     db.item("i", "p", 0, json!({"v": 1})).await;
     let h = Handler::start(|c| {
@@ -62,12 +49,10 @@ async fn retry_then_success(b: Backend) {
     assert_eq!(row.last_error, None);
 }
 
+on_all_backends!(exhausted_attempts_fail_partition);
 /// Every attempt fails: the item is `failed` with `attempts` and
 /// `last_error`; the partition is `failed`.
-async fn exhausted_attempts_fail_partition(b: Backend) {
-    let Some(db) = TestDb::new(b).await else {
-        return;
-    };
+async fn exhausted_attempts_fail_partition(db: TestDb) {
     db.partition("p", true, false, "block").await;
     db.item("bad", "p", 0, json!({})).await;
     db.item("good", "p", 0, json!({})).await;
@@ -98,11 +83,9 @@ async fn exhausted_attempts_fail_partition(b: Backend) {
     assert_eq!(db.item_row("later").await.status, "available");
 }
 
+on_all_backends!(on_failure_continue_closes);
 /// `on_failure = continue`: failed items count as finished.
-async fn on_failure_continue_closes(b: Backend) {
-    let Some(db) = TestDb::new(b).await else {
-        return;
-    };
+async fn on_failure_continue_closes(db: TestDb) {
     db.partition("p", true, false, "continue").await;
     db.item("bad", "p", 0, json!({})).await;
     db.item("later", "p", 1, json!({})).await;
@@ -120,11 +103,9 @@ async fn on_failure_continue_closes(b: Backend) {
     assert_eq!(db.item_row("later").await.status, "complete");
 }
 
+on_all_backends!(no_retry_fails_at_once);
 /// `{"error": {"no_retry": true}}` fails the item on the first attempt.
-async fn no_retry_fails_at_once(b: Backend) {
-    let Some(db) = TestDb::new(b).await else {
-        return;
-    };
+async fn no_retry_fails_at_once(db: TestDb) {
     db.partition("p", true, false, "block").await;
     db.item("i", "p", 0, json!({"keep": "me"})).await;
     let h = Handler::start(|_| {
@@ -143,12 +124,10 @@ async fn no_retry_fails_at_once(b: Backend) {
     assert_eq!(h.calls().len(), 1);
 }
 
+on_all_backends!(non_retryable_4xx);
 /// 404 and 422 are not retried, also when the body is an `{"error": …}`
 /// answer that does not say `no_retry`: the status decides.
-async fn non_retryable_4xx(b: Backend) {
-    let Some(db) = TestDb::new(b).await else {
-        return;
-    };
+async fn non_retryable_4xx(db: TestDb) {
     db.partition("p", true, false, "continue").await;
     db.item("nf", "p", 0, json!({})).await;
     db.item("ue", "p", 0, json!({})).await;
@@ -174,12 +153,10 @@ async fn non_retryable_4xx(b: Backend) {
     assert_eq!(h.calls_for("eb").len(), 1, "a 422 error answer was retried");
 }
 
+on_all_backends!(retry_after_is_honoured);
 /// 429 with `Retry-After: 2`: the retry waits at least that long, even
 /// with a tiny backoff, and the delay is stored in `not_before`.
-async fn retry_after_is_honoured(b: Backend) {
-    let Some(db) = TestDb::new(b).await else {
-        return;
-    };
+async fn retry_after_is_honoured(db: TestDb) {
     db.partition("p", true, false, "block").await;
     db.item("i", "p", 0, json!({})).await;
     let h = Handler::start(|c| {
@@ -215,12 +192,10 @@ async fn retry_after_is_honoured(b: Backend) {
     );
 }
 
+on_all_backends!(gate_below_partition_gate_fails);
 /// A handler answering a gate below the partition's gate fails the item
 /// with a message that says so.
-async fn gate_below_partition_gate_fails(b: Backend) {
-    let Some(db) = TestDb::new(b).await else {
-        return;
-    };
+async fn gate_below_partition_gate_fails(db: TestDb) {
     db.partition("p", true, false, "block").await;
     db.item("i", "p", 1, json!({})).await;
     db.exec("UPDATE feed_partitions SET gate = 1 WHERE id = 'p'", vec![])
@@ -237,12 +212,10 @@ async fn gate_below_partition_gate_fails(b: Backend) {
     );
 }
 
+on_all_backends!(handler_down_then_up);
 /// The handler is down (connection refused) for a while: no attempts are
 /// burned; once it is up everything finishes on the first attempt.
-async fn handler_down_then_up(b: Backend) {
-    let Some(db) = TestDb::new(b).await else {
-        return;
-    };
+async fn handler_down_then_up(db: TestDb) {
     db.partition("p", true, false, "block").await;
     for i in 0..5 {
         db.item(&format!("i{i}"), "p", 0, json!({})).await;

@@ -4,18 +4,14 @@
 use serde_json::json;
 
 use crate::on_all_backends;
-use crate::support::{Backend, Handler, Proc, TestDb, json as reply};
+use crate::support::{Handler, Proc, TestDb, json as reply};
 
-on_all_backends!(refused_row_costs_only_itself, unstorable_errors_are_cleaned);
-
+on_all_backends!(refused_row_costs_only_itself);
 /// The database refuses one item's result (a fault injected with a
 /// trigger): the other items of the partition are written normally, the
 /// refused one is recorded as a failed attempt that says why, and with
 /// `--max-attempts 2` it fails after exactly two calls.
-async fn refused_row_costs_only_itself(b: Backend) {
-    let Some(db) = TestDb::new(b).await else {
-        return;
-    };
+async fn refused_row_costs_only_itself(db: TestDb) {
     db.partition("p", true, false, "continue").await;
     for i in 0..20 {
         db.item(&format!("ok{i}"), "p", 0, json!({})).await;
@@ -48,13 +44,11 @@ async fn refused_row_costs_only_itself(b: Backend) {
     assert_eq!(h.calls_for("bad").len(), 2, "one call per counted attempt");
 }
 
+on_all_backends!(unstorable_errors_are_cleaned);
 /// Handler error messages with a NUL character (PostgreSQL refuses it in
 /// text) and of 70,000 characters (more than MariaDB's TEXT holds) are
 /// stored cleaned and cut, as counted attempts with a backoff.
-async fn unstorable_errors_are_cleaned(b: Backend) {
-    let Some(db) = TestDb::new(b).await else {
-        return;
-    };
+async fn unstorable_errors_are_cleaned(db: TestDb) {
     db.partition("p", true, false, "continue").await;
     db.item("nul", "p", 0, json!({})).await;
     db.item("long", "p", 0, json!({})).await;

@@ -268,20 +268,60 @@ where
     panic!("timed out waiting for: {what}");
 }
 
-/// Declares one test per backend for an `async fn(Backend)`.
+/// What a test is handed for a backend: [`TestDb`] (migrated) or
+/// [`EmptyDb`] (without Feed's tables). None skips the test (the server is
+/// unreachable outside CI).
+pub trait Fixture: Sized {
+    fn prepare(backend: Backend) -> impl Future<Output = Option<Self>>;
+}
+
+impl Fixture for TestDb {
+    async fn prepare(backend: Backend) -> Option<TestDb> {
+        TestDb::new(backend).await
+    }
+}
+
+/// A fresh database without Feed's tables.
+pub struct EmptyDb(pub TestDb);
+
+impl Fixture for EmptyDb {
+    async fn prepare(backend: Backend) -> Option<EmptyDb> {
+        TestDb::empty(backend).await.map(EmptyDb)
+    }
+}
+
+/// The fixture `test` takes, for `backend`.
+pub fn fixture_for<D: Fixture, Fut>(
+    _test: impl FnOnce(D) -> Fut,
+    backend: Backend,
+) -> impl Future<Output = Option<D>> {
+    D::prepare(backend)
+}
+
+/// Declares `async fn $name(db: TestDb)` (or `EmptyDb`) as one test per
+/// listed backend, in a module of that name.
+#[macro_export]
+macro_rules! backend_tests {
+    ($name:ident: $($test:ident => $backend:ident),*) => {
+        mod $name {
+            use $crate::support::{Backend, fixture_for};
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() {
+                    if let Some(fixture) = fixture_for(super::$name, Backend::$backend).await {
+                        super::$name(fixture).await
+                    }
+                }
+            )*
+        }
+    };
+}
+
+/// Declares one test per backend (SQLite, PostgreSQL, MariaDB) for
+/// `async fn $name(db: TestDb)`.
 #[macro_export]
 macro_rules! on_all_backends {
-    ($($name:ident),* $(,)?) => {
-        $(
-            mod $name {
-                use $crate::support::Backend;
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn sqlite() { super::$name(Backend::Sqlite).await }
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn postgres() { super::$name(Backend::Postgres).await }
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn mariadb() { super::$name(Backend::Mysql).await }
-            }
-        )*
+    ($name:ident) => {
+        $crate::backend_tests!($name: sqlite => Sqlite, postgres => Postgres, mariadb => Mysql);
     };
 }
