@@ -5,7 +5,7 @@
 use serde_json::{Value, json};
 
 use crate::on_all_backends;
-use crate::support::{Call, Handler, Proc, TestDb, json as reply, signed};
+use crate::support::{Call, Handler, Proc, Scene, TestDb, json as reply, signed};
 
 /// The items of a batch request, with `Feed-Batch` checked against them.
 fn items(c: &Call) -> Vec<Value> {
@@ -24,7 +24,7 @@ async fn mixed_batch(db: TestDb) {
     for (id, part) in [("done", "p"), ("step", "p"), ("bad", "p"), ("empty", "q")] {
         db.item(id, part, 0, json!({"id": id})).await;
     }
-    let h = Handler::start(|c| {
+    let Scene(h, _p) = Scene::start(&db, &["--batch-size", "10"], |c| {
         let answers: Vec<Value> = items(c)
             .iter()
             .map(|i| match (i["id"].as_str().unwrap(), i["gate"].as_i64()) {
@@ -38,7 +38,6 @@ async fn mixed_batch(db: TestDb) {
         reply(200, Value::Array(answers))
     })
     .await;
-    let _p = Proc::start(&db, &h.url(), &["--batch-size", "10"]);
     db.wait_partition("p", "complete").await;
     db.wait_partition("q", "complete").await;
     let first = items(&h.calls()[0]);
@@ -83,7 +82,7 @@ async fn wrong_length_fails_every_item(db: TestDb) {
     db.partition("p", true, false, "block").await;
     db.item("a", "p", 0, json!(1)).await;
     db.item("b", "p", 0, json!(2)).await;
-    let h = Handler::start(|c| {
+    let Scene(h, _p) = Scene::start(&db, &["--batch-size", "2"], |c| {
         let items = items(c);
         if items.iter().all(|i| i["attempt"] == 1) {
             reply(200, json!([null]))
@@ -92,7 +91,6 @@ async fn wrong_length_fails_every_item(db: TestDb) {
         }
     })
     .await;
-    let _p = Proc::start(&db, &h.url(), &["--batch-size", "2"]);
     db.wait_partition("p", "complete").await;
     let first = items(&h.calls()[0]);
     assert_eq!(first.len(), 2);

@@ -11,7 +11,7 @@ use rand::seq::IndexedRandom;
 use serde_json::json;
 
 use crate::on_all_backends;
-use crate::support::{Handler, Proc, TestDb, json as reply, wait_for};
+use crate::support::{Handler, Proc, TestDb, done, json as reply, wait_for};
 
 const PARTITIONS: usize = 40;
 /// Partition p has 1 + p % MAX_ITEMS items: small ones close early.
@@ -20,7 +20,7 @@ const MAX_ITEMS: usize = 8;
 /// Each item moves 0 → 1 → 2 and is done there.
 fn answer(gate: i64) -> axum::response::Response {
     if gate >= 2 {
-        reply(200, json!({"done": true}))
+        done()
     } else {
         reply(200, json!({"gate": gate + 1}))
     }

@@ -8,7 +8,9 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::on_all_backends;
-use crate::support::{Backend, Handler, Proc, TestDb, json as reply, metric, wait_for};
+use crate::support::{
+    Backend, Handler, Proc, Scene, TestDb, done, json as reply, metric, wait_for,
+};
 
 /// Runs `processor args…` with `stdin`.
 pub fn processor(args: &[&str], stdin: &str) -> Output {
@@ -148,8 +150,7 @@ async fn enqueue_refuses_low_gate_and_reopens(db: TestDb) {
         "gate defaults to the partition's gate"
     );
 
-    let h = Handler::start(|_| reply(200, json!({"done": true}))).await;
-    let _p = Proc::start(&db, &h.url(), &[]);
+    let Scene(_h, _p) = Scene::start(&db, &[], |_| done()).await;
     wait_for(
         "reopened partition complete",
         Duration::from_secs(30),
@@ -161,22 +162,20 @@ async fn enqueue_refuses_low_gate_and_reopens(db: TestDb) {
 on_all_backends!(status_and_retry);
 async fn status_and_retry(db: TestDb) {
     db.partition("p", true, false, "block").await;
-    db.item("bad", "p", 0, json!({})).await;
-    db.item("good", "p", 0, json!({})).await;
+    db.items("p", 0, &["bad", "good"]).await;
     let fail = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
     let f = fail.clone();
-    let h = Handler::start(move |c| {
+    let Scene(_h, p) = Scene::start(&db, &[], move |c| {
         if c.item == "bad" && f.load(std::sync::atomic::Ordering::SeqCst) {
             reply(
                 200,
                 json!({"error": {"message": "cannot parse resume", "no_retry": true}}),
             )
         } else {
-            reply(200, json!({"done": true}))
+            done()
         }
     })
     .await;
-    let p = Proc::start(&db, &h.url(), &[]);
     db.wait_partition("p", "failed").await;
     let o = processor(&["status", "--database-url", &db.url, "--json"], "");
     assert!(o.status.success(), "{}", text(&o));
@@ -238,15 +237,14 @@ async fn metrics_move(db: TestDb) {
         db.item(&format!("i{i}"), "p", 0, json!({})).await;
     }
     db.item("g1", "p", 1, json!({})).await;
-    let h = Handler::start(|c| {
+    let Scene(_h, p) = Scene::start(&db, &[], |c| {
         if c.item == "i0" && c.attempt == 1 {
             reply(500, json!({}))
         } else {
-            reply(200, json!({"done": true}))
+            done()
         }
     })
     .await;
-    let p = Proc::start(&db, &h.url(), &[]);
     db.wait_partition("p", "complete").await;
     let m = p.metrics().await;
     assert_eq!(metric(&m, "feed_items_total{outcome=\"done\"}"), 5.0, "{m}");
@@ -312,7 +310,7 @@ async fn secrets_never_printed(db: TestDb) {
         if auth != "Bearer tok-s3cret" {
             return reply(401, json!({}));
         }
-        reply(200, json!({"done": true}))
+        done()
     })
     .await;
     let secret_db = clone_url(&db, &url);
@@ -515,8 +513,7 @@ async fn json_logs() {
     };
     db.partition("p", true, false, "block").await;
     db.item("i", "p", 0, json!({})).await;
-    let h = Handler::start(|_| reply(200, json!({"done": true}))).await;
-    let mut p = Proc::start(&db, &h.url(), &["--log-format", "json"]);
+    let Scene(_h, mut p) = Scene::start(&db, &["--log-format", "json"], |_| done()).await;
     db.wait_partition("p", "complete").await;
     assert!(p.terminate().success());
     let log = p.log();

@@ -10,7 +10,9 @@ use tokio::sync::Semaphore;
 use crate::cli::processor;
 use crate::console_api::enqueue;
 use crate::on_all_backends;
-use crate::support::{Backend, Handler, Proc, TestDb, json as reply, metric, wait_for};
+use crate::support::{
+    Backend, Handler, Proc, Scene, TestDb, done, json as reply, metric, wait_for,
+};
 
 const MINUTE: std::time::Duration = std::time::Duration::from_secs(60);
 
@@ -35,7 +37,7 @@ async fn gated_handler() -> (Handler, Arc<Semaphore>) {
         let g = g.clone();
         async move {
             g.acquire().await.unwrap().forget();
-            reply(200, json!({ "done": true }))
+            done()
         }
     })
     .await;
@@ -50,8 +52,7 @@ async fn pause_holds_work_and_resume_continues(db: TestDb) {
     assert!(ok && out.contains("2 partitions paused"), "{out}");
     let (ok, out) = cli(&db, &["resume", "--partition", "other"]);
     assert!(ok && out.contains("partition other resumed"), "{out}");
-    let h = Handler::start(|_| reply(200, json!({ "done": true }))).await;
-    let _proc = Proc::start(&db, &h.url(), &[]);
+    let Scene(h, _proc) = Scene::start(&db, &[], |_| done()).await;
     db.wait_partition("other", "complete").await;
     wait_for("p held", MINUTE, || async {
         db.partition_row("p").await.2.is_some()
@@ -126,8 +127,7 @@ async fn manual_checkpoint_from_the_cli(db: TestDb) {
     enqueue(&db, "m", true, &[("m/1", 0), ("m/2", 1)]).await;
     let (ok, out) = cli(&db, &["checkpoint", "--partition", "m", "--gate", "1"]);
     assert!(!ok && out.contains("still has available items"), "{out}");
-    let h = Handler::start(|_| reply(200, json!({ "done": true }))).await;
-    let _proc = Proc::start(&db, &h.url(), &[]);
+    let Scene(_h, _proc) = Scene::start(&db, &[], |_| done()).await;
     wait_for("m/1 complete", MINUTE, || async {
         db.item_row("m/1").await.status == "complete"
     })
@@ -143,18 +143,17 @@ on_all_backends!(retry_one_item_from_the_cli);
 async fn retry_one_item_from_the_cli(db: TestDb) {
     enqueue(&db, "r", false, &[("r/1", 0), ("r/2", 0)]).await;
     let failed_once = std::sync::atomic::AtomicBool::new(false);
-    let h = Handler::start(move |c| {
+    let Scene(_h, _proc) = Scene::start(&db, &[], move |c| {
         if c.item == "r/1" && !failed_once.swap(true, std::sync::atomic::Ordering::SeqCst) {
             reply(
                 500,
                 json!({ "error": { "message": "boom", "no_retry": true } }),
             )
         } else {
-            reply(200, json!({ "done": true }))
+            done()
         }
     })
     .await;
-    let _proc = Proc::start(&db, &h.url(), &[]);
     db.wait_partition("r", "failed").await;
     let (ok, out) = cli(&db, &["retry", "--item", "r/2"]);
     assert!(!ok && out.contains("not failed"), "{out}");
@@ -194,8 +193,7 @@ async fn closed_pipe_is_quiet() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grafana_dashboard_uses_exported_metrics() {
     let db = TestDb::new(Backend::Sqlite).await.unwrap();
-    let h = Handler::start(|_| reply(200, json!({ "done": true }))).await;
-    let proc = Proc::start(&db, &h.url(), &[]);
+    let Scene(_h, proc) = Scene::start(&db, &[], |_| done()).await;
     wait_for("metrics", MINUTE, || async {
         proc.metrics().await.contains("feed_sessions_alive")
     })

@@ -11,7 +11,7 @@ use parking_lot::Mutex;
 use serde_json::json;
 
 use crate::on_all_backends;
-use crate::support::{Handler, Proc, TestDb, json as reply, wait_for};
+use crate::support::{Handler, Proc, Scene, TestDb, done, json as reply, wait_for};
 
 async fn enqueue(db: &TestDb, partition: &str, ids: impl Iterator<Item = String>) {
     let items: Vec<NewItem> = ids
@@ -50,8 +50,7 @@ async fn small_partitions_are_not_behind_a_big_one(db: TestDb) {
         )
         .await;
     }
-    let h = Handler::start(|_| reply(200, json!({"done": true}))).await;
-    let _p = Proc::start(&db, &h.url(), &["--concurrency", "8"]);
+    let Scene(_h, _p) = Scene::start(&db, &["--concurrency", "8"], |_| done()).await;
     for s in 0..10 {
         db.wait_partition(&format!("s{s}"), "complete").await;
     }
@@ -72,8 +71,7 @@ async fn items_run_in_the_order_they_were_written(db: TestDb) {
     for chunk in ids.chunks(10) {
         enqueue(&db, "p", chunk.iter().cloned()).await;
     }
-    let h = Handler::start(|_| reply(200, json!({"done": true}))).await;
-    let _p = Proc::start(&db, &h.url(), &["--concurrency", "1"]);
+    let Scene(h, _p) = Scene::start(&db, &["--concurrency", "1"], |_| done()).await;
     db.wait_partition("p", "complete").await;
     let called: Vec<String> = h.calls().into_iter().map(|c| c.item).collect();
     assert_eq!(called, ids);

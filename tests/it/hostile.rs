@@ -11,7 +11,9 @@ use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::on_all_backends;
-use crate::support::{Backend, Handler, Proc, TestDb, free_port, json as reply, wait_for};
+use crate::support::{
+    Backend, Handler, Proc, Scene, TestDb, done, free_port, json as reply, retry_after, wait_for,
+};
 
 const BEHAVIOURS: &[&str] = &[
     "slow", "nonjson", "gate_x", "neg_gate", "done_str", "big", "r301", "r302", "r429", "r503date",
@@ -31,7 +33,7 @@ async fn misbehaving_handlers(db: TestDb) {
         match c.item.as_str() {
             "slow" => {
                 tokio::time::sleep(Duration::from_secs(3)).await;
-                reply(200, json!({"done": true}))
+                done()
             }
             "nonjson" => (StatusCode::OK, "<html>oops</html>").into_response(),
             "gate_x" => reply(200, json!({"gate": "x"})),
@@ -48,15 +50,13 @@ async fn misbehaving_handlers(db: TestDb) {
             "r302" => {
                 (StatusCode::FOUND, [("Location", "http://example.com/")], "").into_response()
             }
-            "r429" if first => {
-                (StatusCode::TOO_MANY_REQUESTS, [("Retry-After", "1")], "").into_response()
-            }
+            "r429" if first => retry_after(429, "1", ""),
             "r503date" if first => {
                 let when =
                     httpdate::fmt_http_date(std::time::SystemTime::now() + Duration::from_secs(2));
-                (StatusCode::SERVICE_UNAVAILABLE, [("Retry-After", when)], "").into_response()
+                retry_after(503, &when, "")
             }
-            _ => reply(200, json!({"done": true})),
+            _ => done(),
         }
     })
     .await;
@@ -72,10 +72,7 @@ async fn misbehaving_handlers(db: TestDb) {
             "1000",
         ],
     );
-    wait_for("ok item complete", Duration::from_secs(30), || async {
-        db.item_row("ok").await.status == "complete"
-    })
-    .await;
+    db.wait_item("ok", "complete").await;
     db.wait_partition("p", "complete").await;
     let expect: &[(&str, &str, i32, &str)] = &[
         ("slow", "failed", 2, "--request-timeout"),
@@ -201,8 +198,7 @@ async fn hand_written_rows(db: TestDb) {
         )
         .await;
     assert!(orphan.is_err(), "an item without a partition was accepted");
-    let h = Handler::start(|_| reply(200, json!({"done": true}))).await;
-    let p = Proc::start(&db, &h.url(), &[]);
+    let Scene(h, p) = Scene::start(&db, &[], |_| done()).await;
     db.wait_partition("p", "complete").await;
     let (_, gate, _) = db.partition_row("p").await;
     assert_eq!(
@@ -288,7 +284,7 @@ async fn database_unreachable_at_start() {
     let url = db
         .url
         .replace("127.0.0.1:5432", &format!("127.0.0.1:{port}"));
-    let h = Handler::start(|_| reply(200, json!({"done": true}))).await;
+    let h = Handler::start(|_| done()).await;
     let p = Proc::start(&TestDb::alias(&db, &url), &h.url(), &[]);
     let ready = format!("http://{}/readyz", p.listen.as_ref().unwrap());
     wait_for(
@@ -327,12 +323,11 @@ async fn postgres_connections_killed() {
     for i in 0..200 {
         db.item(&format!("i{i}"), "p", 0, json!({"n": i})).await;
     }
-    let h = Handler::start_async(|_| async {
+    let Scene(_h, mut p) = Scene::start_async(&db, &["--concurrency", "8"], |_| async {
         tokio::time::sleep(Duration::from_millis(20)).await;
-        reply(200, json!({"done": true}))
+        done()
     })
     .await;
-    let mut p = Proc::start(&db, &h.url(), &["--concurrency", "8"]);
     let name = db.url.rsplit('/').next().unwrap().to_string();
     for _ in 0..4 {
         tokio::time::sleep(Duration::from_millis(400)).await;

@@ -4,13 +4,11 @@
 
 use std::time::Duration;
 
-use axum::http::StatusCode;
-use axum::response::IntoResponse;
 use serde_json::json;
 
 use crate::cli::processor;
 use crate::on_all_backends;
-use crate::support::{Handler, Proc, TestDb, json as reply, wait_for};
+use crate::support::{Handler, Proc, Scene, TestDb, done, json as reply, retry_after, wait_for};
 
 on_all_backends!(failed_gate_check_is_retried);
 /// The database refuses every gate advance for a while (a fault injected
@@ -22,8 +20,7 @@ async fn failed_gate_check_is_retried(db: TestDb) {
     db.item("b", "p", 1, json!({})).await;
     db.refuse("no_advance", "feed_partitions", "NEW.gate <> OLD.gate")
         .await;
-    let h = Handler::start(|_| reply(200, json!({"done": true}))).await;
-    let p = Proc::start(&db, &h.url(), &[]);
+    let Scene(_h, p) = Scene::start(&db, &[], |_| done()).await;
     wait_for("a failed gate check", Duration::from_secs(30), || async {
         p.log().contains("gate check failed")
     })
@@ -45,20 +42,14 @@ async fn changes_by_hand_are_noticed(db: TestDb) {
         db.item(&format!("{p}-1"), p, 1, json!({})).await;
     }
     // Gate-0 items are answered "later" (a long Retry-After), so they wait.
-    let h = Handler::start(|c| {
+    let Scene(h, _p) = Scene::start(&db, &[], |c| {
         if c.gate == 0 {
-            (
-                StatusCode::SERVICE_UNAVAILABLE,
-                [("retry-after", "3600")],
-                "later",
-            )
-                .into_response()
+            retry_after(503, "3600", "later")
         } else {
-            reply(200, json!({"done": true}))
+            done()
         }
     })
     .await;
-    let _p = Proc::start(&db, &h.url(), &[]);
     wait_for("both gate-0 calls", Duration::from_secs(30), || async {
         h.calls().iter().filter(|c| c.gate == 0).count() >= 2
     })
@@ -87,14 +78,10 @@ on_all_backends!(plain_insert_into_complete_partition_reopens_it);
 async fn plain_insert_into_complete_partition_reopens_it(db: TestDb) {
     db.partition("p", true, false, "block").await;
     db.item("first", "p", 0, json!({})).await;
-    let h = Handler::start(|_| reply(200, json!({"done": true}))).await;
-    let _p = Proc::start(&db, &h.url(), &[]);
+    let Scene(h, _p) = Scene::start(&db, &[], |_| done()).await;
     db.wait_partition("p", "complete").await;
     db.item("late", "p", 0, json!({})).await;
-    wait_for("the late item done", Duration::from_secs(30), || async {
-        db.item_row("late").await.status == "complete"
-    })
-    .await;
+    db.wait_item("late", "complete").await;
     db.wait_partition("p", "complete").await;
     assert_eq!(h.calls_for("late").len(), 1);
 }
@@ -118,12 +105,7 @@ async fn capped_share_is_taken_up(db: TestDb) {
         if g.load(std::sync::atomic::Ordering::SeqCst) {
             reply(200, json!({"done": true, "data": {"by": c.processor}}))
         } else {
-            (
-                StatusCode::SERVICE_UNAVAILABLE,
-                [("retry-after", "1")],
-                "wait",
-            )
-                .into_response()
+            retry_after(503, "1", "wait")
         }
     })
     .await;
@@ -162,8 +144,7 @@ on_all_backends!(capped_processor_makes_room);
 async fn capped_processor_makes_room(db: TestDb) {
     db.partition("idle1", false, false, "block").await;
     db.partition("idle2", false, false, "block").await;
-    let h = Handler::start(|_| reply(200, json!({"done": true}))).await;
-    let _p = Proc::start(&db, &h.url(), &["--max-partitions", "2"]);
+    let Scene(h, _p) = Scene::start(&db, &["--max-partitions", "2"], |_| done()).await;
     wait_for(
         "both idle partitions held",
         Duration::from_secs(30),
@@ -185,15 +166,13 @@ on_all_backends!(retry_after_the_gate_moved_on_runs_at_the_current_gate);
 /// again at gate 1 and says so.
 async fn retry_after_the_gate_moved_on_runs_at_the_current_gate(db: TestDb) {
     db.partition("p", true, false, "continue").await;
-    db.item("x", "p", 0, json!({})).await;
-    db.item("y", "p", 0, json!({})).await;
-    let h = Handler::start(|c| match (c.item.as_str(), c.gate) {
+    db.items("p", 0, &["x", "y"]).await;
+    let Scene(h, _p) = Scene::start(&db, &[], |c| match (c.item.as_str(), c.gate) {
         ("x", 0) => reply(200, json!({"error": {"message": "bad", "no_retry": true}})),
         ("y", 0) => reply(200, json!({"gate": 1})),
-        _ => reply(200, json!({"done": true})),
+        _ => done(),
     })
     .await;
-    let _p = Proc::start(&db, &h.url(), &[]);
     db.wait_partition("p", "complete").await;
     assert_eq!(db.partition_row("p").await.1, 1);
     assert_eq!(db.item_row("x").await.status, "failed");
@@ -208,10 +187,7 @@ async fn retry_after_the_gate_moved_on_runs_at_the_current_gate(db: TestDb) {
         text.contains("moved up to their partition's current gate"),
         "{text}"
     );
-    wait_for("x done at gate 1", Duration::from_secs(30), || async {
-        db.item_row("x").await.status == "complete"
-    })
-    .await;
+    db.wait_item("x", "complete").await;
     let x = db.item_row("x").await;
     assert_eq!(x.gate, 1);
     assert!(h.calls_for("x").iter().any(|c| c.gate == 1));

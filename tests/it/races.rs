@@ -146,8 +146,7 @@ on_all_backends!(retry_bumps_the_partition_version);
 /// advance or close decided before it fails its OCC check.
 async fn retry_bumps_the_partition_version(db: TestDb) {
     db.partition("p", true, false, "continue").await;
-    db.item("f", "p", 0, json!({})).await;
-    db.item("a", "p", 0, json!({})).await;
+    db.items("p", 0, &["f", "a"]).await;
     db.exec(
         "UPDATE feed_items SET status = 'failed' WHERE id = 'f'",
         vec![],

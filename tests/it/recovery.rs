@@ -10,7 +10,7 @@ use feed::{Config, Job, Outcome};
 use serde_json::json;
 
 use crate::on_all_backends;
-use crate::support::{Handler, Proc, TestDb, free_port, json as reply, wait_for};
+use crate::support::{Handler, Proc, TestDb, done, free_port, wait_for};
 
 /// Panics on the first call of item "boom", then succeeds.
 struct PanicsOnce(AtomicU32);
@@ -90,9 +90,7 @@ async fn pause_starts_at_its_base(db: TestDb) {
     let up = Instant::now();
     let h = Handler::serve(
         listener,
-        Arc::new(Box::new(|_: &crate::support::Call| {
-            reply(200, json!({"done": true}))
-        })),
+        Arc::new(Box::new(|_: &crate::support::Call| done())),
     )
     .await;
     wait_for(

@@ -7,7 +7,7 @@ use serde_json::json;
 
 use crate::console_api::enqueue;
 use crate::on_all_backends;
-use crate::support::{Handler, Proc, TestDb, json as reply, wait_for};
+use crate::support::{Scene, TestDb, done, wait_for};
 
 /// Makes a partition `status`, its items `item_status`, last updated two hours ago.
 async fn age(db: &TestDb, partition: &str, status: &str, item_status: &str) {
@@ -144,8 +144,7 @@ async fn retention_prunes_from_one_processor(db: TestDb) {
     db.exec("UPDATE feed_maintenance SET expires_at = 0", vec![])
         .await;
 
-    let h = Handler::start(|_| reply(200, json!({ "done": true }))).await;
-    let _proc = Proc::start(&db, &h.url(), &["--retention", "1h"]);
+    let Scene(_h, _proc) = Scene::start(&db, &["--retention", "1h"], |_| done()).await;
     wait_for("old partitions pruned", Duration::from_secs(60), || async {
         db.query(
             "SELECT id FROM feed_partitions WHERE id IN ('old-complete', 'old-cancelled')",

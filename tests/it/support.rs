@@ -6,6 +6,8 @@ use std::future::Future;
 use std::ops::{Deref, DerefMut};
 use std::time::{Duration, Instant};
 
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
 use sea_orm::{ConnectionTrait, DbBackend, QueryResult, Statement};
 pub use testkit::{Backend, Call, Handler, free_port, json, metric, signed};
 use testkit::{Database, Process, Servers};
@@ -158,6 +160,23 @@ impl TestDb {
         self.partition_row(id).await.0
     }
 
+    /// Adds items with empty data at `gate`.
+    pub async fn items(&self, partition: &str, gate: i64, ids: &[&str]) {
+        for id in ids {
+            self.item(id, partition, gate, serde_json::json!({})).await;
+        }
+    }
+
+    /// Waits (up to 30 seconds) until item `id` has `status`.
+    pub async fn wait_item(&self, id: &str, status: &str) {
+        wait_for(
+            &format!("item {id} {status}"),
+            Duration::from_secs(30),
+            || async { self.item_row(id).await.status == status },
+        )
+        .await;
+    }
+
     /// Waits (up to a minute) until partition `id` has `status`.
     pub async fn wait_partition(&self, id: &str, status: &str) {
         wait_for(
@@ -249,6 +268,44 @@ impl Proc {
     /// `/metrics` text.
     pub async fn metrics(&self) -> String {
         self.process.metrics(&reqwest::Client::new()).await
+    }
+}
+
+/// The answer that finishes an item.
+pub fn done() -> Response {
+    json(200, serde_json::json!({"done": true}))
+}
+
+/// An answer with `status` and `Retry-After: seconds`.
+pub fn retry_after(status: u16, seconds: &str, body: &'static str) -> Response {
+    let status = StatusCode::from_u16(status).unwrap();
+    (status, [("retry-after", seconds.to_string())], body).into_response()
+}
+
+/// A recording handler and a processor sending it the work in a database.
+pub struct Scene(pub Handler, pub Proc);
+
+impl Scene {
+    /// Starts `processor run` (FAST settings plus `extra`) for a handler
+    /// answering with `answer`.
+    pub async fn start<F>(db: &TestDb, extra: &[&str], answer: F) -> Scene
+    where
+        F: Fn(&Call) -> Response + Send + Sync + 'static,
+    {
+        let handler = Handler::start(answer).await;
+        let processor = Proc::start(db, &handler.url(), extra);
+        Scene(handler, processor)
+    }
+
+    /// The same with an async answer (one that may wait).
+    pub async fn start_async<F, Fut>(db: &TestDb, extra: &[&str], answer: F) -> Scene
+    where
+        F: Fn(Call) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Response> + Send + 'static,
+    {
+        let handler = Handler::start_async(answer).await;
+        let processor = Proc::start(db, &handler.url(), extra);
+        Scene(handler, processor)
     }
 }
 

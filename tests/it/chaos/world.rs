@@ -7,15 +7,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use axum::http::StatusCode;
-use axum::response::IntoResponse;
 use parking_lot::Mutex;
 use rand::Rng;
 use rand::seq::IndexedRandom;
 use sea_orm::ConnectionTrait;
 use serde_json::{Value as Json, json};
 
-use crate::support::{Call, Proc, TestDb, json as reply};
+use crate::support::{Call, Proc, TestDb, json as reply, retry_after};
 
 pub const PARTITIONS: usize = 128;
 pub const ITEMS: usize = 3;
@@ -94,12 +92,7 @@ pub async fn answer(
             end: Instant::now(),
             owner: Ok(None),
         });
-        return (
-            StatusCode::SERVICE_UNAVAILABLE,
-            [("retry-after", "1")],
-            "held",
-        )
-            .into_response();
+        return retry_after(503, "1", "held");
     }
     // Mostly quick calls, some slow ones (likely in flight when a processor dies).
     let delay = {
