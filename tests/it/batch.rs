@@ -5,7 +5,7 @@
 use serde_json::{Value, json};
 
 use crate::on_all_backends;
-use crate::support::{Call, Handler, Proc, Scene, TestDb, json as reply, signed};
+use crate::support::{Call, Handler, Proc, Scene, TestDb, json as reply, no_retry, signed};
 
 /// The items of a batch request, with `Feed-Batch` checked against them.
 fn items(c: &Call) -> Vec<Value> {
@@ -132,10 +132,7 @@ async fn non_json_data_and_signing(db: TestDb) {
         let signed = sig.is_some_and(|s| signed(s, b"s3cret", &c.body));
         let tagged = c.headers.get("x-tenant").is_some_and(|v| v == "t1");
         if !(signed && tagged) {
-            return reply(
-                401,
-                json!({"error": {"message": "unsigned", "no_retry": true}}),
-            );
+            return no_retry(401, "unsigned");
         }
         let answers: Vec<Value> = items(c)
             .iter()

@@ -27,17 +27,7 @@ fn answer(gate: i64) -> axum::response::Response {
 }
 
 async fn ids(db: &TestDb, sql: &str) -> Vec<(String, String, i64)> {
-    db.query(sql, vec![])
-        .await
-        .iter()
-        .map(|r| {
-            (
-                r.try_get("", "id").unwrap(),
-                r.try_get("", "pid").unwrap(),
-                r.try_get("", "gate").unwrap(),
-            )
-        })
-        .collect()
+    db.rows(sql, &["id", "pid", "gate"]).await
 }
 
 async fn count(db: &TestDb, sql: &str) -> i64 {
@@ -83,25 +73,17 @@ async fn hand_changes_during_chaos_strand_nothing(db: TestDb) {
                 tokio::task::spawn_blocking(move || p.terminate());
             }
             2 if alive.len() < 5 => alive.push(Proc::start(&db, &url, flags)),
-            3 => {
+            action @ (3 | 4) => {
+                // An available item deleted, or completed, by hand.
                 let available = ids(&db, "SELECT id, partition_id AS pid, gate FROM feed_items WHERE status = 'available'").await;
                 if let Some((id, _, _)) = available.choose(&mut rand::rng()) {
-                    db.exec(
-                        "DELETE FROM feed_items WHERE id = ?",
-                        vec![id.clone().into()],
-                    )
-                    .await;
-                    added.retain(|a| a != id);
-                }
-            }
-            4 => {
-                let available = ids(&db, "SELECT id, partition_id AS pid, gate FROM feed_items WHERE status = 'available'").await;
-                if let Some((id, _, _)) = available.choose(&mut rand::rng()) {
-                    db.exec(
-                        "UPDATE feed_items SET status = 'complete' WHERE id = ?",
-                        vec![id.clone().into()],
-                    )
-                    .await;
+                    let sql = if action == 3 {
+                        added.retain(|a| a != id);
+                        "DELETE FROM feed_items WHERE id = ?"
+                    } else {
+                        "UPDATE feed_items SET status = 'complete' WHERE id = ?"
+                    };
+                    db.exec(sql, vec![id.clone().into()]).await;
                 }
             }
             _ => {

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 use crate::on_all_backends;
 use crate::support::{
-    Backend, Handler, Proc, Scene, TestDb, done, json as reply, metric, wait_for,
+    Backend, Handler, Proc, Scene, TestDb, done, json as reply, metric, no_retry, wait_for,
 };
 
 /// Runs `processor args…` with `stdin`.
@@ -167,10 +167,7 @@ async fn status_and_retry(db: TestDb) {
     let f = fail.clone();
     let Scene(_h, p) = Scene::start(&db, &[], move |c| {
         if c.item == "bad" && f.load(std::sync::atomic::Ordering::SeqCst) {
-            reply(
-                200,
-                json!({"error": {"message": "cannot parse resume", "no_retry": true}}),
-            )
+            no_retry(200, "cannot parse resume")
         } else {
             done()
         }
@@ -267,27 +264,13 @@ async fn metrics_move(db: TestDb) {
         assert!(m.lines().any(|l| l.starts_with(series)), "{series} missing");
     }
     let base = format!("http://{}", p.listen.as_ref().unwrap());
-    assert_eq!(
-        reqwest::get(format!("{base}/healthz"))
+    for (path, status) in [("healthz", 200), ("readyz", 200), ("admin", 404)] {
+        let got = reqwest::get(format!("{base}/{path}"))
             .await
             .unwrap()
-            .status(),
-        200
-    );
-    assert_eq!(
-        reqwest::get(format!("{base}/readyz"))
-            .await
-            .unwrap()
-            .status(),
-        200
-    );
-    assert_eq!(
-        reqwest::get(format!("{base}/admin"))
-            .await
-            .unwrap()
-            .status(),
-        404
-    );
+            .status();
+        assert_eq!(got, status, "/{path}");
+    }
 }
 
 on_all_backends!(secrets_never_printed);

@@ -4,15 +4,12 @@
 
 use std::sync::Arc;
 
-use serde_json::json;
 use tokio::sync::Semaphore;
 
 use crate::cli::processor;
 use crate::console_api::enqueue;
 use crate::on_all_backends;
-use crate::support::{
-    Backend, Handler, Proc, Scene, TestDb, done, json as reply, metric, wait_for,
-};
+use crate::support::{Backend, Handler, Proc, Scene, TestDb, done, metric, no_retry, wait_for};
 
 const MINUTE: std::time::Duration = std::time::Duration::from_secs(60);
 
@@ -145,10 +142,7 @@ async fn retry_one_item_from_the_cli(db: TestDb) {
     let failed_once = std::sync::atomic::AtomicBool::new(false);
     let Scene(_h, _proc) = Scene::start(&db, &[], move |c| {
         if c.item == "r/1" && !failed_once.swap(true, std::sync::atomic::Ordering::SeqCst) {
-            reply(
-                500,
-                json!({ "error": { "message": "boom", "no_retry": true } }),
-            )
+            no_retry(500, "boom")
         } else {
             done()
         }

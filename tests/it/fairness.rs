@@ -27,6 +27,18 @@ async fn enqueue(db: &TestDb, partition: &str, ids: impl Iterator<Item = String>
         .unwrap();
 }
 
+/// Partitions s0, s1, … of `n` items each (s0-0, s0-1, …).
+async fn small_partitions(db: &TestDb, n: usize) {
+    for s in 0..n {
+        enqueue(
+            db,
+            &format!("s{s}"),
+            (0..n).map(move |i| format!("s{s}-{i}")),
+        )
+        .await;
+    }
+}
+
 async fn available(db: &TestDb, partition: &str) -> i64 {
     db.query(
         "SELECT COUNT(*) AS n FROM feed_items WHERE partition_id = ? AND status = 'available'",
@@ -42,14 +54,7 @@ on_all_backends!(small_partitions_are_not_behind_a_big_one);
 /// ten complete while most of the big one is still waiting.
 async fn small_partitions_are_not_behind_a_big_one(db: TestDb) {
     enqueue(&db, "a-big", (0..5000).map(|i| format!("big-{i:05}"))).await;
-    for s in 0..10 {
-        enqueue(
-            &db,
-            &format!("s{s}"),
-            (0..10).map(move |i| format!("s{s}-{i}")),
-        )
-        .await;
-    }
+    small_partitions(&db, 10).await;
     let Scene(_h, _p) = Scene::start(&db, &["--concurrency", "8"], |_| done()).await;
     for s in 0..10 {
         db.wait_partition(&format!("s{s}"), "complete").await;
@@ -84,14 +89,7 @@ on_all_backends!(an_endless_partition_does_not_starve_others);
 /// calls in flight.
 async fn an_endless_partition_does_not_starve_others(db: TestDb) {
     enqueue(&db, "a-endless", (0..200).map(|i| format!("e{i:03}"))).await;
-    for s in 0..5 {
-        enqueue(
-            &db,
-            &format!("s{s}"),
-            (0..5).map(move |i| format!("s{s}-{i}")),
-        )
-        .await;
-    }
+    small_partitions(&db, 5).await;
     let in_flight: Arc<Mutex<HashMap<String, (usize, usize)>>> = Arc::default();
     let f = in_flight.clone();
     let h = Handler::start_async(move |c| {

@@ -12,7 +12,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::on_all_backends;
 use crate::support::{
-    Backend, Handler, Proc, Scene, TestDb, done, free_port, json as reply, retry_after, wait_for,
+    Backend, Handler, Proc, Scene, TestDb, done, free_port, json as reply, no_retry, retry_after,
+    wait_for,
 };
 
 const BEHAVIOURS: &[&str] = &[
@@ -246,10 +247,7 @@ async fn signed_requests_verify(db: TestDb) {
         {
             reply(200, json!({"done": true, "data": {"verified": true}}))
         } else {
-            reply(
-                401,
-                json!({"error": {"message": "bad signature", "no_retry": true}}),
-            )
+            no_retry(401, "bad signature")
         }
     })
     .await;

@@ -8,7 +8,9 @@ use serde_json::json;
 
 use crate::cli::processor;
 use crate::on_all_backends;
-use crate::support::{Handler, Proc, Scene, TestDb, done, json as reply, retry_after, wait_for};
+use crate::support::{
+    Handler, Proc, Scene, TestDb, done, json as reply, no_retry, retry_after, wait_for,
+};
 
 on_all_backends!(failed_gate_check_is_retried);
 /// The database refuses every gate advance for a while (a fault injected
@@ -168,7 +170,7 @@ async fn retry_after_the_gate_moved_on_runs_at_the_current_gate(db: TestDb) {
     db.partition("p", true, false, "continue").await;
     db.items("p", 0, &["x", "y"]).await;
     let Scene(h, _p) = Scene::start(&db, &[], |c| match (c.item.as_str(), c.gate) {
-        ("x", 0) => reply(200, json!({"error": {"message": "bad", "no_retry": true}})),
+        ("x", 0) => no_retry(200, "bad"),
         ("y", 0) => reply(200, json!({"gate": 1})),
         _ => done(),
     })

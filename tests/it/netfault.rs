@@ -130,6 +130,58 @@ async fn stepper(delay: Duration) -> Handler {
 
 /// Partitions of `items` items each, every partition written with its items
 /// in one transaction (an empty one could be closed before they arrive).
+/// A proxy in front of `db`, and `db` as seen through it.
+async fn behind_proxy(db: &TestDb) -> (Proxy, TestDb) {
+    let proxy = Proxy::start(upstream(&db.url)).await;
+    let via = TestDb::alias(db, &proxy.url(&db.url));
+    (proxy, via)
+}
+
+/// Processor `a` reaches the database through `proxy`, processor `direct`
+/// straight; both are registered and `a` (session `a_old`) is at work on
+/// the `first` items (6 partitions of 10).
+struct Split {
+    proxy: Proxy,
+    h: Handler,
+    a: Proc,
+    direct: Proc,
+    a_old: String,
+    first: Vec<String>,
+}
+
+impl Split {
+    async fn at_work(db: &TestDb) -> Split {
+        let (proxy, via) = behind_proxy(db).await;
+        let h = stepper(Duration::from_millis(50)).await;
+        let a = Proc::start(&via, &h.url(), OPTS);
+        let direct = Proc::start(db, &h.url(), OPTS);
+        wait_for("two sessions", WAIT, || async {
+            session_of(db, &a).await.is_some() && session_of(db, &direct).await.is_some()
+        })
+        .await;
+        let a_old = session_of(db, &a).await.unwrap();
+        let first = enqueue(db, "p", 6, 10).await;
+        wait_for("the processor behind the proxy at work", WAIT, || async {
+            h.calls().iter().filter(|c| c.processor == a_old).count() >= 4
+        })
+        .await;
+        Split {
+            proxy,
+            h,
+            a,
+            direct,
+            a_old,
+            first,
+        }
+    }
+}
+
+/// The cut-off processor is ready again and counted a statement timeout.
+async fn assert_recovered(a: &Proc) {
+    wait_for("ready again", WAIT, || async { readyz(a).await == 200 }).await;
+    assert!(metric(&a.metrics().await, "feed_statement_timeouts_total") >= 1.0);
+}
+
 async fn enqueue(db: &TestDb, prefix: &str, partitions: usize, items: usize) -> Vec<String> {
     let mut ids = Vec::new();
     for p in 0..partitions {
@@ -236,24 +288,15 @@ on_network_backends!(cut_off_processor_is_taken_over_and_recovers);
 /// cut-off one calls the handler no more after its expiry, every step is
 /// written once, and after the heal it registers anew and works again.
 async fn cut_off_processor_is_taken_over_and_recovers(db: TestDb) {
-    let proxy = Proxy::start(upstream(&db.url)).await;
-    let via = TestDb::alias(&db, &proxy.url(&db.url));
-    let h = stepper(Duration::from_millis(50)).await;
-    let a = Proc::start(&via, &h.url(), OPTS);
-    let direct = Proc::start(&db, &h.url(), OPTS);
-    wait_for("two sessions", WAIT, || async {
-        session_of(&db, &a).await.is_some() && session_of(&db, &direct).await.is_some()
-    })
-    .await;
-    let (a_old, b_session) = (
-        session_of(&db, &a).await.unwrap(),
-        session_of(&db, &direct).await.unwrap(),
-    );
-    let first = enqueue(&db, "p", 6, 10).await;
-    wait_for("the processor behind the proxy at work", WAIT, || async {
-        h.calls().iter().filter(|c| c.processor == a_old).count() >= 4
-    })
-    .await;
+    let Split {
+        proxy,
+        h,
+        a,
+        direct,
+        a_old,
+        first,
+    } = Split::at_work(&db).await;
+    let b_session = session_of(&db, &direct).await.unwrap();
 
     proxy.cut();
     let cut = Instant::now();
@@ -304,8 +347,7 @@ async fn cut_off_processor_is_taken_over_and_recovers(db: TestDb) {
         "the healed processor took part"
     );
     assert_exactly_once(&db, &second, 10).await;
-    wait_for("ready again", WAIT, || async { readyz(&a).await == 200 }).await;
-    assert!(metric(&a.metrics().await, "feed_statement_timeouts_total") >= 1.0);
+    assert_recovered(&a).await;
 }
 
 on_network_backends!(dead_connections_are_replaced);
@@ -313,21 +355,14 @@ on_network_backends!(dead_connections_are_replaced);
 /// work): every task of the cut-off processor gives them up and goes on with
 /// fresh ones. Alone afterwards, it heartbeats and finishes new work.
 async fn dead_connections_are_replaced(db: TestDb) {
-    let proxy = Proxy::start(upstream(&db.url)).await;
-    let via = TestDb::alias(&db, &proxy.url(&db.url));
-    let h = stepper(Duration::from_millis(50)).await;
-    let a = Proc::start(&via, &h.url(), OPTS);
-    let mut direct = Proc::start(&db, &h.url(), OPTS);
-    wait_for("two sessions", WAIT, || async {
-        session_of(&db, &a).await.is_some() && session_of(&db, &direct).await.is_some()
-    })
-    .await;
-    let a_old = session_of(&db, &a).await.unwrap();
-    let first = enqueue(&db, "p", 6, 10).await;
-    wait_for("the processor behind the proxy at work", WAIT, || async {
-        h.calls().iter().filter(|c| c.processor == a_old).count() >= 4
-    })
-    .await;
+    let Split {
+        proxy,
+        h: _h,
+        a,
+        mut direct,
+        a_old: _,
+        first,
+    } = Split::at_work(&db).await;
 
     proxy.cut();
     wait_for("its session expired and was deleted", WAIT, || async {
@@ -368,8 +403,7 @@ async fn dead_connections_are_replaced(db: TestDb) {
         heartbeat_at(&db, &a_new).await.is_some_and(|t| t > beat)
     })
     .await;
-    wait_for("ready again", WAIT, || async { readyz(&a).await == 200 }).await;
-    assert!(metric(&a.metrics().await, "feed_statement_timeouts_total") >= 1.0);
+    assert_recovered(&a).await;
 }
 
 on_network_backends!(sigterm_exits_in_bounded_time_whatever_the_network);
@@ -379,8 +413,7 @@ on_network_backends!(sigterm_exits_in_bounded_time_whatever_the_network);
 /// far longer than both (the shutdown bounds do not rest on it). The hang
 /// this guards against was intermittent, so it is tried several times.
 async fn sigterm_exits_in_bounded_time_whatever_the_network(db: TestDb) {
-    let proxy = Proxy::start(upstream(&db.url)).await;
-    let via = TestDb::alias(&db, &proxy.url(&db.url));
+    let (proxy, via) = behind_proxy(&db).await;
     let h = stepper(Duration::from_millis(300)).await;
     let bound = DRAIN + feed::run::RELEASE_BOUND + Duration::from_secs(5);
     let mut times = Vec::new();

@@ -11,7 +11,7 @@ use serde_json::json;
 
 use crate::on_all_backends;
 use crate::support::{
-    Handler, Proc, Scene, TestDb, done, free_port, json as reply, retry_after, wait_for,
+    Handler, Proc, Scene, TestDb, done, free_port, json as reply, no_retry, retry_after, wait_for,
 };
 
 on_all_backends!(retry_then_success);
@@ -106,13 +106,7 @@ on_all_backends!(no_retry_fails_at_once);
 async fn no_retry_fails_at_once(db: TestDb) {
     db.partition("p", true, false, "block").await;
     db.item("i", "p", 0, json!({"keep": "me"})).await;
-    let Scene(h, _p) = Scene::start(&db, &[], |_| {
-        reply(
-            200,
-            json!({"error": {"message": "corrupt PDF", "no_retry": true}}),
-        )
-    })
-    .await;
+    let Scene(h, _p) = Scene::start(&db, &[], |_| no_retry(200, "corrupt PDF")).await;
     db.wait_partition("p", "failed").await;
     let row = db.item_row("i").await;
     assert_eq!((row.status.as_str(), row.attempts), ("failed", 1));

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use sea_orm::{ConnectionTrait, DbBackend, QueryResult, Statement};
+use sea_orm::{ConnectionTrait, DbBackend, QueryResult, Statement, TryGetableMany};
 pub use testkit::{Backend, Call, Handler, free_port, json, metric, signed};
 use testkit::{Database, Process, Servers};
 
@@ -82,6 +82,16 @@ impl TestDb {
             .query_all_raw(self.stmt(sql, values))
             .await
             .unwrap_or_else(|e| panic!("{sql}: {e}"))
+    }
+
+    /// The rows of `sql`, each as the tuple of the columns `cols`.
+    pub async fn rows<T: TryGetableMany>(&self, sql: &str, cols: &[&str]) -> Vec<T> {
+        let cols: Vec<String> = cols.iter().map(|c| c.to_string()).collect();
+        self.query(sql, vec![])
+            .await
+            .iter()
+            .map(|r| r.try_get_many("", &cols).unwrap())
+            .collect()
     }
 
     fn stmt(&self, sql: &str, values: Vec<sea_orm::Value>) -> Statement {
@@ -274,6 +284,14 @@ impl Proc {
 /// The answer that finishes an item.
 pub fn done() -> Response {
     json(200, serde_json::json!({"done": true}))
+}
+
+/// An error answer that asks not to be retried.
+pub fn no_retry(status: u16, message: &str) -> Response {
+    json(
+        status,
+        serde_json::json!({"error": {"message": message, "no_retry": true}}),
+    )
 }
 
 /// An answer with `status` and `Retry-After: seconds`.

@@ -131,17 +131,8 @@ pub async fn answer(
 
 /// (id, status, owner) of every partition.
 pub async fn partitions(db: &TestDb) -> Vec<(String, String, Option<String>)> {
-    db.query("SELECT id, status, owner FROM feed_partitions", vec![])
-        .await
-        .iter()
-        .map(|r| {
-            (
-                r.try_get("", "id").unwrap(),
-                r.try_get("", "status").unwrap(),
-                r.try_get("", "owner").unwrap(),
-            )
-        })
-        .collect()
+    let sql = "SELECT id, status, owner FROM feed_partitions";
+    db.rows(sql, &["id", "status", "owner"]).await
 }
 
 /// (session id, pid) of every session row.
