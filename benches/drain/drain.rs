@@ -33,10 +33,10 @@ pub(crate) async fn drain_once(
     client: &reqwest::Client,
     w: Workload,
 ) -> Result<DrainRun> {
-    let db = Db::create(backend, args, 6).await?;
-    let r = drain_on(&db, s, w, handler, client).await;
-    db.drop_db().await;
-    r
+    Db::scoped(backend, args, 6, async |db| {
+        drain_on(db, s, w, handler, client).await
+    })
+    .await
 }
 
 pub(crate) async fn drain_on(

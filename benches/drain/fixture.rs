@@ -43,6 +43,20 @@ impl Db {
         self.0.drop_db().await
     }
 
+    /// Runs `f` on a fresh database with a pool of `pool`, dropped afterwards
+    /// whatever `f` returns.
+    pub(crate) async fn scoped<T>(
+        backend: Backend,
+        args: &Args,
+        pool: u32,
+        f: impl AsyncFnOnce(&Db) -> Result<T>,
+    ) -> Result<T> {
+        let db = Db::create(backend, args, pool).await?;
+        let r = f(&db).await;
+        db.drop_db().await;
+        r
+    }
+
     /// (partitions not complete, partitions failed).
     pub(crate) async fn open_partitions(&self) -> Result<(i64, i64)> {
         let rows = self

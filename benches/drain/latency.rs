@@ -5,28 +5,16 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Result, bail};
 use feed::store::{NewItem, PartitionSpec};
-use testkit::{Backend, percentile};
+use testkit::percentile;
 
+use crate::Settings;
 use crate::fixture::{Db, Proc, idle_partitions, item_body, wait_held};
 use crate::handler::Handler;
 use crate::report::{Idle, Pickup};
-use crate::{Args, Settings};
 
 /// Pickup latency: single items enqueued, at random moments, into idle
 /// partitions the processor already holds; enqueue call → first POST.
-pub(crate) async fn pickup(
-    backend: Backend,
-    args: &Args,
-    s: &Settings,
-    handler: &Handler,
-) -> Result<Pickup> {
-    let db = Db::create(backend, args, 4).await?;
-    let r = pickup_on(&db, s, handler).await;
-    db.drop_db().await;
-    r
-}
-
-pub(crate) async fn pickup_on(db: &Db, s: &Settings, handler: &Handler) -> Result<Pickup> {
+pub(crate) async fn pickup(db: &Db, s: &Settings, handler: &Handler) -> Result<Pickup> {
     let parts = s.partitions.clamp(1, 1000);
     idle_partitions(db, parts).await?;
     handler.state.reset();
@@ -97,19 +85,7 @@ pub(crate) async fn pickup_on(db: &Db, s: &Settings, handler: &Handler) -> Resul
 
 /// Idle cost: one processor holding many idle partitions; statements per
 /// second once they are all held, and resident memory.
-pub(crate) async fn idle(
-    backend: Backend,
-    args: &Args,
-    s: &Settings,
-    handler: &Handler,
-) -> Result<Idle> {
-    let db = Db::create(backend, args, 4).await?;
-    let r = idle_on(&db, s, handler).await;
-    db.drop_db().await;
-    r
-}
-
-pub(crate) async fn idle_on(db: &Db, s: &Settings, handler: &Handler) -> Result<Idle> {
+pub(crate) async fn idle(db: &Db, s: &Settings, handler: &Handler) -> Result<Idle> {
     let n = s.idle_partitions.max(1);
     idle_partitions(db, n).await?;
     let client = reqwest::Client::new();

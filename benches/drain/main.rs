@@ -38,7 +38,7 @@ use serde::Serialize;
 use testkit::{Backend, Servers, Stats};
 
 use crate::drain::{Workload, drain_once};
-use crate::fixture::processor_bin;
+use crate::fixture::{Db, processor_bin};
 use crate::handler::{Handler, ceiling};
 use crate::latency::{idle, pickup};
 use crate::report::{
@@ -280,7 +280,7 @@ async fn run_backend(
     }
 
     if args.runs(Phase::Pickup) && s.trickle > 0 {
-        match pickup(backend, args, s, handler).await {
+        match Db::scoped(backend, args, 4, async |db| pickup(db, s, handler).await).await {
             Ok(p) => {
                 println!(
                     "  pickup: p50 {:.1} ms  p99 {:.1} ms  max {:.1} ms  ({} samples, enqueue p50 {:.1} ms)",
@@ -296,7 +296,7 @@ async fn run_backend(
     }
 
     if args.runs(Phase::Idle) {
-        match idle(backend, args, s, handler).await {
+        match Db::scoped(backend, args, 4, async |db| idle(db, s, handler).await).await {
             Ok(i) => {
                 println!(
                     "  idle: {} partitions held after {:.1}s; {:.2} statements/s over the last {:.0}s; RSS {}",

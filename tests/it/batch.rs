@@ -5,13 +5,7 @@
 use serde_json::{Value, json};
 
 use crate::on_all_backends;
-use crate::support::{Backend, Call, Handler, Proc, TestDb, json as reply, signed};
-
-on_all_backends!(
-    mixed_batch,
-    wrong_length_fails_every_item,
-    non_json_data_and_signing,
-);
+use crate::support::{Call, Handler, Proc, Scene, TestDb, json as reply, no_retry, signed};
 
 /// The items of a batch request, with `Feed-Batch` checked against them.
 fn items(c: &Call) -> Vec<Value> {
@@ -21,18 +15,16 @@ fn items(c: &Call) -> Vec<Value> {
     items
 }
 
+on_all_backends!(mixed_batch);
 /// Done, next gate, error and `{}` answers in one batch each do what a
 /// single answer does; items of one request come from several partitions.
-async fn mixed_batch(b: Backend) {
-    let Some(db) = TestDb::new(b).await else {
-        return;
-    };
+async fn mixed_batch(db: TestDb) {
     db.partition("p", true, false, "continue").await;
     db.partition("q", true, false, "block").await;
     for (id, part) in [("done", "p"), ("step", "p"), ("bad", "p"), ("empty", "q")] {
         db.item(id, part, 0, json!({"id": id})).await;
     }
-    let h = Handler::start(|c| {
+    let Scene(h, _p) = Scene::start(&db, &["--batch-size", "10"], |c| {
         let answers: Vec<Value> = items(c)
             .iter()
             .map(|i| match (i["id"].as_str().unwrap(), i["gate"].as_i64()) {
@@ -46,7 +38,6 @@ async fn mixed_batch(b: Backend) {
         reply(200, Value::Array(answers))
     })
     .await;
-    let _p = Proc::start(&db, &h.url(), &["--batch-size", "10"]);
     db.wait_partition("p", "complete").await;
     db.wait_partition("q", "complete").await;
     let first = items(&h.calls()[0]);
@@ -84,16 +75,14 @@ async fn mixed_batch(b: Backend) {
     );
 }
 
+on_all_backends!(wrong_length_fails_every_item);
 /// An array one short fails every item of the batch (an attempt each,
 /// retried); the next, right-length answer completes them.
-async fn wrong_length_fails_every_item(b: Backend) {
-    let Some(db) = TestDb::new(b).await else {
-        return;
-    };
+async fn wrong_length_fails_every_item(db: TestDb) {
     db.partition("p", true, false, "block").await;
     db.item("a", "p", 0, json!(1)).await;
     db.item("b", "p", 0, json!(2)).await;
-    let h = Handler::start(|c| {
+    let Scene(h, _p) = Scene::start(&db, &["--batch-size", "2"], |c| {
         let items = items(c);
         if items.iter().all(|i| i["attempt"] == 1) {
             reply(200, json!([null]))
@@ -102,7 +91,6 @@ async fn wrong_length_fails_every_item(b: Backend) {
         }
     })
     .await;
-    let _p = Proc::start(&db, &h.url(), &["--batch-size", "2"]);
     db.wait_partition("p", "complete").await;
     let first = items(&h.calls()[0]);
     assert_eq!(first.len(), 2);
@@ -120,12 +108,10 @@ async fn wrong_length_fails_every_item(b: Backend) {
     }
 }
 
+on_all_backends!(non_json_data_and_signing);
 /// Data that is not JSON travels as `data_base64`; the batch request is
 /// signed over its body, and `--header` is sent with it.
-async fn non_json_data_and_signing(b: Backend) {
-    let Some(db) = TestDb::new(b).await else {
-        return;
-    };
+async fn non_json_data_and_signing(db: TestDb) {
     db.partition("p", true, false, "block").await;
     db.exec(
         "INSERT INTO feed_items (id, partition_id, gate, data) VALUES (?, ?, ?, ?)",
@@ -146,10 +132,7 @@ async fn non_json_data_and_signing(b: Backend) {
         let signed = sig.is_some_and(|s| signed(s, b"s3cret", &c.body));
         let tagged = c.headers.get("x-tenant").is_some_and(|v| v == "t1");
         if !(signed && tagged) {
-            return reply(
-                401,
-                json!({"error": {"message": "unsigned", "no_retry": true}}),
-            );
+            return no_retry(401, "unsigned");
         }
         let answers: Vec<Value> = items(c)
             .iter()

@@ -11,7 +11,7 @@ use serde_json::json;
 use tokio::sync::Semaphore;
 
 use crate::console_api::{TOKEN, enqueue};
-use crate::support::{Backend, Handler, Proc, TestDb, json as reply};
+use crate::support::{Backend, Handler, Proc, TestDb, done, json as reply};
 use crate::webdriver::Browser;
 
 const HOSTILE: &str = r#"<script>window.pwned=1</script><img src=x onerror="window.pwned=2">"#;
@@ -29,12 +29,12 @@ async fn handler(flow: Arc<Semaphore>, doomed: Arc<Semaphore>) -> Handler {
                     if c.gate == 0 {
                         reply(200, json!({ "gate": 1 }))
                     } else {
-                        reply(200, json!({ "done": true }))
+                        done()
                     }
                 }
                 "doomed" => {
                     doomed.acquire().await.unwrap().forget();
-                    reply(200, json!({ "done": true }))
+                    done()
                 }
                 "fails" if c.item == "x/1" && !failed_once.swap(true, Ordering::SeqCst) => {
                     let message = format!("{HOSTILE} boom");
@@ -43,7 +43,7 @@ async fn handler(flow: Arc<Semaphore>, doomed: Arc<Semaphore>) -> Handler {
                         json!({ "error": { "message": message, "no_retry": true } }),
                     )
                 }
-                _ => reply(200, json!({ "done": true })),
+                _ => done(),
             }
         }
     })

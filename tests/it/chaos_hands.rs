@@ -11,9 +11,7 @@ use rand::seq::IndexedRandom;
 use serde_json::json;
 
 use crate::on_all_backends;
-use crate::support::{Backend, Handler, Proc, TestDb, json as reply, wait_for};
-
-on_all_backends!(hand_changes_during_chaos_strand_nothing);
+use crate::support::{Handler, Proc, TestDb, done, json as reply, wait_for};
 
 const PARTITIONS: usize = 40;
 /// Partition p has 1 + p % MAX_ITEMS items: small ones close early.
@@ -22,34 +20,22 @@ const MAX_ITEMS: usize = 8;
 /// Each item moves 0 → 1 → 2 and is done there.
 fn answer(gate: i64) -> axum::response::Response {
     if gate >= 2 {
-        reply(200, json!({"done": true}))
+        done()
     } else {
         reply(200, json!({"gate": gate + 1}))
     }
 }
 
 async fn ids(db: &TestDb, sql: &str) -> Vec<(String, String, i64)> {
-    db.query(sql, vec![])
-        .await
-        .iter()
-        .map(|r| {
-            (
-                r.try_get("", "id").unwrap(),
-                r.try_get("", "pid").unwrap(),
-                r.try_get("", "gate").unwrap(),
-            )
-        })
-        .collect()
+    db.rows(sql, &["id", "pid", "gate"]).await
 }
 
 async fn count(db: &TestDb, sql: &str) -> i64 {
     db.query(sql, vec![]).await[0].try_get("", "n").unwrap()
 }
 
-async fn hand_changes_during_chaos_strand_nothing(b: Backend) {
-    let Some(db) = TestDb::new(b).await else {
-        return;
-    };
+on_all_backends!(hand_changes_during_chaos_strand_nothing);
+async fn hand_changes_during_chaos_strand_nothing(db: TestDb) {
     for p in 0..PARTITIONS {
         db.partition(&format!("p{p:02}"), true, false, "block")
             .await;
@@ -87,25 +73,17 @@ async fn hand_changes_during_chaos_strand_nothing(b: Backend) {
                 tokio::task::spawn_blocking(move || p.terminate());
             }
             2 if alive.len() < 5 => alive.push(Proc::start(&db, &url, flags)),
-            3 => {
+            action @ (3 | 4) => {
+                // An available item deleted, or completed, by hand.
                 let available = ids(&db, "SELECT id, partition_id AS pid, gate FROM feed_items WHERE status = 'available'").await;
                 if let Some((id, _, _)) = available.choose(&mut rand::rng()) {
-                    db.exec(
-                        "DELETE FROM feed_items WHERE id = ?",
-                        vec![id.clone().into()],
-                    )
-                    .await;
-                    added.retain(|a| a != id);
-                }
-            }
-            4 => {
-                let available = ids(&db, "SELECT id, partition_id AS pid, gate FROM feed_items WHERE status = 'available'").await;
-                if let Some((id, _, _)) = available.choose(&mut rand::rng()) {
-                    db.exec(
-                        "UPDATE feed_items SET status = 'complete' WHERE id = ?",
-                        vec![id.clone().into()],
-                    )
-                    .await;
+                    let sql = if action == 3 {
+                        added.retain(|a| a != id);
+                        "DELETE FROM feed_items WHERE id = ?"
+                    } else {
+                        "UPDATE feed_items SET status = 'complete' WHERE id = ?"
+                    };
+                    db.exec(sql, vec![id.clone().into()]).await;
                 }
             }
             _ => {
@@ -138,7 +116,8 @@ async fn hand_changes_during_chaos_strand_nothing(b: Backend) {
         "no partition was complete during the chaos"
     );
     eprintln!(
-        "[{b:?}] {} hand-added items; {} calls; {} processors alive",
+        "[{:?}] {} hand-added items; {} calls; {} processors alive",
+        db.backend,
         added.len(),
         h.calls().len(),
         alive.len()

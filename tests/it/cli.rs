@@ -8,7 +8,9 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::on_all_backends;
-use crate::support::{Backend, Handler, Proc, TestDb, json as reply, metric, wait_for};
+use crate::support::{
+    Backend, Handler, Proc, Scene, TestDb, done, json as reply, metric, no_retry, wait_for,
+};
 
 /// Runs `processor args…` with `stdin`.
 pub fn processor(args: &[&str], stdin: &str) -> Output {
@@ -37,18 +39,8 @@ fn text(o: &Output) -> String {
     )
 }
 
-on_all_backends!(
-    enqueue_is_all_or_nothing,
-    enqueue_refuses_low_gate_and_reopens,
-    status_and_retry,
-    metrics_move,
-    secrets_never_printed
-);
-
-async fn enqueue_is_all_or_nothing(b: Backend) {
-    let Some(db) = TestDb::new(b).await else {
-        return;
-    };
+on_all_backends!(enqueue_is_all_or_nothing);
+async fn enqueue_is_all_or_nothing(db: TestDb) {
     let bad = "{\"id\": \"a\", \"data\": {\"x\": 1}}\n{\"id\": \"b\", \"data\": 2}\n{\"id\": \"c\", \"dta\": 3}\n";
     let o = processor(
         &["enqueue", "--database-url", &db.url, "--partition", "p"],
@@ -124,10 +116,8 @@ async fn enqueue_is_all_or_nothing(b: Backend) {
     assert_eq!(n, 2);
 }
 
-async fn enqueue_refuses_low_gate_and_reopens(b: Backend) {
-    let Some(db) = TestDb::new(b).await else {
-        return;
-    };
+on_all_backends!(enqueue_refuses_low_gate_and_reopens);
+async fn enqueue_refuses_low_gate_and_reopens(db: TestDb) {
     db.partition("p", true, false, "block").await;
     db.exec(
         "UPDATE feed_partitions SET gate = 3, status = 'complete' WHERE id = 'p'",
@@ -160,8 +150,7 @@ async fn enqueue_refuses_low_gate_and_reopens(b: Backend) {
         "gate defaults to the partition's gate"
     );
 
-    let h = Handler::start(|_| reply(200, json!({"done": true}))).await;
-    let _p = Proc::start(&db, &h.url(), &[]);
+    let Scene(_h, _p) = Scene::start(&db, &[], |_| done()).await;
     wait_for(
         "reopened partition complete",
         Duration::from_secs(30),
@@ -170,27 +159,20 @@ async fn enqueue_refuses_low_gate_and_reopens(b: Backend) {
     .await;
 }
 
-async fn status_and_retry(b: Backend) {
-    let Some(db) = TestDb::new(b).await else {
-        return;
-    };
+on_all_backends!(status_and_retry);
+async fn status_and_retry(db: TestDb) {
     db.partition("p", true, false, "block").await;
-    db.item("bad", "p", 0, json!({})).await;
-    db.item("good", "p", 0, json!({})).await;
+    db.items("p", 0, &["bad", "good"]).await;
     let fail = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
     let f = fail.clone();
-    let h = Handler::start(move |c| {
+    let Scene(_h, p) = Scene::start(&db, &[], move |c| {
         if c.item == "bad" && f.load(std::sync::atomic::Ordering::SeqCst) {
-            reply(
-                200,
-                json!({"error": {"message": "cannot parse resume", "no_retry": true}}),
-            )
+            no_retry(200, "cannot parse resume")
         } else {
-            reply(200, json!({"done": true}))
+            done()
         }
     })
     .await;
-    let p = Proc::start(&db, &h.url(), &[]);
     db.wait_partition("p", "failed").await;
     let o = processor(&["status", "--database-url", &db.url, "--json"], "");
     assert!(o.status.success(), "{}", text(&o));
@@ -245,24 +227,21 @@ async fn status_and_retry(b: Backend) {
     assert_eq!(o.status.code(), Some(2), "retry needs --partition or --all");
 }
 
-async fn metrics_move(b: Backend) {
-    let Some(db) = TestDb::new(b).await else {
-        return;
-    };
+on_all_backends!(metrics_move);
+async fn metrics_move(db: TestDb) {
     db.partition("p", true, false, "block").await;
     for i in 0..4 {
         db.item(&format!("i{i}"), "p", 0, json!({})).await;
     }
     db.item("g1", "p", 1, json!({})).await;
-    let h = Handler::start(|c| {
+    let Scene(_h, p) = Scene::start(&db, &[], |c| {
         if c.item == "i0" && c.attempt == 1 {
             reply(500, json!({}))
         } else {
-            reply(200, json!({"done": true}))
+            done()
         }
     })
     .await;
-    let p = Proc::start(&db, &h.url(), &[]);
     db.wait_partition("p", "complete").await;
     let m = p.metrics().await;
     assert_eq!(metric(&m, "feed_items_total{outcome=\"done\"}"), 5.0, "{m}");
@@ -285,37 +264,21 @@ async fn metrics_move(b: Backend) {
         assert!(m.lines().any(|l| l.starts_with(series)), "{series} missing");
     }
     let base = format!("http://{}", p.listen.as_ref().unwrap());
-    assert_eq!(
-        reqwest::get(format!("{base}/healthz"))
+    for (path, status) in [("healthz", 200), ("readyz", 200), ("admin", 404)] {
+        let got = reqwest::get(format!("{base}/{path}"))
             .await
             .unwrap()
-            .status(),
-        200
-    );
-    assert_eq!(
-        reqwest::get(format!("{base}/readyz"))
-            .await
-            .unwrap()
-            .status(),
-        200
-    );
-    assert_eq!(
-        reqwest::get(format!("{base}/admin"))
-            .await
-            .unwrap()
-            .status(),
-        404
-    );
+            .status();
+        assert_eq!(got, status, "/{path}");
+    }
 }
 
+on_all_backends!(secrets_never_printed);
 /// A database password, the signing secret and `--header` values never
 /// appear in logs, errors, `status` or `/metrics`.
-async fn secrets_never_printed(b: Backend) {
-    let Some(db) = TestDb::new(b).await else {
-        return;
-    };
+async fn secrets_never_printed(db: TestDb) {
     // Trust auth accepts any password, so the URL can carry one.
-    let url = match b {
+    let url = match db.backend {
         Backend::Postgres => db.url.replace("postgres@", "postgres:pw-s3cret@"),
         _ => db.url.clone(),
     };
@@ -330,7 +293,7 @@ async fn secrets_never_printed(b: Backend) {
         if auth != "Bearer tok-s3cret" {
             return reply(401, json!({}));
         }
-        reply(200, json!({"done": true}))
+        done()
     })
     .await;
     let secret_db = clone_url(&db, &url);
@@ -533,8 +496,7 @@ async fn json_logs() {
     };
     db.partition("p", true, false, "block").await;
     db.item("i", "p", 0, json!({})).await;
-    let h = Handler::start(|_| reply(200, json!({"done": true}))).await;
-    let mut p = Proc::start(&db, &h.url(), &["--log-format", "json"]);
+    let Scene(_h, mut p) = Scene::start(&db, &["--log-format", "json"], |_| done()).await;
     db.wait_partition("p", "complete").await;
     assert!(p.terminate().success());
     let log = p.log();

@@ -101,10 +101,8 @@ async fn all_pages(base: &str, path: &str) -> Vec<String> {
     }
 }
 
-async fn api_reads(backend: Backend) {
-    let Some(db) = TestDb::new(backend).await else {
-        return;
-    };
+on_all_backends!(api_reads);
+async fn api_reads(db: TestDb) {
     for p in ["a-1", "a-2", "a-3", "b-1", "x_%1", "xa1"] {
         enqueue(&db, p, false, &[(&format!("{p}/i1"), 0)]).await;
     }
@@ -194,10 +192,8 @@ async fn api_reads(backend: Backend) {
     );
 }
 
-async fn api_tokens(backend: Backend) {
-    let Some(db) = TestDb::new(backend).await else {
-        return;
-    };
+on_all_backends!(api_tokens);
+async fn api_tokens(db: TestDb) {
     enqueue(&db, "p", false, &[("p/1", 0)]).await;
     let open = serve(db.store.clone(), None).await;
     let locked = serve(db.store.clone(), Some(TOKEN)).await;
@@ -226,10 +222,8 @@ async fn api_tokens(backend: Backend) {
     assert_eq!(p["paused"], false, "refused actions changed nothing");
 }
 
-async fn api_actions(backend: Backend) {
-    let Some(db) = TestDb::new(backend).await else {
-        return;
-    };
+on_all_backends!(api_actions);
+async fn api_actions(db: TestDb) {
     enqueue(&db, "auto", false, &[("auto/1", 0), ("auto/2", 0)]).await;
     enqueue(&db, "manual", true, &[("manual/1", 0), ("manual/2", 1)]).await;
     enqueue(&db, "done", false, &[("done/1", 0)]).await;
@@ -420,8 +414,6 @@ async fn api_actions(backend: Backend) {
         StatusCode::NOT_FOUND
     );
 }
-
-on_all_backends!(api_reads, api_tokens, api_actions);
 
 /// Page actions need the login cookie and the form's CSRF token; the
 /// cookie is HttpOnly and SameSite and is not the token.

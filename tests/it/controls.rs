@@ -4,13 +4,12 @@
 
 use std::sync::Arc;
 
-use serde_json::json;
 use tokio::sync::Semaphore;
 
 use crate::cli::processor;
 use crate::console_api::enqueue;
 use crate::on_all_backends;
-use crate::support::{Backend, Handler, Proc, TestDb, json as reply, metric, wait_for};
+use crate::support::{Backend, Handler, Proc, Scene, TestDb, done, metric, no_retry, wait_for};
 
 const MINUTE: std::time::Duration = std::time::Duration::from_secs(60);
 
@@ -35,25 +34,22 @@ async fn gated_handler() -> (Handler, Arc<Semaphore>) {
         let g = g.clone();
         async move {
             g.acquire().await.unwrap().forget();
-            reply(200, json!({ "done": true }))
+            done()
         }
     })
     .await;
     (h, gate)
 }
 
-async fn pause_holds_work_and_resume_continues(b: Backend) {
-    let Some(db) = TestDb::new(b).await else {
-        return;
-    };
+on_all_backends!(pause_holds_work_and_resume_continues);
+async fn pause_holds_work_and_resume_continues(db: TestDb) {
     enqueue(&db, "p", false, &[("p/1", 0), ("p/2", 0)]).await;
     enqueue(&db, "other", false, &[("o/1", 0)]).await;
     let (ok, out) = cli(&db, &["pause", "--all"]);
     assert!(ok && out.contains("2 partitions paused"), "{out}");
     let (ok, out) = cli(&db, &["resume", "--partition", "other"]);
     assert!(ok && out.contains("partition other resumed"), "{out}");
-    let h = Handler::start(|_| reply(200, json!({ "done": true }))).await;
-    let _proc = Proc::start(&db, &h.url(), &[]);
+    let Scene(h, _proc) = Scene::start(&db, &[], |_| done()).await;
     db.wait_partition("other", "complete").await;
     wait_for("p held", MINUTE, || async {
         db.partition_row("p").await.2.is_some()
@@ -76,10 +72,8 @@ async fn pause_holds_work_and_resume_continues(b: Backend) {
     assert_eq!(h.calls_for("p/1").len(), 1);
 }
 
-async fn paused_in_flight_call_is_written(b: Backend) {
-    let Some(db) = TestDb::new(b).await else {
-        return;
-    };
+on_all_backends!(paused_in_flight_call_is_written);
+async fn paused_in_flight_call_is_written(db: TestDb) {
     enqueue(&db, "p", false, &[("p/1", 0)]).await;
     let (h, gate) = gated_handler().await;
     let _proc = Proc::start(&db, &h.url(), &[]);
@@ -96,10 +90,8 @@ async fn paused_in_flight_call_is_written(b: Backend) {
     .await;
 }
 
-async fn cancel_rejects_late_results(b: Backend) {
-    let Some(db) = TestDb::new(b).await else {
-        return;
-    };
+on_all_backends!(cancel_rejects_late_results);
+async fn cancel_rejects_late_results(db: TestDb) {
     enqueue(&db, "c", false, &[("c/1", 0), ("c/2", 0)]).await;
     let (h, gate) = gated_handler().await;
     let proc = Proc::start(&db, &h.url(), &["--concurrency", "1"]);
@@ -127,15 +119,12 @@ async fn cancel_rejects_late_results(b: Backend) {
     assert!(!ok && out.contains("not found"), "{out}");
 }
 
-async fn manual_checkpoint_from_the_cli(b: Backend) {
-    let Some(db) = TestDb::new(b).await else {
-        return;
-    };
+on_all_backends!(manual_checkpoint_from_the_cli);
+async fn manual_checkpoint_from_the_cli(db: TestDb) {
     enqueue(&db, "m", true, &[("m/1", 0), ("m/2", 1)]).await;
     let (ok, out) = cli(&db, &["checkpoint", "--partition", "m", "--gate", "1"]);
     assert!(!ok && out.contains("still has available items"), "{out}");
-    let h = Handler::start(|_| reply(200, json!({ "done": true }))).await;
-    let _proc = Proc::start(&db, &h.url(), &[]);
+    let Scene(_h, _proc) = Scene::start(&db, &[], |_| done()).await;
     wait_for("m/1 complete", MINUTE, || async {
         db.item_row("m/1").await.status == "complete"
     })
@@ -147,24 +136,18 @@ async fn manual_checkpoint_from_the_cli(b: Backend) {
     assert!(!ok && out.contains("complete"), "{out}");
 }
 
-async fn retry_one_item_from_the_cli(b: Backend) {
-    let Some(db) = TestDb::new(b).await else {
-        return;
-    };
+on_all_backends!(retry_one_item_from_the_cli);
+async fn retry_one_item_from_the_cli(db: TestDb) {
     enqueue(&db, "r", false, &[("r/1", 0), ("r/2", 0)]).await;
     let failed_once = std::sync::atomic::AtomicBool::new(false);
-    let h = Handler::start(move |c| {
+    let Scene(_h, _proc) = Scene::start(&db, &[], move |c| {
         if c.item == "r/1" && !failed_once.swap(true, std::sync::atomic::Ordering::SeqCst) {
-            reply(
-                500,
-                json!({ "error": { "message": "boom", "no_retry": true } }),
-            )
+            no_retry(500, "boom")
         } else {
-            reply(200, json!({ "done": true }))
+            done()
         }
     })
     .await;
-    let _proc = Proc::start(&db, &h.url(), &[]);
     db.wait_partition("r", "failed").await;
     let (ok, out) = cli(&db, &["retry", "--item", "r/2"]);
     assert!(!ok && out.contains("not failed"), "{out}");
@@ -172,14 +155,6 @@ async fn retry_one_item_from_the_cli(b: Backend) {
     assert!(ok && out.contains("item r/1 back to available"), "{out}");
     db.wait_partition("r", "complete").await;
 }
-
-on_all_backends!(
-    pause_holds_work_and_resume_continues,
-    paused_in_flight_call_is_written,
-    cancel_rejects_late_results,
-    manual_checkpoint_from_the_cli,
-    retry_one_item_from_the_cli,
-);
 
 /// `processor status --json | head -1` exits quietly (it used to panic).
 #[tokio::test]
@@ -212,8 +187,7 @@ async fn closed_pipe_is_quiet() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grafana_dashboard_uses_exported_metrics() {
     let db = TestDb::new(Backend::Sqlite).await.unwrap();
-    let h = Handler::start(|_| reply(200, json!({ "done": true }))).await;
-    let proc = Proc::start(&db, &h.url(), &[]);
+    let Scene(_h, proc) = Scene::start(&db, &[], |_| done()).await;
     wait_for("metrics", MINUTE, || async {
         proc.metrics().await.contains("feed_sessions_alive")
     })

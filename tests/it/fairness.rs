@@ -11,13 +11,7 @@ use parking_lot::Mutex;
 use serde_json::json;
 
 use crate::on_all_backends;
-use crate::support::{Backend, Handler, Proc, TestDb, json as reply, wait_for};
-
-on_all_backends!(
-    small_partitions_are_not_behind_a_big_one,
-    items_run_in_the_order_they_were_written,
-    an_endless_partition_does_not_starve_others
-);
+use crate::support::{Handler, Proc, Scene, TestDb, done, json as reply, wait_for};
 
 async fn enqueue(db: &TestDb, partition: &str, ids: impl Iterator<Item = String>) {
     let items: Vec<NewItem> = ids
@@ -33,6 +27,18 @@ async fn enqueue(db: &TestDb, partition: &str, ids: impl Iterator<Item = String>
         .unwrap();
 }
 
+/// Partitions s0, s1, … of `n` items each (s0-0, s0-1, …).
+async fn small_partitions(db: &TestDb, n: usize) {
+    for s in 0..n {
+        enqueue(
+            db,
+            &format!("s{s}"),
+            (0..n).map(move |i| format!("s{s}-{i}")),
+        )
+        .await;
+    }
+}
+
 async fn available(db: &TestDb, partition: &str) -> i64 {
     db.query(
         "SELECT COUNT(*) AS n FROM feed_items WHERE partition_id = ? AND status = 'available'",
@@ -43,23 +49,13 @@ async fn available(db: &TestDb, partition: &str) -> i64 {
         .unwrap()
 }
 
+on_all_backends!(small_partitions_are_not_behind_a_big_one);
 /// One partition of 5,000 items (named to sort first) and ten of 10: the
 /// ten complete while most of the big one is still waiting.
-async fn small_partitions_are_not_behind_a_big_one(b: Backend) {
-    let Some(db) = TestDb::new(b).await else {
-        return;
-    };
+async fn small_partitions_are_not_behind_a_big_one(db: TestDb) {
     enqueue(&db, "a-big", (0..5000).map(|i| format!("big-{i:05}"))).await;
-    for s in 0..10 {
-        enqueue(
-            &db,
-            &format!("s{s}"),
-            (0..10).map(move |i| format!("s{s}-{i}")),
-        )
-        .await;
-    }
-    let h = Handler::start(|_| reply(200, json!({"done": true}))).await;
-    let _p = Proc::start(&db, &h.url(), &["--concurrency", "8"]);
+    small_partitions(&db, 10).await;
+    let Scene(_h, _p) = Scene::start(&db, &["--concurrency", "8"], |_| done()).await;
     for s in 0..10 {
         db.wait_partition(&format!("s{s}"), "complete").await;
     }
@@ -71,41 +67,29 @@ async fn small_partitions_are_not_behind_a_big_one(b: Backend) {
     );
 }
 
+on_all_backends!(items_run_in_the_order_they_were_written);
 /// Ids sort in the opposite order to the order they were written: with one
 /// item in flight at a time they are called in the order written.
-async fn items_run_in_the_order_they_were_written(b: Backend) {
-    let Some(db) = TestDb::new(b).await else {
-        return;
-    };
+async fn items_run_in_the_order_they_were_written(db: TestDb) {
     let ids: Vec<String> = (0..30).rev().map(|i| format!("item-{i:02}")).collect();
     // Written in three transactions, to order across them too.
     for chunk in ids.chunks(10) {
         enqueue(&db, "p", chunk.iter().cloned()).await;
     }
-    let h = Handler::start(|_| reply(200, json!({"done": true}))).await;
-    let _p = Proc::start(&db, &h.url(), &["--concurrency", "1"]);
+    let Scene(h, _p) = Scene::start(&db, &["--concurrency", "1"], |_| done()).await;
     db.wait_partition("p", "complete").await;
     let called: Vec<String> = h.calls().into_iter().map(|c| c.item).collect();
     assert_eq!(called, ids);
 }
 
+on_all_backends!(an_endless_partition_does_not_starve_others);
 /// One partition's 200 items answer `done: false` forever (a state machine
 /// that never ends); five small partitions must still finish, and with
 /// `--max-in-flight-per-partition 2` no partition ever has more than two
 /// calls in flight.
-async fn an_endless_partition_does_not_starve_others(b: Backend) {
-    let Some(db) = TestDb::new(b).await else {
-        return;
-    };
+async fn an_endless_partition_does_not_starve_others(db: TestDb) {
     enqueue(&db, "a-endless", (0..200).map(|i| format!("e{i:03}"))).await;
-    for s in 0..5 {
-        enqueue(
-            &db,
-            &format!("s{s}"),
-            (0..5).map(move |i| format!("s{s}-{i}")),
-        )
-        .await;
-    }
+    small_partitions(&db, 5).await;
     let in_flight: Arc<Mutex<HashMap<String, (usize, usize)>>> = Arc::default();
     let f = in_flight.clone();
     let h = Handler::start_async(move |c| {

@@ -9,9 +9,7 @@ use serde_json::json;
 use tokio::sync::watch;
 
 use crate::on_all_backends;
-use crate::support::{Backend, Handler, Proc, TestDb, json as reply, metric, wait_for};
-
-on_all_backends!(late_result_after_lease_change_is_rejected);
+use crate::support::{Handler, Proc, TestDb, json as reply, metric, wait_for};
 
 /// Processor A holding partition `p` (one item `x`) with its call hanging,
 /// and a second processor B live: the scene of a lease moving mid-call.
@@ -71,10 +69,8 @@ pub async fn two_processors(db: &TestDb) -> TwoProcessors {
     }
 }
 
-async fn late_result_after_lease_change_is_rejected(b: Backend) {
-    let Some(db) = TestDb::new(b).await else {
-        return;
-    };
+on_all_backends!(late_result_after_lease_change_is_rejected);
+async fn late_result_after_lease_change_is_rejected(db: TestDb) {
     let TwoProcessors {
         handler: h,
         a,

@@ -5,37 +5,25 @@ use std::time::Duration;
 use serde_json::json;
 
 use crate::on_all_backends;
-use crate::support::{Backend, Handler, Proc, TestDb, json as reply, wait_for};
+use crate::support::{Scene, TestDb, done, json as reply};
 
-on_all_backends!(
-    fan_out_then_fan_in,
-    three_steps_at_one_gate,
-    plain_sql_rows,
-    auto_close_off_stays_open,
-    manual_checkpoint_holds_gate
-);
-
+on_all_backends!(fan_out_then_fan_in);
 /// Items at gate 0 move to gate 2 or finish; nothing at gate 2 is called
 /// before every gate-0 item is complete; then the partition closes.
-async fn fan_out_then_fan_in(b: Backend) {
-    let Some(db) = TestDb::new(b).await else {
-        return;
-    };
+async fn fan_out_then_fan_in(db: TestDb) {
     db.partition("resumes", true, false, "block").await;
     for i in 0..30 {
         db.item(&format!("r{i}"), "resumes", 0, json!({"n": i}))
             .await;
     }
-    let h = Handler::start(|c| {
+    let Scene(h, _p) = Scene::start(&db, &[], |c| {
         let n = c.data["n"].as_i64().unwrap();
         match c.gate {
             0 if n % 3 == 0 => reply(200, json!({"gate": 2, "data": {"n": n, "classified": true}})),
-            0 => reply(200, json!({"done": true})),
+            0 => done(),
             _ => reply(200, json!({"done": true, "data": {"n": n, "classified": c.data["classified"], "ranked": true}})),
         }
-    })
-    .await;
-    let _p = Proc::start(&db, &h.url(), &[]);
+    }).await;
     db.wait_partition("resumes", "complete").await;
     let calls = h.calls();
     let last_gate0 = calls.iter().rposition(|c| c.gate == 0).unwrap();
@@ -61,20 +49,17 @@ async fn fan_out_then_fan_in(b: Backend) {
     );
 }
 
+on_all_backends!(three_steps_at_one_gate);
 /// A handler-driven state machine: three steps at the same gate; the
 /// stored data is the third step's.
-async fn three_steps_at_one_gate(b: Backend) {
-    let Some(db) = TestDb::new(b).await else {
-        return;
-    };
+async fn three_steps_at_one_gate(db: TestDb) {
     db.partition("p", true, false, "block").await;
     db.item("i", "p", 0, json!({"step": 0})).await;
-    let h = Handler::start(|c| {
+    let Scene(h, _p) = Scene::start(&db, &[], |c| {
         let step = c.data["step"].as_i64().unwrap() + 1;
         reply(200, json!({"done": step == 3, "data": {"step": step}}))
     })
     .await;
-    let _p = Proc::start(&db, &h.url(), &[]);
     db.wait_partition("p", "complete").await;
     let row = db.item_row("i").await;
     assert_eq!(row.data, json!({"step": 3}));
@@ -87,11 +72,9 @@ async fn three_steps_at_one_gate(b: Backend) {
     assert!(calls.iter().all(|c| c.attempt == 1));
 }
 
+on_all_backends!(plain_sql_rows);
 /// A producer writing only the required columns with plain SQL.
-async fn plain_sql_rows(b: Backend) {
-    let Some(db) = TestDb::new(b).await else {
-        return;
-    };
+async fn plain_sql_rows(db: TestDb) {
     db.exec("INSERT INTO feed_partitions (id) VALUES ('plain')", vec![])
         .await;
     db.exec(
@@ -99,8 +82,7 @@ async fn plain_sql_rows(b: Backend) {
         vec![],
     )
     .await;
-    let h = Handler::start(|_| reply(200, json!({"done": true}))).await;
-    let _p = Proc::start(&db, &h.url(), &[]);
+    let Scene(h, _p) = Scene::start(&db, &[], |_| done()).await;
     db.wait_partition("plain", "complete").await;
     let calls = h.calls();
     assert_eq!(calls.len(), 2);
@@ -117,44 +99,29 @@ async fn plain_sql_rows(b: Backend) {
     );
 }
 
+on_all_backends!(auto_close_off_stays_open);
 /// `auto_close = false`: everything done, the partition stays available.
-async fn auto_close_off_stays_open(b: Backend) {
-    let Some(db) = TestDb::new(b).await else {
-        return;
-    };
+async fn auto_close_off_stays_open(db: TestDb) {
     db.partition("open", false, false, "block").await;
     db.item("a", "open", 0, json!({})).await;
-    let h = Handler::start(|_| reply(200, json!({"done": true}))).await;
-    let _p = Proc::start(&db, &h.url(), &[]);
-    wait_for("item complete", Duration::from_secs(30), || async {
-        db.item_row("a").await.status == "complete"
-    })
-    .await;
+    let Scene(_h, _p) = Scene::start(&db, &[], |_| done()).await;
+    db.wait_item("a", "complete").await;
     tokio::time::sleep(Duration::from_millis(800)).await;
     assert_eq!(db.partition_status("open").await, "available");
     // New work in the open partition is picked up.
     db.item("b", "open", 0, json!({})).await;
-    wait_for("late item complete", Duration::from_secs(30), || async {
-        db.item_row("b").await.status == "complete"
-    })
-    .await;
+    db.wait_item("b", "complete").await;
     assert_eq!(db.partition_status("open").await, "available");
 }
 
+on_all_backends!(manual_checkpoint_holds_gate);
 /// `manual_checkpoint`: the gate stays until the user moves it.
-async fn manual_checkpoint_holds_gate(b: Backend) {
-    let Some(db) = TestDb::new(b).await else {
-        return;
-    };
+async fn manual_checkpoint_holds_gate(db: TestDb) {
     db.partition("m", true, true, "block").await;
     db.item("g0", "m", 0, json!({})).await;
     db.item("g1", "m", 1, json!({})).await;
-    let h = Handler::start(|_| reply(200, json!({"done": true}))).await;
-    let _p = Proc::start(&db, &h.url(), &[]);
-    wait_for("gate-0 item complete", Duration::from_secs(30), || async {
-        db.item_row("g0").await.status == "complete"
-    })
-    .await;
+    let Scene(h, _p) = Scene::start(&db, &[], |_| done()).await;
+    db.wait_item("g0", "complete").await;
     tokio::time::sleep(Duration::from_millis(800)).await;
     let (status, gate, _) = db.partition_row("m").await;
     assert_eq!((status.as_str(), gate), ("available", 0));

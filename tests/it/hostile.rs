@@ -11,26 +11,20 @@ use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::on_all_backends;
-use crate::support::{Backend, Handler, Proc, TestDb, free_port, json as reply, wait_for};
-
-on_all_backends!(
-    misbehaving_handlers,
-    broken_connections,
-    hand_written_rows,
-    signed_requests_verify
-);
+use crate::support::{
+    Backend, Handler, Proc, Scene, TestDb, done, free_port, json as reply, no_retry, retry_after,
+    wait_for,
+};
 
 const BEHAVIOURS: &[&str] = &[
     "slow", "nonjson", "gate_x", "neg_gate", "done_str", "big", "r301", "r302", "r429", "r503date",
     "ok", "array",
 ];
 
+on_all_backends!(misbehaving_handlers);
 /// Every kind of bad answer at once, one item each; `continue` so the
 /// partition closes when they are settled.
-async fn misbehaving_handlers(b: Backend) {
-    let Some(db) = TestDb::new(b).await else {
-        return;
-    };
+async fn misbehaving_handlers(db: TestDb) {
     db.partition("p", true, false, "continue").await;
     for name in BEHAVIOURS {
         db.item(name, "p", 0, json!({"keep": name})).await;
@@ -40,7 +34,7 @@ async fn misbehaving_handlers(b: Backend) {
         match c.item.as_str() {
             "slow" => {
                 tokio::time::sleep(Duration::from_secs(3)).await;
-                reply(200, json!({"done": true}))
+                done()
             }
             "nonjson" => (StatusCode::OK, "<html>oops</html>").into_response(),
             "gate_x" => reply(200, json!({"gate": "x"})),
@@ -57,15 +51,13 @@ async fn misbehaving_handlers(b: Backend) {
             "r302" => {
                 (StatusCode::FOUND, [("Location", "http://example.com/")], "").into_response()
             }
-            "r429" if first => {
-                (StatusCode::TOO_MANY_REQUESTS, [("Retry-After", "1")], "").into_response()
-            }
+            "r429" if first => retry_after(429, "1", ""),
             "r503date" if first => {
                 let when =
                     httpdate::fmt_http_date(std::time::SystemTime::now() + Duration::from_secs(2));
-                (StatusCode::SERVICE_UNAVAILABLE, [("Retry-After", when)], "").into_response()
+                retry_after(503, &when, "")
             }
-            _ => reply(200, json!({"done": true})),
+            _ => done(),
         }
     })
     .await;
@@ -81,10 +73,7 @@ async fn misbehaving_handlers(b: Backend) {
             "1000",
         ],
     );
-    wait_for("ok item complete", Duration::from_secs(30), || async {
-        db.item_row("ok").await.status == "complete"
-    })
-    .await;
+    db.wait_item("ok", "complete").await;
     db.wait_partition("p", "complete").await;
     let expect: &[(&str, &str, i32, &str)] = &[
         ("slow", "failed", 2, "--request-timeout"),
@@ -130,12 +119,10 @@ async fn misbehaving_handlers(b: Backend) {
     }
 }
 
+on_all_backends!(broken_connections);
 /// A handler whose connection dies: cut off mid-body, or reset. Each is a
 /// failed attempt (retried), the data is kept, and the processor goes on.
-async fn broken_connections(b: Backend) {
-    let Some(db) = TestDb::new(b).await else {
-        return;
-    };
+async fn broken_connections(db: TestDb) {
     db.partition("p", true, false, "continue").await;
     db.item("cut", "p", 0, json!({"keep": 1})).await;
     db.item("reset", "p", 0, json!({"keep": 2})).await;
@@ -190,12 +177,10 @@ async fn broken_connections(b: Backend) {
     assert!(p.terminate().success());
 }
 
+on_all_backends!(hand_written_rows);
 /// Rows written by hand that Feed cannot run are failed with a
 /// `last_error` that says why; a far gate is reached in one step.
-async fn hand_written_rows(b: Backend) {
-    let Some(db) = TestDb::new(b).await else {
-        return;
-    };
+async fn hand_written_rows(db: TestDb) {
     db.partition("p", true, false, "continue").await;
     db.item("ok", "p", 0, json!({})).await;
     db.item("far", "p", 1000, json!({})).await;
@@ -214,8 +199,7 @@ async fn hand_written_rows(b: Backend) {
         )
         .await;
     assert!(orphan.is_err(), "an item without a partition was accepted");
-    let h = Handler::start(|_| reply(200, json!({"done": true}))).await;
-    let p = Proc::start(&db, &h.url(), &[]);
+    let Scene(h, p) = Scene::start(&db, &[], |_| done()).await;
     db.wait_partition("p", "complete").await;
     let (_, gate, _) = db.partition_row("p").await;
     assert_eq!(
@@ -243,12 +227,10 @@ async fn hand_written_rows(b: Backend) {
     assert!(p.terminate().success());
 }
 
+on_all_backends!(signed_requests_verify);
 /// `Feed-Signature` verifies with the secret (read from a file) and a
 /// tampered body does not.
-async fn signed_requests_verify(b: Backend) {
-    let Some(db) = TestDb::new(b).await else {
-        return;
-    };
+async fn signed_requests_verify(db: TestDb) {
     db.partition("p", true, false, "block").await;
     db.item("i", "p", 0, json!({"amount": 10})).await;
     let dir = tempfile::tempdir().unwrap();
@@ -265,10 +247,7 @@ async fn signed_requests_verify(b: Backend) {
         {
             reply(200, json!({"done": true, "data": {"verified": true}}))
         } else {
-            reply(
-                401,
-                json!({"error": {"message": "bad signature", "no_retry": true}}),
-            )
+            no_retry(401, "bad signature")
         }
     })
     .await;
@@ -303,7 +282,7 @@ async fn database_unreachable_at_start() {
     let url = db
         .url
         .replace("127.0.0.1:5432", &format!("127.0.0.1:{port}"));
-    let h = Handler::start(|_| reply(200, json!({"done": true}))).await;
+    let h = Handler::start(|_| done()).await;
     let p = Proc::start(&TestDb::alias(&db, &url), &h.url(), &[]);
     let ready = format!("http://{}/readyz", p.listen.as_ref().unwrap());
     wait_for(
@@ -342,12 +321,11 @@ async fn postgres_connections_killed() {
     for i in 0..200 {
         db.item(&format!("i{i}"), "p", 0, json!({"n": i})).await;
     }
-    let h = Handler::start_async(|_| async {
+    let Scene(_h, mut p) = Scene::start_async(&db, &["--concurrency", "8"], |_| async {
         tokio::time::sleep(Duration::from_millis(20)).await;
-        reply(200, json!({"done": true}))
+        done()
     })
     .await;
-    let mut p = Proc::start(&db, &h.url(), &["--concurrency", "8"]);
     let name = db.url.rsplit('/').next().unwrap().to_string();
     for _ in 0..4 {
         tokio::time::sleep(Duration::from_millis(400)).await;

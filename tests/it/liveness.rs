@@ -4,37 +4,25 @@
 
 use std::time::Duration;
 
-use axum::http::StatusCode;
-use axum::response::IntoResponse;
 use serde_json::json;
 
 use crate::cli::processor;
 use crate::on_all_backends;
-use crate::support::{Backend, Handler, Proc, TestDb, json as reply, wait_for};
+use crate::support::{
+    Handler, Proc, Scene, TestDb, done, json as reply, no_retry, retry_after, wait_for,
+};
 
-on_all_backends!(
-    failed_gate_check_is_retried,
-    changes_by_hand_are_noticed,
-    plain_insert_into_complete_partition_reopens_it,
-    capped_share_is_taken_up,
-    capped_processor_makes_room,
-    retry_after_the_gate_moved_on_runs_at_the_current_gate
-);
-
+on_all_backends!(failed_gate_check_is_retried);
 /// The database refuses every gate advance for a while (a fault injected
 /// with a trigger): the check fails, the partition keeps its mark, and once
 /// the fault is gone it advances and closes.
-async fn failed_gate_check_is_retried(b: Backend) {
-    let Some(db) = TestDb::new(b).await else {
-        return;
-    };
+async fn failed_gate_check_is_retried(db: TestDb) {
     db.partition("p", true, false, "block").await;
     db.item("a", "p", 0, json!({})).await;
     db.item("b", "p", 1, json!({})).await;
     db.refuse("no_advance", "feed_partitions", "NEW.gate <> OLD.gate")
         .await;
-    let h = Handler::start(|_| reply(200, json!({"done": true}))).await;
-    let p = Proc::start(&db, &h.url(), &[]);
+    let Scene(_h, p) = Scene::start(&db, &[], |_| done()).await;
     wait_for("a failed gate check", Duration::from_secs(30), || async {
         p.log().contains("gate check failed")
     })
@@ -46,32 +34,24 @@ async fn failed_gate_check_is_retried(b: Backend) {
     assert_eq!(db.item_row("b").await.status, "complete");
 }
 
+on_all_backends!(changes_by_hand_are_noticed);
 /// Items deleted or completed by hand while the partition waits on them:
 /// the processor notices within an acquire cycle and the partition moves on.
-async fn changes_by_hand_are_noticed(b: Backend) {
-    let Some(db) = TestDb::new(b).await else {
-        return;
-    };
+async fn changes_by_hand_are_noticed(db: TestDb) {
     for p in ["deleted", "completed"] {
         db.partition(p, true, false, "block").await;
         db.item(&format!("{p}-0"), p, 0, json!({})).await;
         db.item(&format!("{p}-1"), p, 1, json!({})).await;
     }
     // Gate-0 items are answered "later" (a long Retry-After), so they wait.
-    let h = Handler::start(|c| {
+    let Scene(h, _p) = Scene::start(&db, &[], |c| {
         if c.gate == 0 {
-            (
-                StatusCode::SERVICE_UNAVAILABLE,
-                [("retry-after", "3600")],
-                "later",
-            )
-                .into_response()
+            retry_after(503, "3600", "later")
         } else {
-            reply(200, json!({"done": true}))
+            done()
         }
     })
     .await;
-    let _p = Proc::start(&db, &h.url(), &[]);
     wait_for("both gate-0 calls", Duration::from_secs(30), || async {
         h.calls().iter().filter(|c| c.gate == 0).count() >= 2
     })
@@ -94,32 +74,24 @@ async fn changes_by_hand_are_noticed(b: Backend) {
     assert_eq!(db.item_row("completed-1").await.status, "complete");
 }
 
+on_all_backends!(plain_insert_into_complete_partition_reopens_it);
 /// A producer adds an item to a complete partition with a plain INSERT
 /// (not reopening it): a processor reopens the partition and runs the item.
-async fn plain_insert_into_complete_partition_reopens_it(b: Backend) {
-    let Some(db) = TestDb::new(b).await else {
-        return;
-    };
+async fn plain_insert_into_complete_partition_reopens_it(db: TestDb) {
     db.partition("p", true, false, "block").await;
     db.item("first", "p", 0, json!({})).await;
-    let h = Handler::start(|_| reply(200, json!({"done": true}))).await;
-    let _p = Proc::start(&db, &h.url(), &[]);
+    let Scene(h, _p) = Scene::start(&db, &[], |_| done()).await;
     db.wait_partition("p", "complete").await;
     db.item("late", "p", 0, json!({})).await;
-    wait_for("the late item done", Duration::from_secs(30), || async {
-        db.item_row("late").await.status == "complete"
-    })
-    .await;
+    db.wait_item("late", "complete").await;
     db.wait_partition("p", "complete").await;
     assert_eq!(h.calls_for("late").len(), 1);
 }
 
+on_all_backends!(capped_share_is_taken_up);
 /// Ten partitions, one processor capped at 2 and one uncapped: the
 /// uncapped one takes up the capped one's unused share and all complete.
-async fn capped_share_is_taken_up(b: Backend) {
-    let Some(db) = TestDb::new(b).await else {
-        return;
-    };
+async fn capped_share_is_taken_up(db: TestDb) {
     for p in 0..10 {
         db.partition(&format!("p{p}"), true, false, "block").await;
         for i in 0..3 {
@@ -135,12 +107,7 @@ async fn capped_share_is_taken_up(b: Backend) {
         if g.load(std::sync::atomic::Ordering::SeqCst) {
             reply(200, json!({"done": true, "data": {"by": c.processor}}))
         } else {
-            (
-                StatusCode::SERVICE_UNAVAILABLE,
-                [("retry-after", "1")],
-                "wait",
-            )
-                .into_response()
+            retry_after(503, "1", "wait")
         }
     })
     .await;
@@ -173,16 +140,13 @@ async fn capped_share_is_taken_up(b: Backend) {
     drop((capped, free));
 }
 
+on_all_backends!(capped_processor_makes_room);
 /// A processor capped at 2 holds two idle partitions; a third partition
 /// gets work: the capped processor gives an idle one back and runs it.
-async fn capped_processor_makes_room(b: Backend) {
-    let Some(db) = TestDb::new(b).await else {
-        return;
-    };
+async fn capped_processor_makes_room(db: TestDb) {
     db.partition("idle1", false, false, "block").await;
     db.partition("idle2", false, false, "block").await;
-    let h = Handler::start(|_| reply(200, json!({"done": true}))).await;
-    let _p = Proc::start(&db, &h.url(), &["--max-partitions", "2"]);
+    let Scene(h, _p) = Scene::start(&db, &["--max-partitions", "2"], |_| done()).await;
     wait_for(
         "both idle partitions held",
         Duration::from_secs(30),
@@ -198,23 +162,19 @@ async fn capped_processor_makes_room(b: Backend) {
     assert_eq!(h.calls_for("job").len(), 1);
 }
 
+on_all_backends!(retry_after_the_gate_moved_on_runs_at_the_current_gate);
 /// In an `on_failure = continue` partition an item failed at gate 0 while
 /// the partition went on to gate 1 and closed. `processor retry` runs it
 /// again at gate 1 and says so.
-async fn retry_after_the_gate_moved_on_runs_at_the_current_gate(b: Backend) {
-    let Some(db) = TestDb::new(b).await else {
-        return;
-    };
+async fn retry_after_the_gate_moved_on_runs_at_the_current_gate(db: TestDb) {
     db.partition("p", true, false, "continue").await;
-    db.item("x", "p", 0, json!({})).await;
-    db.item("y", "p", 0, json!({})).await;
-    let h = Handler::start(|c| match (c.item.as_str(), c.gate) {
-        ("x", 0) => reply(200, json!({"error": {"message": "bad", "no_retry": true}})),
+    db.items("p", 0, &["x", "y"]).await;
+    let Scene(h, _p) = Scene::start(&db, &[], |c| match (c.item.as_str(), c.gate) {
+        ("x", 0) => no_retry(200, "bad"),
         ("y", 0) => reply(200, json!({"gate": 1})),
-        _ => reply(200, json!({"done": true})),
+        _ => done(),
     })
     .await;
-    let _p = Proc::start(&db, &h.url(), &[]);
     db.wait_partition("p", "complete").await;
     assert_eq!(db.partition_row("p").await.1, 1);
     assert_eq!(db.item_row("x").await.status, "failed");
@@ -229,10 +189,7 @@ async fn retry_after_the_gate_moved_on_runs_at_the_current_gate(b: Backend) {
         text.contains("moved up to their partition's current gate"),
         "{text}"
     );
-    wait_for("x done at gate 1", Duration::from_secs(30), || async {
-        db.item_row("x").await.status == "complete"
-    })
-    .await;
+    db.wait_item("x", "complete").await;
     let x = db.item_row("x").await;
     assert_eq!(x.gate, 1);
     assert!(h.calls_for("x").iter().any(|c| c.gate == 1));

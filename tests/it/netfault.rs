@@ -15,31 +15,22 @@ use crate::on_network_backends;
 use crate::proxy::{Proxy, upstream};
 use crate::support::{Backend, Call, Handler, Proc, TestDb, json as reply, metric, wait_for};
 
-on_network_backends!(
-    dead_connections_give_back_their_pool_slots,
-    cut_off_processor_is_taken_over_and_recovers,
-    dead_connections_are_replaced,
-    sigterm_exits_in_bounded_time_whatever_the_network
-);
-
+on_network_backends!(dead_connections_give_back_their_pool_slots);
 /// Statements cut off on dead connections do not keep their pool slots:
 /// sqlx pings every connection it takes back, with no time limit of its
 /// own, so without the store's bounded check each dead connection would
 /// hold its slot for good and, the pool full of them, nothing would run.
 /// Plain TCP: over TLS, sqlx's own close of a connection that failed the
 /// check still waits for the silent peer (see README, "Network faults").
-async fn dead_connections_give_back_their_pool_slots(b: Backend) {
-    let Some(db) = TestDb::new(b).await else {
-        return;
-    };
+async fn dead_connections_give_back_their_pool_slots(db: TestDb) {
     let proxy = Proxy::start(upstream(&db.url)).await;
     let limit = Duration::from_secs(1);
-    let url = match b {
+    let url = match db.backend {
         Backend::Postgres => format!("{}?sslmode=disable", proxy.url(&db.url)),
         _ => format!("{}?ssl-mode=disabled", proxy.url(&db.url)),
     };
     let store = feed::Store::connect_with(&url, 2, limit).await.unwrap();
-    let (sleep, sleeping) = match b {
+    let (sleep, sleeping) = match db.backend {
         Backend::Postgres => (
             "SELECT pg_sleep(5)",
             "SELECT COUNT(*) AS n FROM pg_stat_activity WHERE query LIKE 'SELECT pg_sleep%'",
@@ -139,6 +130,58 @@ async fn stepper(delay: Duration) -> Handler {
 
 /// Partitions of `items` items each, every partition written with its items
 /// in one transaction (an empty one could be closed before they arrive).
+/// A proxy in front of `db`, and `db` as seen through it.
+async fn behind_proxy(db: &TestDb) -> (Proxy, TestDb) {
+    let proxy = Proxy::start(upstream(&db.url)).await;
+    let via = TestDb::alias(db, &proxy.url(&db.url));
+    (proxy, via)
+}
+
+/// Processor `a` reaches the database through `proxy`, processor `direct`
+/// straight; both are registered and `a` (session `a_old`) is at work on
+/// the `first` items (6 partitions of 10).
+struct Split {
+    proxy: Proxy,
+    h: Handler,
+    a: Proc,
+    direct: Proc,
+    a_old: String,
+    first: Vec<String>,
+}
+
+impl Split {
+    async fn at_work(db: &TestDb) -> Split {
+        let (proxy, via) = behind_proxy(db).await;
+        let h = stepper(Duration::from_millis(50)).await;
+        let a = Proc::start(&via, &h.url(), OPTS);
+        let direct = Proc::start(db, &h.url(), OPTS);
+        wait_for("two sessions", WAIT, || async {
+            session_of(db, &a).await.is_some() && session_of(db, &direct).await.is_some()
+        })
+        .await;
+        let a_old = session_of(db, &a).await.unwrap();
+        let first = enqueue(db, "p", 6, 10).await;
+        wait_for("the processor behind the proxy at work", WAIT, || async {
+            h.calls().iter().filter(|c| c.processor == a_old).count() >= 4
+        })
+        .await;
+        Split {
+            proxy,
+            h,
+            a,
+            direct,
+            a_old,
+            first,
+        }
+    }
+}
+
+/// The cut-off processor is ready again and counted a statement timeout.
+async fn assert_recovered(a: &Proc) {
+    wait_for("ready again", WAIT, || async { readyz(a).await == 200 }).await;
+    assert!(metric(&a.metrics().await, "feed_statement_timeouts_total") >= 1.0);
+}
+
 async fn enqueue(db: &TestDb, prefix: &str, partitions: usize, items: usize) -> Vec<String> {
     let mut ids = Vec::new();
     for p in 0..partitions {
@@ -239,32 +282,21 @@ async fn terminate_within(p: &mut Proc, bound: Duration) -> (Duration, ExitStatu
     panic!("no exit {bound:?} after SIGTERM:\n{}", p.log());
 }
 
+on_network_backends!(cut_off_processor_is_taken_over_and_recovers);
 /// A processor cut off from the database while another runs: the other
 /// takes its partitions within the expiry plus one acquire interval, the
 /// cut-off one calls the handler no more after its expiry, every step is
 /// written once, and after the heal it registers anew and works again.
-async fn cut_off_processor_is_taken_over_and_recovers(b: Backend) {
-    let Some(db) = TestDb::new(b).await else {
-        return;
-    };
-    let proxy = Proxy::start(upstream(&db.url)).await;
-    let via = TestDb::alias(&db, &proxy.url(&db.url));
-    let h = stepper(Duration::from_millis(50)).await;
-    let a = Proc::start(&via, &h.url(), OPTS);
-    let direct = Proc::start(&db, &h.url(), OPTS);
-    wait_for("two sessions", WAIT, || async {
-        session_of(&db, &a).await.is_some() && session_of(&db, &direct).await.is_some()
-    })
-    .await;
-    let (a_old, b_session) = (
-        session_of(&db, &a).await.unwrap(),
-        session_of(&db, &direct).await.unwrap(),
-    );
-    let first = enqueue(&db, "p", 6, 10).await;
-    wait_for("the processor behind the proxy at work", WAIT, || async {
-        h.calls().iter().filter(|c| c.processor == a_old).count() >= 4
-    })
-    .await;
+async fn cut_off_processor_is_taken_over_and_recovers(db: TestDb) {
+    let Split {
+        proxy,
+        h,
+        a,
+        direct,
+        a_old,
+        first,
+    } = Split::at_work(&db).await;
+    let b_session = session_of(&db, &direct).await.unwrap();
 
     proxy.cut();
     let cut = Instant::now();
@@ -276,7 +308,7 @@ async fn cut_off_processor_is_taken_over_and_recovers(b: Backend) {
     })
     .await;
     let takeover = cut.elapsed();
-    eprintln!("{b:?}: takeover {takeover:?} after the cut");
+    eprintln!("{:?}: takeover {takeover:?} after the cut", db.backend);
     assert!(
         takeover < EXPIRY + ACQUIRE + Duration::from_secs(2),
         "takeover took {takeover:?}"
@@ -315,32 +347,22 @@ async fn cut_off_processor_is_taken_over_and_recovers(b: Backend) {
         "the healed processor took part"
     );
     assert_exactly_once(&db, &second, 10).await;
-    wait_for("ready again", WAIT, || async { readyz(&a).await == 200 }).await;
-    assert!(metric(&a.metrics().await, "feed_statement_timeouts_total") >= 1.0);
+    assert_recovered(&a).await;
 }
 
+on_network_backends!(dead_connections_are_replaced);
 /// The connections open at the cut stay dead after the heal (only new ones
 /// work): every task of the cut-off processor gives them up and goes on with
 /// fresh ones. Alone afterwards, it heartbeats and finishes new work.
-async fn dead_connections_are_replaced(b: Backend) {
-    let Some(db) = TestDb::new(b).await else {
-        return;
-    };
-    let proxy = Proxy::start(upstream(&db.url)).await;
-    let via = TestDb::alias(&db, &proxy.url(&db.url));
-    let h = stepper(Duration::from_millis(50)).await;
-    let a = Proc::start(&via, &h.url(), OPTS);
-    let mut direct = Proc::start(&db, &h.url(), OPTS);
-    wait_for("two sessions", WAIT, || async {
-        session_of(&db, &a).await.is_some() && session_of(&db, &direct).await.is_some()
-    })
-    .await;
-    let a_old = session_of(&db, &a).await.unwrap();
-    let first = enqueue(&db, "p", 6, 10).await;
-    wait_for("the processor behind the proxy at work", WAIT, || async {
-        h.calls().iter().filter(|c| c.processor == a_old).count() >= 4
-    })
-    .await;
+async fn dead_connections_are_replaced(db: TestDb) {
+    let Split {
+        proxy,
+        h: _h,
+        a,
+        mut direct,
+        a_old: _,
+        first,
+    } = Split::at_work(&db).await;
 
     proxy.cut();
     wait_for("its session expired and was deleted", WAIT, || async {
@@ -353,7 +375,7 @@ async fn dead_connections_are_replaced(b: Backend) {
     })
     .await;
     let a_new = session_of(&db, &a).await.unwrap();
-    if b == Backend::Postgres {
+    if db.backend == Backend::Postgres {
         wait_for("the dead LISTEN connection replaced", WAIT, || async {
             a.log().contains("LISTEN connection did not answer a ping")
         })
@@ -381,21 +403,17 @@ async fn dead_connections_are_replaced(b: Backend) {
         heartbeat_at(&db, &a_new).await.is_some_and(|t| t > beat)
     })
     .await;
-    wait_for("ready again", WAIT, || async { readyz(&a).await == 200 }).await;
-    assert!(metric(&a.metrics().await, "feed_statement_timeouts_total") >= 1.0);
+    assert_recovered(&a).await;
 }
 
+on_network_backends!(sigterm_exits_in_bounded_time_whatever_the_network);
 /// SIGTERM while the database does not answer, and right after a heal that
 /// left the old connections dead: the process exits within the drain
 /// timeout plus the release bound every time, also with a statement timeout
 /// far longer than both (the shutdown bounds do not rest on it). The hang
 /// this guards against was intermittent, so it is tried several times.
-async fn sigterm_exits_in_bounded_time_whatever_the_network(b: Backend) {
-    let Some(db) = TestDb::new(b).await else {
-        return;
-    };
-    let proxy = Proxy::start(upstream(&db.url)).await;
-    let via = TestDb::alias(&db, &proxy.url(&db.url));
+async fn sigterm_exits_in_bounded_time_whatever_the_network(db: TestDb) {
+    let (proxy, via) = behind_proxy(&db).await;
     let h = stepper(Duration::from_millis(300)).await;
     let bound = DRAIN + feed::run::RELEASE_BOUND + Duration::from_secs(5);
     let mut times = Vec::new();
@@ -430,6 +448,7 @@ async fn sigterm_exits_in_bounded_time_whatever_the_network(b: Backend) {
         times.push(took);
     }
     eprintln!(
-        "{b:?}: SIGTERM exit times (cut, dead after heal, …; statement timeout 1s, then 60s): {times:?}"
+        "{:?}: SIGTERM exit times (cut, dead after heal, …; statement timeout 1s, then 60s): {times:?}",
+        db.backend
     );
 }

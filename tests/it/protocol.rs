@@ -10,27 +10,16 @@ use axum::response::IntoResponse;
 use serde_json::json;
 
 use crate::on_all_backends;
-use crate::support::{Backend, Handler, Proc, TestDb, free_port, json as reply, wait_for};
+use crate::support::{
+    Handler, Proc, Scene, TestDb, done, free_port, json as reply, no_retry, retry_after, wait_for,
+};
 
-on_all_backends!(
-    retry_then_success,
-    exhausted_attempts_fail_partition,
-    on_failure_continue_closes,
-    no_retry_fails_at_once,
-    non_retryable_4xx,
-    retry_after_is_honoured,
-    gate_below_partition_gate_fails,
-    handler_down_then_up,
-);
-
+on_all_backends!(retry_then_success);
 /// Two 500s then success: three attempts, 1-based `Feed-Attempt`, one idempotency key.
-async fn retry_then_success(b: Backend) {
-    let Some(db) = TestDb::new(b).await else {
-        return;
-    };
+async fn retry_then_success(db: TestDb) {
     db.partition("p", true, false, "block").await;
     db.item("i", "p", 0, json!({"v": 1})).await;
-    let h = Handler::start(|c| {
+    let Scene(h, _p) = Scene::start(&db, &[], |c| {
         if c.attempt < 3 {
             reply(500, json!({"oops": c.attempt}))
         } else {
@@ -38,7 +27,6 @@ async fn retry_then_success(b: Backend) {
         }
     })
     .await;
-    let _p = Proc::start(&db, &h.url(), &[]);
     db.wait_partition("p", "complete").await;
     let calls = h.calls_for("i");
     assert_eq!(
@@ -62,25 +50,21 @@ async fn retry_then_success(b: Backend) {
     assert_eq!(row.last_error, None);
 }
 
+on_all_backends!(exhausted_attempts_fail_partition);
 /// Every attempt fails: the item is `failed` with `attempts` and
 /// `last_error`; the partition is `failed`.
-async fn exhausted_attempts_fail_partition(b: Backend) {
-    let Some(db) = TestDb::new(b).await else {
-        return;
-    };
+async fn exhausted_attempts_fail_partition(db: TestDb) {
     db.partition("p", true, false, "block").await;
-    db.item("bad", "p", 0, json!({})).await;
-    db.item("good", "p", 0, json!({})).await;
+    db.items("p", 0, &["bad", "good"]).await;
     db.item("later", "p", 1, json!({})).await;
-    let h = Handler::start(|c| {
+    let Scene(h, _p) = Scene::start(&db, &["--max-attempts", "3"], |c| {
         if c.item == "bad" {
             reply(503, json!({"busy": true}))
         } else {
-            reply(200, json!({"done": true}))
+            done()
         }
     })
     .await;
-    let _p = Proc::start(&db, &h.url(), &["--max-attempts", "3"]);
     db.wait_partition("p", "failed").await;
     let row = db.item_row("bad").await;
     assert_eq!((row.status.as_str(), row.attempts), ("failed", 3));
@@ -98,43 +82,31 @@ async fn exhausted_attempts_fail_partition(b: Backend) {
     assert_eq!(db.item_row("later").await.status, "available");
 }
 
+on_all_backends!(on_failure_continue_closes);
 /// `on_failure = continue`: failed items count as finished.
-async fn on_failure_continue_closes(b: Backend) {
-    let Some(db) = TestDb::new(b).await else {
-        return;
-    };
+async fn on_failure_continue_closes(db: TestDb) {
     db.partition("p", true, false, "continue").await;
     db.item("bad", "p", 0, json!({})).await;
     db.item("later", "p", 1, json!({})).await;
-    let h = Handler::start(|c| {
+    let Scene(_h, _p) = Scene::start(&db, &["--max-attempts", "2"], |c| {
         if c.item == "bad" {
             reply(500, json!({}))
         } else {
-            reply(200, json!({"done": true}))
+            done()
         }
     })
     .await;
-    let _p = Proc::start(&db, &h.url(), &["--max-attempts", "2"]);
     db.wait_partition("p", "complete").await;
     assert_eq!(db.item_row("bad").await.status, "failed");
     assert_eq!(db.item_row("later").await.status, "complete");
 }
 
+on_all_backends!(no_retry_fails_at_once);
 /// `{"error": {"no_retry": true}}` fails the item on the first attempt.
-async fn no_retry_fails_at_once(b: Backend) {
-    let Some(db) = TestDb::new(b).await else {
-        return;
-    };
+async fn no_retry_fails_at_once(db: TestDb) {
     db.partition("p", true, false, "block").await;
     db.item("i", "p", 0, json!({"keep": "me"})).await;
-    let h = Handler::start(|_| {
-        reply(
-            200,
-            json!({"error": {"message": "corrupt PDF", "no_retry": true}}),
-        )
-    })
-    .await;
-    let _p = Proc::start(&db, &h.url(), &[]);
+    let Scene(h, _p) = Scene::start(&db, &[], |_| no_retry(200, "corrupt PDF")).await;
     db.wait_partition("p", "failed").await;
     let row = db.item_row("i").await;
     assert_eq!((row.status.as_str(), row.attempts), ("failed", 1));
@@ -143,23 +115,18 @@ async fn no_retry_fails_at_once(b: Backend) {
     assert_eq!(h.calls().len(), 1);
 }
 
+on_all_backends!(non_retryable_4xx);
 /// 404 and 422 are not retried, also when the body is an `{"error": …}`
 /// answer that does not say `no_retry`: the status decides.
-async fn non_retryable_4xx(b: Backend) {
-    let Some(db) = TestDb::new(b).await else {
-        return;
-    };
+async fn non_retryable_4xx(db: TestDb) {
     db.partition("p", true, false, "continue").await;
-    db.item("nf", "p", 0, json!({})).await;
-    db.item("ue", "p", 0, json!({})).await;
-    db.item("eb", "p", 0, json!({})).await;
-    let h = Handler::start(|c| match c.item.as_str() {
+    db.items("p", 0, &["nf", "ue", "eb"]).await;
+    let Scene(h, _p) = Scene::start(&db, &[], |c| match c.item.as_str() {
         "nf" => (StatusCode::NOT_FOUND, "no such thing").into_response(),
         "eb" => reply(422, json!({"error": {"message": "unprocessable"}})),
         _ => (StatusCode::UNPROCESSABLE_ENTITY, "no such thing").into_response(),
     })
     .await;
-    let _p = Proc::start(&db, &h.url(), &[]);
     db.wait_partition("p", "complete").await;
     for (id, code) in [("nf", "404"), ("ue", "422")] {
         let row = db.item_row(id).await;
@@ -174,28 +141,20 @@ async fn non_retryable_4xx(b: Backend) {
     assert_eq!(h.calls_for("eb").len(), 1, "a 422 error answer was retried");
 }
 
+on_all_backends!(retry_after_is_honoured);
 /// 429 with `Retry-After: 2`: the retry waits at least that long, even
 /// with a tiny backoff, and the delay is stored in `not_before`.
-async fn retry_after_is_honoured(b: Backend) {
-    let Some(db) = TestDb::new(b).await else {
-        return;
-    };
+async fn retry_after_is_honoured(db: TestDb) {
     db.partition("p", true, false, "block").await;
     db.item("i", "p", 0, json!({})).await;
-    let h = Handler::start(|c| {
+    let Scene(h, _p) = Scene::start(&db, &[], |c| {
         if c.attempt == 1 {
-            (
-                StatusCode::TOO_MANY_REQUESTS,
-                [("Retry-After", "2")],
-                "slow down",
-            )
-                .into_response()
+            retry_after(429, "2", "slow down")
         } else {
-            reply(200, json!({"done": true}))
+            done()
         }
     })
     .await;
-    let _p = Proc::start(&db, &h.url(), &[]);
     wait_for(
         "first attempt recorded",
         Duration::from_secs(30),
@@ -215,18 +174,15 @@ async fn retry_after_is_honoured(b: Backend) {
     );
 }
 
+on_all_backends!(gate_below_partition_gate_fails);
 /// A handler answering a gate below the partition's gate fails the item
 /// with a message that says so.
-async fn gate_below_partition_gate_fails(b: Backend) {
-    let Some(db) = TestDb::new(b).await else {
-        return;
-    };
+async fn gate_below_partition_gate_fails(db: TestDb) {
     db.partition("p", true, false, "block").await;
     db.item("i", "p", 1, json!({})).await;
     db.exec("UPDATE feed_partitions SET gate = 1 WHERE id = 'p'", vec![])
         .await;
-    let h = Handler::start(|_| reply(200, json!({"gate": 0}))).await;
-    let _p = Proc::start(&db, &h.url(), &[]);
+    let Scene(_h, _p) = Scene::start(&db, &[], |_| reply(200, json!({"gate": 0}))).await;
     db.wait_partition("p", "failed").await;
     let row = db.item_row("i").await;
     assert_eq!((row.status.as_str(), row.gate), ("failed", 1));
@@ -237,12 +193,10 @@ async fn gate_below_partition_gate_fails(b: Backend) {
     );
 }
 
+on_all_backends!(handler_down_then_up);
 /// The handler is down (connection refused) for a while: no attempts are
 /// burned; once it is up everything finishes on the first attempt.
-async fn handler_down_then_up(b: Backend) {
-    let Some(db) = TestDb::new(b).await else {
-        return;
-    };
+async fn handler_down_then_up(db: TestDb) {
     db.partition("p", true, false, "block").await;
     for i in 0..5 {
         db.item(&format!("i{i}"), "p", 0, json!({})).await;
@@ -284,7 +238,7 @@ async fn handler_down_then_up(b: Backend) {
         listener,
         Arc::new(Box::new(move |_: &crate::support::Call| {
             s.fetch_add(1, Ordering::SeqCst);
-            reply(200, json!({"done": true}))
+            done()
         })),
     )
     .await;

@@ -136,19 +136,11 @@ pub fn upstream(url: &str) -> SocketAddr {
     format!("{host}:{}", u.port().unwrap()).parse().unwrap()
 }
 
-/// Declares one test per networked backend (PostgreSQL, MariaDB) for an
-/// `async fn(Backend)`; SQLite has no network to cut.
+/// Declares one test per networked backend (PostgreSQL, MariaDB) for
+/// `async fn $name(db: TestDb)`; SQLite has no network to cut.
 #[macro_export]
 macro_rules! on_network_backends {
-    ($($name:ident),* $(,)?) => {
-        $(
-            mod $name {
-                use $crate::support::Backend;
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn postgres() { super::$name(Backend::Postgres).await }
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn mariadb() { super::$name(Backend::Mysql).await }
-            }
-        )*
+    ($name:ident) => {
+        $crate::backend_tests!($name: postgres => Postgres, mariadb => Mysql);
     };
 }

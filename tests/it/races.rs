@@ -12,21 +12,12 @@ use crate::fencing::{TwoProcessors, two_processors};
 use crate::on_all_backends;
 use crate::support::{Backend, TestDb, metric, wait_for};
 
-on_all_backends!(
-    fence_holds_at_commit,
-    two_producers_create_one_partition,
-    advance_and_close_recheck_for_available_items,
-    retry_bumps_the_partition_version
-);
-
+on_all_backends!(fence_holds_at_commit);
 /// A holds the partition and its call is answered while the test, in an
 /// open transaction, has already moved the lease to B. A's write must wait
 /// for that transaction (observed as a lock wait on PostgreSQL and MariaDB)
 /// and then see B as the owner: A's result is rejected, B's is stored once.
-async fn fence_holds_at_commit(b: Backend) {
-    let Some(db) = TestDb::new(b).await else {
-        return;
-    };
+async fn fence_holds_at_commit(db: TestDb) {
     let TwoProcessors {
         handler: _h,
         a,
@@ -51,12 +42,12 @@ async fn fence_holds_at_commit(b: Backend) {
     assert_eq!(moved, 1, "A held the partition");
     release_a.send(true).unwrap();
     // A's write, as each backend locks the partition row for it.
-    let locking = if b == Backend::Postgres {
+    let locking = if db.backend == Backend::Postgres {
         "FOR SHARE"
     } else {
         "LOCK IN SHARE MODE"
     };
-    if b != Backend::Sqlite {
+    if db.backend != Backend::Sqlite {
         wait_for(
             "A's write waiting for the lock",
             Duration::from_secs(30),
@@ -79,12 +70,10 @@ async fn fence_holds_at_commit(b: Backend) {
     assert_eq!(row.version, 1, "exactly one result was written");
 }
 
+on_all_backends!(two_producers_create_one_partition);
 /// A producer's transaction has inserted partition `p` and not committed;
 /// a second producer enqueues into `p` meanwhile. Both succeed.
-async fn two_producers_create_one_partition(b: Backend) {
-    let Some(db) = TestDb::new(b).await else {
-        return;
-    };
+async fn two_producers_create_one_partition(db: TestDb) {
     let txn = db.store.connection().begin().await.unwrap();
     txn.execute_raw(feed::store::statement(
         db.store.backend(),
@@ -104,7 +93,7 @@ async fn two_producers_create_one_partition(b: Backend) {
             .enqueue("p", &PartitionSpec::default(), vec![item])
             .await
     });
-    if b != Backend::Sqlite {
+    if db.backend != Backend::Sqlite {
         wait_for(
             "the second producer waiting",
             Duration::from_secs(30),
@@ -118,12 +107,10 @@ async fn two_producers_create_one_partition(b: Backend) {
     assert_eq!(db.item_row("i").await.status, "available");
 }
 
+on_all_backends!(advance_and_close_recheck_for_available_items);
 /// An item made available behind the processor's back (no version bump)
 /// is seen by the advance and close statements themselves.
-async fn advance_and_close_recheck_for_available_items(b: Backend) {
-    let Some(db) = TestDb::new(b).await else {
-        return;
-    };
+async fn advance_and_close_recheck_for_available_items(db: TestDb) {
     db.exec("INSERT INTO feed_processors (id) VALUES ('me')", vec![])
         .await;
     db.partition("p", true, false, "block").await;
@@ -154,15 +141,12 @@ async fn advance_and_close_recheck_for_available_items(b: Backend) {
     assert!(db.store.advance_gate(&held, "me", 2).await.unwrap());
 }
 
+on_all_backends!(retry_bumps_the_partition_version);
 /// `retry` bumps the version of an `available` partition too, so that an
 /// advance or close decided before it fails its OCC check.
-async fn retry_bumps_the_partition_version(b: Backend) {
-    let Some(db) = TestDb::new(b).await else {
-        return;
-    };
+async fn retry_bumps_the_partition_version(db: TestDb) {
     db.partition("p", true, false, "continue").await;
-    db.item("f", "p", 0, json!({})).await;
-    db.item("a", "p", 0, json!({})).await;
+    db.items("p", 0, &["f", "a"]).await;
     db.exec(
         "UPDATE feed_items SET status = 'failed' WHERE id = 'f'",
         vec![],

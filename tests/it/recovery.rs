@@ -10,9 +10,7 @@ use feed::{Config, Job, Outcome};
 use serde_json::json;
 
 use crate::on_all_backends;
-use crate::support::{Backend, Handler, Proc, TestDb, free_port, json as reply, wait_for};
-
-on_all_backends!(a_panicked_delivery_is_retried, pause_starts_at_its_base);
+use crate::support::{Handler, Proc, TestDb, done, free_port, wait_for};
 
 /// Panics on the first call of item "boom", then succeeds.
 struct PanicsOnce(AtomicU32);
@@ -31,12 +29,10 @@ impl feed::Handler for PanicsOnce {
     }
 }
 
+on_all_backends!(a_panicked_delivery_is_retried);
 /// An in-process handler panics on one delivery: the item leaves the
 /// in-flight set, an attempt is recorded, and it completes on the retry.
-async fn a_panicked_delivery_is_retried(b: Backend) {
-    let Some(db) = TestDb::new(b).await else {
-        return;
-    };
+async fn a_panicked_delivery_is_retried(db: TestDb) {
     let items = ["boom", "calm"]
         .iter()
         .map(|id| NewItem {
@@ -68,14 +64,12 @@ async fn a_panicked_delivery_is_retried(b: Backend) {
     assert_eq!(handler.0.load(Ordering::SeqCst), 2);
 }
 
+on_all_backends!(pause_starts_at_its_base);
 /// The handler is down for about a second while 64 items are in flight:
 /// the pause starts at its base and doubles per failed probe only, so the
 /// first call after the handler is back comes within a few seconds (it
 /// used to jump to its 10 s cap at once).
-async fn pause_starts_at_its_base(b: Backend) {
-    let Some(db) = TestDb::new(b).await else {
-        return;
-    };
+async fn pause_starts_at_its_base(db: TestDb) {
     db.partition("p", true, false, "block").await;
     for i in 0..100 {
         db.item(&format!("i{i}"), "p", 0, json!({})).await;
@@ -96,9 +90,7 @@ async fn pause_starts_at_its_base(b: Backend) {
     let up = Instant::now();
     let h = Handler::serve(
         listener,
-        Arc::new(Box::new(|_: &crate::support::Call| {
-            reply(200, json!({"done": true}))
-        })),
+        Arc::new(Box::new(|_: &crate::support::Call| done())),
     )
     .await;
     wait_for(

@@ -4,18 +4,14 @@
 use serde_json::json;
 
 use crate::on_all_backends;
-use crate::support::{Backend, Handler, Proc, TestDb, json as reply};
+use crate::support::{Scene, TestDb, json as reply};
 
-on_all_backends!(refused_row_costs_only_itself, unstorable_errors_are_cleaned);
-
+on_all_backends!(refused_row_costs_only_itself);
 /// The database refuses one item's result (a fault injected with a
 /// trigger): the other items of the partition are written normally, the
 /// refused one is recorded as a failed attempt that says why, and with
 /// `--max-attempts 2` it fails after exactly two calls.
-async fn refused_row_costs_only_itself(b: Backend) {
-    let Some(db) = TestDb::new(b).await else {
-        return;
-    };
+async fn refused_row_costs_only_itself(db: TestDb) {
     db.partition("p", true, false, "continue").await;
     for i in 0..20 {
         db.item(&format!("ok{i}"), "p", 0, json!({})).await;
@@ -23,7 +19,7 @@ async fn refused_row_costs_only_itself(b: Backend) {
     db.item("bad", "p", 0, json!({})).await;
     db.refuse("no_poison", "feed_items", &db.data_contains("poison"))
         .await;
-    let h = Handler::start(|c| {
+    let Scene(h, _p) = Scene::start(&db, &["--max-attempts", "2"], |c| {
         if c.item == "bad" {
             reply(200, json!({"done": true, "data": {"poison": true}}))
         } else {
@@ -31,7 +27,6 @@ async fn refused_row_costs_only_itself(b: Backend) {
         }
     })
     .await;
-    let _p = Proc::start(&db, &h.url(), &["--max-attempts", "2"]);
     db.wait_partition("p", "complete").await;
     for i in 0..20 {
         let row = db.item_row(&format!("ok{i}")).await;
@@ -48,17 +43,14 @@ async fn refused_row_costs_only_itself(b: Backend) {
     assert_eq!(h.calls_for("bad").len(), 2, "one call per counted attempt");
 }
 
+on_all_backends!(unstorable_errors_are_cleaned);
 /// Handler error messages with a NUL character (PostgreSQL refuses it in
 /// text) and of 70,000 characters (more than MariaDB's TEXT holds) are
 /// stored cleaned and cut, as counted attempts with a backoff.
-async fn unstorable_errors_are_cleaned(b: Backend) {
-    let Some(db) = TestDb::new(b).await else {
-        return;
-    };
+async fn unstorable_errors_are_cleaned(db: TestDb) {
     db.partition("p", true, false, "continue").await;
-    db.item("nul", "p", 0, json!({})).await;
-    db.item("long", "p", 0, json!({})).await;
-    let h = Handler::start(|c| {
+    db.items("p", 0, &["nul", "long"]).await;
+    let Scene(h, _p) = Scene::start(&db, &["--max-attempts", "3"], |c| {
         let message = if c.item == "nul" {
             "bad\u{0}byte".to_string()
         } else {
@@ -67,7 +59,6 @@ async fn unstorable_errors_are_cleaned(b: Backend) {
         reply(500, json!({"error": {"message": message}}))
     })
     .await;
-    let _p = Proc::start(&db, &h.url(), &["--max-attempts", "3"]);
     db.wait_partition("p", "complete").await;
     let nul = db.item_row("nul").await;
     assert_eq!((nul.status.as_str(), nul.attempts), ("failed", 3));

@@ -7,7 +7,7 @@ use serde_json::json;
 
 use crate::console_api::enqueue;
 use crate::on_all_backends;
-use crate::support::{Backend, Handler, Proc, TestDb, json as reply, wait_for};
+use crate::support::{Scene, TestDb, done, wait_for};
 
 /// Makes a partition `status`, its items `item_status`, last updated two hours ago.
 async fn age(db: &TestDb, partition: &str, status: &str, item_status: &str) {
@@ -60,10 +60,8 @@ async fn fixture(db: &TestDb) {
     db.item("late/2", "late", 0, json!({})).await;
 }
 
-async fn prune_deletes_only_old_finished_partitions(b: Backend) {
-    let Some(db) = TestDb::new(b).await else {
-        return;
-    };
+on_all_backends!(prune_deletes_only_old_finished_partitions);
+async fn prune_deletes_only_old_finished_partitions(db: TestDb) {
     fixture(&db).await;
     let (items, partitions) = (
         count(&db, "feed_items").await,
@@ -118,10 +116,8 @@ async fn prune_deletes_only_old_finished_partitions(b: Backend) {
     assert_eq!(count(&db, "feed_items").await, items - 4);
 }
 
-async fn retention_prunes_from_one_processor(b: Backend) {
-    let Some(db) = TestDb::new(b).await else {
-        return;
-    };
+on_all_backends!(retention_prunes_from_one_processor);
+async fn retention_prunes_from_one_processor(db: TestDb) {
     fixture(&db).await;
     // The lease: one holder at a time, renewable, taken over once expired.
     let hour = Duration::from_secs(3600);
@@ -148,8 +144,7 @@ async fn retention_prunes_from_one_processor(b: Backend) {
     db.exec("UPDATE feed_maintenance SET expires_at = 0", vec![])
         .await;
 
-    let h = Handler::start(|_| reply(200, json!({ "done": true }))).await;
-    let _proc = Proc::start(&db, &h.url(), &["--retention", "1h"]);
+    let Scene(_h, _proc) = Scene::start(&db, &["--retention", "1h"], |_| done()).await;
     wait_for("old partitions pruned", Duration::from_secs(60), || async {
         db.query(
             "SELECT id FROM feed_partitions WHERE id IN ('old-complete', 'old-cancelled')",
@@ -179,8 +174,3 @@ async fn retention_prunes_from_one_processor(b: Backend) {
             .unwrap()
     );
 }
-
-on_all_backends!(
-    prune_deletes_only_old_finished_partitions,
-    retention_prunes_from_one_processor
-);

@@ -5,21 +5,13 @@ use std::time::Duration;
 use serde_json::json;
 
 use crate::on_all_backends;
-use crate::support::{Backend, Handler, Proc, TestDb, json as reply, wait_for};
+use crate::support::{EmptyDb, Handler, Proc, Scene, TestDb, done, wait_for};
 
-on_all_backends!(
-    three_processors_start_on_empty_database,
-    lost_session_is_replaced,
-    sigterm_hands_over
-);
-
+on_all_backends!(three_processors_start_on_empty_database);
 /// Three processors started at the same moment on an empty database all
 /// come up (the migrations race) and share the work.
-async fn three_processors_start_on_empty_database(b: Backend) {
-    let Some(db) = TestDb::empty(b).await else {
-        return;
-    };
-    let h = Handler::start(|_| reply(200, json!({"done": true}))).await;
+async fn three_processors_start_on_empty_database(EmptyDb(db): EmptyDb) {
+    let h = Handler::start(|_| done()).await;
     let procs: Vec<Proc> = (0..3).map(|_| Proc::start(&db, &h.url(), &[])).collect();
     wait_for("three sessions", Duration::from_secs(30), || async {
         db.store.migrate().await.is_ok() && db.sessions().await.len() == 3
@@ -58,20 +50,14 @@ async fn three_processors_start_on_empty_database(b: Backend) {
     }
 }
 
+on_all_backends!(lost_session_is_replaced);
 /// Deleting a processor's session row (as another processor does for a
 /// dead session) makes it drop its leases, register anew and go on.
-async fn lost_session_is_replaced(b: Backend) {
-    let Some(db) = TestDb::new(b).await else {
-        return;
-    };
+async fn lost_session_is_replaced(db: TestDb) {
     db.partition("p", false, false, "block").await;
     db.item("a", "p", 0, json!({})).await;
-    let h = Handler::start(|_| reply(200, json!({"done": true}))).await;
-    let p = Proc::start(&db, &h.url(), &[]);
-    wait_for("first item", Duration::from_secs(30), || async {
-        db.item_row("a").await.status == "complete"
-    })
-    .await;
+    let Scene(_h, p) = Scene::start(&db, &[], |_| done()).await;
+    db.wait_item("a", "complete").await;
     let old = db.sessions().await;
     assert_eq!(old.len(), 1);
     db.exec("DELETE FROM feed_processors", vec![]).await;
@@ -86,32 +72,24 @@ async fn lost_session_is_replaced(b: Backend) {
     )
     .await;
     db.item("b", "p", 0, json!({})).await;
-    wait_for(
-        "item after re-registering",
-        Duration::from_secs(30),
-        || async { db.item_row("b").await.status == "complete" },
-    )
-    .await;
+    db.wait_item("b", "complete").await;
     assert!(crate::support::metric(&p.metrics().await, "feed_sessions_lost_total") >= 1.0);
 }
 
+on_all_backends!(sigterm_hands_over);
 /// SIGTERM: in-flight calls finish and are written, partitions are
 /// released, the session row is deleted, exit code 0.
-async fn sigterm_hands_over(b: Backend) {
-    let Some(db) = TestDb::new(b).await else {
-        return;
-    };
+async fn sigterm_hands_over(db: TestDb) {
     db.partition("p", true, false, "block").await;
     db.item("slow", "p", 0, json!({})).await;
     db.item("next", "p", 1, json!({})).await;
-    let h = Handler::start_async(|c| async move {
+    let Scene(h, mut p) = Scene::start_async(&db, &[], |c| async move {
         if c.item == "slow" {
             tokio::time::sleep(Duration::from_millis(1500)).await;
         }
-        reply(200, json!({"done": true}))
+        done()
     })
     .await;
-    let mut p = Proc::start(&db, &h.url(), &[]);
     wait_for("slow call", Duration::from_secs(30), || async {
         !h.calls().is_empty()
     })

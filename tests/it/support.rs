@@ -6,7 +6,9 @@ use std::future::Future;
 use std::ops::{Deref, DerefMut};
 use std::time::{Duration, Instant};
 
-use sea_orm::{ConnectionTrait, DbBackend, QueryResult, Statement};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use sea_orm::{ConnectionTrait, DbBackend, QueryResult, Statement, TryGetableMany};
 pub use testkit::{Backend, Call, Handler, free_port, json, metric, signed};
 use testkit::{Database, Process, Servers};
 
@@ -80,6 +82,16 @@ impl TestDb {
             .query_all_raw(self.stmt(sql, values))
             .await
             .unwrap_or_else(|e| panic!("{sql}: {e}"))
+    }
+
+    /// The rows of `sql`, each as the tuple of the columns `cols`.
+    pub async fn rows<T: TryGetableMany>(&self, sql: &str, cols: &[&str]) -> Vec<T> {
+        let cols: Vec<String> = cols.iter().map(|c| c.to_string()).collect();
+        self.query(sql, vec![])
+            .await
+            .iter()
+            .map(|r| r.try_get_many("", &cols).unwrap())
+            .collect()
     }
 
     fn stmt(&self, sql: &str, values: Vec<sea_orm::Value>) -> Statement {
@@ -156,6 +168,23 @@ impl TestDb {
 
     pub async fn partition_status(&self, id: &str) -> String {
         self.partition_row(id).await.0
+    }
+
+    /// Adds items with empty data at `gate`.
+    pub async fn items(&self, partition: &str, gate: i64, ids: &[&str]) {
+        for id in ids {
+            self.item(id, partition, gate, serde_json::json!({})).await;
+        }
+    }
+
+    /// Waits (up to 30 seconds) until item `id` has `status`.
+    pub async fn wait_item(&self, id: &str, status: &str) {
+        wait_for(
+            &format!("item {id} {status}"),
+            Duration::from_secs(30),
+            || async { self.item_row(id).await.status == status },
+        )
+        .await;
     }
 
     /// Waits (up to a minute) until partition `id` has `status`.
@@ -252,6 +281,52 @@ impl Proc {
     }
 }
 
+/// The answer that finishes an item.
+pub fn done() -> Response {
+    json(200, serde_json::json!({"done": true}))
+}
+
+/// An error answer that asks not to be retried.
+pub fn no_retry(status: u16, message: &str) -> Response {
+    json(
+        status,
+        serde_json::json!({"error": {"message": message, "no_retry": true}}),
+    )
+}
+
+/// An answer with `status` and `Retry-After: seconds`.
+pub fn retry_after(status: u16, seconds: &str, body: &'static str) -> Response {
+    let status = StatusCode::from_u16(status).unwrap();
+    (status, [("retry-after", seconds.to_string())], body).into_response()
+}
+
+/// A recording handler and a processor sending it the work in a database.
+pub struct Scene(pub Handler, pub Proc);
+
+impl Scene {
+    /// Starts `processor run` (FAST settings plus `extra`) for a handler
+    /// answering with `answer`.
+    pub async fn start<F>(db: &TestDb, extra: &[&str], answer: F) -> Scene
+    where
+        F: Fn(&Call) -> Response + Send + Sync + 'static,
+    {
+        let handler = Handler::start(answer).await;
+        let processor = Proc::start(db, &handler.url(), extra);
+        Scene(handler, processor)
+    }
+
+    /// The same with an async answer (one that may wait).
+    pub async fn start_async<F, Fut>(db: &TestDb, extra: &[&str], answer: F) -> Scene
+    where
+        F: Fn(Call) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Response> + Send + 'static,
+    {
+        let handler = Handler::start_async(answer).await;
+        let processor = Proc::start(db, &handler.url(), extra);
+        Scene(handler, processor)
+    }
+}
+
 /// Waits until `cond` holds, up to `timeout`; panics with `what` otherwise.
 pub async fn wait_for<F, Fut>(what: &str, timeout: Duration, mut cond: F)
 where
@@ -268,20 +343,60 @@ where
     panic!("timed out waiting for: {what}");
 }
 
-/// Declares one test per backend for an `async fn(Backend)`.
+/// What a test is handed for a backend: [`TestDb`] (migrated) or
+/// [`EmptyDb`] (without Feed's tables). None skips the test (the server is
+/// unreachable outside CI).
+pub trait Fixture: Sized {
+    fn prepare(backend: Backend) -> impl Future<Output = Option<Self>>;
+}
+
+impl Fixture for TestDb {
+    async fn prepare(backend: Backend) -> Option<TestDb> {
+        TestDb::new(backend).await
+    }
+}
+
+/// A fresh database without Feed's tables.
+pub struct EmptyDb(pub TestDb);
+
+impl Fixture for EmptyDb {
+    async fn prepare(backend: Backend) -> Option<EmptyDb> {
+        TestDb::empty(backend).await.map(EmptyDb)
+    }
+}
+
+/// The fixture `test` takes, for `backend`.
+pub fn fixture_for<D: Fixture, Fut>(
+    _test: impl FnOnce(D) -> Fut,
+    backend: Backend,
+) -> impl Future<Output = Option<D>> {
+    D::prepare(backend)
+}
+
+/// Declares `async fn $name(db: TestDb)` (or `EmptyDb`) as one test per
+/// listed backend, in a module of that name.
+#[macro_export]
+macro_rules! backend_tests {
+    ($name:ident: $($test:ident => $backend:ident),*) => {
+        mod $name {
+            use $crate::support::{Backend, fixture_for};
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() {
+                    if let Some(fixture) = fixture_for(super::$name, Backend::$backend).await {
+                        super::$name(fixture).await
+                    }
+                }
+            )*
+        }
+    };
+}
+
+/// Declares one test per backend (SQLite, PostgreSQL, MariaDB) for
+/// `async fn $name(db: TestDb)`.
 #[macro_export]
 macro_rules! on_all_backends {
-    ($($name:ident),* $(,)?) => {
-        $(
-            mod $name {
-                use $crate::support::Backend;
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn sqlite() { super::$name(Backend::Sqlite).await }
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn postgres() { super::$name(Backend::Postgres).await }
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn mariadb() { super::$name(Backend::Mysql).await }
-            }
-        )*
+    ($name:ident) => {
+        $crate::backend_tests!($name: sqlite => Sqlite, postgres => Postgres, mariadb => Mysql);
     };
 }

@@ -60,8 +60,6 @@ use crate::on_all_backends;
 use crate::support::{Backend, Handler, Proc, TestDb};
 use world::*;
 
-on_all_backends!(many_processors);
-
 /// Median, min, max and every figure, for the report.
 fn stats(xs: &[f64]) -> Json {
     match testkit::Stats::of(xs) {
@@ -79,11 +77,9 @@ enum Action {
     Start,
 }
 
-async fn many_processors(b: Backend) {
-    let Some(db) = TestDb::new(b).await else {
-        return;
-    };
-    let name = match b {
+on_all_backends!(many_processors);
+async fn many_processors(db: TestDb) {
+    let name = match db.backend {
         Backend::Sqlite => "sqlite",
         Backend::Postgres => "postgres",
         Backend::Mysql => "mariadb",

@@ -7,15 +7,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use axum::http::StatusCode;
-use axum::response::IntoResponse;
 use parking_lot::Mutex;
 use rand::Rng;
 use rand::seq::IndexedRandom;
 use sea_orm::ConnectionTrait;
 use serde_json::{Value as Json, json};
 
-use crate::support::{Call, Proc, TestDb, json as reply};
+use crate::support::{Call, Proc, TestDb, json as reply, retry_after};
 
 pub const PARTITIONS: usize = 128;
 pub const ITEMS: usize = 3;
@@ -94,12 +92,7 @@ pub async fn answer(
             end: Instant::now(),
             owner: Ok(None),
         });
-        return (
-            StatusCode::SERVICE_UNAVAILABLE,
-            [("retry-after", "1")],
-            "held",
-        )
-            .into_response();
+        return retry_after(503, "1", "held");
     }
     // Mostly quick calls, some slow ones (likely in flight when a processor dies).
     let delay = {
@@ -138,17 +131,8 @@ pub async fn answer(
 
 /// (id, status, owner) of every partition.
 pub async fn partitions(db: &TestDb) -> Vec<(String, String, Option<String>)> {
-    db.query("SELECT id, status, owner FROM feed_partitions", vec![])
-        .await
-        .iter()
-        .map(|r| {
-            (
-                r.try_get("", "id").unwrap(),
-                r.try_get("", "status").unwrap(),
-                r.try_get("", "owner").unwrap(),
-            )
-        })
-        .collect()
+    let sql = "SELECT id, status, owner FROM feed_partitions";
+    db.rows(sql, &["id", "status", "owner"]).await
 }
 
 /// (session id, pid) of every session row.
