@@ -68,18 +68,22 @@ impl Policy {
     pub fn decide(&self, item: &Fence, outcome: Outcome) -> Option<(ItemWrite, Label)> {
         let attempt = u32::try_from(item.attempts).unwrap_or(0) + 1;
         let attempts = i32::try_from(attempt).unwrap_or(i32::MAX);
-        let failed = |message: String| {
-            let w = ItemWrite {
-                status: ItemStatus::Failed,
-                gate: item.gate,
-                data: None,
-                attempts,
-                last_error: Some(sanitize_error(&message)),
-                delay: None,
-                new_step: true,
-            };
-            Some((w, Label::Failed))
+        // A failed attempt at the item's gate: final (a new step, so the
+        // version moves) or retried after `delay` (same step, same key).
+        let attempt_failed = |message: String, delay: Option<Duration>| ItemWrite {
+            status: if delay.is_some() {
+                ItemStatus::Available
+            } else {
+                ItemStatus::Failed
+            },
+            gate: item.gate,
+            data: None,
+            attempts,
+            last_error: Some(sanitize_error(&message)),
+            delay,
+            new_step: delay.is_none(),
         };
+        let failed = |message: String| Some((attempt_failed(message, None), Label::Failed));
         match outcome {
             Outcome::Unreachable { .. } => None,
             Outcome::Step { gate, .. } if gate.is_some_and(|g| g < item.gate) => failed(format!(
@@ -125,16 +129,7 @@ impl Policy {
                 let delay = retry_after
                     .map(|d| d.min(MAX_RETRY_AFTER))
                     .unwrap_or_else(|| self.delay(attempt));
-                let w = ItemWrite {
-                    status: ItemStatus::Available,
-                    gate: item.gate,
-                    data: None,
-                    attempts,
-                    last_error: Some(sanitize_error(&message)),
-                    delay: Some(delay),
-                    new_step: false,
-                };
-                Some((w, Label::Retried))
+                Some((attempt_failed(message, Some(delay)), Label::Retried))
             }
         }
     }

@@ -40,6 +40,14 @@ pub struct HealthArgs {
     pub url: String,
 }
 
+/// An empty table in the status output's style.
+fn table<const N: usize>(header: [&str; N]) -> comfy_table::Table {
+    let mut t = comfy_table::Table::new();
+    t.load_style(comfy_table::presets::UTF8_BORDERS_ONLY)
+        .set_header(header);
+    t
+}
+
 pub async fn status(a: StatusArgs) -> anyhow::Result<()> {
     let store = connect(&a.db).await?;
     let s = store.status(a.partition.as_deref()).await?;
@@ -65,15 +73,13 @@ pub async fn status(a: StatusArgs) -> anyhow::Result<()> {
             by_status.join("  ")
         }
     );
-    let mut t = comfy_table::Table::new();
-    t.load_style(comfy_table::presets::UTF8_BORDERS_ONLY)
-        .set_header([
-            "partition",
-            "status",
-            "gate",
-            "owner",
-            "items by gate (available/complete/failed)",
-        ]);
+    let mut t = table([
+        "partition",
+        "status",
+        "gate",
+        "owner",
+        "items by gate (available/complete/failed)",
+    ]);
     for p in &s.partitions {
         let gates: Vec<String> = p
             .items_by_gate
@@ -102,9 +108,7 @@ pub async fn status(a: StatusArgs) -> anyhow::Result<()> {
     }
     println!("{t}");
     if !s.failed_items.is_empty() {
-        let mut t = comfy_table::Table::new();
-        t.load_style(comfy_table::presets::UTF8_BORDERS_ONLY)
-            .set_header(["failed item", "partition", "gate", "attempts", "last error"]);
+        let mut t = table(["failed item", "partition", "gate", "attempts", "last error"]);
         for f in &s.failed_items {
             t.add_row([
                 f.id.clone(),
@@ -116,16 +120,14 @@ pub async fn status(a: StatusArgs) -> anyhow::Result<()> {
         }
         println!("{t}");
     }
-    let mut t = comfy_table::Table::new();
-    t.load_style(comfy_table::presets::UTF8_BORDERS_ONLY)
-        .set_header([
-            "processor",
-            "host",
-            "pid",
-            "version",
-            "partitions",
-            "last heartbeat",
-        ]);
+    let mut t = table([
+        "processor",
+        "host",
+        "pid",
+        "version",
+        "partitions",
+        "last heartbeat",
+    ]);
     for p in &s.processors {
         t.add_row([
             p.id.clone(),

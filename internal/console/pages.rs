@@ -66,14 +66,18 @@ fn failure(e: crate::Error, viewer: &Viewer) -> Response {
 async fn overview(State(c): State<Console>, headers: HeaderMap) -> Response {
     let viewer = c.viewer(&headers);
     let r = async { c.store().await?.overview().await }.await;
-    match r {
-        Ok(o) => page(
-            StatusCode::OK,
-            "Overview",
-            &viewer,
-            html_live(views::overview(&o)),
-        ),
-        Err(e) => failure(e, &viewer),
+    respond(
+        &viewer,
+        "Overview",
+        r.map(|o| html_live(views::overview(&o))),
+    )
+}
+
+/// The page, or the error page when it could not be made.
+fn respond(viewer: &Viewer, title: &str, body: crate::Result<Markup>) -> Response {
+    match body {
+        Ok(m) => page(StatusCode::OK, title, viewer, m),
+        Err(e) => failure(e, viewer),
     }
 }
 
@@ -102,18 +106,10 @@ async fn partitions(
         after: q.after.filter(|s| !s.is_empty()),
         limit: PAGE,
     };
-    match async { c.store().await?.partitions(&f).await }.await {
-        Ok(p) => {
-            let (status, prefix) = (q.status.unwrap_or_default(), q.prefix.unwrap_or_default());
-            page(
-                StatusCode::OK,
-                "Partitions",
-                &viewer,
-                views::partitions(&p, &status, &prefix),
-            )
-        }
-        Err(e) => failure(e, &viewer),
-    }
+    let r = async { c.store().await?.partitions(&f).await }.await;
+    let (status, prefix) = (q.status.unwrap_or_default(), q.prefix.unwrap_or_default());
+    let body = r.map(|p| views::partitions(&p, &status, &prefix));
+    respond(&viewer, "Partitions", body)
 }
 
 async fn partition(
@@ -148,23 +144,17 @@ async fn partition(
         ))
     }
     .await;
-    match r {
-        Ok(m) => page(StatusCode::OK, &format!("Partition {id}"), &viewer, m),
-        Err(e) => failure(e, &viewer),
-    }
+    respond(&viewer, &format!("Partition {id}"), r)
 }
 
 async fn processors(State(c): State<Console>, headers: HeaderMap) -> Response {
     let viewer = c.viewer(&headers);
-    match async { c.store().await?.processors().await }.await {
-        Ok(list) => page(
-            StatusCode::OK,
-            "Processors",
-            &viewer,
-            html_live(views::processors(&list)),
-        ),
-        Err(e) => failure(e, &viewer),
-    }
+    let r = async { c.store().await?.processors().await }.await;
+    respond(
+        &viewer,
+        "Processors",
+        r.map(|l| html_live(views::processors(&l))),
+    )
 }
 
 #[derive(Deserialize)]

@@ -277,29 +277,30 @@ mod tests {
 
     #[test]
     fn errors_and_statuses() {
-        let e = parse_response(
-            StatusCode::OK,
-            br#"{"error": {"message": "bad pdf", "no_retry": true}}"#,
-            None,
-        );
-        assert!(
-            matches!(e, Outcome::Failed { retry: false, ref message, .. } if message.contains("bad pdf"))
-        );
-        // A non-retryable status stays final whatever the body says.
-        let e = parse_response(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            br#"{"error": {"message": "unprocessable"}}"#,
-            None,
-        );
-        assert!(
-            matches!(e, Outcome::Failed { retry: false, ref message, .. } if message.contains("unprocessable"))
-        );
-        let e = parse_response(
-            StatusCode::SERVICE_UNAVAILABLE,
-            br#"{"error": {"message": "busy"}}"#,
-            None,
-        );
-        assert!(matches!(e, Outcome::Failed { retry: true, .. }));
+        // The body's error, and whether it is retried: a non-retryable
+        // status stays final whatever the body says.
+        for (code, body, retry, text) in [
+            (
+                200,
+                r#"{"error": {"message": "bad pdf", "no_retry": true}}"#,
+                false,
+                "bad pdf",
+            ),
+            (
+                422,
+                r#"{"error": {"message": "unprocessable"}}"#,
+                false,
+                "unprocessable",
+            ),
+            (503, r#"{"error": {"message": "busy"}}"#, true, "busy"),
+        ] {
+            let s = StatusCode::from_u16(code).unwrap();
+            let e = parse_response(s, body.as_bytes(), None);
+            assert!(
+                matches!(e, Outcome::Failed { retry: r, ref message, .. } if r == retry && message.contains(text)),
+                "{code} {body}: {e:?}"
+            );
+        }
         for (code, retry) in [
             (408, true),
             (429, true),

@@ -221,3 +221,20 @@ pub fn values_source(backend: DbBackend, n: usize, cols: &[&str]) -> (String, &'
         (source, "id")
     }
 }
+
+/// An integer column whose type differs by backend: PostgreSQL's
+/// `LENGTH(…)` and `CASE … THEN 1` are 4-byte, the others' 8-byte (and a
+/// flag may come back as a boolean). Read as whichever fits.
+pub struct Int(pub i64);
+
+impl sea_orm::TryGetable for Int {
+    fn try_get_by<I: sea_orm::ColIdx>(
+        res: &sea_orm::QueryResult,
+        index: I,
+    ) -> std::result::Result<Self, sea_orm::TryGetError> {
+        i64::try_get_by(res, index)
+            .or_else(|_| i32::try_get_by(res, index).map(i64::from))
+            .or_else(|_| bool::try_get_by(res, index).map(i64::from))
+            .map(Int)
+    }
+}

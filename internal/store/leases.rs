@@ -3,7 +3,9 @@
 
 use std::time::Duration;
 
-use sea_orm::{ColIdx, FromQueryResult, QueryResult, TryGetError, TryGetable};
+use sea_orm::FromQueryResult;
+
+use super::dialect::Int;
 
 use super::{Store, get, ms};
 use crate::{Error, Result};
@@ -76,8 +78,8 @@ pub struct FreeRow {
 struct HeldFlags {
     id: String,
     version: i64,
-    ready: Flag,
-    stuck: Flag,
+    ready: Int,
+    stuck: Int,
 }
 
 impl From<HeldFlags> for HeldRow {
@@ -85,8 +87,8 @@ impl From<HeldFlags> for HeldRow {
         HeldRow {
             id: r.id,
             version: r.version,
-            ready: r.ready.0,
-            stuck: r.stuck.0,
+            ready: r.ready.0 == 1,
+            stuck: r.stuck.0 == 1,
         }
     }
 }
@@ -96,7 +98,7 @@ impl From<HeldFlags> for HeldRow {
 struct FreeFlags {
     id: String,
     version: i64,
-    ready: Flag,
+    ready: Int,
 }
 
 impl From<FreeFlags> for FreeRow {
@@ -104,7 +106,7 @@ impl From<FreeFlags> for FreeRow {
         FreeRow {
             id: r.id,
             version: r.version,
-            ready: r.ready.0,
+            ready: r.ready.0 == 1,
         }
     }
 }
@@ -259,25 +261,5 @@ impl Store {
             vec![],
         )
         .await
-    }
-}
-
-/// A 0/1 column computed with CASE: its integer type differs by backend
-/// (INTEGER on SQLite, int4 on PostgreSQL, BIGINT on MySQL), so it is read
-/// as whichever fits; 1 is true.
-struct Flag(bool);
-
-impl TryGetable for Flag {
-    fn try_get_by<I: ColIdx>(
-        res: &QueryResult,
-        index: I,
-    ) -> std::result::Result<Self, TryGetError> {
-        if let Ok(v) = i64::try_get_by(res, index) {
-            return Ok(Flag(v == 1));
-        }
-        if let Ok(v) = i32::try_get_by(res, index) {
-            return Ok(Flag(v == 1));
-        }
-        bool::try_get_by(res, index).map(Flag)
     }
 }

@@ -5,18 +5,27 @@
 
 use std::collections::BTreeMap;
 
-use sea_orm::{ColIdx, FromQueryResult, QueryResult, TryGetError, TryGetable, Value};
+use sea_orm::{FromQueryResult, QueryResult, Value};
 use serde::Serialize;
 
 use super::Store;
-use super::dialect::{data_column, marks};
-use super::status::ItemCount;
+use super::dialect::{Int, data_column, marks};
 use crate::{Error, Result};
 
 /// Most rows one page returns.
 pub const MAX_PAGE: u64 = 500;
 /// Bytes of item data returned as a preview; the rest is never read.
 pub const PREVIEW_BYTES: usize = 1024;
+/// Items of one partition at one gate with one status
+/// (`partition_id, gate, status, COUNT(*) AS n`), as the status is stored.
+#[derive(FromQueryResult)]
+struct ItemCount {
+    partition_id: String,
+    gate: i64,
+    status: String,
+    n: i64,
+}
+
 /// Characters of `last_error` returned.
 pub const ERROR_CHARS: usize = 2000;
 
@@ -115,10 +124,10 @@ pub struct ItemFilter {
     pub limit: u64,
 }
 
-const PARTITION_COLUMNS: &str = "id, status, paused, gate, owner, auto_close, manual_checkpoint, \
+pub(super) const PARTITION_COLUMNS: &str = "id, status, paused, gate, owner, auto_close, manual_checkpoint, \
     on_failure, version, created_at, updated_at";
 
-fn partition_row(r: &QueryResult) -> Result<PartitionView> {
+pub(super) fn partition_row(r: &QueryResult) -> Result<PartitionView> {
     Ok(PartitionView::from_query_result(r, "")?)
 }
 
@@ -134,7 +143,7 @@ struct ItemRow {
     not_before: Option<i64>,
     version: i64,
     updated_at: i64,
-    data_bytes: Length,
+    data_bytes: Int,
     preview: Vec<u8>,
 }
 
@@ -153,20 +162,6 @@ impl From<ItemRow> for ItemView {
             data_bytes: r.data_bytes.0,
             data_preview: String::from_utf8_lossy(&r.preview).into_owned(),
         }
-    }
-}
-
-/// A `LENGTH(...)`: PostgreSQL's is a 4-byte integer, the others' 8-byte.
-struct Length(i64);
-
-impl TryGetable for Length {
-    fn try_get_by<I: ColIdx>(
-        res: &QueryResult,
-        index: I,
-    ) -> std::result::Result<Self, TryGetError> {
-        i64::try_get_by(res, index)
-            .or_else(|_| i32::try_get_by(res, index).map(i64::from))
-            .map(Length)
     }
 }
 
@@ -233,7 +228,11 @@ impl Store {
         Ok(page(list, limit, |p| p.id.clone()))
     }
 
-    async fn add_counts(&self, list: &mut [PartitionView], ids: &[String]) -> Result<()> {
+    pub(super) async fn add_counts(
+        &self,
+        list: &mut [PartitionView],
+        ids: &[String],
+    ) -> Result<()> {
         if ids.is_empty() {
             return Ok(());
         }

@@ -153,14 +153,8 @@ impl Store {
     /// `UPDATE … FROM (VALUES …) RETURNING id` (one round trip). RETURNING
     /// says which rows passed the fence.
     async fn write_batch(&self, acks: &[Ack], expiry: Duration) -> Result<Vec<bool>> {
-        let mut values: Vec<Value> = Vec::with_capacity(acks.len() * 12 + 1);
         let n = bucket(acks.len());
-        for a in acks {
-            values.extend(row_values(a));
-        }
-        for _ in acks.len()..n {
-            values.extend(null_row());
-        }
+        let mut values = padded_values(acks);
         values.push(ms(expiry).into());
         let cols = [
             "id",
@@ -266,13 +260,7 @@ impl Store {
     fn mysql_batch_statement(&self, acks: &[Ack], expiry: Duration) -> Statement {
         let row = "SELECT ? AS id, ? AS old_version, ? AS old_attempts, ? AS partition_id, ? AS session, \
                    ? AS status, ? AS gate, ? AS data, ? AS delay, ? AS attempts, ? AS last_error, ? AS bump";
-        let mut values: Vec<Value> = Vec::with_capacity(acks.len() * 12 + 1);
-        for a in acks {
-            values.extend(row_values(a));
-        }
-        for _ in acks.len()..bucket(acks.len()) {
-            values.extend(null_row());
-        }
+        let mut values = padded_values(acks);
         values.push(ms(expiry).into());
         let rows = vec![row; bucket(acks.len())].join(" UNION ALL ");
         let sql = format!(
@@ -338,6 +326,20 @@ impl From<bool> for Written {
 /// One result as the 12 values of a batch row: id, old_version,
 /// old_attempts, partition_id, session, status, gate, data, delay,
 /// attempts, last_error, bump.
+/// The values of a batch's rows, padded to its size class with rows that
+/// match nothing (a NULL id never matches an item).
+fn padded_values(acks: &[Ack]) -> Vec<Value> {
+    let mut values: Vec<Value> = Vec::with_capacity(bucket(acks.len()) * 12 + 1);
+    for a in acks {
+        values.extend(row_values(a));
+    }
+    let padding: Vec<Value> = values.iter().take(12).map(Value::as_null).collect();
+    for _ in acks.len()..bucket(acks.len()) {
+        values.extend(padding.iter().cloned());
+    }
+    values
+}
+
 fn row_values(a: &Ack) -> [Value; 12] {
     let (f, w) = (&a.fence, &a.write);
     [
@@ -361,24 +363,6 @@ fn row_values(a: &Ack) -> [Value; 12] {
 /// of parsed anew for every batch size.
 pub(crate) fn bucket(n: usize) -> usize {
     n.next_power_of_two()
-}
-
-/// A padding row: a NULL id never matches an item.
-fn null_row() -> [Value; 12] {
-    [
-        Value::String(None),
-        Value::BigInt(None),
-        Value::Int(None),
-        Value::String(None),
-        Value::String(None),
-        Value::String(None),
-        Value::BigInt(None),
-        Value::Bytes(None),
-        Value::BigInt(None),
-        Value::Int(None),
-        Value::String(None),
-        Value::Int(None),
-    ]
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use sea_orm::{FromQueryResult, Value};
 use serde::Serialize;
 
+use super::listing::{PARTITION_COLUMNS, PartitionView, partition_row};
 use super::{Store, get};
 use crate::Result;
 
@@ -17,32 +18,11 @@ pub struct Status {
     /// Number of partitions per status.
     pub partitions_by_status: BTreeMap<String, i64>,
     /// Partitions (all, or the one asked), at most [`LIST_LIMIT`].
-    pub partitions: Vec<PartitionStatus>,
+    pub partitions: Vec<PartitionView>,
     /// Failed items with their attempts and last error, at most [`LIST_LIMIT`].
     pub failed_items: Vec<FailedItem>,
     /// Live and not yet reaped processor sessions.
     pub processors: Vec<ProcessorStatus>,
-}
-
-/// One partition's state.
-#[derive(Debug, Serialize, FromQueryResult)]
-pub struct PartitionStatus {
-    /// Partition id.
-    pub id: String,
-    /// available, complete, failed or cancelled.
-    pub status: String,
-    /// Nothing new is dispatched while true.
-    pub paused: bool,
-    /// Current gate.
-    pub gate: i64,
-    /// Session holding it.
-    pub owner: Option<String>,
-    /// Items per status.
-    #[sea_orm(skip)]
-    pub items_by_status: BTreeMap<String, i64>,
-    /// Items per gate, then per status.
-    #[sea_orm(skip)]
-    pub items_by_gate: BTreeMap<i64, BTreeMap<String, i64>>,
 }
 
 /// A failed item.
@@ -90,16 +70,6 @@ struct StatusCount {
     n: i64,
 }
 
-/// Items of one partition at one gate with one status
-/// (`partition_id, gate, status, COUNT(*) AS n`), as the status is stored.
-#[derive(FromQueryResult)]
-pub(super) struct ItemCount {
-    pub(super) partition_id: String,
-    pub(super) gate: i64,
-    pub(super) status: String,
-    pub(super) n: i64,
-}
-
 impl Store {
     /// Reads a status snapshot, of one partition or of all.
     ///
@@ -112,8 +82,8 @@ impl Store {
     /// # Ok(()) }
     /// ```
     pub async fn status(&self, partition: Option<&str>) -> Result<Status> {
-        let (filter, pfilter, values): (&str, &str, Vec<Value>) = match partition {
-            Some(p) => (" WHERE partition_id = ?", " WHERE id = ?", vec![p.into()]),
+        let (pfilter, failed_filter, values): (&str, &str, Vec<Value>) = match partition {
+            Some(p) => (" WHERE id = ?", " AND partition_id = ?", vec![p.into()]),
             None => ("", "", vec![]),
         };
         let mut partitions_by_status = BTreeMap::new();
@@ -129,54 +99,18 @@ impl Store {
             let c = StatusCount::from_query_result(&r, "")?;
             partitions_by_status.insert(c.status, c.n);
         }
-        let mut partitions = Vec::new();
-        let mut index = BTreeMap::new();
-        for r in self
+        let rows = self
             .query(
                 &format!(
-                    "SELECT id, status, paused, gate, owner FROM feed_partitions{pfilter} \
+                    "SELECT {PARTITION_COLUMNS} FROM feed_partitions{pfilter} \
                      ORDER BY CASE status WHEN 'failed' THEN 0 WHEN 'available' THEN 1 ELSE 2 END, id LIMIT {LIST_LIMIT}"
                 ),
                 values.clone(),
             )
-            .await?
-        {
-            let p = PartitionStatus::from_query_result(&r, "")?;
-            index.insert(p.id.clone(), partitions.len());
-            partitions.push(p);
-        }
-        for r in self
-            .query(
-                &format!(
-                    "SELECT partition_id, gate, status, COUNT(*) AS n FROM feed_items{filter} \
-                     GROUP BY partition_id, gate, status"
-                ),
-                values.clone(),
-            )
-            .await?
-        {
-            let ItemCount {
-                partition_id,
-                gate,
-                status,
-                n,
-            } = ItemCount::from_query_result(&r, "")?;
-            let Some(&i) = index.get(&partition_id) else {
-                continue;
-            };
-            let p = &mut partitions[i];
-            *p.items_by_status.entry(status.clone()).or_default() += n;
-            *p.items_by_gate
-                .entry(gate)
-                .or_default()
-                .entry(status)
-                .or_default() += n;
-        }
-        let failed_filter = if partition.is_some() {
-            " AND partition_id = ?"
-        } else {
-            ""
-        };
+            .await?;
+        let mut partitions = rows.iter().map(partition_row).collect::<Result<Vec<_>>>()?;
+        let ids: Vec<String> = partitions.iter().map(|p| p.id.clone()).collect();
+        self.add_counts(&mut partitions, &ids).await?;
         let failed_items = self
             .query(
                 &format!(
