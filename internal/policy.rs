@@ -170,47 +170,28 @@ mod tests {
         }
     }
 
+    fn step(gate: Option<i64>, done: bool, data: Option<&[u8]>) -> Outcome {
+        Outcome::Step {
+            gate,
+            done,
+            data: data.map(<[u8]>::to_vec),
+        }
+    }
+
     #[test]
     fn steps() {
         let p = policy(5);
-        let (w, l) = p
-            .decide(
-                &item(1, 2),
-                Outcome::Step {
-                    gate: Some(4),
-                    done: false,
-                    data: None,
-                },
-            )
-            .unwrap();
+        let (w, l) = p.decide(&item(1, 2), step(Some(4), false, None)).unwrap();
         assert_eq!(l, Label::Stepped);
         assert_eq!(
             (w.status, w.gate, w.attempts, w.new_step),
             (ItemStatus::Available, 4, 0, true)
         );
-        let (w, l) = p
-            .decide(
-                &item(1, 0),
-                Outcome::Step {
-                    gate: None,
-                    done: true,
-                    data: Some(b"x".to_vec()),
-                },
-            )
-            .unwrap();
+        let (w, l) = p.decide(&item(1, 0), step(None, true, Some(b"x"))).unwrap();
         assert_eq!(l, Label::Done);
         assert_eq!((w.status, w.gate, w.attempts), (ItemStatus::Complete, 1, 1));
         assert_eq!(w.data, Some(b"x".to_vec()));
-        let (w, l) = p
-            .decide(
-                &item(2, 0),
-                Outcome::Step {
-                    gate: Some(1),
-                    done: false,
-                    data: None,
-                },
-            )
-            .unwrap();
+        let (w, l) = p.decide(&item(2, 0), step(Some(1), false, None)).unwrap();
         assert_eq!((l, w.status), (Label::Failed, ItemStatus::Failed));
         assert!(
             w.last_error

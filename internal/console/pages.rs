@@ -66,11 +66,8 @@ fn failure(e: crate::Error, viewer: &Viewer) -> Response {
 async fn overview(State(c): State<Console>, headers: HeaderMap) -> Response {
     let viewer = c.viewer(&headers);
     let r = async { c.store().await?.overview().await }.await;
-    respond(
-        &viewer,
-        "Overview",
-        r.map(|o| html_live(views::overview(&o))),
-    )
+    let body = r.map(|o| html_live(views::overview(&o)));
+    respond(&viewer, "Overview", body)
 }
 
 /// The page, or the error page when it could not be made.
@@ -150,11 +147,8 @@ async fn partition(
 async fn processors(State(c): State<Console>, headers: HeaderMap) -> Response {
     let viewer = c.viewer(&headers);
     let r = async { c.store().await?.processors().await }.await;
-    respond(
-        &viewer,
-        "Processors",
-        r.map(|l| html_live(views::processors(&l))),
-    )
+    let body = r.map(|list| html_live(views::processors(&list)));
+    respond(&viewer, "Processors", body)
 }
 
 #[derive(Deserialize)]
