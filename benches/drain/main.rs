@@ -20,6 +20,8 @@
 //! processor's own `feed_statements_total` on `/metrics`. Nothing here is a
 //! pass/fail test: it prints a table and writes JSON to `target/bench/`.
 
+#![recursion_limit = "256"]
+
 mod cpu;
 mod drain;
 mod fixture;

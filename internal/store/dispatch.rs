@@ -68,7 +68,10 @@ impl Store {
             return Ok(vec![]);
         }
         // Padded to a power of two with branches that match nothing, so the
-        // statement is prepared once per size class.
+        // statement is prepared once per size class. The partition's gate
+        // comes from a scalar subquery rather than a join: joined, MariaDB
+        // sorts all of a partition's ready items instead of reading the
+        // first few in index order (a filesort per refill).
         let n = want.len().next_power_of_two();
         let data = data_column(self.backend, "i");
         let seq = seq(self.backend);
@@ -76,18 +79,29 @@ impl Store {
             .map(|b| {
                 format!(
                     "SELECT * FROM (SELECT i.id, i.partition_id, i.gate, {data} AS data, i.attempts, \
-                     i.version FROM feed_partitions p JOIN feed_items i ON i.partition_id = p.id \
-                     AND i.gate = p.gate WHERE p.id = ? AND p.owner = ? AND p.status = 'available' \
-                     AND NOT p.paused AND i.status = 'available' AND (i.not_before IS NULL OR i.not_before <= {{now}}) \
+                     i.version FROM feed_items i WHERE i.partition_id = ? AND i.status = 'available' \
+                     AND i.gate = (SELECT p.gate FROM feed_partitions p WHERE p.id = ? AND p.owner = ? \
+                     AND p.status = 'available' AND NOT p.paused) \
+                     AND (i.not_before IS NULL OR i.not_before <= {{now}}) \
                      ORDER BY i.{seq} LIMIT ?) AS b{b}"
                 )
             })
             .collect();
-        let mut values: Vec<Value> = Vec::with_capacity(n * 3);
+        let mut values: Vec<Value> = Vec::with_capacity(n * 4);
         for b in 0..n {
             match want.get(b) {
-                Some((id, k)) => values.extend([id.clone().into(), me.into(), (*k as i64).into()]),
-                None => values.extend([Value::String(None), me.into(), 0i64.into()]),
+                Some((id, k)) => values.extend([
+                    id.clone().into(),
+                    id.clone().into(),
+                    me.into(),
+                    (*k as i64).into(),
+                ]),
+                None => values.extend([
+                    Value::String(None),
+                    Value::String(None),
+                    me.into(),
+                    0i64.into(),
+                ]),
             }
         }
         let rows = self.query(&branches.join(" UNION ALL "), values).await?;
