@@ -105,12 +105,7 @@ pub(crate) async fn drain_on(
     let mut peak: Option<f64> = None;
     for p in &procs {
         let pm = p.outcomes(client).await;
-        m.statements += pm.statements;
-        m.done += pm.done;
-        m.stepped += pm.stepped;
-        m.retried += pm.retried;
-        m.rejected += pm.rejected;
-        m.failed += pm.failed;
+        m += pm;
         done_per.push(pm.done);
         if let (_, Some(hwm)) = p.memory() {
             peak = Some(peak.map_or(hwm, |x: f64| x.max(hwm)));
@@ -141,13 +136,8 @@ pub(crate) async fn drain_on(
         items_per_s: finished_items as f64 / drain,
         posts,
         posts_per_s: posts as f64 / drain,
-        statements: m.statements,
+        outcomes: m,
         statements_per_item: m.statements as f64 / finished_items.max(1) as f64,
-        done: m.done,
-        stepped: m.stepped,
-        retried: m.retried,
-        rejected: m.rejected,
-        failed: m.failed,
         done_per_processor: done_per,
         peak_rss_mib: peak,
         timed_out,

@@ -2,7 +2,7 @@
 
 use comfy_table::{Table, presets::ASCII_MARKDOWN};
 use serde::Serialize;
-use testkit::Stats;
+use testkit::{Outcomes, Stats};
 
 use crate::Args;
 use crate::Settings;
@@ -25,15 +25,11 @@ pub(crate) struct DrainRun {
     pub(crate) items_per_s: f64,
     pub(crate) posts: u64,
     pub(crate) posts_per_s: f64,
-    /// feed_statements_total of all processors when the drain was seen complete.
-    pub(crate) statements: u64,
+    /// feed_statements_total and feed_items_total by outcome, summed over
+    /// the processors when the drain was seen complete.
+    #[serde(flatten)]
+    pub(crate) outcomes: Outcomes,
     pub(crate) statements_per_item: f64,
-    /// feed_items_total by outcome, summed over processors.
-    pub(crate) done: u64,
-    pub(crate) stepped: u64,
-    pub(crate) retried: u64,
-    pub(crate) rejected: u64,
-    pub(crate) failed: u64,
     /// Items done per processor (multi-processor runs).
     pub(crate) done_per_processor: Vec<u64>,
     /// Highest VmHWM of the processors, MiB.

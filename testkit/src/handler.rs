@@ -28,6 +28,13 @@ pub struct Call {
     pub at: Instant,
 }
 
+impl Call {
+    /// The text of the header `name`, if it was sent (and is text).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+}
+
 /// How the handler answers a call.
 pub type Answer = Box<dyn Fn(&Call) -> Response + Send + Sync>;
 

@@ -1,5 +1,9 @@
 //! Reading the processor's Prometheus text from `/metrics`.
 
+use std::ops::AddAssign;
+
+use serde::Serialize;
+
 /// The value of a metric line (`name{labels} value`), 0 when absent.
 pub fn metric(text: &str, series: &str) -> f64 {
     text.lines()
@@ -10,7 +14,7 @@ pub fn metric(text: &str, series: &str) -> f64 {
 }
 
 /// Statements issued and items by outcome, as counted by the processor.
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Default, Clone, Copy, Serialize)]
 pub struct Outcomes {
     /// `feed_statements_total`.
     pub statements: u64,
@@ -39,5 +43,17 @@ impl Outcomes {
             rejected: outcome("rejected"),
             failed: outcome("failed"),
         }
+    }
+}
+
+/// Counts of several processors summed.
+impl AddAssign for Outcomes {
+    fn add_assign(&mut self, other: Outcomes) {
+        self.statements += other.statements;
+        self.done += other.done;
+        self.stepped += other.stepped;
+        self.retried += other.retried;
+        self.rejected += other.rejected;
+        self.failed += other.failed;
     }
 }

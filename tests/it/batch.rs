@@ -10,7 +10,7 @@ use crate::support::{Call, Handler, Proc, Scene, TestDb, json as reply, no_retry
 /// The items of a batch request, with `Feed-Batch` checked against them.
 fn items(c: &Call) -> Vec<Value> {
     let items = c.data.as_array().cloned().unwrap_or_default();
-    let count = c.headers.get("feed-batch").and_then(|v| v.to_str().ok());
+    let count = c.header("feed-batch");
     assert_eq!(count, Some(items.len().to_string().as_str()), "Feed-Batch");
     items
 }
@@ -125,10 +125,7 @@ async fn non_json_data_and_signing(db: TestDb) {
     .await;
     db.item("json", "p", 0, json!({"n": 1})).await;
     let h = Handler::start(|c| {
-        let sig = c
-            .headers
-            .get("feed-signature")
-            .and_then(|v| v.to_str().ok());
+        let sig = c.header("feed-signature");
         let signed = sig.is_some_and(|s| signed(s, b"s3cret", &c.body));
         let tagged = c.headers.get("x-tenant").is_some_and(|v| v == "t1");
         if !(signed && tagged) {

@@ -7,9 +7,11 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
+use crate::backend_tests;
 use crate::on_all_backends;
 use crate::support::{
-    Backend, Handler, Proc, Scene, TestDb, done, json as reply, metric, no_retry, wait_for,
+    Backend, Handler, Proc, Scene, TestDb, done, json as reply, metric, no_retry, numbered,
+    wait_for,
 };
 
 /// Runs `processor args…` with `stdin`.
@@ -119,11 +121,8 @@ async fn enqueue_is_all_or_nothing(db: TestDb) {
 on_all_backends!(enqueue_refuses_low_gate_and_reopens);
 async fn enqueue_refuses_low_gate_and_reopens(db: TestDb) {
     db.partition("p", true, false, "block").await;
-    db.exec(
-        "UPDATE feed_partitions SET gate = 3, status = 'complete' WHERE id = 'p'",
-        vec![],
-    )
-    .await;
+    db.sql("UPDATE feed_partitions SET gate = 3, status = 'complete' WHERE id = 'p'")
+        .await;
     let o = processor(
         &["enqueue", "--database-url", &db.url, "--partition", "p"],
         "{\"id\": \"low\", \"gate\": 1, \"data\": {}}\n",
@@ -161,8 +160,8 @@ async fn enqueue_refuses_low_gate_and_reopens(db: TestDb) {
 
 on_all_backends!(status_and_retry);
 async fn status_and_retry(db: TestDb) {
-    db.partition("p", true, false, "block").await;
-    db.items("p", 0, &["bad", "good"]).await;
+    db.partition_of("p", true, false, "block", &["bad", "good"])
+        .await;
     let fail = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
     let f = fail.clone();
     let Scene(_h, p) = Scene::start(&db, &[], move |c| {
@@ -229,10 +228,8 @@ async fn status_and_retry(db: TestDb) {
 
 on_all_backends!(metrics_move);
 async fn metrics_move(db: TestDb) {
-    db.partition("p", true, false, "block").await;
-    for i in 0..4 {
-        db.item(&format!("i{i}"), "p", 0, json!({})).await;
-    }
+    db.partition_of("p", true, false, "block", &numbered("i", 4))
+        .await;
     db.item("g1", "p", 1, json!({})).await;
     let Scene(_h, p) = Scene::start(&db, &[], |c| {
         if c.item == "i0" && c.attempt == 1 {
@@ -285,11 +282,7 @@ async fn secrets_never_printed(db: TestDb) {
     db.partition("p", true, false, "block").await;
     db.item("i", "p", 0, json!({"n": 1})).await;
     let h = Handler::start(|c| {
-        let auth = c
-            .headers
-            .get("authorization")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("");
+        let auth = c.header("authorization").unwrap_or("");
         if auth != "Bearer tok-s3cret" {
             return reply(401, json!({}));
         }
@@ -488,14 +481,10 @@ fn readme_documents_every_flag() {
     }
 }
 
+backend_tests!(json_logs: sqlite => Sqlite);
 /// `--log-format json`: every log line is a JSON object with fields.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn json_logs() {
-    let Some(db) = TestDb::new(Backend::Sqlite).await else {
-        return;
-    };
-    db.partition("p", true, false, "block").await;
-    db.item("i", "p", 0, json!({})).await;
+async fn json_logs(db: TestDb) {
+    db.partition_of("p", true, false, "block", &["i"]).await;
     let Scene(_h, mut p) = Scene::start(&db, &["--log-format", "json"], |_| done()).await;
     db.wait_partition("p", "complete").await;
     assert!(p.terminate().success());

@@ -69,6 +69,31 @@ async fn post(
     )
 }
 
+/// The admin API of a console served with [`TOKEN`].
+struct Admin {
+    base: String,
+}
+
+impl Admin {
+    /// POSTs `action` on partition `partition`.
+    async fn act(&self, partition: &str, action: &str) -> (StatusCode, Value) {
+        let path = format!("/api/v1/partitions/{partition}/{action}");
+        post(&self.base, &path, Some(TOKEN), None).await
+    }
+
+    /// POSTs a checkpoint of `partition` to `gate`.
+    async fn checkpoint(&self, partition: &str, gate: i64) -> (StatusCode, Value) {
+        let path = format!("/api/v1/partitions/{partition}/checkpoint");
+        post(&self.base, &path, Some(TOKEN), Some(json!({"gate": gate}))).await
+    }
+
+    /// POSTs a retry of item `id` (escaped for the path).
+    async fn retry_item(&self, id: &str) -> (StatusCode, Value) {
+        let path = format!("/api/v1/items/{id}/retry");
+        post(&self.base, &path, Some(TOKEN), None).await
+    }
+}
+
 fn ids(page: &Value) -> Vec<String> {
     page["data"]
         .as_array()
@@ -119,16 +144,10 @@ async fn api_reads(db: TestDb) {
         ],
     )
     .await;
-    db.exec(
-        "UPDATE feed_partitions SET status = 'complete' WHERE id = 'b-1'",
-        vec![],
-    )
-    .await;
-    db.exec(
-        "UPDATE feed_items SET status = 'failed', last_error = 'boom' WHERE id = 'big/3'",
-        vec![],
-    )
-    .await;
+    db.sql("UPDATE feed_partitions SET status = 'complete' WHERE id = 'b-1'")
+        .await;
+    db.sql("UPDATE feed_items SET status = 'failed', last_error = 'boom' WHERE id = 'big/3'")
+        .await;
     let base = serve(db.store.clone(), None).await;
 
     // The same document as `processor status --json`.
@@ -227,46 +246,28 @@ async fn api_actions(db: TestDb) {
     enqueue(&db, "auto", false, &[("auto/1", 0), ("auto/2", 0)]).await;
     enqueue(&db, "manual", true, &[("manual/1", 0), ("manual/2", 1)]).await;
     enqueue(&db, "done", false, &[("done/1", 0)]).await;
-    db.exec(
-        "UPDATE feed_partitions SET status = 'complete' WHERE id = 'done'",
-        vec![],
-    )
-    .await;
-    db.exec(
-        "UPDATE feed_items SET status = 'complete' WHERE partition_id = 'done'",
-        vec![],
-    )
-    .await;
-    let base = serve(db.store.clone(), Some(TOKEN)).await;
-    let t = Some(TOKEN);
-    let act = |p: &str, a: &str| format!("/api/v1/partitions/{p}/{a}");
+    db.sql("UPDATE feed_partitions SET status = 'complete' WHERE id = 'done'")
+        .await;
+    db.sql("UPDATE feed_items SET status = 'complete' WHERE partition_id = 'done'")
+        .await;
+    let admin = Admin {
+        base: serve(db.store.clone(), Some(TOKEN)).await,
+    };
 
     // Pause and resume answer the new state; both are idempotent.
-    let (code, p) = post(&base, &act("auto", "pause"), t, None).await;
+    let (code, p) = admin.act("auto", "pause").await;
     assert_eq!((code, p["paused"].clone()), (StatusCode::OK, json!(true)));
-    assert_eq!(
-        post(&base, &act("auto", "pause"), t, None).await.0,
-        StatusCode::OK
-    );
-    let (code, p) = post(&base, &act("auto", "resume"), t, None).await;
+    assert_eq!(admin.act("auto", "pause").await.0, StatusCode::OK);
+    let (code, p) = admin.act("auto", "resume").await;
     assert_eq!((code, p["paused"].clone()), (StatusCode::OK, json!(false)));
+    assert_eq!(admin.act("nope", "pause").await.0, StatusCode::NOT_FOUND);
     assert_eq!(
-        post(&base, &act("nope", "pause"), t, None).await.0,
-        StatusCode::NOT_FOUND
-    );
-    assert_eq!(
-        post(&base, &act("auto", "explode"), t, None).await.0,
+        admin.act("auto", "explode").await.0,
         StatusCode::BAD_REQUEST
     );
 
     // Checkpoint: only manual partitions, only upwards, only when the gate is drained.
-    let (code, e) = post(
-        &base,
-        &act("auto", "checkpoint"),
-        t,
-        Some(json!({"gate": 1})),
-    )
-    .await;
+    let (code, e) = admin.checkpoint("auto", 1).await;
     assert_eq!(code, StatusCode::CONFLICT);
     assert!(
         e["error"]
@@ -276,16 +277,10 @@ async fn api_actions(db: TestDb) {
         "{e}"
     );
     assert_eq!(
-        post(&base, &act("manual", "checkpoint"), t, None).await.0,
+        admin.act("manual", "checkpoint").await.0,
         StatusCode::BAD_REQUEST
     );
-    let (code, e) = post(
-        &base,
-        &act("manual", "checkpoint"),
-        t,
-        Some(json!({"gate": 1})),
-    )
-    .await;
+    let (code, e) = admin.checkpoint("manual", 1).await;
     assert_eq!(
         code,
         StatusCode::CONFLICT,
@@ -298,56 +293,22 @@ async fn api_actions(db: TestDb) {
             .contains("still has available items"),
         "{e}"
     );
-    db.exec(
-        "UPDATE feed_items SET status = 'complete' WHERE id = 'manual/1'",
-        vec![],
-    )
-    .await;
-    let (code, p) = post(
-        &base,
-        &act("manual", "checkpoint"),
-        t,
-        Some(json!({"gate": 1})),
-    )
-    .await;
+    db.sql("UPDATE feed_items SET status = 'complete' WHERE id = 'manual/1'")
+        .await;
+    let (code, p) = admin.checkpoint("manual", 1).await;
     assert_eq!((code, p["gate"].clone()), (StatusCode::OK, json!(1)));
-    let (code, e) = post(
-        &base,
-        &act("manual", "checkpoint"),
-        t,
-        Some(json!({"gate": 1})),
-    )
-    .await;
+    let (code, e) = admin.checkpoint("manual", 1).await;
     assert_eq!(code, StatusCode::CONFLICT);
     assert!(e["error"].as_str().unwrap().contains("not above"), "{e}");
-    assert_eq!(
-        post(
-            &base,
-            &act("nope", "checkpoint"),
-            t,
-            Some(json!({"gate": 1}))
-        )
-        .await
-        .0,
-        StatusCode::NOT_FOUND
-    );
+    assert_eq!(admin.checkpoint("nope", 1).await.0, StatusCode::NOT_FOUND);
 
     // Retry: a failed item, then its partition; nothing failed is a conflict.
-    assert_eq!(
-        post(&base, &act("auto", "retry"), t, None).await.0,
-        StatusCode::CONFLICT
-    );
-    db.exec(
-        "UPDATE feed_items SET status = 'failed', attempts = 5 WHERE id = 'auto/1'",
-        vec![],
-    )
-    .await;
-    db.exec(
-        "UPDATE feed_partitions SET status = 'failed' WHERE id = 'auto'",
-        vec![],
-    )
-    .await;
-    let (code, item) = post(&base, "/api/v1/items/auto%2F1/retry", t, None).await;
+    assert_eq!(admin.act("auto", "retry").await.0, StatusCode::CONFLICT);
+    db.sql("UPDATE feed_items SET status = 'failed', attempts = 5 WHERE id = 'auto/1'")
+        .await;
+    db.sql("UPDATE feed_partitions SET status = 'failed' WHERE id = 'auto'")
+        .await;
+    let (code, item) = admin.retry_item("auto%2F1").await;
     assert_eq!(code, StatusCode::OK, "{item}");
     assert_eq!(
         (item["status"].clone(), item["attempts"].clone()),
@@ -358,61 +319,33 @@ async fn api_actions(db: TestDb) {
         "available",
         "its partition reopened"
     );
-    assert_eq!(
-        post(&base, "/api/v1/items/auto%2F1/retry", t, None).await.0,
-        StatusCode::CONFLICT
-    );
-    assert_eq!(
-        post(&base, "/api/v1/items/nope/retry", t, None).await.0,
-        StatusCode::NOT_FOUND
-    );
-    db.exec(
-        "UPDATE feed_items SET status = 'failed' WHERE id = 'auto/2'",
-        vec![],
-    )
-    .await;
-    let (code, p) = post(&base, &act("auto", "retry"), t, None).await;
+    assert_eq!(admin.retry_item("auto%2F1").await.0, StatusCode::CONFLICT);
+    assert_eq!(admin.retry_item("nope").await.0, StatusCode::NOT_FOUND);
+    db.sql("UPDATE feed_items SET status = 'failed' WHERE id = 'auto/2'")
+        .await;
+    let (code, p) = admin.act("auto", "retry").await;
     assert_eq!(
         (code, p["items_by_status"]["available"].clone()),
         (StatusCode::OK, json!(2))
     );
 
     // Cancel: the partition and its available items; idempotent; then nothing applies.
-    let (code, p) = post(&base, &act("auto", "cancel"), t, None).await;
+    let (code, p) = admin.act("auto", "cancel").await;
     assert_eq!(code, StatusCode::OK);
     assert_eq!(
         (p["status"].clone(), p["owner"].clone()),
         (json!("cancelled"), Value::Null)
     );
     assert_eq!(p["items_by_status"]["cancelled"], 2);
-    assert_eq!(
-        post(&base, &act("auto", "cancel"), t, None).await.0,
-        StatusCode::OK
-    );
+    assert_eq!(admin.act("auto", "cancel").await.0, StatusCode::OK);
     for a in ["pause", "resume", "retry"] {
-        assert_eq!(
-            post(&base, &act("auto", a), t, None).await.0,
-            StatusCode::CONFLICT,
-            "{a}"
-        );
+        assert_eq!(admin.act("auto", a).await.0, StatusCode::CONFLICT, "{a}");
     }
-    db.exec(
-        "UPDATE feed_items SET status = 'failed' WHERE id = 'auto/1'",
-        vec![],
-    )
-    .await;
-    assert_eq!(
-        post(&base, "/api/v1/items/auto%2F1/retry", t, None).await.0,
-        StatusCode::CONFLICT
-    );
-    assert_eq!(
-        post(&base, &act("done", "cancel"), t, None).await.0,
-        StatusCode::CONFLICT
-    );
-    assert_eq!(
-        post(&base, &act("nope", "cancel"), t, None).await.0,
-        StatusCode::NOT_FOUND
-    );
+    db.sql("UPDATE feed_items SET status = 'failed' WHERE id = 'auto/1'")
+        .await;
+    assert_eq!(admin.retry_item("auto%2F1").await.0, StatusCode::CONFLICT);
+    assert_eq!(admin.act("done", "cancel").await.0, StatusCode::CONFLICT);
+    assert_eq!(admin.act("nope", "cancel").await.0, StatusCode::NOT_FOUND);
 }
 
 /// Page actions need the login cookie and the form's CSRF token; the
@@ -451,21 +384,12 @@ async fn page_forms_need_login_and_csrf() {
         .unwrap();
     assert_eq!(r.status(), StatusCode::UNAUTHORIZED, "not logged in");
 
-    let r = form(
-        format!("{base}/login"),
-        "token=wrong-token-0123456789",
-        None,
-    )
-    .await
-    .unwrap();
+    let login = |body: &str| form(format!("{base}/login"), body, None);
+    let r = login("token=wrong-token-0123456789").await.unwrap();
     assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
-    let r = form(
-        format!("{base}/login"),
-        "token=test-admin-token-0123456789&next=//evil.example/",
-        None,
-    )
-    .await
-    .unwrap();
+    let r = login("token=test-admin-token-0123456789&next=//evil.example/")
+        .await
+        .unwrap();
     assert_eq!(r.status(), StatusCode::SEE_OTHER);
     assert_eq!(r.headers()["location"], "/", "only local redirects");
     let set = r.headers()["set-cookie"].to_str().unwrap().to_string();

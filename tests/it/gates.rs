@@ -75,12 +75,9 @@ async fn three_steps_at_one_gate(db: TestDb) {
 on_all_backends!(plain_sql_rows);
 /// A producer writing only the required columns with plain SQL.
 async fn plain_sql_rows(db: TestDb) {
-    db.exec("INSERT INTO feed_partitions (id) VALUES ('plain')", vec![])
+    db.sql("INSERT INTO feed_partitions (id) VALUES ('plain')")
         .await;
-    db.exec(
-        "INSERT INTO feed_items (id, partition_id, data) VALUES ('a', 'plain', '{\"x\": 1}'), ('b', 'plain', 'not json')",
-        vec![],
-    )
+    db.sql("INSERT INTO feed_items (id, partition_id, data) VALUES ('a', 'plain', '{\"x\": 1}'), ('b', 'plain', 'not json')")
     .await;
     let Scene(h, _p) = Scene::start(&db, &[], |_| done()).await;
     db.wait_partition("plain", "complete").await;
@@ -102,8 +99,7 @@ async fn plain_sql_rows(db: TestDb) {
 on_all_backends!(auto_close_off_stays_open);
 /// `auto_close = false`: everything done, the partition stays available.
 async fn auto_close_off_stays_open(db: TestDb) {
-    db.partition("open", false, false, "block").await;
-    db.item("a", "open", 0, json!({})).await;
+    db.partition_of("open", false, false, "block", &["a"]).await;
     let Scene(_h, _p) = Scene::start(&db, &[], |_| done()).await;
     db.wait_item("a", "complete").await;
     tokio::time::sleep(Duration::from_millis(800)).await;
@@ -117,8 +113,7 @@ async fn auto_close_off_stays_open(db: TestDb) {
 on_all_backends!(manual_checkpoint_holds_gate);
 /// `manual_checkpoint`: the gate stays until the user moves it.
 async fn manual_checkpoint_holds_gate(db: TestDb) {
-    db.partition("m", true, true, "block").await;
-    db.item("g0", "m", 0, json!({})).await;
+    db.partition_of("m", true, true, "block", &["g0"]).await;
     db.item("g1", "m", 1, json!({})).await;
     let Scene(h, _p) = Scene::start(&db, &[], |_| done()).await;
     db.wait_item("g0", "complete").await;
@@ -130,11 +125,8 @@ async fn manual_checkpoint_holds_gate(db: TestDb) {
         "gate 1 ran without a checkpoint"
     );
     // The user advances the gate (OCC write, as the library would).
-    db.exec(
-        "UPDATE feed_partitions SET gate = 1, version = version + 1 WHERE id = 'm'",
-        vec![],
-    )
-    .await;
+    db.sql("UPDATE feed_partitions SET gate = 1, version = version + 1 WHERE id = 'm'")
+        .await;
     db.wait_partition("m", "complete").await;
     assert_eq!(h.calls_for("g1").len(), 1);
 }

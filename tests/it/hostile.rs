@@ -10,9 +10,10 @@ use sea_orm::ConnectionTrait;
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+use crate::backend_tests;
 use crate::on_all_backends;
 use crate::support::{
-    Backend, Handler, Proc, Scene, TestDb, done, free_port, json as reply, no_retry, retry_after,
+    Handler, Proc, Scene, TestDb, done, free_port, json as reply, no_retry, numbered, retry_after,
     wait_for,
 };
 
@@ -75,38 +76,39 @@ async fn misbehaving_handlers(db: TestDb) {
     );
     db.wait_item("ok", "complete").await;
     db.wait_partition("p", "complete").await;
-    let expect: &[(&str, &str, i32, &str)] = &[
-        ("slow", "failed", 2, "--request-timeout"),
-        ("nonjson", "failed", 2, "not a JSON object"),
-        ("array", "failed", 2, "not a JSON object"),
-        ("gate_x", "failed", 2, "non-negative integer"),
-        ("neg_gate", "failed", 2, "non-negative integer"),
-        ("done_str", "failed", 2, "true or false"),
-        ("big", "failed", 2, "exceeds the 1000 byte cap"),
-        ("r301", "failed", 1, "redirects are not followed"),
-        ("r302", "failed", 1, "redirects are not followed"),
-        ("r429", "complete", 2, ""),
-        ("r503date", "complete", 2, ""),
-        ("ok", "complete", 1, ""),
+    // The items that failed, by what their last_error says and after how
+    // many attempts (redirects are not retried).
+    let failed: &[(&[&str], i32, &str)] = &[
+        (&["slow"], 2, "--request-timeout"),
+        (&["nonjson", "array"], 2, "not a JSON object"),
+        (&["gate_x", "neg_gate"], 2, "non-negative integer"),
+        (&["done_str"], 2, "true or false"),
+        (&["big"], 2, "exceeds the 1000 byte cap"),
+        (&["r301", "r302"], 1, "redirects are not followed"),
     ];
-    for (id, status, attempts, error) in expect {
+    let mut rows = Vec::new();
+    for (ids, attempts, says) in failed {
+        for id in *ids {
+            rows.push(db.assert_failed(id, *attempts, &[says]).await);
+        }
+    }
+    for (id, attempts) in [("r429", 2), ("r503date", 2), ("ok", 1)] {
         let row = db.item_row(id).await;
         assert_eq!(
             (row.status.as_str(), row.attempts),
-            (*status, *attempts),
+            ("complete", attempts),
             "{id}: {row:?}"
         );
+        assert_eq!(row.last_error, None, "{id}");
+        rows.push(row);
+    }
+    for row in rows {
         assert_eq!(
             row.data,
-            json!({"keep": id}),
-            "{id}: data changed without a valid answer"
+            json!({"keep": row.id}),
+            "{}: data changed without a valid answer",
+            row.id
         );
-        if error.is_empty() {
-            assert_eq!(row.last_error, None, "{id}");
-        } else {
-            let e = row.last_error.unwrap_or_default();
-            assert!(e.contains(error), "{id}: {e}");
-        }
     }
     assert_eq!(h.calls_for("r301").len(), 1);
     for (id, min) in [("r429", 900), ("r503date", 900)] {
@@ -160,17 +162,8 @@ async fn broken_connections(db: TestDb) {
     let p = Proc::start(&db, &url, &["--max-attempts", "2"]);
     db.wait_partition("p", "complete").await;
     for (id, keep) in [("cut", 1), ("reset", 2)] {
-        let row = db.item_row(id).await;
-        assert_eq!(
-            (row.status.as_str(), row.attempts),
-            ("failed", 2),
-            "{id}: {row:?}"
-        );
+        let row = db.assert_failed(id, 2, &["handler request failed"]).await;
         assert_eq!(row.data, json!({"keep": keep}));
-        assert!(
-            row.last_error.unwrap().contains("handler request failed"),
-            "{id}"
-        );
     }
     let mut p = p;
     assert!(p.child.try_wait().unwrap().is_none(), "the processor died");
@@ -181,8 +174,7 @@ on_all_backends!(hand_written_rows);
 /// Rows written by hand that Feed cannot run are failed with a
 /// `last_error` that says why; a far gate is reached in one step.
 async fn hand_written_rows(db: TestDb) {
-    db.partition("p", true, false, "continue").await;
-    db.item("ok", "p", 0, json!({})).await;
+    db.partition_of("p", true, false, "continue", &["ok"]).await;
     db.item("far", "p", 1000, json!({})).await;
     db.item("neg", "p", -1, json!({})).await;
     db.exec(
@@ -237,11 +229,7 @@ async fn signed_requests_verify(db: TestDb) {
     let file = dir.path().join("secret");
     std::fs::write(&file, "file-s3cret\n").unwrap();
     let h = Handler::start(|c| {
-        let sig = c
-            .headers
-            .get("feed-signature")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("");
+        let sig = c.header("feed-signature").unwrap_or("");
         let body = serde_json::to_vec(&c.data).unwrap();
         if verify(sig, b"file-s3cret", &body) && !verify(sig, b"file-s3cret", br#"{"amount":1000}"#)
         {
@@ -269,15 +257,11 @@ fn verify(header: &str, secret: &[u8], body: &[u8]) -> bool {
     feed::handler::signature(secret, t, body) == header
 }
 
+backend_tests!(database_unreachable_at_start: postgres => Postgres);
 /// The database is unreachable when the processor starts: it retries,
 /// says why, reports not ready, and works once the database appears.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn database_unreachable_at_start() {
-    let Some(db) = TestDb::new(Backend::Postgres).await else {
-        return;
-    };
-    db.partition("p", true, false, "block").await;
-    db.item("i", "p", 0, json!({})).await;
+async fn database_unreachable_at_start(db: TestDb) {
+    db.partition_of("p", true, false, "block", &["i"]).await;
     let port = free_port();
     let url = db
         .url
@@ -310,13 +294,10 @@ async fn database_unreachable_at_start() {
     assert_eq!(reqwest::get(&ready).await.unwrap().status(), 200);
 }
 
+backend_tests!(postgres_connections_killed: postgres => Postgres);
 /// PostgreSQL kills the processor's connections mid-run, several times:
 /// it survives, every item is acknowledged exactly once, work resumes.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn postgres_connections_killed() {
-    let Some(db) = TestDb::new(Backend::Postgres).await else {
-        return;
-    };
+async fn postgres_connections_killed(db: TestDb) {
     db.partition("p", true, false, "block").await;
     for i in 0..200 {
         db.item(&format!("i{i}"), "p", 0, json!({"n": i})).await;
@@ -342,12 +323,12 @@ async fn postgres_connections_killed() {
             .unwrap();
     }
     db.wait_partition("p", "complete").await;
-    for i in 0..200 {
-        let row = db.item_row(&format!("i{i}")).await;
+    for row in db.item_rows(&numbered("i", 200)).await {
         assert_eq!(
             (row.status.as_str(), row.version),
             ("complete", 1),
-            "i{i} acknowledged more than once"
+            "{} acknowledged more than once",
+            row.id
         );
     }
     assert!(

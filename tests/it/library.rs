@@ -7,7 +7,8 @@ use std::time::Duration;
 use feed::store::{NewItem, PartitionSpec};
 use feed::{Config, Handler, Job, Outcome};
 
-use crate::support::{Backend, TestDb};
+use crate::backend_tests;
+use crate::support::TestDb;
 
 struct Doubler;
 
@@ -30,11 +31,8 @@ impl Handler for Doubler {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn in_process_processor() {
-    let Some(db) = TestDb::new(Backend::Sqlite).await else {
-        return;
-    };
+backend_tests!(in_process_processor: sqlite => Sqlite);
+async fn in_process_processor(db: TestDb) {
     let items = (0..5)
         .map(|i| NewItem {
             id: Some(format!("n{i}")),

@@ -17,8 +17,7 @@ on_all_backends!(failed_gate_check_is_retried);
 /// with a trigger): the check fails, the partition keeps its mark, and once
 /// the fault is gone it advances and closes.
 async fn failed_gate_check_is_retried(db: TestDb) {
-    db.partition("p", true, false, "block").await;
-    db.item("a", "p", 0, json!({})).await;
+    db.partition_of("p", true, false, "block", &["a"]).await;
     db.item("b", "p", 1, json!({})).await;
     db.refuse("no_advance", "feed_partitions", "NEW.gate <> OLD.gate")
         .await;
@@ -61,13 +60,10 @@ async fn changes_by_hand_are_noticed(db: TestDb) {
             && db.item_row("completed-0").await.attempts == 1
     })
     .await;
-    db.exec("DELETE FROM feed_items WHERE id = 'deleted-0'", vec![])
+    db.sql("DELETE FROM feed_items WHERE id = 'deleted-0'")
         .await;
-    db.exec(
-        "UPDATE feed_items SET status = 'complete' WHERE id = 'completed-0'",
-        vec![],
-    )
-    .await;
+    db.sql("UPDATE feed_items SET status = 'complete' WHERE id = 'completed-0'")
+        .await;
     db.wait_partition("deleted", "complete").await;
     db.wait_partition("completed", "complete").await;
     assert_eq!(db.item_row("deleted-1").await.status, "complete");
@@ -78,8 +74,7 @@ on_all_backends!(plain_insert_into_complete_partition_reopens_it);
 /// A producer adds an item to a complete partition with a plain INSERT
 /// (not reopening it): a processor reopens the partition and runs the item.
 async fn plain_insert_into_complete_partition_reopens_it(db: TestDb) {
-    db.partition("p", true, false, "block").await;
-    db.item("first", "p", 0, json!({})).await;
+    db.partition_of("p", true, false, "block", &["first"]).await;
     let Scene(h, _p) = Scene::start(&db, &[], |_| done()).await;
     db.wait_partition("p", "complete").await;
     db.item("late", "p", 0, json!({})).await;
@@ -156,8 +151,8 @@ async fn capped_processor_makes_room(db: TestDb) {
         },
     )
     .await;
-    db.partition("busy", true, false, "block").await;
-    db.item("job", "busy", 0, json!({})).await;
+    db.partition_of("busy", true, false, "block", &["job"])
+        .await;
     db.wait_partition("busy", "complete").await;
     assert_eq!(h.calls_for("job").len(), 1);
 }
@@ -167,8 +162,8 @@ on_all_backends!(retry_after_the_gate_moved_on_runs_at_the_current_gate);
 /// the partition went on to gate 1 and closed. `processor retry` runs it
 /// again at gate 1 and says so.
 async fn retry_after_the_gate_moved_on_runs_at_the_current_gate(db: TestDb) {
-    db.partition("p", true, false, "continue").await;
-    db.items("p", 0, &["x", "y"]).await;
+    db.partition_of("p", true, false, "continue", &["x", "y"])
+        .await;
     let Scene(h, _p) = Scene::start(&db, &[], |c| match (c.item.as_str(), c.gate) {
         ("x", 0) => no_retry(200, "bad"),
         ("y", 0) => reply(200, json!({"gate": 1})),

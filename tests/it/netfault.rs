@@ -11,6 +11,7 @@ use feed::store::{NewItem, PartitionSpec};
 use sea_orm::{ConnectionTrait, TransactionTrait};
 use serde_json::json;
 
+use crate::backend_tests;
 use crate::on_network_backends;
 use crate::proxy::{Proxy, upstream};
 use crate::support::{Backend, Call, Handler, Proc, TestDb, json as reply, metric, wait_for};
@@ -68,17 +69,14 @@ async fn dead_connections_give_back_their_pool_slots(db: TestDb) {
     .await;
 }
 
+backend_tests!(mariadb_ends_a_transaction_cut_off_before_its_commit: mariadb => Mysql);
 /// MariaDB: a processor cut off between a transaction's UPDATE and its
 /// COMMIT leaves the server holding that transaction's row locks, which
 /// block whoever takes its partitions over. The server ends a transaction
 /// idle for longer than the statement timeout (its client has given up).
 /// PostgreSQL needs no such test: the processor writes there in single
 /// statements, which never leave a transaction open.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn mariadb_ends_a_transaction_cut_off_before_its_commit() {
-    let Some(db) = TestDb::new(Backend::Mysql).await else {
-        return;
-    };
+async fn mariadb_ends_a_transaction_cut_off_before_its_commit(db: TestDb) {
     let proxy = Proxy::start(upstream(&db.url)).await;
     db.partition("p", true, false, "block").await;
     let limit = Duration::from_secs(1);

@@ -11,7 +11,7 @@ use serde_json::json;
 
 use crate::on_all_backends;
 use crate::support::{
-    Handler, Proc, Scene, TestDb, done, free_port, json as reply, no_retry, retry_after, wait_for,
+    DownHandler, Scene, TestDb, done, json as reply, no_retry, numbered, retry_after, wait_for,
 };
 
 on_all_backends!(retry_then_success);
@@ -54,8 +54,8 @@ on_all_backends!(exhausted_attempts_fail_partition);
 /// Every attempt fails: the item is `failed` with `attempts` and
 /// `last_error`; the partition is `failed`.
 async fn exhausted_attempts_fail_partition(db: TestDb) {
-    db.partition("p", true, false, "block").await;
-    db.items("p", 0, &["bad", "good"]).await;
+    db.partition_of("p", true, false, "block", &["bad", "good"])
+        .await;
     db.item("later", "p", 1, json!({})).await;
     let Scene(h, _p) = Scene::start(&db, &["--max-attempts", "3"], |c| {
         if c.item == "bad" {
@@ -66,13 +66,8 @@ async fn exhausted_attempts_fail_partition(db: TestDb) {
     })
     .await;
     db.wait_partition("p", "failed").await;
-    let row = db.item_row("bad").await;
-    assert_eq!((row.status.as_str(), row.attempts), ("failed", 3));
-    let err = row.last_error.unwrap();
-    assert!(
-        err.contains("HTTP 503") && err.contains("attempt 3 of 3"),
-        "{err}"
-    );
+    db.assert_failed("bad", 3, &["HTTP 503", "attempt 3 of 3"])
+        .await;
     assert_eq!(h.calls_for("bad").len(), 3);
     assert_eq!(db.item_row("good").await.status, "complete");
     assert!(
@@ -85,8 +80,8 @@ async fn exhausted_attempts_fail_partition(db: TestDb) {
 on_all_backends!(on_failure_continue_closes);
 /// `on_failure = continue`: failed items count as finished.
 async fn on_failure_continue_closes(db: TestDb) {
-    db.partition("p", true, false, "continue").await;
-    db.item("bad", "p", 0, json!({})).await;
+    db.partition_of("p", true, false, "continue", &["bad"])
+        .await;
     db.item("later", "p", 1, json!({})).await;
     let Scene(_h, _p) = Scene::start(&db, &["--max-attempts", "2"], |c| {
         if c.item == "bad" {
@@ -108,9 +103,7 @@ async fn no_retry_fails_at_once(db: TestDb) {
     db.item("i", "p", 0, json!({"keep": "me"})).await;
     let Scene(h, _p) = Scene::start(&db, &[], |_| no_retry(200, "corrupt PDF")).await;
     db.wait_partition("p", "failed").await;
-    let row = db.item_row("i").await;
-    assert_eq!((row.status.as_str(), row.attempts), ("failed", 1));
-    assert!(row.last_error.unwrap().contains("corrupt PDF"));
+    let row = db.assert_failed("i", 1, &["corrupt PDF"]).await;
     assert_eq!(row.data, json!({"keep": "me"}));
     assert_eq!(h.calls().len(), 1);
 }
@@ -119,8 +112,8 @@ on_all_backends!(non_retryable_4xx);
 /// 404 and 422 are not retried, also when the body is an `{"error": …}`
 /// answer that does not say `no_retry`: the status decides.
 async fn non_retryable_4xx(db: TestDb) {
-    db.partition("p", true, false, "continue").await;
-    db.items("p", 0, &["nf", "ue", "eb"]).await;
+    db.partition_of("p", true, false, "continue", &["nf", "ue", "eb"])
+        .await;
     let Scene(h, _p) = Scene::start(&db, &[], |c| match c.item.as_str() {
         "nf" => (StatusCode::NOT_FOUND, "no such thing").into_response(),
         "eb" => reply(422, json!({"error": {"message": "unprocessable"}})),
@@ -129,15 +122,10 @@ async fn non_retryable_4xx(db: TestDb) {
     .await;
     db.wait_partition("p", "complete").await;
     for (id, code) in [("nf", "404"), ("ue", "422")] {
-        let row = db.item_row(id).await;
-        assert_eq!((row.status.as_str(), row.attempts), ("failed", 1));
-        let err = row.last_error.unwrap();
-        assert!(err.contains(code) && err.contains("not retried"), "{err}");
+        db.assert_failed(id, 1, &[code, "not retried"]).await;
         assert_eq!(h.calls_for(id).len(), 1);
     }
-    let row = db.item_row("eb").await;
-    assert_eq!((row.status.as_str(), row.attempts), ("failed", 1));
-    assert!(row.last_error.unwrap().contains("unprocessable"));
+    db.assert_failed("eb", 1, &["unprocessable"]).await;
     assert_eq!(h.calls_for("eb").len(), 1, "a 422 error answer was retried");
 }
 
@@ -145,8 +133,7 @@ on_all_backends!(retry_after_is_honoured);
 /// 429 with `Retry-After: 2`: the retry waits at least that long, even
 /// with a tiny backoff, and the delay is stored in `not_before`.
 async fn retry_after_is_honoured(db: TestDb) {
-    db.partition("p", true, false, "block").await;
-    db.item("i", "p", 0, json!({})).await;
+    db.partition_of("p", true, false, "block", &["i"]).await;
     let Scene(h, _p) = Scene::start(&db, &[], |c| {
         if c.attempt == 1 {
             retry_after(429, "2", "slow down")
@@ -180,7 +167,7 @@ on_all_backends!(gate_below_partition_gate_fails);
 async fn gate_below_partition_gate_fails(db: TestDb) {
     db.partition("p", true, false, "block").await;
     db.item("i", "p", 1, json!({})).await;
-    db.exec("UPDATE feed_partitions SET gate = 1 WHERE id = 'p'", vec![])
+    db.sql("UPDATE feed_partitions SET gate = 1 WHERE id = 'p'")
         .await;
     let Scene(_h, _p) = Scene::start(&db, &[], |_| reply(200, json!({"gate": 0}))).await;
     db.wait_partition("p", "failed").await;
@@ -197,13 +184,9 @@ on_all_backends!(handler_down_then_up);
 /// The handler is down (connection refused) for a while: no attempts are
 /// burned; once it is up everything finishes on the first attempt.
 async fn handler_down_then_up(db: TestDb) {
-    db.partition("p", true, false, "block").await;
-    for i in 0..5 {
-        db.item(&format!("i{i}"), "p", 0, json!({})).await;
-    }
-    let port = free_port();
-    let url = format!("http://127.0.0.1:{port}/feed");
-    let p = Proc::start(&db, &url, &["--max-attempts", "2"]);
+    let items = numbered("i", 5);
+    db.partition_of("p", true, false, "block", &items).await;
+    let (handler, p) = DownHandler::start(&db, &["--max-attempts", "2"]);
     wait_for(
         "processor reports unreachable",
         Duration::from_secs(30),
@@ -221,30 +204,23 @@ async fn handler_down_then_up(db: TestDb) {
         503,
         "readyz must say not ready while the handler is down"
     );
-    for i in 0..5 {
-        let row = db.item_row(&format!("i{i}")).await;
+    for row in db.item_rows(&items).await {
         assert_eq!(
             (row.status.as_str(), row.attempts),
             ("available", 0),
             "an attempt was burned"
         );
     }
-    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
-        .await
-        .unwrap();
     let seen = Arc::new(AtomicU32::new(0));
     let s = seen.clone();
-    let h = Handler::serve(
-        listener,
-        Arc::new(Box::new(move |_: &crate::support::Call| {
+    let h = handler
+        .up(move |_| {
             s.fetch_add(1, Ordering::SeqCst);
             done()
-        })),
-    )
-    .await;
+        })
+        .await;
     db.wait_partition("p", "complete").await;
-    for i in 0..5 {
-        let row = db.item_row(&format!("i{i}")).await;
+    for row in db.item_rows(&items).await {
         assert_eq!((row.status.as_str(), row.attempts), ("complete", 1));
     }
     assert_eq!(h.calls().len(), 5);

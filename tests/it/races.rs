@@ -111,14 +111,11 @@ on_all_backends!(advance_and_close_recheck_for_available_items);
 /// An item made available behind the processor's back (no version bump)
 /// is seen by the advance and close statements themselves.
 async fn advance_and_close_recheck_for_available_items(db: TestDb) {
-    db.exec("INSERT INTO feed_processors (id) VALUES ('me')", vec![])
+    db.sql("INSERT INTO feed_processors (id) VALUES ('me')")
         .await;
     db.partition("p", true, false, "block").await;
-    db.exec(
-        "UPDATE feed_partitions SET owner = 'me' WHERE id = 'p'",
-        vec![],
-    )
-    .await;
+    db.sql("UPDATE feed_partitions SET owner = 'me' WHERE id = 'p'")
+        .await;
     let held = HeldPartition {
         id: "p".into(),
         gate: 0,
@@ -136,8 +133,7 @@ async fn advance_and_close_recheck_for_available_items(db: TestDb) {
         ("available".into(), 0, Some("me".into()))
     );
     // Without it both would pass.
-    db.exec("DELETE FROM feed_items WHERE id = 'late'", vec![])
-        .await;
+    db.sql("DELETE FROM feed_items WHERE id = 'late'").await;
     assert!(db.store.advance_gate(&held, "me", 2).await.unwrap());
 }
 
@@ -145,13 +141,10 @@ on_all_backends!(retry_bumps_the_partition_version);
 /// `retry` bumps the version of an `available` partition too, so that an
 /// advance or close decided before it fails its OCC check.
 async fn retry_bumps_the_partition_version(db: TestDb) {
-    db.partition("p", true, false, "continue").await;
-    db.items("p", 0, &["f", "a"]).await;
-    db.exec(
-        "UPDATE feed_items SET status = 'failed' WHERE id = 'f'",
-        vec![],
-    )
-    .await;
+    db.partition_of("p", true, false, "continue", &["f", "a"])
+        .await;
+    db.sql("UPDATE feed_items SET status = 'failed' WHERE id = 'f'")
+        .await;
     let before = version(&db).await;
     let r = db.store.retry_failed(RetryScope::Item("f")).await.unwrap();
     assert_eq!((r.items, r.moved), (1, 0));

@@ -7,10 +7,9 @@ use std::time::{Duration, Instant};
 
 use feed::store::{NewItem, PartitionSpec};
 use feed::{Config, Job, Outcome};
-use serde_json::json;
 
 use crate::on_all_backends;
-use crate::support::{Handler, Proc, TestDb, done, free_port, wait_for};
+use crate::support::{DownHandler, TestDb, done, numbered, wait_for};
 
 /// Panics on the first call of item "boom", then succeeds.
 struct PanicsOnce(AtomicU32);
@@ -70,13 +69,9 @@ on_all_backends!(pause_starts_at_its_base);
 /// first call after the handler is back comes within a few seconds (it
 /// used to jump to its 10 s cap at once).
 async fn pause_starts_at_its_base(db: TestDb) {
-    db.partition("p", true, false, "block").await;
-    for i in 0..100 {
-        db.item(&format!("i{i}"), "p", 0, json!({})).await;
-    }
-    let port = free_port();
-    let url = format!("http://127.0.0.1:{port}/feed");
-    let p = Proc::start(&db, &url, &[]);
+    db.partition_of("p", true, false, "block", &numbered("i", 100))
+        .await;
+    let (handler, p) = DownHandler::start(&db, &[]);
     wait_for(
         "the handler found unreachable",
         Duration::from_secs(30),
@@ -84,15 +79,8 @@ async fn pause_starts_at_its_base(db: TestDb) {
     )
     .await;
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
-        .await
-        .unwrap();
     let up = Instant::now();
-    let h = Handler::serve(
-        listener,
-        Arc::new(Box::new(|_: &crate::support::Call| done())),
-    )
-    .await;
+    let h = handler.up(|_| done()).await;
     wait_for(
         "the first call after the outage",
         Duration::from_secs(30),

@@ -4,7 +4,7 @@
 use serde_json::json;
 
 use crate::on_all_backends;
-use crate::support::{Scene, TestDb, json as reply};
+use crate::support::{Scene, TestDb, json as reply, numbered};
 
 on_all_backends!(refused_row_costs_only_itself);
 /// The database refuses one item's result (a fault injected with a
@@ -12,10 +12,8 @@ on_all_backends!(refused_row_costs_only_itself);
 /// refused one is recorded as a failed attempt that says why, and with
 /// `--max-attempts 2` it fails after exactly two calls.
 async fn refused_row_costs_only_itself(db: TestDb) {
-    db.partition("p", true, false, "continue").await;
-    for i in 0..20 {
-        db.item(&format!("ok{i}"), "p", 0, json!({})).await;
-    }
+    let ok = numbered("ok", 20);
+    db.partition_of("p", true, false, "continue", &ok).await;
     db.item("bad", "p", 0, json!({})).await;
     db.refuse("no_poison", "feed_items", &db.data_contains("poison"))
         .await;
@@ -28,17 +26,13 @@ async fn refused_row_costs_only_itself(db: TestDb) {
     })
     .await;
     db.wait_partition("p", "complete").await;
-    for i in 0..20 {
-        let row = db.item_row(&format!("ok{i}")).await;
+    for row in db.item_rows(&ok).await {
         assert_eq!(
             (row.status.as_str(), row.data),
             ("complete", json!({"fine": true}))
         );
     }
-    let bad = db.item_row("bad").await;
-    assert_eq!((bad.status.as_str(), bad.attempts), ("failed", 2));
-    let err = bad.last_error.unwrap();
-    assert!(err.contains("the database refused"), "{err}");
+    let bad = db.assert_failed("bad", 2, &["the database refused"]).await;
     assert_eq!(bad.data, json!({}), "the refused data was not stored");
     assert_eq!(h.calls_for("bad").len(), 2, "one call per counted attempt");
 }
@@ -48,8 +42,8 @@ on_all_backends!(unstorable_errors_are_cleaned);
 /// text) and of 70,000 characters (more than MariaDB's TEXT holds) are
 /// stored cleaned and cut, as counted attempts with a backoff.
 async fn unstorable_errors_are_cleaned(db: TestDb) {
-    db.partition("p", true, false, "continue").await;
-    db.items("p", 0, &["nul", "long"]).await;
+    db.partition_of("p", true, false, "continue", &["nul", "long"])
+        .await;
     let Scene(h, _p) = Scene::start(&db, &["--max-attempts", "3"], |c| {
         let message = if c.item == "nul" {
             "bad\u{0}byte".to_string()
@@ -60,21 +54,12 @@ async fn unstorable_errors_are_cleaned(db: TestDb) {
     })
     .await;
     db.wait_partition("p", "complete").await;
-    let nul = db.item_row("nul").await;
-    assert_eq!((nul.status.as_str(), nul.attempts), ("failed", 3));
+    let nul = db.assert_failed("nul", 3, &["bad\u{FFFD}byte"]).await;
     let err = nul.last_error.unwrap();
-    assert!(
-        !err.contains('\0') && err.contains("bad\u{FFFD}byte"),
-        "{err}"
-    );
-    let long = db.item_row("long").await;
-    assert_eq!((long.status.as_str(), long.attempts), ("failed", 3));
+    assert!(!err.contains('\0'), "{err}");
+    let long = db.assert_failed("long", 3, &["[cut:"]).await;
     let err = long.last_error.unwrap();
-    assert!(
-        err.len() <= 8192 && err.contains("[cut:"),
-        "{} bytes",
-        err.len()
-    );
+    assert!(err.len() <= 8192, "{} bytes", err.len());
     assert_eq!(h.calls_for("nul").len(), 3);
     assert_eq!(h.calls_for("long").len(), 3);
 }

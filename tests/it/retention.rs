@@ -44,11 +44,8 @@ async fn fixture(db: &TestDb) {
         age(db, p, status, item).await;
     }
     enqueue(db, "new-complete", false, &[("nc/1", 0)]).await;
-    db.exec(
-        "UPDATE feed_partitions SET status = 'complete' WHERE id = 'new-complete'",
-        vec![],
-    )
-    .await;
+    db.sql("UPDATE feed_partitions SET status = 'complete' WHERE id = 'new-complete'")
+        .await;
     // Reopened by a producer: fresh again, kept.
     enqueue(db, "reopened", false, &[("ro/1", 0)]).await;
     age(db, "reopened", "complete", "complete").await;
@@ -133,16 +130,14 @@ async fn retention_prunes_from_one_processor(db: TestDb) {
             .await
             .unwrap()
     );
-    db.exec("UPDATE feed_maintenance SET expires_at = 0", vec![])
-        .await;
+    db.sql("UPDATE feed_maintenance SET expires_at = 0").await;
     assert!(
         db.store
             .lease_maintenance("retention", "b", hour)
             .await
             .unwrap()
     );
-    db.exec("UPDATE feed_maintenance SET expires_at = 0", vec![])
-        .await;
+    db.sql("UPDATE feed_maintenance SET expires_at = 0").await;
 
     let Scene(_h, _proc) = Scene::start(&db, &["--retention", "1h"], |_| done()).await;
     wait_for("old partitions pruned", Duration::from_secs(60), || async {

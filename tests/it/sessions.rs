@@ -54,13 +54,12 @@ on_all_backends!(lost_session_is_replaced);
 /// Deleting a processor's session row (as another processor does for a
 /// dead session) makes it drop its leases, register anew and go on.
 async fn lost_session_is_replaced(db: TestDb) {
-    db.partition("p", false, false, "block").await;
-    db.item("a", "p", 0, json!({})).await;
+    db.partition_of("p", false, false, "block", &["a"]).await;
     let Scene(_h, p) = Scene::start(&db, &[], |_| done()).await;
     db.wait_item("a", "complete").await;
     let old = db.sessions().await;
     assert_eq!(old.len(), 1);
-    db.exec("DELETE FROM feed_processors", vec![]).await;
+    db.sql("DELETE FROM feed_processors").await;
     wait_for(
         "a new session owns the partition",
         Duration::from_secs(30),
@@ -80,8 +79,7 @@ on_all_backends!(sigterm_hands_over);
 /// SIGTERM: in-flight calls finish and are written, partitions are
 /// released, the session row is deleted, exit code 0.
 async fn sigterm_hands_over(db: TestDb) {
-    db.partition("p", true, false, "block").await;
-    db.item("slow", "p", 0, json!({})).await;
+    db.partition_of("p", true, false, "block", &["slow"]).await;
     db.item("next", "p", 1, json!({})).await;
     let Scene(h, mut p) = Scene::start_async(&db, &[], |c| async move {
         if c.item == "slow" {

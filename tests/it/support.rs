@@ -76,6 +76,11 @@ impl TestDb {
             .rows_affected()
     }
 
+    /// Runs SQL that takes no values.
+    pub async fn sql(&self, sql: &str) -> u64 {
+        self.exec(sql, vec![]).await
+    }
+
     pub async fn query(&self, sql: &str, values: Vec<sea_orm::Value>) -> Vec<QueryResult> {
         self.store
             .connection()
@@ -107,6 +112,20 @@ impl TestDb {
         .await;
     }
 
+    /// Creates a partition with plain SQL, holding `items` (empty data at
+    /// gate 0).
+    pub async fn partition_of<S: AsRef<str>>(
+        &self,
+        id: &str,
+        auto_close: bool,
+        manual: bool,
+        on_failure: &str,
+        items: &[S],
+    ) {
+        self.partition(id, auto_close, manual, on_failure).await;
+        self.items(id, 0, items).await;
+    }
+
     /// Adds an item with plain SQL.
     pub async fn item(&self, id: &str, partition: &str, gate: i64, data: serde_json::Value) {
         self.exec(
@@ -131,6 +150,7 @@ impl TestDb {
         let r = rows.first().unwrap_or_else(|| panic!("no item {id}"));
         let data: Vec<u8> = r.try_get("", "data").unwrap();
         ItemRow {
+            id: id.to_string(),
             status: r.try_get("", "status").unwrap(),
             gate: r.try_get("", "gate").unwrap(),
             attempts: r.try_get("", "attempts").unwrap(),
@@ -139,6 +159,31 @@ impl TestDb {
             version: r.try_get("", "version").unwrap(),
             not_before: r.try_get("", "not_before").unwrap(),
         }
+    }
+
+    /// The rows of the items `ids`, in that order.
+    pub async fn item_rows<S: AsRef<str>>(&self, ids: &[S]) -> Vec<ItemRow> {
+        let mut rows = Vec::with_capacity(ids.len());
+        for id in ids {
+            rows.push(self.item_row(id.as_ref()).await);
+        }
+        rows
+    }
+
+    /// Asserts that item `id` failed after `attempts` attempts with a
+    /// `last_error` that says each of `says`; returns its row.
+    pub async fn assert_failed(&self, id: &str, attempts: i32, says: &[&str]) -> ItemRow {
+        let row = self.item_row(id).await;
+        assert_eq!(
+            (row.status.as_str(), row.attempts),
+            ("failed", attempts),
+            "{id}"
+        );
+        let err = row.last_error.as_deref().unwrap_or_default();
+        for text in says {
+            assert!(err.contains(text), "{id}: {err:.300}");
+        }
+        row
     }
 
     /// (status, gate, owner) of a partition.
@@ -171,9 +216,10 @@ impl TestDb {
     }
 
     /// Adds items with empty data at `gate`.
-    pub async fn items(&self, partition: &str, gate: i64, ids: &[&str]) {
+    pub async fn items<S: AsRef<str>>(&self, partition: &str, gate: i64, ids: &[S]) {
         for id in ids {
-            self.item(id, partition, gate, serde_json::json!({})).await;
+            self.item(id.as_ref(), partition, gate, serde_json::json!({}))
+                .await;
         }
     }
 
@@ -206,8 +252,14 @@ impl Drop for TestDb {
     }
 }
 
+/// Ids `{prefix}0` to `{prefix}{n - 1}`.
+pub fn numbered(prefix: &str, n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("{prefix}{i}")).collect()
+}
+
 #[derive(Debug, Clone)]
 pub struct ItemRow {
+    pub id: String,
     pub status: String,
     pub gate: i64,
     pub attempts: i32,
@@ -324,6 +376,33 @@ impl Scene {
         let handler = Handler::start_async(answer).await;
         let processor = Proc::start(db, &handler.url(), extra);
         Scene(handler, processor)
+    }
+}
+
+/// A processor started while nothing listens on its handler's port;
+/// [`DownHandler::up`] brings the handler up there.
+pub struct DownHandler {
+    port: u16,
+}
+
+impl DownHandler {
+    /// Starts `processor run` (FAST settings plus `extra`) for a handler
+    /// that is down (connection refused).
+    pub fn start(db: &TestDb, extra: &[&str]) -> (DownHandler, Proc) {
+        let port = free_port();
+        let processor = Proc::start(db, &format!("http://127.0.0.1:{port}/feed"), extra);
+        (DownHandler { port }, processor)
+    }
+
+    /// Serves `answer` on the handler's port.
+    pub async fn up<F>(self, answer: F) -> Handler
+    where
+        F: Fn(&Call) -> Response + Send + Sync + 'static,
+    {
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", self.port))
+            .await
+            .unwrap();
+        Handler::serve(listener, std::sync::Arc::new(Box::new(answer))).await
     }
 }
 

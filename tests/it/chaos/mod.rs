@@ -178,41 +178,35 @@ async fn many_processors(db: TestDb) {
                 let t0 = Instant::now();
                 victim.child.kill().unwrap();
                 victim.child.wait().unwrap();
-                let owned = active_owned_by(&db, &gone).await;
+                let stopped = Stopped {
+                    owned: active_owned_by(&db, &gone).await,
+                    gone,
+                    at: t0,
+                    killed: true,
+                };
                 dead.push(victim);
-                let took = takeover(
-                    &db,
-                    &owned,
-                    &gone,
-                    t0,
-                    EXPIRY + Duration::from_secs(10),
-                    "failover after SIGKILL",
-                )
-                .await;
-                if !owned.is_empty() {
+                let took = stopped.takeover(&db).await;
+                if !stopped.owned.is_empty() {
                     failovers.push(took.as_secs_f64());
                 }
-                log.push(json!({"at": at, "action": "SIGKILL", "partitions": owned.len(), "failover_s": took.as_secs_f64(), "alive": alive.len()}));
+                log.push(json!({"at": at, "action": "SIGKILL", "partitions": stopped.owned.len(), "failover_s": took.as_secs_f64(), "alive": alive.len()}));
             }
             Action::Term => {
                 let mut victim = alive.remove(pick_victim(&db, &alive).await);
                 wait_registered(&db, victim.child.id()).await;
                 let gone = sessions_of(&db, victim.child.id()).await;
-                let owned = active_owned_by(&db, &gone).await;
-                let t0 = Instant::now();
+                let stopped = Stopped {
+                    owned: active_owned_by(&db, &gone).await,
+                    gone,
+                    at: Instant::now(),
+                    killed: false,
+                };
+                let t0 = stopped.at;
                 let stopping = tokio::task::spawn_blocking(move || {
                     let status = victim.terminate();
                     (victim, status, t0.elapsed())
                 });
-                let took = takeover(
-                    &db,
-                    &owned,
-                    &gone,
-                    t0,
-                    DRAIN + Duration::from_secs(10),
-                    "handover after SIGTERM",
-                )
-                .await;
+                let took = stopped.takeover(&db).await;
                 let (victim, status, exited) = stopping.await.unwrap();
                 assert!(
                     status.success(),
@@ -220,11 +214,11 @@ async fn many_processors(db: TestDb) {
                     victim.log()
                 );
                 dead.push(victim);
-                if !owned.is_empty() {
+                if !stopped.owned.is_empty() {
                     handovers.push(took.as_secs_f64());
                 }
                 exits.push(exited.as_secs_f64());
-                log.push(json!({"at": at, "action": "SIGTERM", "partitions": owned.len(), "handover_s": took.as_secs_f64(), "exit_s": exited.as_secs_f64(), "alive": alive.len()}));
+                log.push(json!({"at": at, "action": "SIGTERM", "partitions": stopped.owned.len(), "handover_s": took.as_secs_f64(), "exit_s": exited.as_secs_f64(), "alive": alive.len()}));
             }
         }
         eprintln!("[{name}] {}", log.last().unwrap());

@@ -200,39 +200,54 @@ pub async fn pick_victim(db: &TestDb, alive: &[Proc]) -> usize {
     }
 }
 
-/// Waits until every partition of `owned` has an owner outside `gone` (or
-/// is no longer active); returns the time since `t0`. Panics after `bound`.
-pub async fn takeover(
-    db: &TestDb,
-    owned: &HashSet<String>,
-    gone: &HashSet<String>,
-    t0: Instant,
-    bound: Duration,
-    what: &str,
-) -> Duration {
-    loop {
-        let rows = partitions(db).await;
-        let pending: Vec<_> = rows
-            .iter()
-            .filter(|(id, st, o)| {
-                owned.contains(id)
-                    && st == "available"
-                    && o.as_ref().is_none_or(|o| gone.contains(o))
-            })
-            .collect();
-        if pending.is_empty() {
-            return t0.elapsed();
+/// A processor just stopped: the active partitions its sessions held, the
+/// sessions, and when and how it was stopped.
+pub struct Stopped {
+    pub owned: HashSet<String>,
+    pub gone: HashSet<String>,
+    pub at: Instant,
+    /// SIGKILL (its sessions must expire) rather than SIGTERM (it hands
+    /// its partitions over while it drains).
+    pub killed: bool,
+}
+
+impl Stopped {
+    /// Waits until every partition of `owned` has an owner outside `gone`
+    /// (or is no longer active); returns the time since the stop. Panics
+    /// when that takes 10 s longer than the session expiry (killed) or the
+    /// drain timeout (terminated).
+    pub async fn takeover(&self, db: &TestDb) -> Duration {
+        let (owned, gone, t0) = (&self.owned, &self.gone, self.at);
+        let (bound, what) = if self.killed {
+            (EXPIRY, "failover after SIGKILL")
+        } else {
+            (DRAIN, "handover after SIGTERM")
+        };
+        let bound = bound + Duration::from_secs(10);
+        loop {
+            let rows = partitions(db).await;
+            let pending: Vec<_> = rows
+                .iter()
+                .filter(|(id, st, o)| {
+                    owned.contains(id)
+                        && st == "available"
+                        && o.as_ref().is_none_or(|o| gone.contains(o))
+                })
+                .collect();
+            if pending.is_empty() {
+                return t0.elapsed();
+            }
+            if t0.elapsed() > bound {
+                panic!(
+                    "{what}: {} of {} partitions still without a new owner after {bound:?}: {:?}; sessions: {:?}",
+                    pending.len(),
+                    owned.len(),
+                    pending.iter().take(10).collect::<Vec<_>>(),
+                    sessions(db).await
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        if t0.elapsed() > bound {
-            panic!(
-                "{what}: {} of {} partitions still without a new owner after {bound:?}: {:?}; sessions: {:?}",
-                pending.len(),
-                owned.len(),
-                pending.iter().take(10).collect::<Vec<_>>(),
-                sessions(db).await
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 
