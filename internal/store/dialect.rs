@@ -92,8 +92,11 @@ pub fn notify(backend: DbBackend) -> Option<&'static str> {
 }
 
 /// SQLite's connection settings: WAL so readers never block the writer,
-/// a busy timeout instead of immediate `SQLITE_BUSY`, and foreign keys on
-/// (an item must name an existing partition, as elsewhere).
+/// a busy timeout instead of immediate `SQLITE_BUSY`, foreign keys on
+/// (an item must name an existing partition, as elsewhere), and the file
+/// memory-mapped (up to 256 MiB) so that pages are read from the shared OS
+/// cache rather than copied by a `pread` each (8 % of the processor's CPU
+/// in a batch drain without it; the drain bench: 32k → 47–50k items/s).
 pub fn sqlite(
     o: sea_orm::sqlx::sqlite::SqliteConnectOptions,
 ) -> sea_orm::sqlx::sqlite::SqliteConnectOptions {
@@ -101,6 +104,7 @@ pub fn sqlite(
         .synchronous(sea_orm::sqlx::sqlite::SqliteSynchronous::Normal)
         .busy_timeout(std::time::Duration::from_secs(30))
         .foreign_keys(true)
+        .pragma("mmap_size", "268435456")
 }
 
 /// SQL expressions joined into one string.
@@ -222,9 +226,8 @@ pub fn values_source(backend: DbBackend, n: usize, cols: &[&str]) -> (String, &'
     }
 }
 
-/// An integer column whose type differs by backend: PostgreSQL's
-/// `LENGTH(…)` and `CASE … THEN 1` are 4-byte, the others' 8-byte (and a
-/// flag may come back as a boolean). Read as whichever fits.
+/// An integer column whose type differs by backend (PostgreSQL's
+/// `LENGTH(…)` is 4-byte, the others' 8-byte): read as whichever fits.
 pub struct Int(pub i64);
 
 impl sea_orm::TryGetable for Int {
@@ -234,7 +237,6 @@ impl sea_orm::TryGetable for Int {
     ) -> std::result::Result<Self, sea_orm::TryGetError> {
         i64::try_get_by(res, index)
             .or_else(|_| i32::try_get_by(res, index).map(i64::from))
-            .or_else(|_| bool::try_get_by(res, index).map(i64::from))
             .map(Int)
     }
 }

@@ -5,8 +5,6 @@ use std::time::Duration;
 
 use sea_orm::FromQueryResult;
 
-use super::dialect::Int;
-
 use super::{Store, get, ms};
 use crate::{Error, Result};
 
@@ -50,7 +48,7 @@ pub struct LeaseCounts {
 }
 
 /// A partition this session holds, as one acquire cycle sees it.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, FromQueryResult)]
 pub struct HeldRow {
     /// Partition id.
     pub id: String,
@@ -63,7 +61,7 @@ pub struct HeldRow {
 }
 
 /// A partition nobody live holds.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, FromQueryResult)]
 pub struct FreeRow {
     /// Partition id.
     pub id: String,
@@ -71,44 +69,6 @@ pub struct FreeRow {
     pub version: i64,
     /// It has an item ready to run now.
     pub ready: bool,
-}
-
-/// [`HeldRow`] as read: its flags are computed with CASE.
-#[derive(FromQueryResult)]
-struct HeldFlags {
-    id: String,
-    version: i64,
-    ready: Int,
-    stuck: Int,
-}
-
-impl From<HeldFlags> for HeldRow {
-    fn from(r: HeldFlags) -> Self {
-        HeldRow {
-            id: r.id,
-            version: r.version,
-            ready: r.ready.0 == 1,
-            stuck: r.stuck.0 == 1,
-        }
-    }
-}
-
-/// [`FreeRow`] as read: its flag is computed with CASE.
-#[derive(FromQueryResult)]
-struct FreeFlags {
-    id: String,
-    version: i64,
-    ready: Int,
-}
-
-impl From<FreeFlags> for FreeRow {
-    fn from(r: FreeFlags) -> Self {
-        FreeRow {
-            id: r.id,
-            version: r.version,
-            ready: r.ready.0 == 1,
-        }
-    }
 }
 
 impl Store {
@@ -157,7 +117,7 @@ impl Store {
         let rows = self
             .query(
                 &format!(
-                    "SELECT p.id, p.version, CASE WHEN {READY} THEN 1 ELSE 0 END AS ready \
+                    "SELECT p.id, p.version, CASE WHEN {READY} THEN TRUE ELSE FALSE END AS ready \
                      FROM feed_partitions p WHERE p.status = 'available' AND \
                      (p.owner IS NULL OR p.owner NOT IN {LIVE}) ORDER BY ready DESC LIMIT ?"
                 ),
@@ -165,7 +125,7 @@ impl Store {
             )
             .await?;
         rows.iter()
-            .map(|r| Ok(FreeFlags::from_query_result(r, "")?.into()))
+            .map(|r| Ok(FreeRow::from_query_result(r, "")?))
             .collect()
     }
 
@@ -200,15 +160,15 @@ impl Store {
         let rows = self
             .query(
                 &format!(
-                    "SELECT p.id, p.version, CASE WHEN {READY} THEN 1 ELSE 0 END AS ready, \
-                     CASE WHEN {STUCK} THEN 1 ELSE 0 END AS stuck \
+                    "SELECT p.id, p.version, CASE WHEN {READY} THEN TRUE ELSE FALSE END AS ready, \
+                     CASE WHEN {STUCK} THEN TRUE ELSE FALSE END AS stuck \
                      FROM feed_partitions p WHERE p.owner = ? AND p.status = 'available'"
                 ),
                 vec![me.into()],
             )
             .await?;
         rows.iter()
-            .map(|r| Ok(HeldFlags::from_query_result(r, "")?.into()))
+            .map(|r| Ok(HeldRow::from_query_result(r, "")?))
             .collect()
     }
 

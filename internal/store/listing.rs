@@ -309,7 +309,11 @@ impl Store {
             .ok_or_else(|| Error::NotFound(format!("item {id}")))
     }
 
-    async fn item_views(&self, filter: &str, values: Vec<Value>) -> Result<Vec<ItemView>> {
+    pub(super) async fn item_views(
+        &self,
+        filter: &str,
+        values: Vec<Value>,
+    ) -> Result<Vec<ItemView>> {
         let data = data_column(self.backend(), "i");
         let sql = format!(
             "SELECT i.id, i.partition_id, i.gate, i.status, i.attempts, i.last_error, i.not_before, \

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use sea_orm::{FromQueryResult, Value};
 use serde::Serialize;
 
-use super::listing::{PARTITION_COLUMNS, PartitionView, partition_row};
+use super::listing::{ItemView, PARTITION_COLUMNS, PartitionView, partition_row};
 use super::{Store, get};
 use crate::Result;
 
@@ -20,24 +20,9 @@ pub struct Status {
     /// Partitions (all, or the one asked), at most [`LIST_LIMIT`].
     pub partitions: Vec<PartitionView>,
     /// Failed items with their attempts and last error, at most [`LIST_LIMIT`].
-    pub failed_items: Vec<FailedItem>,
+    pub failed_items: Vec<ItemView>,
     /// Live and not yet reaped processor sessions.
     pub processors: Vec<ProcessorStatus>,
-}
-
-/// A failed item.
-#[derive(Debug, Serialize, FromQueryResult)]
-pub struct FailedItem {
-    /// Item id.
-    pub id: String,
-    /// Its partition.
-    pub partition_id: String,
-    /// Its gate.
-    pub gate: i64,
-    /// Calls made for its last step.
-    pub attempts: i32,
-    /// Why it failed.
-    pub last_error: Option<String>,
 }
 
 /// A processor session.
@@ -83,7 +68,7 @@ impl Store {
     /// ```
     pub async fn status(&self, partition: Option<&str>) -> Result<Status> {
         let (pfilter, failed_filter, values): (&str, &str, Vec<Value>) = match partition {
-            Some(p) => (" WHERE id = ?", " AND partition_id = ?", vec![p.into()]),
+            Some(p) => (" WHERE id = ?", " AND i.partition_id = ?", vec![p.into()]),
             None => ("", "", vec![]),
         };
         let mut partitions_by_status = BTreeMap::new();
@@ -112,17 +97,13 @@ impl Store {
         let ids: Vec<String> = partitions.iter().map(|p| p.id.clone()).collect();
         self.add_counts(&mut partitions, &ids).await?;
         let failed_items = self
-            .query(
+            .item_views(
                 &format!(
-                    "SELECT id, partition_id, gate, attempts, last_error FROM feed_items \
-                     WHERE status = 'failed'{failed_filter} ORDER BY partition_id, id LIMIT {LIST_LIMIT}"
+                    " WHERE i.status = 'failed'{failed_filter} ORDER BY i.partition_id, i.id LIMIT {LIST_LIMIT}"
                 ),
                 values,
             )
-            .await?
-            .iter()
-            .map(|r| Ok(FailedItem::from_query_result(r, "")?))
-            .collect::<Result<Vec<_>>>()?;
+            .await?;
         let processors = self.processors().await?;
         Ok(Status {
             partitions_by_status,
