@@ -4,7 +4,8 @@
 
 use axum::Form;
 use axum::Router;
-use axum::extract::{Path, Query, State};
+use axum::extract::{FromRequestParts, Path, Query, State};
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
@@ -54,6 +55,15 @@ impl Console {
     }
 }
 
+/// Who is looking (from the session cookie): every page is drawn for one.
+impl FromRequestParts<Console> for Viewer {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, c: &Console) -> Result<Self, Self::Rejection> {
+        Ok(c.viewer(&parts.headers))
+    }
+}
+
 fn page(code: StatusCode, title: &str, viewer: &Viewer, body: Markup) -> Response {
     (code, Html(views::layout(title, viewer, body).into_string())).into_response()
 }
@@ -63,8 +73,7 @@ fn failure(e: crate::Error, viewer: &Viewer) -> Response {
     page(code, "Error", viewer, views::message(&text))
 }
 
-async fn overview(State(c): State<Console>, headers: HeaderMap) -> Response {
-    let viewer = c.viewer(&headers);
+async fn overview(State(c): State<Console>, viewer: Viewer) -> Response {
     let r = async { c.store().await?.overview().await }.await;
     let body = r.map(|o| html_live(views::overview(&o)));
     respond(&viewer, "Overview", body)
@@ -93,10 +102,9 @@ struct ListQuery {
 
 async fn partitions(
     State(c): State<Console>,
-    headers: HeaderMap,
+    viewer: Viewer,
     Query(q): Query<ListQuery>,
 ) -> Response {
-    let viewer = c.viewer(&headers);
     let f = PartitionFilter {
         status: q.status.clone().filter(|s| !s.is_empty()),
         prefix: q.prefix.clone(),
@@ -111,11 +119,10 @@ async fn partitions(
 
 async fn partition(
     State(c): State<Console>,
-    headers: HeaderMap,
+    viewer: Viewer,
     Path(id): Path<String>,
     Query(q): Query<ListQuery>,
 ) -> Response {
-    let viewer = c.viewer(&headers);
     let r = async {
         let s = c.store().await?;
         let p = s.partition(&id).await?;
@@ -144,8 +151,7 @@ async fn partition(
     respond(&viewer, &format!("Partition {id}"), r)
 }
 
-async fn processors(State(c): State<Console>, headers: HeaderMap) -> Response {
-    let viewer = c.viewer(&headers);
+async fn processors(State(c): State<Console>, viewer: Viewer) -> Response {
     let r = async { c.store().await?.processors().await }.await;
     let body = r.map(|list| html_live(views::processors(&list)));
     respond(&viewer, "Processors", body)
@@ -273,10 +279,9 @@ fn local(next: Option<&str>) -> String {
 
 async fn login_form(
     State(c): State<Console>,
-    headers: HeaderMap,
+    viewer: Viewer,
     Query(q): Query<LoginQuery>,
 ) -> Response {
-    let viewer = c.viewer(&headers);
     if c.token.is_none() {
         let text = "This dashboard is read-only: no admin token is configured.";
         return page(
