@@ -122,7 +122,7 @@ pub async fn run_with(
         completer,
         config,
         store,
-        session: Session::new(id.clone()),
+        session: Arc::new(Session::new(id.clone())),
         metrics,
         health: health.clone(),
         handler,
@@ -141,7 +141,12 @@ pub async fn run_with(
     // Heartbeats go on through the drain (results need a live session); the
     // keeper is aborted after it.
     let keeper = tokio::spawn(session::keep(shared.clone(), CancellationToken::new()));
-    crate::retention::spawn(shared.clone(), cancel.clone());
+    crate::retention::spawn(
+        shared.store.clone(),
+        shared.session.clone(),
+        shared.config.retention,
+        cancel.clone(),
+    );
     let drain_timeout = shared.config.drain_timeout;
     let deadline = async {
         cancel.cancelled().await;
