@@ -20,7 +20,7 @@ pub struct Context {
     pub config: Config,
     /// The database.
     pub store: Store,
-    /// This processor's session, also held by the loops that need only it.
+    /// This processor's session (the keeper and the retention loop hold it too).
     pub session: Arc<Session>,
     /// Exported counters.
     pub metrics: Metrics,
