@@ -20,8 +20,8 @@ pub struct Context {
     pub config: Config,
     /// The database.
     pub store: Store,
-    /// This processor's session.
-    pub session: Session,
+    /// This processor's session (the keeper and the retention loop hold it too).
+    pub session: Arc<Session>,
     /// Exported counters.
     pub metrics: Metrics,
     /// What `/readyz` reports.

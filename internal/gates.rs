@@ -11,9 +11,9 @@
 use std::collections::{BTreeMap, HashSet};
 
 use crate::Result;
-use crate::context::Context;
 use crate::leases::Held;
-use crate::store::{GateCount, HeldPartition, ItemState, OnFailure};
+use crate::metrics::Metrics;
+use crate::store::{GateCount, HeldPartition, ItemState, OnFailure, Store};
 
 /// What a gate check did.
 #[derive(Debug, Default)]
@@ -71,9 +71,22 @@ fn decide(p: &HeldPartition, counts: &[&GateCount]) -> Decision {
     }
 }
 
+/// What a gate check works with: the store and the counters it moves.
+pub struct Fanin<'a> {
+    store: &'a Store,
+    metrics: &'a Metrics,
+}
+
+impl<'a> Fanin<'a> {
+    /// Borrows what a gate check needs.
+    pub fn new(store: &'a Store, metrics: &'a Metrics) -> Self {
+        Self { store, metrics }
+    }
+}
+
 /// Checks the dirty partitions of `held` that have nothing in flight.
 pub async fn check(
-    shared: &Context,
+    fanin: &Fanin<'_>,
     me: &str,
     held: &mut Held,
     busy: &HashSet<String>,
@@ -89,7 +102,7 @@ pub async fn check(
     if ids.is_empty() {
         return Ok(out);
     }
-    let store = &shared.store;
+    let store = fanin.store;
     // Until a partition's check has succeeded its mark stays: an error
     // anywhere below returns with the remaining marks intact.
     let parts = store.partitions_for_check(me, &ids).await?;
@@ -100,7 +113,7 @@ pub async fn check(
             held.dirty.remove(id);
             if held.versions.remove(id).is_some() {
                 tracing::info!(partition = %id, "lost partition (taken by another processor, released or closed by someone else)");
-                shared.metrics.leases_lost.inc();
+                fanin.metrics.leases_lost.inc();
             }
         }
     }
@@ -113,13 +126,13 @@ pub async fn check(
     }
     for p in &parts {
         let mine = by_partition.get(p.id.as_str()).cloned().unwrap_or_default();
-        if apply(shared, me, held, p, decide(p, &mine), &mut out).await? {
+        if apply(fanin, me, held, p, decide(p, &mine), &mut out).await? {
             held.dirty.remove(&p.id);
         }
         // Otherwise someone changed it meanwhile (OCC) or items were just
         // failed: it stays marked and is read again next time.
     }
-    shared
+    fanin
         .metrics
         .partitions_held
         .set(held.versions.len() as i64);
@@ -128,14 +141,14 @@ pub async fn check(
 
 /// Carries out one decision; true when the partition needs no new look.
 async fn apply(
-    shared: &Context,
+    fanin: &Fanin<'_>,
     me: &str,
     held: &mut Held,
     p: &HeldPartition,
     decision: Decision,
     out: &mut Checked,
 ) -> Result<bool> {
-    let store = &shared.store;
+    let store = fanin.store;
     match decision {
         Decision::Wait | Decision::Hold => Ok(true),
         Decision::FailUnrunnable => {
@@ -147,7 +160,7 @@ async fn apply(
             let ok = store.advance_gate(p, me, g).await?;
             if ok {
                 tracing::info!(partition = %p.id, from = p.gate, gate = g, "gate advanced");
-                shared.metrics.gate_advances.inc();
+                fanin.metrics.gate_advances.inc();
                 held.versions.insert(p.id.clone(), p.version + 1);
                 out.advanced = true;
             }
@@ -160,10 +173,10 @@ async fn apply(
                 held.versions.remove(&p.id);
                 if complete {
                     tracing::info!(partition = %p.id, gate = p.gate, "partition complete");
-                    shared.metrics.partitions_closed.inc();
+                    fanin.metrics.partitions_closed.inc();
                 } else {
                     tracing::warn!(partition = %p.id, gate = p.gate, "partition failed: an item failed for good (on_failure = block); fix it and run `processor retry`");
-                    shared.metrics.partitions_failed.inc();
+                    fanin.metrics.partitions_failed.inc();
                 }
             }
             Ok(ok)

@@ -21,9 +21,9 @@ use std::collections::{HashMap, HashSet};
 
 use rand::seq::{IndexedRandom, SliceRandom};
 
-use crate::Result;
-use crate::context::Context;
-use crate::store::LeaseCounts;
+use crate::metrics::Metrics;
+use crate::store::{LeaseCounts, Store};
+use crate::{Config, Result};
 
 /// What this processor holds, as the dispatch loop tracks it.
 #[derive(Debug, Default)]
@@ -35,16 +35,35 @@ pub struct Held {
     pub dirty: HashSet<String>,
 }
 
+/// What an acquire cycle works with: the store, the counters it sets and
+/// the settings it reads (the session expiry and `--max-partitions`).
+pub struct Leasing<'a> {
+    store: &'a Store,
+    metrics: &'a Metrics,
+    config: &'a Config,
+}
+
+impl<'a> Leasing<'a> {
+    /// Borrows what an acquire cycle needs.
+    pub fn new(store: &'a Store, metrics: &'a Metrics, config: &'a Config) -> Self {
+        Self {
+            store,
+            metrics,
+            config,
+        }
+    }
+}
+
 /// One acquire cycle for session `me`; `busy` are the partitions with
 /// items in flight or buffered here.
 pub async fn balance(
-    shared: &Context,
+    leasing: &Leasing<'_>,
     me: &str,
     held: &mut Held,
     busy: &HashSet<String>,
 ) -> Result<()> {
-    let store = &shared.store;
-    let cfg = &shared.config;
+    let store = leasing.store;
+    let cfg = leasing.config;
     let expiry = cfg.session_expiry;
     let reaped = store.reap_sessions(expiry).await?;
     if reaped > 0 {
@@ -56,7 +75,7 @@ pub async fn balance(
     for id in held.versions.keys() {
         if !now.contains_key(id) {
             tracing::info!(partition = %id, "lost partition (taken by another processor, released or closed by someone else)");
-            shared.metrics.leases_lost.inc();
+            leasing.metrics.leases_lost.inc();
             held.dirty.remove(id);
         }
     }
@@ -72,8 +91,8 @@ pub async fn balance(
     held.versions = now;
 
     let counts = store.lease_counts(me, expiry).await?;
-    shared.metrics.sessions_alive.set(counts.sessions);
-    shared.metrics.backlog.set(counts.backlog);
+    leasing.metrics.sessions_alive.set(counts.sessions);
+    leasing.metrics.backlog.set(counts.backlog);
     if counts.stranded > 0 {
         let n = store.reopen_stranded().await?;
         tracing::info!(
@@ -127,9 +146,9 @@ pub async fn balance(
         }
     }
     if want > 0 {
-        steal_one(shared, me, held.versions.len() as i64, held).await?;
+        steal_one(leasing, me, held.versions.len() as i64, held).await?;
     }
-    shared
+    leasing
         .metrics
         .partitions_held
         .set(held.versions.len() as i64);
@@ -170,9 +189,9 @@ fn target(counts: &LeaseCounts, caps: &[i64], cap: Option<i64>) -> i64 {
 /// flight, and every steal turned into rejected results and redeliveries
 /// (the chaos test measured 35–55 duplicate deliveries per 1,000 steps that
 /// way, 5–11 with a random pick).
-async fn steal_one(shared: &Context, me: &str, mine: i64, held: &mut Held) -> Result<()> {
-    let store = &shared.store;
-    let Some((owner, n)) = store.most_loaded(shared.config.session_expiry).await? else {
+async fn steal_one(leasing: &Leasing<'_>, me: &str, mine: i64, held: &mut Held) -> Result<()> {
+    let store = leasing.store;
+    let Some((owner, n)) = store.most_loaded(leasing.config.session_expiry).await? else {
         return Ok(());
     };
     if owner == me || n < mine + 2 {
@@ -187,7 +206,7 @@ async fn steal_one(shared: &Context, me: &str, mine: i64, held: &mut Held) -> Re
         && store.lease(&id, version, me).await?
     {
         tracing::info!(partition = %id, from = %owner, "stole partition to balance load");
-        shared.metrics.steals.inc();
+        leasing.metrics.steals.inc();
         held.versions.insert(id.clone(), version + 1);
         held.dirty.insert(id);
     }

@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::context::Context;
+use crate::context::Session;
+use crate::store::Store;
 
 /// How often the holder prunes.
 pub const INTERVAL: Duration = Duration::from_secs(300);
@@ -17,14 +18,20 @@ pub const INTERVAL: Duration = Duration::from_secs(300);
 /// holder keeps it, short enough that a dead holder is replaced soon.
 const LEASE: Duration = Duration::from_secs(600);
 
-/// Starts the retention loop when `config.retention` is set.
-pub fn spawn(shared: Arc<Context>, cancel: CancellationToken) {
-    let Some(older_than) = shared.config.retention else {
+/// Starts the retention loop when `older_than` (`config.retention`) is set;
+/// it takes the lease and prunes in `store` under the current id of `session`.
+pub fn spawn(
+    store: Store,
+    session: Arc<Session>,
+    older_than: Option<Duration>,
+    cancel: CancellationToken,
+) {
+    let Some(older_than) = older_than else {
         return;
     };
     tokio::spawn(async move {
         loop {
-            if let Err(e) = round(&shared, older_than).await {
+            if let Err(e) = round(&store, &session, older_than).await {
                 tracing::warn!(error = %e, "retention round failed; trying again later");
             }
             tokio::select! {
@@ -35,17 +42,13 @@ pub fn spawn(shared: Arc<Context>, cancel: CancellationToken) {
     });
 }
 
-async fn round(shared: &Context, older_than: Duration) -> crate::Result<()> {
-    let me = shared.session.id();
-    if !shared
-        .store
-        .lease_maintenance("retention", &me, LEASE)
-        .await?
-    {
+async fn round(store: &Store, session: &Session, older_than: Duration) -> crate::Result<()> {
+    let me = session.id();
+    if !store.lease_maintenance("retention", &me, LEASE).await? {
         tracing::debug!("another processor holds the retention lease");
         return Ok(());
     }
-    let pruned = shared.store.prune(older_than, false).await?;
+    let pruned = store.prune(older_than, false).await?;
     if pruned.partitions > 0 || pruned.items > 0 {
         tracing::info!(
             partitions = pruned.partitions,

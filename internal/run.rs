@@ -122,12 +122,12 @@ pub async fn run_with(
         completer,
         config,
         store,
-        session: Session::new(id.clone()),
+        session: Arc::new(Session::new(id.clone())),
         metrics,
         health: health.clone(),
         handler,
     });
-    if !register(&shared, &id, &cancel).await? {
+    if !register(&shared.store, &shared.config, &id, &cancel).await? {
         return Ok(());
     }
     health
@@ -140,8 +140,20 @@ pub async fn run_with(
 
     // Heartbeats go on through the drain (results need a live session); the
     // keeper is aborted after it.
-    let keeper = tokio::spawn(session::keep(shared.clone(), CancellationToken::new()));
-    crate::retention::spawn(shared.clone(), cancel.clone());
+    let keeper = session::Keeper {
+        store: shared.store.clone(),
+        session: shared.session.clone(),
+        health: health.clone(),
+        sessions_lost: shared.metrics.sessions_lost.clone(),
+        config: shared.config.clone(),
+    };
+    let keeper = tokio::spawn(session::keep(keeper, CancellationToken::new()));
+    crate::retention::spawn(
+        shared.store.clone(),
+        shared.session.clone(),
+        shared.config.retention,
+        cancel.clone(),
+    );
     let drain_timeout = shared.config.drain_timeout;
     let deadline = async {
         cancel.cancelled().await;
@@ -181,11 +193,16 @@ pub async fn run_with(
 /// Registers the session, retrying with backoff while the database does not
 /// answer; false when shutdown came first. Other errors (no schema, say)
 /// are returned: retrying would not help.
-async fn register(shared: &Context, id: &str, cancel: &CancellationToken) -> Result<bool> {
+async fn register(
+    store: &Store,
+    config: &Config,
+    id: &str,
+    cancel: &CancellationToken,
+) -> Result<bool> {
     let mut backoff = Backoff::new(Duration::from_millis(250), Duration::from_secs(5));
     loop {
         let delay = backoff.next_delay();
-        match session::register(shared, id).await {
+        match session::register(store, config, id).await {
             Ok(()) => return Ok(true),
             Err(e @ Error::StatementTimeout(_)) => {
                 tracing::warn!(session = %id, error = %e, retry_in = ?delay, "the database does not answer; retrying the registration")

@@ -13,9 +13,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use prometheus_client::metrics::counter::Counter;
 use tokio_util::sync::CancellationToken;
 
-use crate::context::Context;
+use crate::Config;
+use crate::context::Session;
+use crate::server::Health;
+use crate::store::Store;
 
 /// A new session id.
 pub fn new_id() -> String {
@@ -23,13 +27,12 @@ pub fn new_id() -> String {
 }
 
 /// Registers a session row (transient failures are retried), within half the expiry.
-pub async fn register(shared: &Context, id: &str) -> crate::Result<()> {
+pub async fn register(store: &Store, config: &Config, id: &str) -> crate::Result<()> {
     let host = gethostname::gethostname().to_string_lossy().into_owned();
-    let store = &shared.store;
     store
         .within(
-            beat_limit(&shared.config),
-            store.register_session(id, &host, std::process::id(), shared.config.max_partitions),
+            beat_limit(config),
+            store.register_session(id, &host, std::process::id(), config.max_partitions),
         )
         .await
 }
@@ -37,22 +40,43 @@ pub async fn register(shared: &Context, id: &str) -> crate::Result<()> {
 /// How long one heartbeat (or registration) may take: half the expiry, so
 /// that after one is abandoned another still fits in before the session
 /// expires, and never more than the statement timeout.
-fn beat_limit(config: &crate::Config) -> Duration {
+fn beat_limit(config: &Config) -> Duration {
     (config.session_expiry / 2).min(config.statement_timeout)
 }
 
 /// After a good heartbeat, whether the database answers everything: no
 /// statement timed out within the statement timeout (a stuck one would have).
-fn database_ok(shared: &Context) -> bool {
-    !shared
-        .store
-        .timed_out_within(shared.config.statement_timeout)
+fn database_ok(store: &Store, config: &Config) -> bool {
+    !store.timed_out_within(config.statement_timeout)
+}
+
+/// What the keeper task owns: the session cell it keeps, the store it
+/// heartbeats in, the health it reports, the count of lost sessions and the
+/// settings (expiry, heartbeat interval, statement timeout, `--max-partitions`).
+pub struct Keeper {
+    /// The database.
+    pub store: Store,
+    /// The session cell, which the dispatch loop reads too.
+    pub session: Arc<Session>,
+    /// What `/readyz` reports.
+    pub health: Arc<Health>,
+    /// `feed_sessions_lost`.
+    pub sessions_lost: Counter,
+    /// Settings.
+    pub config: Config,
 }
 
 /// Heartbeats until cancelled; replaces the session when its row is gone.
-pub async fn keep(shared: Arc<Context>, cancel: CancellationToken) {
-    let expiry = shared.config.session_expiry;
-    let mut tick = tokio::time::interval(shared.config.heartbeat_interval);
+pub async fn keep(keeper: Keeper, cancel: CancellationToken) {
+    let Keeper {
+        store,
+        session,
+        health,
+        sessions_lost,
+        config,
+    } = keeper;
+    let expiry = config.session_expiry;
+    let mut tick = tokio::time::interval(config.heartbeat_interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut warned = false;
     loop {
@@ -60,28 +84,25 @@ pub async fn keep(shared: Arc<Context>, cancel: CancellationToken) {
             _ = cancel.cancelled() => return,
             _ = tick.tick() => {}
         }
-        let id = shared.session.id();
-        let limit = beat_limit(&shared.config);
-        let beat = shared
-            .store
-            .within(limit, shared.store.heartbeat(&id))
-            .await;
+        let id = session.id();
+        let limit = beat_limit(&config);
+        let beat = store.within(limit, store.heartbeat(&id)).await;
         match beat {
             Ok(true) => {
-                shared.session.renewed();
-                shared
-                    .health
-                    .database
-                    .store(database_ok(&shared), std::sync::atomic::Ordering::Relaxed);
+                session.renewed();
+                health.database.store(
+                    database_ok(&store, &config),
+                    std::sync::atomic::Ordering::Relaxed,
+                );
                 warned = false;
             }
             Ok(false) => {
                 tracing::warn!(session = %id, "session row is gone (declared dead): every lease is lost; registering a new session");
-                shared.metrics.sessions_lost.inc();
+                sessions_lost.inc();
                 let new = new_id();
-                match register(&shared, &new).await {
+                match register(&store, &config, &new).await {
                     Ok(()) => {
-                        shared.session.replace(new.clone());
+                        session.replace(new.clone());
                         tracing::info!(session = %new, "registered a new session");
                     }
                     Err(e) => {
@@ -90,11 +111,10 @@ pub async fn keep(shared: Arc<Context>, cancel: CancellationToken) {
                 }
             }
             Err(e) => {
-                shared
-                    .health
+                health
                     .database
                     .store(false, std::sync::atomic::Ordering::Relaxed);
-                if !shared.session.live(expiry) && !warned {
+                if !session.live(expiry) && !warned {
                     warned = true;
                     tracing::error!(session = %id, error = %e, "no successful heartbeat for the session expiry: results are no longer acknowledged until the database is back");
                 } else {
@@ -102,9 +122,8 @@ pub async fn keep(shared: Arc<Context>, cancel: CancellationToken) {
                 }
             }
         }
-        shared.health.session.store(
-            shared.session.live(expiry),
-            std::sync::atomic::Ordering::Relaxed,
-        );
+        health
+            .session
+            .store(session.live(expiry), std::sync::atomic::Ordering::Relaxed);
     }
 }

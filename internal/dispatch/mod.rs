@@ -26,9 +26,9 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::context::Context;
-use crate::gates;
+use crate::gates::{self, Fanin};
 use crate::handler::Outcome;
-use crate::leases::{self, Held};
+use crate::leases::{self, Held, Leasing};
 use crate::policy::Policy;
 use crate::rotation::Rotation;
 use crate::store::{Fence, ReadyItem};
@@ -121,7 +121,8 @@ pub async fn run(shared: Arc<Context>, cancel: CancellationToken) {
                 d.sync_session();
                 let before = d.held.versions.clone();
                 let busy = d.busy_partitions();
-                if let Err(e) = leases::balance(&shared, &d.me, &mut d.held, &busy).await {
+                let leasing = Leasing::new(&shared.store, &shared.metrics, &shared.config);
+                if let Err(e) = leases::balance(&leasing, &d.me, &mut d.held, &busy).await {
                     tracing::warn!(error = %e, "balancing leases failed; will retry");
                 }
                 // Buffered items of partitions lost meanwhile, or changed by
@@ -147,7 +148,8 @@ pub async fn run(shared: Arc<Context>, cancel: CancellationToken) {
         if (!full || Instant::now() >= next_check) && !d.held.dirty.is_empty() {
             next_check = Instant::now() + cfg.poll_interval;
             let busy = d.busy_partitions();
-            match gates::check(&shared, &d.me, &mut d.held, &busy).await {
+            let fanin = Fanin::new(&shared.store, &shared.metrics);
+            match gates::check(&fanin, &d.me, &mut d.held, &busy).await {
                 Ok(c) if c.advanced => {
                     d.rotation.rediscover();
                     next_poll = Instant::now();
