@@ -450,3 +450,45 @@ async fn sigterm_exits_in_bounded_time_whatever_the_network(db: TestDb) {
         db.backend
     );
 }
+
+on_network_backends!(database_connections_send_without_delay);
+/// Every connection the store opens has `TCP_NODELAY`: without it a
+/// statement larger than one socket write waits for the server's delayed
+/// ACK (40 ms on Linux) before its tail is sent. Other tests open sockets
+/// in this process at the same time, so the check is on the sockets to the
+/// database that appeared while this store connected: at least one of them
+/// is the store's, and sqlx 0.9 alone sets the option on none.
+async fn database_connections_send_without_delay(db: TestDb) {
+    let port = upstream(&db.url).port();
+    let before = db_sockets(port);
+    let store = feed::Store::connect(&db.url, 2).await.unwrap();
+    store.now_ms().await.unwrap();
+    let new: Vec<(i32, bool)> = db_sockets(port)
+        .into_iter()
+        .filter(|(fd, _)| !before.iter().any(|(b, _)| b == fd))
+        .collect();
+    assert!(!new.is_empty(), "no new connection to port {port} was seen");
+    assert!(
+        new.iter().any(|(_, nodelay)| *nodelay),
+        "no new connection to port {port} has TCP_NODELAY: {new:?}"
+    );
+}
+
+/// This process's TCP sockets connected to `port`, with whether each has
+/// `TCP_NODELAY`.
+fn db_sockets(port: u16) -> Vec<(i32, bool)> {
+    use std::os::fd::FromRawFd;
+    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
+        return vec![];
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter_map(|fd| {
+            // SAFETY: the stream is never dropped (ManuallyDrop), so the
+            // descriptor is only inspected, not closed; on a descriptor that
+            // is not a TCP socket (or was closed since) the calls fail.
+            let s = std::mem::ManuallyDrop::new(unsafe { std::net::TcpStream::from_raw_fd(fd) });
+            let peer = s.peer_addr().ok()?;
+            (peer.port() == port).then(|| (fd, s.nodelay().unwrap_or(false)))
+        })
+        .collect()
+}
