@@ -92,6 +92,8 @@ pub async fn run(shared: Arc<Context>, cancel: CancellationToken) {
         pause: Pause::default(),
     };
     let cfg = shared.config.clone();
+    let leasing = Leasing::new(&shared.store, &shared.metrics, &shared.config);
+    let fanin = Fanin::new(&shared.store, &shared.metrics);
     let mut acquire = tokio::time::interval(cfg.acquire_interval);
     acquire.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut next_poll = Instant::now();
@@ -121,7 +123,6 @@ pub async fn run(shared: Arc<Context>, cancel: CancellationToken) {
                 d.sync_session();
                 let before = d.held.versions.clone();
                 let busy = d.busy_partitions();
-                let leasing = Leasing::new(&shared.store, &shared.metrics, &shared.config);
                 if let Err(e) = leases::balance(&leasing, &d.me, &mut d.held, &busy).await {
                     tracing::warn!(error = %e, "balancing leases failed; will retry");
                 }
@@ -148,7 +149,6 @@ pub async fn run(shared: Arc<Context>, cancel: CancellationToken) {
         if (!full || Instant::now() >= next_check) && !d.held.dirty.is_empty() {
             next_check = Instant::now() + cfg.poll_interval;
             let busy = d.busy_partitions();
-            let fanin = Fanin::new(&shared.store, &shared.metrics);
             match gates::check(&fanin, &d.me, &mut d.held, &busy).await {
                 Ok(c) if c.advanced => {
                     d.rotation.rediscover();

@@ -16,16 +16,6 @@ use crate::{Error, Result};
 pub const MAX_PAGE: u64 = 500;
 /// Bytes of item data returned as a preview; the rest is never read.
 pub const PREVIEW_BYTES: usize = 1024;
-/// Items of one partition at one gate with one status
-/// (`partition_id, gate, status, COUNT(*) AS n`), as the status is stored.
-#[derive(FromQueryResult)]
-struct ItemCount {
-    partition_id: String,
-    gate: i64,
-    status: String,
-    n: i64,
-}
-
 /// Characters of `last_error` returned.
 pub const ERROR_CHARS: usize = 2000;
 
@@ -96,6 +86,16 @@ pub struct ItemView {
     pub data_bytes: i64,
     /// The first [`PREVIEW_BYTES`] bytes of data, as lossy UTF-8.
     pub data_preview: String,
+}
+
+/// Items of one partition at one gate with one status
+/// (`partition_id, gate, status, COUNT(*) AS n`), as the status is stored.
+#[derive(FromQueryResult)]
+struct ItemCount {
+    partition_id: String,
+    gate: i64,
+    status: String,
+    n: i64,
 }
 
 /// Filters of [`Store::partitions`].
@@ -242,16 +242,23 @@ impl Store {
             marks(ids.len())
         );
         let values = ids.iter().map(|i| Value::from(i.clone())).collect();
-        for r in self.query(&sql, values).await? {
+        let rows = self.query(&sql, values).await?;
+        let index: std::collections::HashMap<String, usize> = list
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (p.id.clone(), i))
+            .collect();
+        for r in rows {
             let ItemCount {
                 partition_id,
                 gate,
                 status,
                 n,
             } = ItemCount::from_query_result(&r, "")?;
-            let Some(p) = list.iter_mut().find(|p| p.id == partition_id) else {
+            let Some(&i) = index.get(&partition_id) else {
                 continue;
             };
+            let p = &mut list[i];
             *p.items_by_status.entry(status.clone()).or_default() += n;
             *p.items_by_gate
                 .entry(gate)
