@@ -7,11 +7,11 @@ use std::time::{Duration, Instant};
 use anyhow::{Result, bail};
 use testkit::{Backend, Outcomes};
 
+use crate::Args;
 use crate::cpu::{CpuSnap, CpuUse, clk_tck, pid_ticks};
 use crate::fixture::{Db, Proc, enqueue_backlog};
 use crate::handler::Handler;
 use crate::report::DrainRun;
-use crate::{Args, Settings};
 
 /// What one drain runs.
 #[derive(Debug, Clone, Copy)]
@@ -28,20 +28,19 @@ pub(crate) struct Workload {
 pub(crate) async fn drain_once(
     backend: Backend,
     args: &Args,
-    s: &Settings,
     handler: &Handler,
     client: &reqwest::Client,
     w: Workload,
 ) -> Result<DrainRun> {
     Db::scoped(backend, args, 6, async |db| {
-        drain_on(db, s, w, handler, client).await
+        drain_on(db, args, w, handler, client).await
     })
     .await
 }
 
 pub(crate) async fn drain_on(
     db: &Db,
-    s: &Settings,
+    args: &Args,
     w: Workload,
     handler: &Handler,
     client: &reqwest::Client,
@@ -52,7 +51,7 @@ pub(crate) async fn drain_on(
         multistep,
         ..
     } = w;
-    let enqueue = enqueue_backlog(db, items, s.partitions, multistep).await?;
+    let enqueue = enqueue_backlog(db, items, args.partitions, multistep).await?;
     handler.state.reset();
     let cpu0 = CpuSnap::take();
     let mut procs = Vec::with_capacity(processors);
@@ -60,7 +59,7 @@ pub(crate) async fn drain_on(
         procs.push(Proc::spawn(&db.url, &handler.url(), w.flags)?);
     }
     let spawned = procs[0].spawned;
-    let deadline = spawned + Duration::from_secs(s.timeout_s);
+    let deadline = spawned + Duration::from_secs(args.timeout);
     let mut timed_out = false;
     let mut last_check = Instant::now();
     let done_at = loop {
@@ -127,7 +126,7 @@ pub(crate) async fn drain_on(
     }
     Ok(DrainRun {
         items,
-        partitions: s.partitions,
+        partitions: args.partitions,
         processors,
         steps_per_item: if multistep { 3 } else { 1 },
         enqueue_s: enqueue.as_secs_f64(),

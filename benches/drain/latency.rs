@@ -7,15 +7,15 @@ use anyhow::{Result, bail};
 use feed::store::{NewItem, PartitionSpec};
 use testkit::percentile;
 
-use crate::Settings;
+use crate::Args;
 use crate::fixture::{Db, Proc, idle_partitions, item_body, wait_held};
 use crate::handler::Handler;
 use crate::report::{Idle, Pickup};
 
 /// Pickup latency: single items enqueued, at random moments, into idle
 /// partitions the processor already holds; enqueue call → first POST.
-pub(crate) async fn pickup(db: &Db, s: &Settings, handler: &Handler) -> Result<Pickup> {
-    let parts = s.partitions.clamp(1, 1000);
+pub(crate) async fn pickup(db: &Db, args: &Args, handler: &Handler) -> Result<Pickup> {
+    let parts = args.partitions.clamp(1, 1000);
     idle_partitions(db, parts).await?;
     handler.state.reset();
     let mut proc = Proc::spawn(&db.url, &handler.url(), &[])?;
@@ -31,7 +31,7 @@ pub(crate) async fn pickup(db: &Db, s: &Settings, handler: &Handler) -> Result<P
     };
     let (mut lat, mut enq) = (Vec::new(), Vec::new());
     let mut missed = 0;
-    for i in 0..s.trickle {
+    for i in 0..args.trickle {
         tokio::time::sleep(Duration::from_millis(rand::random_range(50..400))).await;
         proc.check_alive()?;
         let id = format!("pickup-{i}");
@@ -85,8 +85,8 @@ pub(crate) async fn pickup(db: &Db, s: &Settings, handler: &Handler) -> Result<P
 
 /// Idle cost: one processor holding many idle partitions; statements per
 /// second once they are all held, and resident memory.
-pub(crate) async fn idle(db: &Db, s: &Settings, handler: &Handler) -> Result<Idle> {
-    let n = s.idle_partitions.max(1);
+pub(crate) async fn idle(db: &Db, args: &Args, handler: &Handler) -> Result<Idle> {
+    let n = args.idle_partitions;
     idle_partitions(db, n).await?;
     let client = reqwest::Client::new();
     let mut proc = Proc::spawn(&db.url, &handler.url(), &[])?;
@@ -99,14 +99,14 @@ pub(crate) async fn idle(db: &Db, s: &Settings, handler: &Handler) -> Result<Idl
     }
     let mut series = Vec::new();
     let start = Instant::now();
-    for k in 0..=s.idle_observe_s {
+    for k in 0..=args.idle_observe {
         tokio::time::sleep_until((start + Duration::from_secs(k)).into()).await;
         proc.check_alive()?;
         series.push(proc.outcomes(&client).await.statements);
     }
     let (rss, hwm) = proc.memory();
     proc.stop().await;
-    let w = s.idle_window_s.min(s.idle_observe_s) as usize;
+    let w = args.idle_window.min(args.idle_observe) as usize;
     let last = series[series.len() - 1];
     let before = series[series.len() - 1 - w];
     Ok(Idle {

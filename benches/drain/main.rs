@@ -87,20 +87,26 @@ pub(crate) struct Args {
     /// Quick mode: 10,000 items, 2,000 idle partitions, 20 pickup samples, shorter idle window.
     #[arg(long, env = "FEED_BENCH_QUICK")]
     pub(crate) quick: bool,
-    /// Items to drain per run [default: 100000; --quick: 10000]
-    #[arg(long, env = "FEED_BENCH_ITEMS")]
-    pub(crate) items: Option<usize>,
+    /// Items to drain per run [--quick: 10000]
+    #[arg(
+        long,
+        env = "FEED_BENCH_ITEMS",
+        value_parser = at_least_one,
+        default_value_t = 100_000,
+        default_value_if("quick", "true", "10000")
+    )]
+    pub(crate) items: usize,
     /// Partitions the items are spread across
-    #[arg(long, env = "FEED_BENCH_PARTITIONS", default_value_t = 100)]
+    #[arg(long, env = "FEED_BENCH_PARTITIONS", value_parser = at_least_one, default_value_t = 100)]
     pub(crate) partitions: usize,
     /// Drain runs per backend (the median is reported, with min and max)
-    #[arg(long, env = "FEED_BENCH_RUNS", default_value_t = 3)]
+    #[arg(long, env = "FEED_BENCH_RUNS", value_parser = at_least_one, default_value_t = 3)]
     pub(crate) runs: usize,
     /// Items per run of the multi-step and multi-processor variants [default: --items, at most 25000]
     #[arg(long, env = "FEED_BENCH_VARIANT_ITEMS")]
-    pub(crate) variant_items: Option<usize>,
+    variant_items: Option<usize>,
     /// Runs of each multi-step and multi-processor variant
-    #[arg(long, env = "FEED_BENCH_VARIANT_RUNS", default_value_t = 1)]
+    #[arg(long, env = "FEED_BENCH_VARIANT_RUNS", value_parser = at_least_one, default_value_t = 1)]
     pub(crate) variant_runs: usize,
     /// Backends the multi-step and 2-/3-processor variants run on
     #[arg(
@@ -115,23 +121,28 @@ pub(crate) struct Args {
     #[arg(long, env = "FEED_BENCH_HANDLER_LATENCY_MS", default_value_t = 0)]
     pub(crate) handler_latency_ms: u64,
     /// Concurrency of the HTTP-only ceiling loop (the processor's default --concurrency)
-    #[arg(long, env = "FEED_BENCH_CONCURRENCY", default_value_t = 64)]
+    #[arg(long, env = "FEED_BENCH_CONCURRENCY", value_parser = at_least_one, default_value_t = 64)]
     pub(crate) concurrency: usize,
-    /// Idle partitions held by one processor for the idle-cost phase [default: 10000; --quick: 2000]
-    #[arg(long, env = "FEED_BENCH_IDLE_PARTITIONS")]
-    pub(crate) idle_partitions: Option<usize>,
+    /// Idle partitions held by one processor for the idle-cost phase [--quick: 2000]
+    #[arg(long, env = "FEED_BENCH_IDLE_PARTITIONS", value_parser = at_least_one, default_value_t = 10_000, default_value_if("quick", "true", "2000"))]
+    pub(crate) idle_partitions: usize,
     /// Seconds feed_statements_total is sampled once every idle partition is held; the idle
-    /// rate is taken over the last --idle-window seconds of it [default: 25; --quick: 10]
-    #[arg(long, env = "FEED_BENCH_IDLE_OBSERVE")]
-    pub(crate) idle_observe: Option<u64>,
-    /// Seconds of the idle-rate window (the end of the observation) [default: 10; --quick: 5]
-    #[arg(long, env = "FEED_BENCH_IDLE_WINDOW")]
-    pub(crate) idle_window: Option<u64>,
-    /// Single items trickled for pickup latency [default: 50; --quick: 20]
-    #[arg(long, env = "FEED_BENCH_TRICKLE")]
-    pub(crate) trickle: Option<usize>,
+    /// rate is taken over the last --idle-window seconds of it [--quick: 10]
+    #[arg(long, env = "FEED_BENCH_IDLE_OBSERVE", value_parser = clap::value_parser!(u64).range(2..), default_value_t = 25, default_value_if("quick", "true", "10"))]
+    pub(crate) idle_observe: u64,
+    /// Seconds of the idle-rate window (the end of the observation) [--quick: 5]
+    #[arg(long, env = "FEED_BENCH_IDLE_WINDOW", value_parser = clap::value_parser!(u64).range(1..), default_value_t = 10, default_value_if("quick", "true", "5"))]
+    pub(crate) idle_window: u64,
+    /// Single items trickled for pickup latency [--quick: 20]
+    #[arg(
+        long,
+        env = "FEED_BENCH_TRICKLE",
+        default_value_t = 50,
+        default_value_if("quick", "true", "20")
+    )]
+    pub(crate) trickle: usize,
     /// Give up on one drain after this many seconds (reported as a partial rate)
-    #[arg(long, env = "FEED_BENCH_TIMEOUT", default_value_t = 300)]
+    #[arg(long, env = "FEED_BENCH_TIMEOUT", value_parser = clap::value_parser!(u64).range(5..), default_value_t = 300)]
     pub(crate) timeout: u64,
     /// Phases to skip, comma-separated: ceiling, pickup, idle, multistep, scale, batch, peer
     #[arg(long, env = "FEED_BENCH_SKIP", value_enum, value_delimiter = ',')]
@@ -163,43 +174,18 @@ pub(crate) struct Args {
     pub(crate) filter: Vec<String>,
 }
 
-/// Options with the defaults of the chosen mode filled in.
-#[derive(Debug, Clone, Serialize)]
-pub(crate) struct Settings {
-    pub(crate) items: usize,
-    pub(crate) partitions: usize,
-    pub(crate) runs: usize,
-    pub(crate) variant_items: usize,
-    pub(crate) variant_runs: usize,
-    pub(crate) concurrency: usize,
-    pub(crate) handler_latency_ms: u64,
-    pub(crate) idle_partitions: usize,
-    pub(crate) idle_observe_s: u64,
-    pub(crate) idle_window_s: u64,
-    pub(crate) trickle: usize,
-    pub(crate) timeout_s: u64,
+/// A count of at least one.
+fn at_least_one(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if n > 0 => Ok(n),
+        _ => Err(format!("{s:?} is not a whole number of at least 1")),
+    }
 }
 
 impl Args {
-    pub(crate) fn settings(&self) -> Settings {
-        let q = self.quick;
-        let items = self.items.unwrap_or(if q { 10_000 } else { 100_000 });
-        Settings {
-            items,
-            variant_items: self.variant_items.unwrap_or(items.min(25_000)),
-            partitions: self.partitions.max(1),
-            runs: self.runs.max(1),
-            variant_runs: self.variant_runs.max(1),
-            concurrency: self.concurrency.max(1),
-            handler_latency_ms: self.handler_latency_ms,
-            idle_partitions: self
-                .idle_partitions
-                .unwrap_or(if q { 2_000 } else { 10_000 }),
-            idle_observe_s: self.idle_observe.unwrap_or(if q { 10 } else { 25 }).max(2),
-            idle_window_s: self.idle_window.unwrap_or(if q { 5 } else { 10 }).max(1),
-            trickle: self.trickle.unwrap_or(if q { 20 } else { 50 }),
-            timeout_s: self.timeout.max(5),
-        }
+    /// `--variant-items`, or `--items` capped at 25,000.
+    pub(crate) fn variant_items(&self) -> usize {
+        self.variant_items.unwrap_or(self.items.min(25_000))
     }
 
     pub(crate) fn servers(&self) -> Servers {
@@ -217,7 +203,6 @@ impl Args {
 async fn run_backend(
     backend: Backend,
     args: &Args,
-    s: &Settings,
     handler: &Handler,
     client: &reqwest::Client,
 ) -> BackendReport {
@@ -234,15 +219,14 @@ async fn run_backend(
 
     // Single-step drain, each run followed by the HTTP-only ceiling.
     let (mut runs, mut errors) = (Vec::new(), Vec::new());
-    for i in 1..=s.runs {
+    for i in 1..=args.runs {
         match drain_once(
             backend,
             args,
-            s,
             handler,
             client,
             Workload {
-                items: s.items,
+                items: args.items,
                 processors: 1,
                 multistep: false,
                 flags: &[],
@@ -252,7 +236,7 @@ async fn run_backend(
         {
             Ok(mut r) => {
                 if args.runs(Phase::Ceiling) {
-                    match ceiling(handler, s.items, s.concurrency).await {
+                    match ceiling(handler, args.items, args.concurrency).await {
                         Ok(c) => r.ceiling_posts_per_s = Some(c),
                         Err(e) => errors.push(format!("ceiling: {e:#}")),
                     }
@@ -272,17 +256,17 @@ async fn run_backend(
 
     if args.runs(Phase::Batch) {
         let w = Workload {
-            items: s.items,
+            items: args.items,
             processors: 1,
             multistep: false,
             flags: BATCH_FLAGS,
         };
-        let ctx = (backend, args, s, handler, client);
-        rep.batch = Some(variant(ctx, "batch 100", w, ceil, s.runs).await);
+        let ctx = (backend, args, handler, client);
+        rep.batch = Some(variant(ctx, "batch 100", w, ceil, args.runs).await);
     }
 
-    if args.runs(Phase::Pickup) && s.trickle > 0 {
-        match Db::scoped(backend, args, 4, async |db| pickup(db, s, handler).await).await {
+    if args.runs(Phase::Pickup) && args.trickle > 0 {
+        match Db::scoped(backend, args, 4, async |db| pickup(db, args, handler).await).await {
             Ok(p) => {
                 println!(
                     "  pickup: p50 {:.1} ms  p99 {:.1} ms  max {:.1} ms  ({} samples, enqueue p50 {:.1} ms)",
@@ -298,7 +282,7 @@ async fn run_backend(
     }
 
     if args.runs(Phase::Idle) {
-        match Db::scoped(backend, args, 4, async |db| idle(db, s, handler).await).await {
+        match Db::scoped(backend, args, 4, async |db| idle(db, args, handler).await).await {
             Ok(i) => {
                 println!(
                     "  idle: {} partitions held after {:.1}s; {:.2} statements/s over the last {:.0}s; RSS {}",
@@ -320,26 +304,34 @@ async fn run_backend(
     let variants = args.variants_on.contains(&backend);
     if variants && args.runs(Phase::Multistep) {
         let w = Workload {
-            items: s.variant_items,
+            items: args.variant_items(),
             processors: 1,
             multistep: true,
             flags: &[],
         };
-        let ctx = (backend, args, s, handler, client);
-        rep.multistep =
-            Some(variant(ctx, "multistep (3 steps, 2 gates)", w, ceil, s.variant_runs).await);
+        let ctx = (backend, args, handler, client);
+        rep.multistep = Some(
+            variant(
+                ctx,
+                "multistep (3 steps, 2 gates)",
+                w,
+                ceil,
+                args.variant_runs,
+            )
+            .await,
+        );
     }
     if variants && args.runs(Phase::Scale) {
         for n in [2, 3] {
             let w = Workload {
-                items: s.variant_items,
+                items: args.variant_items(),
                 processors: n,
                 multistep: false,
                 flags: &[],
             };
-            let ctx = (backend, args, s, handler, client);
+            let ctx = (backend, args, handler, client);
             rep.scale
-                .push(variant(ctx, &format!("{n} processors"), w, ceil, s.variant_runs).await);
+                .push(variant(ctx, &format!("{n} processors"), w, ceil, args.variant_runs).await);
         }
     }
     rep
@@ -347,7 +339,7 @@ async fn run_backend(
 
 /// `--variant-runs` drains of one variant workload, printed as they finish.
 async fn variant(
-    (backend, args, s, handler, client): (Backend, &Args, &Settings, &Handler, &reqwest::Client),
+    (backend, args, handler, client): (Backend, &Args, &Handler, &reqwest::Client),
     name: &str,
     w: Workload,
     ceil: Option<Stats>,
@@ -355,7 +347,7 @@ async fn variant(
 ) -> Scenario {
     let (mut runs, mut errors) = (Vec::new(), Vec::new());
     for i in 1..=count {
-        match drain_once(backend, args, s, handler, client, w).await {
+        match drain_once(backend, args, handler, client, w).await {
             Ok(r) => {
                 let per = if w.processors > 1 {
                     format!("  done per processor {:?}", r.done_per_processor)
@@ -411,7 +403,6 @@ fn out_dir(args: &Args) -> PathBuf {
 #[tokio::main]
 async fn main() -> Result<()> {
     let args = Args::parse();
-    let s = args.settings();
     let started = chrono::Utc::now();
     let t0 = Instant::now();
     let bin = processor_bin();
@@ -435,9 +426,9 @@ async fn main() -> Result<()> {
     };
     println!(
         "Feed drain benchmark: {} items, {} partitions, {} runs; processor {} ({}); {} CPUs, load {}",
-        s.items,
-        s.partitions,
-        s.runs,
+        args.items,
+        args.partitions,
+        args.runs,
         bin,
         if release {
             "release build"
@@ -450,7 +441,7 @@ async fn main() -> Result<()> {
     if !release {
         println!("  warning: the processor binary is not a release build; run with `cargo bench`");
     }
-    let handler = Handler::start(Duration::from_millis(s.handler_latency_ms)).await?;
+    let handler = Handler::start(Duration::from_millis(args.handler_latency_ms)).await?;
     let client = reqwest::Client::new();
     let mut backends = Vec::new();
     let mut seen = Vec::new();
@@ -459,7 +450,7 @@ async fn main() -> Result<()> {
             continue;
         }
         seen.push(b);
-        backends.push(run_backend(b, &args, &s, &handler, &client).await);
+        backends.push(run_backend(b, &args, &handler, &client).await);
     }
     let (mut peer, mut peer_note) = (None, None);
     if args.runs(Phase::Peer) && args.backends.contains(&Backend::Postgres) {
@@ -467,7 +458,15 @@ async fn main() -> Result<()> {
             "\n== peer: graphile-worker {} on postgres ==",
             peer::GRAPHILE_WORKER
         );
-        match peer::graphile(&args, &out_dir(&args), &handler, s.items, s.concurrency).await {
+        match peer::graphile(
+            &args,
+            &out_dir(&args),
+            &handler,
+            args.items,
+            args.concurrency,
+        )
+        .await
+        {
             Ok(Some(p)) => {
                 println!(
                     "  graphile-worker: {:.0} jobs/s, drain {:.2}s, worker CPU {:.1}s, host busy {:.0} %",
@@ -490,7 +489,6 @@ async fn main() -> Result<()> {
         started_at: started.to_rfc3339(),
         finished_at: finished.to_rfc3339(),
         wall_s: t0.elapsed().as_secs_f64(),
-        settings: s,
         args: args.clone(),
         machine,
         backends,

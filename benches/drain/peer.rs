@@ -59,7 +59,7 @@ pub(crate) async fn graphile(
         .stdin(Stdio::null())
         .kill_on_drop(true)
         .output();
-    let out = tokio::time::timeout(Duration::from_secs(args.timeout.max(5) * 2), out).await;
+    let out = tokio::time::timeout(Duration::from_secs(args.timeout * 2), out).await;
     db.drop_db().await;
     let out = out.context("graphile-worker timed out")??;
     if !out.status.success() {

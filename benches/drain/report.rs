@@ -5,7 +5,6 @@ use serde::Serialize;
 use testkit::{Outcomes, Stats};
 
 use crate::Args;
-use crate::Settings;
 use crate::cpu::CpuUse;
 use crate::peer::{GRAPHILE_WORKER, PeerRun};
 
@@ -116,7 +115,6 @@ pub(crate) struct Report {
     pub(crate) started_at: String,
     pub(crate) finished_at: String,
     pub(crate) wall_s: f64,
-    pub(crate) settings: Settings,
     pub(crate) args: Args,
     pub(crate) machine: Machine,
     pub(crate) backends: Vec<BackendReport>,
@@ -207,7 +205,7 @@ pub(crate) fn stats_cell(s: Option<Stats>) -> String {
 }
 
 pub(crate) fn print_tables(report: &Report) {
-    let s = &report.settings;
+    let s = &report.args;
     let mut t = Table::new();
     t.load_style(ASCII_MARKDOWN).set_header(vec![
         "backend",

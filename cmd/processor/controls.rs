@@ -4,33 +4,20 @@
 use anyhow::Context;
 use clap::Args;
 
-use super::{DbArgs, connect, duration, secret};
+use super::{DbArgs, connect, duration};
 
-/// The admin token flags, shared by `run` and `ui`.
-#[derive(Args, Clone, Default)]
-pub struct TokenArgs {
-    /// Allows actions in the dashboard and the API (at least 16 characters); without it they are read-only [default: none]
-    #[arg(
-        long,
-        env = "FEED_ADMIN_TOKEN",
-        hide_env_values = true,
-        conflicts_with = "admin_token_file"
-    )]
-    admin_token: Option<String>,
-    /// Read the admin token from this file (trailing newline ignored) [default: none]
-    #[arg(long, env = "FEED_ADMIN_TOKEN_FILE")]
-    admin_token_file: Option<std::path::PathBuf>,
-}
+secret_flags!(
+    AdminTokenArgs { admin_token, admin_token_file, env = "FEED_ADMIN_TOKEN", what = "admin token" },
+    "Allows actions in the dashboard and the API (at least 16 characters); without it they are read-only [default: none]"
+);
 
-impl TokenArgs {
-    /// The token, read from the file if one is named.
+impl AdminTokenArgs {
+    /// The checked token, if one was given.
     pub fn token(&self) -> anyhow::Result<Option<feed::console::AdminToken>> {
-        let raw = secret(
-            "--admin-token-file",
-            self.admin_token.clone(),
-            self.admin_token_file.as_deref(),
-        )?;
-        Ok(raw.map(feed::console::AdminToken::new).transpose()?)
+        Ok(self
+            .value()
+            .map(feed::console::AdminToken::new)
+            .transpose()?)
     }
 }
 
@@ -87,7 +74,7 @@ pub struct UiArgs {
     #[arg(long, env = "FEED_LISTEN", default_value = feed::Config::LISTEN)]
     listen: String,
     #[command(flatten)]
-    token: TokenArgs,
+    token: AdminTokenArgs,
 }
 
 pub async fn checkpoint(a: CheckpointArgs) -> anyhow::Result<()> {

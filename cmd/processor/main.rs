@@ -2,6 +2,9 @@
 //! exit codes. Each command lives in a file of its own; everything else is
 //! the `feed` library.
 
+#[macro_use]
+mod secret;
+
 mod controls;
 mod items;
 mod run;
@@ -169,18 +172,6 @@ fn exit_quietly_on_closed_pipe() {
         }
         default(info)
     }));
-}
-
-/// A secret given on the command line, or read from `file` (trailing newline ignored).
-fn secret(
-    flag: &str,
-    value: Option<String>,
-    file: Option<&std::path::Path>,
-) -> Result<Option<String>, feed::Error> {
-    let Some(path) = file else { return Ok(value) };
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| feed::Error::Config(format!("{flag} {}: {e}", path.display())))?;
-    Ok(Some(text.trim_end_matches(['\r', '\n']).to_string()))
 }
 
 async fn connect(db: &DbArgs) -> anyhow::Result<feed::Store> {

@@ -6,7 +6,12 @@ use clap::Args;
 use feed::Config;
 use humantime::Duration;
 
-use super::{DbArgs, LogFormat, controls, duration, init_logs, secret, shutdown_signal};
+use super::{DbArgs, LogFormat, controls, duration, init_logs, shutdown_signal};
+
+secret_flags!(
+    SigningSecretArgs { signing_secret, signing_secret_file, env = "FEED_SIGNING_SECRET", what = "signing secret" },
+    "Sign requests: Feed-Signature: t=<unix>,v1=<hex HMAC-SHA256 of \"t.body\"> [default: none]"
+);
 
 #[derive(Args)]
 pub struct RunArgs {
@@ -51,17 +56,8 @@ pub struct RunArgs {
     /// Extra request header 'Name: value', repeatable (FEED_HEADER takes several, one per line) [default: none]
     #[arg(long = "header", env = "FEED_HEADER", value_parser = header, value_delimiter = '\n', hide_env_values = true)]
     headers: Vec<(String, String)>,
-    /// Sign requests: Feed-Signature: t=<unix>,v1=<hex HMAC-SHA256 of "t.body"> [default: none]
-    #[arg(
-        long,
-        env = "FEED_SIGNING_SECRET",
-        hide_env_values = true,
-        conflicts_with = "signing_secret_file"
-    )]
-    signing_secret: Option<String>,
-    /// Read the signing secret from this file (trailing newline ignored) [default: none]
-    #[arg(long, env = "FEED_SIGNING_SECRET_FILE")]
-    signing_secret_file: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    signing_secret: SigningSecretArgs,
     /// Content-Type of requests
     #[arg(long, env = "FEED_CONTENT_TYPE", default_value = Config::CONTENT_TYPE)]
     content_type: String,
@@ -87,7 +83,7 @@ pub struct RunArgs {
     #[arg(long, env = "FEED_UI")]
     ui: bool,
     #[command(flatten)]
-    token: controls::TokenArgs,
+    token: controls::AdminTokenArgs,
     /// Prune complete and cancelled partitions older than this every few minutes, e.g. 7d [default: off]
     #[arg(long, env = "FEED_RETENTION", value_parser = duration)]
     retention: Option<Duration>,
@@ -114,11 +110,6 @@ fn header(s: &str) -> Result<(String, String), String> {
 pub async fn run(a: RunArgs) -> anyhow::Result<()> {
     let shutdown = shutdown_signal().context("installing signal handlers")?;
     init_logs(a.log_format);
-    let signing_secret = secret(
-        "--signing-secret-file",
-        a.signing_secret,
-        a.signing_secret_file.as_deref(),
-    )?;
     let c = Config {
         concurrency: a.concurrency,
         poll_interval: a.poll_interval.into(),
@@ -132,7 +123,7 @@ pub async fn run(a: RunArgs) -> anyhow::Result<()> {
         backoff_base: a.backoff_base.into(),
         backoff_max: a.backoff_max.into(),
         headers: a.headers,
-        signing_secret,
+        signing_secret: a.signing_secret.value(),
         content_type: a.content_type,
         max_response_bytes: a.max_response_bytes,
         listen: (a.listen != "off").then_some(a.listen),

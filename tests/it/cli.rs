@@ -419,6 +419,10 @@ fn bad_command_lines_exit_2_with_one_line() {
             &["run", "--handler-url", "http://x/", "--header", "NoColon"],
             "Name: value",
         ),
+        (
+            &["ui", "--admin-token-file", "/nonexistent/feed-token"],
+            "--admin-token-file <ADMIN_TOKEN_FILE>': cannot read the file",
+        ),
     ];
     for (args, hint) in cases {
         let o = processor(args, "");

@@ -1,0 +1,40 @@
+//! Secret flags. Each secret is given inline (`--NAME`, env `FEED_NAME`)
+//! or read from a file (`--NAME-file`, env `FEED_NAME_FILE`), such as a
+//! mounted container secret, so that it shows in neither the process list
+//! nor the environment.
+
+/// Reads a secret file while the flags are parsed; a trailing newline is
+/// not part of the secret.
+pub fn read_file(path: &str) -> Result<String, String> {
+    std::fs::read_to_string(path)
+        .map(|text| text.trim_end_matches(['\r', '\n']).to_string())
+        .map_err(|e| format!("cannot read the file: {e}"))
+}
+
+/// Declares the flag pair of one secret as a clap `Args` struct whose
+/// `value()` is the secret from whichever flag was given.
+macro_rules! secret_flags {
+    ($name:ident { $inline:ident, $file:ident, env = $env:literal, what = $what:literal }, $help:literal) => {
+        #[doc = concat!("The ", $what, ", inline or from a file.")]
+        #[derive(clap::Args, Clone, Default)]
+        pub struct $name {
+            #[doc = $help]
+            #[arg(long, env = $env, hide_env_values = true, conflicts_with = stringify!($file))]
+            $inline: Option<String>,
+            #[arg(
+                long,
+                env = concat!($env, "_FILE"),
+                value_parser = $crate::secret::read_file,
+                help = concat!("Read the ", $what, " from this file (trailing newline ignored) [default: none]")
+            )]
+            $file: Option<String>,
+        }
+
+        impl $name {
+            /// The secret, from whichever flag was given.
+            pub fn value(&self) -> Option<String> {
+                self.$inline.clone().or_else(|| self.$file.clone())
+            }
+        }
+    };
+}
