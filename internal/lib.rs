@@ -5,46 +5,50 @@
 //! answer `{gate, done, data}`, advances the gate when the gate runs dry
 //! (fan-in) and closes the partition when everything is done.
 //!
-//! Modules, by what they own (docs/design.md explains how they fit):
-//! - [`store`]: all SQL (one place per dialect difference) and producer operations;
-//! - [`context`]: what the tasks of a running processor share (and the session cell);
-//! - [`session`]: the processor's session row and heartbeat;
-//! - [`leases`]: leasing, balancing and stealing partitions;
-//! - [`dispatch`]: the poll/deliver/acknowledge loop, with a prefetch buffer;
-//! - [`notify`]: PostgreSQL LISTEN/NOTIFY wake-ups for new work;
-//! - [`completer`]: batched, fenced result writes;
-//! - [`policy`]: what an outcome does to an item (retries, backoff, failure);
-//! - [`rotation`]: the round-robin order of partitions with ready work;
-//! - [`gates`]: fan-in: advancing, closing and failing partitions;
-//! - [`handler`]: the [`Handler`] trait and the HTTP handler protocol;
-//! - [`server`] and [`metrics`]: health and Prometheus metrics;
+//! The public API: [`Store`] (connecting, migrating, producer operations,
+//! operator controls and read models), [`Config`], [`run`](run()) and
+//! [`run_with`], the [`Handler`] trait with [`Job`] and [`Outcome`], and
+//! these modules:
+//! - [`store`]: all SQL (one place per dialect difference) and the types its operations take and return;
+//! - [`handler`]: the [`Handler`] trait and the HTTP handler protocol (signatures included);
 //! - [`run`](mod@run): start-up and graceful shutdown;
+//! - [`console`]: the web dashboard and its JSON API (operator controls);
 //! - [`lines`]: the JSON-lines item format of `processor enqueue`;
 //! - [`demo`]: the resume example behind `processor demo`;
-//! - [`console`]: the web dashboard and its JSON API (operator controls);
-//! - [`retention`]: pruning finished partitions, one processor at a time;
-//! - [`config`], [`error`], [`backoff`]: settings, the error type, retry delays.
+//! - [`config`], [`error`]: settings and the error type.
+//!
+//! Inside the crate, by what they own (docs/design.md explains how they fit):
+//! `context` (what the tasks of a running processor share, and the session
+//! cell), `session` (the session row and heartbeat), `leases` (leasing,
+//! balancing and stealing partitions), `dispatch` (the poll/deliver/acknowledge
+//! loop, with a prefetch buffer), `notify` (PostgreSQL LISTEN/NOTIFY wake-ups),
+//! `completer` (batched, fenced result writes), `policy` (what an outcome does
+//! to an item: retries, backoff, failure), `rotation` (the round-robin order
+//! of partitions with ready work), `gates` (fan-in: advancing, closing and
+//! failing partitions), `server` and `metrics` (health and Prometheus
+//! metrics), `retention` (pruning finished partitions, one processor at a
+//! time) and `backoff` (retry delays).
 
-pub mod backoff;
-pub mod completer;
+pub(crate) mod backoff;
+pub(crate) mod completer;
 pub mod config;
 pub mod console;
-pub mod context;
+pub(crate) mod context;
 pub mod demo;
-pub mod dispatch;
+pub(crate) mod dispatch;
 pub mod error;
-pub mod gates;
+pub(crate) mod gates;
 pub mod handler;
-pub mod leases;
+pub(crate) mod leases;
 pub mod lines;
-pub mod metrics;
-pub mod notify;
-pub mod policy;
-pub mod retention;
-pub mod rotation;
+pub(crate) mod metrics;
+pub(crate) mod notify;
+pub(crate) mod policy;
+pub(crate) mod retention;
+pub(crate) mod rotation;
 pub mod run;
-pub mod server;
-pub mod session;
+pub(crate) mod server;
+pub(crate) mod session;
 pub mod store;
 
 pub use config::Config;

@@ -3,11 +3,11 @@
 //! processor state), so a dashboard can run beside a fleet or inside one
 //! processor (`processor run --ui`).
 //!
-//! Reads are open; actions need the admin token (see [`auth`]). Everything
+//! Reads are open; actions need the admin token (see `auth`). Everything
 //! shown from the database is escaped by the templates and cut to a preview.
 
-pub mod api;
-pub mod auth;
+mod api;
+mod auth;
 mod pages;
 mod views;
 

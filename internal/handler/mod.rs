@@ -10,7 +10,7 @@ use async_trait::async_trait;
 mod answer;
 mod http;
 
-pub use answer::{parse_batch_response, parse_response, parse_retry_after, signature};
+pub use answer::signature;
 pub use http::HttpHandler;
 
 /// One delivery of an item to a handler.

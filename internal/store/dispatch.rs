@@ -42,7 +42,7 @@ impl Store {
     /// Up to `limit` held partitions with work ready now, in id order
     /// starting after `after` and wrapping around, so successive
     /// discoveries visit every partition in turn.
-    pub async fn ready_partitions(
+    pub(crate) async fn ready_partitions(
         &self,
         me: &str,
         after: &str,
@@ -63,7 +63,11 @@ impl Store {
 
     /// The first `n` ready items of each `(partition, n)`, oldest first,
     /// for partitions `me` holds; one statement for all of them.
-    pub async fn ready_items(&self, me: &str, want: &[(String, usize)]) -> Result<Vec<ReadyItem>> {
+    pub(crate) async fn ready_items(
+        &self,
+        me: &str,
+        want: &[(String, usize)],
+    ) -> Result<Vec<ReadyItem>> {
         if want.is_empty() {
             return Ok(vec![]);
         }

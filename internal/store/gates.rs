@@ -80,17 +80,6 @@ impl ItemState {
             other => ItemState::Unknown(other.to_string()),
         }
     }
-
-    /// The stored text.
-    pub fn as_str(&self) -> &str {
-        match self {
-            ItemState::Available => "available",
-            ItemState::Complete => "complete",
-            ItemState::Failed => "failed",
-            ItemState::Cancelled => "cancelled",
-            ItemState::Unknown(s) => s,
-        }
-    }
 }
 
 impl From<ItemStatus> for ItemState {
@@ -112,23 +101,21 @@ impl TryGetable for ItemState {
     }
 }
 
-/// Count of items of one partition at one gate with one status.
+/// A status that some unfinished items of one partition hold at one gate:
+/// the gate check asks only whether such items exist, never how many.
 #[derive(Clone, Debug, FromQueryResult)]
-pub struct GateCount {
+pub struct GateStatus {
     /// Partition id.
     pub partition_id: String,
     /// Gate.
     pub gate: i64,
     /// Item status as stored (may be one written by hand).
     pub status: ItemState,
-    /// Number of items.
-    #[sea_orm(from_alias = "n")]
-    pub count: i64,
 }
 
 impl Store {
     /// The held partitions among `ids`, for a gate check.
-    pub async fn partitions_for_check(
+    pub(crate) async fn partitions_for_check(
         &self,
         me: &str,
         ids: &[String],
@@ -149,14 +136,14 @@ impl Store {
             .collect()
     }
 
-    /// Counts of unfinished items (available or failed) by partition, gate
-    /// and status, for many partitions in one statement.
-    pub async fn unfinished_counts(&self, ids: &[String]) -> Result<Vec<GateCount>> {
+    /// The statuses unfinished items (available, failed, or written by
+    /// hand) hold, by partition and gate, for many partitions in one statement.
+    pub(crate) async fn unfinished_statuses(&self, ids: &[String]) -> Result<Vec<GateStatus>> {
         if ids.is_empty() {
             return Ok(vec![]);
         }
         let sql = format!(
-            "SELECT partition_id, gate, status, COUNT(*) AS n FROM feed_items \
+            "SELECT partition_id, gate, status FROM feed_items \
              WHERE partition_id IN ({}) AND status NOT IN ('complete', 'cancelled') \
              GROUP BY partition_id, gate, status",
             marks(ids.len())
@@ -165,7 +152,7 @@ impl Store {
             .query(&sql, ids.iter().map(|i| Value::from(i.clone())).collect())
             .await?;
         rows.iter()
-            .map(|r| Ok(GateCount::from_query_result(r, "")?))
+            .map(|r| Ok(GateStatus::from_query_result(r, "")?))
             .collect()
     }
 
@@ -232,7 +219,7 @@ impl Store {
     /// Fails items whose status Feed cannot act on in a held partition:
     /// available below the partition's gate (they could never run) or an
     /// unknown status. Each gets a `last_error` that says what to do.
-    pub async fn fail_unrunnable(&self, p: &HeldPartition, me: &str) -> Result<u64> {
+    pub(crate) async fn fail_unrunnable(&self, p: &HeldPartition, me: &str) -> Result<u64> {
         let below = format!(
             "item gate is below its partition's gate {}; it can never run. \
              Run `processor retry` to run it at the partition's gate",

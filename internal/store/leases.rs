@@ -73,7 +73,7 @@ pub struct FreeRow {
 
 impl Store {
     /// Everything one balancing decision needs, in one statement.
-    pub async fn lease_counts(&self, me: &str, expiry: Duration) -> Result<LeaseCounts> {
+    pub(crate) async fn lease_counts(&self, me: &str, expiry: Duration) -> Result<LeaseCounts> {
         let e = ms(expiry);
         let rows = self
             .query(
@@ -100,7 +100,7 @@ impl Store {
     }
 
     /// The caps of the live sessions that have one.
-    pub async fn session_caps(&self, expiry: Duration) -> Result<Vec<i64>> {
+    pub(crate) async fn session_caps(&self, expiry: Duration) -> Result<Vec<i64>> {
         let rows = self
             .query(
                 "SELECT max_partitions FROM feed_processors \
@@ -113,7 +113,11 @@ impl Store {
 
     /// Up to `limit` active partitions whose owner is NULL or not a live
     /// session, those with work ready first.
-    pub async fn free_partitions(&self, expiry: Duration, limit: usize) -> Result<Vec<FreeRow>> {
+    pub(crate) async fn free_partitions(
+        &self,
+        expiry: Duration,
+        limit: usize,
+    ) -> Result<Vec<FreeRow>> {
         let rows = self
             .query(
                 &format!(
@@ -130,7 +134,7 @@ impl Store {
     }
 
     /// Takes a partition by OCC: succeeds only if nobody changed it since it was read.
-    pub async fn lease(&self, id: &str, version: i64, me: &str) -> Result<bool> {
+    pub(crate) async fn lease(&self, id: &str, version: i64, me: &str) -> Result<bool> {
         let n = self
             .exec(
                 "UPDATE feed_partitions SET owner = ?, version = version + 1, updated_at = {now} \
@@ -142,7 +146,7 @@ impl Store {
     }
 
     /// Gives one held partition back (OCC, owner-fenced), to make room.
-    pub async fn release(&self, id: &str, version: i64, me: &str) -> Result<bool> {
+    pub(crate) async fn release(&self, id: &str, version: i64, me: &str) -> Result<bool> {
         let n = self
             .exec(
                 "UPDATE feed_partitions SET owner = NULL, version = version + 1, updated_at = {now} \
@@ -156,7 +160,7 @@ impl Store {
     /// The active partitions `me` holds, each with whether it has work
     /// ready and whether a gate check would act on it: the level-triggered
     /// view of every held partition, in one statement.
-    pub async fn held_partitions(&self, me: &str) -> Result<Vec<HeldRow>> {
+    pub(crate) async fn held_partitions(&self, me: &str) -> Result<Vec<HeldRow>> {
         let rows = self
             .query(
                 &format!(
@@ -173,7 +177,7 @@ impl Store {
     }
 
     /// Active partitions owned by `owner`, with their versions (to steal one).
-    pub async fn partitions_of(&self, owner: &str) -> Result<Vec<(String, i64)>> {
+    pub(crate) async fn partitions_of(&self, owner: &str) -> Result<Vec<(String, i64)>> {
         let rows = self
             .query(
                 "SELECT id, version FROM feed_partitions WHERE owner = ? AND status = 'available'",
@@ -186,7 +190,7 @@ impl Store {
     }
 
     /// The live session holding the most active partitions, with its count.
-    pub async fn most_loaded(&self, expiry: Duration) -> Result<Option<(String, i64)>> {
+    pub(crate) async fn most_loaded(&self, expiry: Duration) -> Result<Option<(String, i64)>> {
         let rows = self
             .query(
                 "SELECT p.owner AS owner, COUNT(*) AS n FROM feed_partitions p \
@@ -202,7 +206,7 @@ impl Store {
     }
 
     /// Releases every partition owned by `me` so others can take them at once.
-    pub async fn release_all(&self, me: &str) -> Result<u64> {
+    pub(crate) async fn release_all(&self, me: &str) -> Result<u64> {
         self.exec(
             "UPDATE feed_partitions SET owner = NULL, version = version + 1, updated_at = {now} \
              WHERE owner = ?",
@@ -213,7 +217,7 @@ impl Store {
 
     /// Reopens `complete` partitions that have an available item (a
     /// producer inserted it with plain SQL without reopening the partition).
-    pub async fn reopen_stranded(&self) -> Result<u64> {
+    pub(crate) async fn reopen_stranded(&self) -> Result<u64> {
         self.exec(
             "UPDATE feed_partitions SET status = 'available', version = version + 1, updated_at = {now} \
              WHERE status = 'complete' AND EXISTS (SELECT 1 FROM feed_items r \

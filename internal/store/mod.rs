@@ -2,7 +2,7 @@
 //! leases, dispatch, results, gates, producer operations, status).
 //!
 //! Nothing outside this module writes SQL. Dialect differences live in
-//! [`dialect`]. Operator controls live in `controls`, the console's read
+//! `dialect`. Operator controls live in `controls`, the console's read
 //! models in [`listing`], retention in [`prune`].
 
 mod controls;
@@ -30,13 +30,15 @@ use sea_orm::{
     Value,
 };
 
+pub(crate) use dialect::is_transient;
 use dialect::stmt;
-pub use dialect::{is_transient, stmt as statement};
-pub use dispatch::{Fence, ReadyItem};
-pub use gates::{GateCount, HeldPartition, ItemState};
-pub use leases::{FreeRow, HeldRow, LeaseCounts};
+pub use dialect::stmt as statement;
+pub(crate) use dispatch::{Fence, ReadyItem};
+pub use gates::HeldPartition;
+pub(crate) use gates::{GateStatus, ItemState};
+pub(crate) use leases::LeaseCounts;
 pub use producer::{Enqueued, NewItem, OnFailure, PartitionSpec, Retried, RetryScope};
-pub use results::{Ack, ItemStatus, ItemWrite, Written, sanitize_error};
+pub(crate) use results::{Ack, ItemStatus, ItemWrite, Written, sanitize_error};
 use timeout::Bound;
 pub use timeout::DEFAULT_STATEMENT_TIMEOUT;
 
@@ -58,7 +60,7 @@ pub struct Store {
 }
 
 /// A database URL with its password replaced, safe for logs and errors.
-pub fn redact(url: &str) -> String {
+pub(crate) fn redact(url: &str) -> String {
     match url::Url::parse(url) {
         Ok(mut u) if u.password().is_some() => {
             let _ = u.set_password(Some("***"));
@@ -154,32 +156,21 @@ impl Store {
         })
     }
 
-    /// Statements issued so far by this store and its clones (transactions
-    /// count their statements), so benchmarks can report statements per item.
-    pub fn statements(&self) -> u64 {
-        self.statements.get()
-    }
-
-    /// The counter behind [`Store::statements`], to register as a metric.
-    pub fn statement_counter(&self) -> Counter {
-        self.statements.clone()
-    }
-
     /// Counts into `counter` from now on (the processor's exported metric).
-    pub fn set_statement_counter(&mut self, counter: Counter) {
+    pub(crate) fn set_statement_counter(&mut self, counter: Counter) {
         counter.inc_by(self.statements.get());
         self.statements = counter;
     }
 
     /// Counts statement timeouts into `counter` from now on (the processor's exported metric).
-    pub fn set_timeout_counter(&mut self, counter: Counter) {
+    pub(crate) fn set_timeout_counter(&mut self, counter: Counter) {
         counter.inc_by(self.timeouts.get());
         self.timeouts = counter;
     }
 
     /// Whether a statement attempt was cut off by the time limit within the
     /// last `window` (readiness reports it).
-    pub fn timed_out_within(&self, window: Duration) -> bool {
+    pub(crate) fn timed_out_within(&self, window: Duration) -> bool {
         self.bound.timed_out_within(window)
     }
 
@@ -238,7 +229,7 @@ impl Store {
     }
 
     /// Whether processors on this database are woken by LISTEN/NOTIFY.
-    pub fn listens(&self) -> bool {
+    pub(crate) fn listens(&self) -> bool {
         dialect::notify(self.backend).is_some()
     }
 
@@ -294,7 +285,7 @@ impl Store {
         unreachable!("the loop returns")
     }
 
-    /// Bounds one database call that does not go through [`Store::retry`]
+    /// Bounds one database call that does not go through `Store::retry`
     /// (a transaction's `begin`, statements or `commit`) by the statement
     /// timeout, so that a dead connection fails it instead of hanging.
     pub async fn bounded<T, E>(
@@ -309,7 +300,7 @@ impl Store {
 
     /// Like [`Store::bounded`] with a tighter limit, for a call whose answer
     /// is worthless after it (a heartbeat later than the session expiry).
-    pub async fn within<T, E>(
+    pub(crate) async fn within<T, E>(
         &self,
         limit: Duration,
         call: impl std::future::Future<Output = Result<T, E>>,

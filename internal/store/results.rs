@@ -116,7 +116,11 @@ impl Store {
     /// one by one so that one bad row costs only itself. Errors that are
     /// not the database's refusal (the connection, after retries) fail the
     /// whole call.
-    pub async fn write_results(&self, acks: &[Ack], expiry: Duration) -> Result<Vec<Written>> {
+    pub(crate) async fn write_results(
+        &self,
+        acks: &[Ack],
+        expiry: Duration,
+    ) -> Result<Vec<Written>> {
         let mut out = Vec::with_capacity(acks.len());
         for chunk in acks.chunks(BATCH_ROWS) {
             match self.write_chunk(chunk, expiry).await {

@@ -8,7 +8,7 @@ use crate::Result;
 impl Store {
     /// Registers a session row for a starting processor; `max_partitions`
     /// is its cap, so that others can take up the share it cannot.
-    pub async fn register_session(
+    pub(crate) async fn register_session(
         &self,
         id: &str,
         hostname: &str,
@@ -32,7 +32,7 @@ impl Store {
 
     /// Heartbeats a session; false when the row is gone (the session was
     /// declared dead and every lease it had is lost).
-    pub async fn heartbeat(&self, id: &str) -> Result<bool> {
+    pub(crate) async fn heartbeat(&self, id: &str) -> Result<bool> {
         let n = self
             .exec(
                 "UPDATE feed_processors SET heartbeat_at = {now} WHERE id = ?",
@@ -43,7 +43,7 @@ impl Store {
     }
 
     /// Deletes sessions silent for longer than `expiry`.
-    pub async fn reap_sessions(&self, expiry: Duration) -> Result<u64> {
+    pub(crate) async fn reap_sessions(&self, expiry: Duration) -> Result<u64> {
         self.exec(
             "DELETE FROM feed_processors WHERE heartbeat_at < {now} - ?",
             vec![ms(expiry).into()],
@@ -52,7 +52,7 @@ impl Store {
     }
 
     /// Deletes a session row (graceful shutdown).
-    pub async fn delete_session(&self, id: &str) -> Result<()> {
+    pub(crate) async fn delete_session(&self, id: &str) -> Result<()> {
         self.exec("DELETE FROM feed_processors WHERE id = ?", vec![id.into()])
             .await?;
         Ok(())
