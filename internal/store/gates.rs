@@ -143,9 +143,8 @@ impl Store {
             return Ok(vec![]);
         }
         let sql = format!(
-            "SELECT partition_id, gate, status FROM feed_items \
-             WHERE partition_id IN ({}) AND status NOT IN ('complete', 'cancelled') \
-             GROUP BY partition_id, gate, status",
+            "SELECT DISTINCT partition_id, gate, status FROM feed_items \
+             WHERE partition_id IN ({}) AND status NOT IN ('complete', 'cancelled')",
             marks(ids.len())
         );
         let rows = self

@@ -327,9 +327,6 @@ impl From<bool> for Written {
     }
 }
 
-/// One result as the 12 values of a batch row: id, old_version,
-/// old_attempts, partition_id, session, status, gate, data, delay,
-/// attempts, last_error, bump.
 /// The values of a batch's rows, padded to its size class with rows that
 /// match nothing (a NULL id never matches an item).
 fn padded_values(acks: &[Ack]) -> Vec<Value> {
@@ -344,6 +341,9 @@ fn padded_values(acks: &[Ack]) -> Vec<Value> {
     values
 }
 
+/// One result as the 12 values of a batch row: id, old_version,
+/// old_attempts, partition_id, session, status, gate, data, delay,
+/// attempts, last_error, bump.
 fn row_values(a: &Ack) -> [Value; 12] {
     let (f, w) = (&a.fence, &a.write);
     [
