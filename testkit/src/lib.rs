@@ -13,5 +13,5 @@ pub mod stats;
 pub use db::{Backend, Database, Servers};
 pub use handler::{Call, Handler, json, signed};
 pub use metrics::{Outcomes, metric};
-pub use process::{Process, free_port};
+pub use process::{Process, Reserved, free_port};
 pub use stats::{Stats, percentile};

@@ -16,6 +16,38 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// A port on 127.0.0.1 held bound but not listening: connections to it are
+/// refused, and no other socket (another test's client, an outgoing
+/// connection's source port) can take it until [`Reserved::listen`].
+pub struct Reserved(tokio::net::TcpSocket);
+
+impl Reserved {
+    /// Binds a fresh port.
+    pub fn new() -> Reserved {
+        let socket = tokio::net::TcpSocket::new_v4().expect("a TCP socket");
+        socket
+            .bind(([127, 0, 0, 1], 0).into())
+            .expect("a free port on 127.0.0.1");
+        Reserved(socket)
+    }
+
+    /// The port held.
+    pub fn port(&self) -> u16 {
+        self.0.local_addr().expect("a bound socket").port()
+    }
+
+    /// Starts listening on the held port (needs a Tokio runtime).
+    pub fn listen(self) -> tokio::net::TcpListener {
+        self.0.listen(1024).expect("listen on the held port")
+    }
+}
+
+impl Default for Reserved {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 /// A running `processor run` with `--listen` on a free port.
 pub struct Process {
     /// The child.

@@ -13,7 +13,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use crate::backend_tests;
 use crate::on_all_backends;
 use crate::support::{
-    Handler, Proc, Scene, TestDb, done, free_port, json as reply, no_retry, numbered, retry_after,
+    Handler, Proc, Reserved, Scene, TestDb, done, json as reply, no_retry, numbered, retry_after,
     wait_for,
 };
 
@@ -262,10 +262,10 @@ backend_tests!(database_unreachable_at_start: postgres => Postgres);
 /// says why, reports not ready, and works once the database appears.
 async fn database_unreachable_at_start(db: TestDb) {
     db.partition_of("p", true, false, "block", &["i"]).await;
-    let port = free_port();
+    let port = Reserved::new();
     let url = db
         .url
-        .replace("127.0.0.1:5432", &format!("127.0.0.1:{port}"));
+        .replace("127.0.0.1:5432", &format!("127.0.0.1:{}", port.port()));
     let h = Handler::start(|_| done()).await;
     let p = Proc::start(&TestDb::alias(&db, &url), &h.url(), &[]);
     let ready = format!("http://{}/readyz", p.listen.as_ref().unwrap());
@@ -278,9 +278,7 @@ async fn database_unreachable_at_start(db: TestDb) {
     assert_eq!(reqwest::get(&ready).await.unwrap().status(), 503);
     assert_eq!(db.partition_status("p").await, "available");
     // The database appears: a proxy on the port the processor dials.
-    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
-        .await
-        .unwrap();
+    let listener = port.listen();
     tokio::spawn(async move {
         while let Ok((mut client, _)) = listener.accept().await {
             tokio::spawn(async move {

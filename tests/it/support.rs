@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use sea_orm::{ConnectionTrait, DbBackend, QueryResult, Statement, TryGetableMany};
-pub use testkit::{Backend, Call, Handler, free_port, json, metric, signed};
+pub use testkit::{Backend, Call, Handler, Reserved, free_port, json, metric, signed};
 use testkit::{Database, Process, Servers};
 
 /// A uniquely named database, dropped when the test ends.
@@ -380,17 +380,19 @@ impl Scene {
 }
 
 /// A processor started while nothing listens on its handler's port;
-/// [`DownHandler::up`] brings the handler up there.
+/// [`DownHandler::up`] brings the handler up there (the port is
+/// [`Reserved`] meanwhile).
 pub struct DownHandler {
-    port: u16,
+    port: Reserved,
 }
 
 impl DownHandler {
     /// Starts `processor run` (FAST settings plus `extra`) for a handler
     /// that is down (connection refused).
     pub fn start(db: &TestDb, extra: &[&str]) -> (DownHandler, Proc) {
-        let port = free_port();
-        let processor = Proc::start(db, &format!("http://127.0.0.1:{port}/feed"), extra);
+        let port = Reserved::new();
+        let url = format!("http://127.0.0.1:{}/feed", port.port());
+        let processor = Proc::start(db, &url, extra);
         (DownHandler { port }, processor)
     }
 
@@ -399,9 +401,7 @@ impl DownHandler {
     where
         F: Fn(&Call) -> Response + Send + Sync + 'static,
     {
-        let listener = tokio::net::TcpListener::bind(("127.0.0.1", self.port))
-            .await
-            .unwrap();
+        let listener = self.port.listen();
         Handler::serve(listener, std::sync::Arc::new(Box::new(answer))).await
     }
 }
