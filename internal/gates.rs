@@ -4,25 +4,26 @@
 //! changed by someone else, after one of its results was written and none of
 //! its items are in flight, or when the acquire cycle's level-triggered view
 //! says a check would act on it (so changes made by hand are noticed too).
-//! All checked partitions are read in two statements, whatever their
+//! All checked partitions are read in one statement, whatever their
 //! number. A partition stays marked until its check succeeded, so a failed
 //! statement only delays it.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 
 use crate::Result;
 use crate::leases::Held;
 use crate::metrics::Metrics;
-use crate::store::{GateStatus, HeldPartition, ItemState, OnFailure, Store};
+use crate::store::{GateProbe, HeldPartition, Store};
 
-/// What a gate check did.
+/// What a gate check learned.
 #[derive(Debug, Default)]
 pub struct Checked {
-    /// A gate advanced: new items are ready, poll at once.
-    pub advanced: bool,
+    /// Partitions with work at their gate (found waiting, or just
+    /// advanced): they join the rotation, and the loop polls at once.
+    pub ready: Vec<String>,
 }
 
-/// What the counts of one partition call for.
+/// What the probe of one partition calls for.
 #[derive(Debug, PartialEq)]
 enum Decision {
     /// Items Feed cannot run (below the gate, unknown status) must be failed first.
@@ -39,35 +40,15 @@ enum Decision {
     Hold,
 }
 
-fn decide(p: &HeldPartition, counts: &[&GateStatus]) -> Decision {
-    let unrunnable = counts.iter().any(|c| match c.status {
-        ItemState::Available => c.gate < p.gate,
-        ItemState::Failed => false,
-        // Finished items are not counted; any other status cannot be run.
-        ItemState::Complete | ItemState::Cancelled | ItemState::Unknown(_) => true,
-    });
-    if unrunnable {
-        return Decision::FailUnrunnable;
-    }
-    if counts
-        .iter()
-        .any(|c| c.status == ItemState::Available && c.gate == p.gate)
-    {
-        return Decision::Wait;
-    }
-    if p.on_failure == OnFailure::Block && counts.iter().any(|c| c.status == ItemState::Failed) {
-        return Decision::Fail;
-    }
-    match counts
-        .iter()
-        .filter(|c| c.status == ItemState::Available)
-        .map(|c| c.gate)
-        .min()
-    {
-        Some(_) if p.manual_checkpoint => Decision::Hold,
-        Some(g) => Decision::Advance(g),
-        None if p.auto_close => Decision::Close,
-        None => Decision::Hold,
+fn decide(p: &HeldPartition, probe: GateProbe) -> Decision {
+    match probe {
+        GateProbe::Waiting => Decision::Wait,
+        GateProbe::Unrunnable => Decision::FailUnrunnable,
+        GateProbe::Blocked => Decision::Fail,
+        GateProbe::Next(Some(_)) if p.manual_checkpoint => Decision::Hold,
+        GateProbe::Next(Some(g)) => Decision::Advance(g),
+        GateProbe::Next(None) if p.auto_close => Decision::Close,
+        GateProbe::Next(None) => Decision::Hold,
     }
 }
 
@@ -106,8 +87,7 @@ pub async fn check(
     // Until a partition's check has succeeded its mark stays: an error
     // anywhere below returns with the remaining marks intact.
     let parts = store.partitions_for_check(me, &ids).await?;
-    let counts = store.unfinished_statuses(&ids).await?;
-    let present: HashSet<&str> = parts.iter().map(|p| p.id.as_str()).collect();
+    let present: HashSet<&str> = parts.iter().map(|(p, _)| p.id.as_str()).collect();
     for id in &ids {
         if !present.contains(id.as_str()) {
             held.dirty.remove(id);
@@ -117,16 +97,8 @@ pub async fn check(
             }
         }
     }
-    let mut by_partition: BTreeMap<&str, Vec<&GateStatus>> = BTreeMap::new();
-    for c in &counts {
-        by_partition
-            .entry(c.partition_id.as_str())
-            .or_default()
-            .push(c);
-    }
-    for p in &parts {
-        let mine = by_partition.get(p.id.as_str()).cloned().unwrap_or_default();
-        if apply(fanin, me, held, p, decide(p, &mine), &mut out).await? {
+    for (p, probe) in &parts {
+        if apply(fanin, me, held, p, decide(p, *probe), &mut out).await? {
             held.dirty.remove(&p.id);
         }
         // Otherwise someone changed it meanwhile (OCC) or items were just
@@ -150,7 +122,11 @@ async fn apply(
 ) -> Result<bool> {
     let store = fanin.store;
     match decision {
-        Decision::Wait | Decision::Hold => Ok(true),
+        Decision::Wait => {
+            out.ready.push(p.id.clone());
+            Ok(true)
+        }
+        Decision::Hold => Ok(true),
         Decision::FailUnrunnable => {
             let n = store.fail_unrunnable(p, me).await?;
             tracing::warn!(partition = %p.id, gate = p.gate, items = n, "failed items that can never run (below the partition's gate or with an unknown status); see their last_error");
@@ -162,7 +138,7 @@ async fn apply(
                 tracing::info!(partition = %p.id, from = p.gate, gate = g, "gate advanced");
                 fanin.metrics.gate_advances.inc();
                 held.versions.insert(p.id.clone(), p.version + 1);
-                out.advanced = true;
+                out.ready.push(p.id.clone());
             }
             Ok(ok)
         }
@@ -187,6 +163,7 @@ async fn apply(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::OnFailure;
 
     fn part(gate: i64) -> HeldPartition {
         HeldPartition {
@@ -199,66 +176,24 @@ mod tests {
         }
     }
 
-    fn count(gate: i64, status: &str) -> GateStatus {
-        GateStatus {
-            partition_id: "p".into(),
-            gate,
-            status: ItemState::from_stored(status),
-        }
-    }
-
     #[test]
     fn decisions() {
         let p = part(1);
-        let (a1, a3, f1, a0) = (
-            count(1, "available"),
-            count(3, "available"),
-            count(1, "failed"),
-            count(0, "available"),
-        );
-        assert_eq!(decide(&p, &[&a1, &a3]), Decision::Wait);
-        assert_eq!(decide(&p, &[&a3]), Decision::Advance(3));
-        assert_eq!(decide(&p, &[]), Decision::Close);
-        assert_eq!(decide(&p, &[&f1, &a3]), Decision::Fail);
-        assert_eq!(decide(&p, &[&a0]), Decision::FailUnrunnable);
-        assert_eq!(decide(&p, &[&count(1, "weird")]), Decision::FailUnrunnable);
-        assert_eq!(
-            decide(&p, &[&count(2, "failed ")]),
-            Decision::FailUnrunnable
-        );
-        let cont = HeldPartition {
-            on_failure: OnFailure::Continue,
-            ..part(1)
-        };
-        assert_eq!(decide(&cont, &[&f1, &a3]), Decision::Advance(3));
-        assert_eq!(decide(&cont, &[&f1]), Decision::Close);
+        assert_eq!(decide(&p, GateProbe::Waiting), Decision::Wait);
+        assert_eq!(decide(&p, GateProbe::Next(Some(3))), Decision::Advance(3));
+        assert_eq!(decide(&p, GateProbe::Next(None)), Decision::Close);
+        assert_eq!(decide(&p, GateProbe::Blocked), Decision::Fail);
+        assert_eq!(decide(&p, GateProbe::Unrunnable), Decision::FailUnrunnable);
         let manual = HeldPartition {
             manual_checkpoint: true,
             ..part(1)
         };
-        assert_eq!(decide(&manual, &[&a3]), Decision::Hold);
+        assert_eq!(decide(&manual, GateProbe::Next(Some(3))), Decision::Hold);
+        assert_eq!(decide(&manual, GateProbe::Next(None)), Decision::Close);
         let open = HeldPartition {
             auto_close: false,
             ..part(1)
         };
-        assert_eq!(decide(&open, &[]), Decision::Hold);
-    }
-
-    #[test]
-    fn unknown_status() {
-        let weird = count(1, "on-hold");
-        assert_eq!(weird.status, ItemState::Unknown("on-hold".into()));
-        let p = part(1);
-        // An unknown status is failed first, even next to runnable work.
-        let a1 = count(1, "available");
-        assert_eq!(decide(&p, &[&a1, &weird]), Decision::FailUnrunnable);
-        let cont = HeldPartition {
-            on_failure: OnFailure::Continue,
-            ..part(1)
-        };
-        assert_eq!(decide(&cont, &[&weird]), Decision::FailUnrunnable);
-        for s in ["available", "complete", "failed", "cancelled"] {
-            assert!(!matches!(ItemState::from_stored(s), ItemState::Unknown(_)));
-        }
+        assert_eq!(decide(&open, GateProbe::Next(None)), Decision::Hold);
     }
 }

@@ -22,8 +22,23 @@ use std::collections::{HashMap, HashSet};
 use rand::seq::{IndexedRandom, SliceRandom};
 
 use crate::metrics::Metrics;
-use crate::store::{LeaseCounts, Store};
+use crate::store::{LEASE_CHUNK, LeaseCounts, STRANDED_SLICE, Store};
 use crate::{Config, Result};
+
+/// Full sweeps of the held partitions' probes take at most this many
+/// acquire cycles (30 s at the default `--acquire-interval` of 2 s).
+const SWEEP_CYCLES: usize = 15;
+
+/// The smallest slice of held partitions probed per cycle.
+const MIN_SLICE: usize = 1_000;
+
+/// Partitions taken per acquire cycle at most; a cycle that took this many
+/// asks for the next one at once, so a large backlog is leased in bounded
+/// steps while dispatch goes on between them.
+const TAKE_PER_CYCLE: usize = 5_000;
+
+/// A stolen partition is picked at random among this many of the victim's.
+const STEAL_PICK: i64 = 1_000;
 
 /// What this processor holds, as the dispatch loop tracks it.
 #[derive(Debug, Default)]
@@ -33,6 +48,11 @@ pub struct Held {
     /// Partitions whose gate must be checked (new, changed, written to, or
     /// found stuck by the acquire cycle).
     pub dirty: HashSet<String>,
+    /// Where the next slice of the probe sweep starts (ids in order, wrapping).
+    sweep: String,
+    /// Where the next slice of the stranded sweep over `complete`
+    /// partitions starts.
+    stranded: String,
 }
 
 /// What an acquire cycle works with: the store, the counters it sets and
@@ -54,6 +74,17 @@ impl<'a> Leasing<'a> {
     }
 }
 
+/// What an acquire cycle learned.
+#[derive(Debug, Default)]
+pub struct Balanced {
+    /// More free partitions wait than one cycle takes: run the next soon.
+    pub more: bool,
+    /// Held partitions of this cycle's slice with work ready now: they
+    /// join the rotation (work that no event announced, such as a retry
+    /// whose backoff ended, is found this way).
+    pub ready: Vec<String>,
+}
+
 /// One acquire cycle for session `me`; `busy` are the partitions with
 /// items in flight or buffered here.
 pub async fn balance(
@@ -61,7 +92,7 @@ pub async fn balance(
     me: &str,
     held: &mut Held,
     busy: &HashSet<String>,
-) -> Result<()> {
+) -> Result<Balanced> {
     let store = leasing.store;
     let cfg = leasing.config;
     let expiry = cfg.session_expiry;
@@ -70,8 +101,13 @@ pub async fn balance(
         tracing::info!(sessions = reaped, "deleted dead sessions");
     }
 
-    let rows = store.held_partitions(me).await?;
-    let now: HashMap<String, i64> = rows.iter().map(|r| (r.id.clone(), r.version)).collect();
+    // Every held partition's version (cheap columns), so that partitions
+    // lost or changed by someone else are seen every cycle.
+    let now: HashMap<String, i64> = store
+        .partitions_of(me, i64::MAX)
+        .await?
+        .into_iter()
+        .collect();
     for id in held.versions.keys() {
         if !now.contains_key(id) {
             tracing::info!(partition = %id, "lost partition (taken by another processor, released or closed by someone else)");
@@ -79,27 +115,50 @@ pub async fn balance(
             held.dirty.remove(id);
         }
     }
-    // Level-triggered fan-in: whatever happened (a result written by a
-    // former owner, an item deleted or completed by hand), a held partition
-    // that a gate check would act on is checked again.
-    for r in &rows {
-        let changed = held.versions.get(&r.id) != Some(&r.version);
-        if changed || (r.stuck && !busy.contains(&r.id)) {
-            held.dirty.insert(r.id.clone());
+    for (id, version) in &now {
+        if held.versions.get(id) != Some(version) {
+            held.dirty.insert(id.clone());
         }
     }
     held.versions = now;
+    // Level-triggered fan-in: whatever happened (a result written by a
+    // former owner, an item deleted or completed by hand), a held partition
+    // that a gate check would act on is checked again. The probes run on
+    // one slice per cycle, so every partition is probed within
+    // SWEEP_CYCLES cycles.
+    let slice = (held.versions.len() / SWEEP_CYCLES).max(MIN_SLICE);
+    let rows = store.held_slice(me, &held.sweep, slice).await?;
+    held.sweep = match rows.last() {
+        Some(last) if rows.len() >= slice => last.id.clone(),
+        _ => String::new(),
+    };
+    let mut out = Balanced::default();
+    for r in &rows {
+        if r.stuck && !busy.contains(&r.id) {
+            held.dirty.insert(r.id.clone());
+        }
+        if r.ready {
+            out.ready.push(r.id.clone());
+        }
+    }
 
-    let counts = store.lease_counts(me, expiry).await?;
+    let counts = store.lease_counts(me, expiry, &held.stranded).await?;
     leasing.metrics.sessions_alive.set(counts.sessions);
     leasing.metrics.backlog.set(counts.backlog);
+    let end = counts.stranded_end.clone().unwrap_or_default();
     if counts.stranded > 0 {
-        let n = store.reopen_stranded().await?;
+        let n = store.reopen_stranded(&held.stranded, &end).await?;
         tracing::info!(
             partitions = n,
             "reopened complete partitions that had available items (added with plain SQL)"
         );
     }
+    // The next slice; a short one was the last, so the sweep wraps.
+    held.stranded = if counts.stranded_slice >= STRANDED_SLICE {
+        end
+    } else {
+        String::new()
+    };
     let caps = if counts.capped > 0 {
         store.session_caps(expiry).await?
     } else {
@@ -110,14 +169,15 @@ pub async fn balance(
 
     // At the cap, make room: give back partitions with nothing to do while
     // partitions with work wait unleased.
-    if let Some(cap) = cap
-        && counts.mine >= cap
-        && counts.free_ready > 0
-    {
+    let free_ready = match cap {
+        Some(cap) if counts.mine >= cap => store.free_ready(expiry, cap).await?,
+        _ => 0,
+    };
+    if free_ready > 0 {
         let idle = rows
             .iter()
             .filter(|r| !r.ready && !r.stuck && !busy.contains(&r.id));
-        for r in idle.take(counts.free_ready as usize) {
+        for r in idle.take(free_ready as usize) {
             if store.release(&r.id, r.version, me).await? {
                 tracing::info!(partition = %r.id, "released an idle partition to make room for one with work");
                 held.versions.remove(&r.id);
@@ -127,32 +187,63 @@ pub async fn balance(
         }
     }
     if want > 0 {
-        let mut free = store
-            .free_partitions(expiry, (want as usize) * 2 + 8)
-            .await?;
-        // Those with work first (the query orders them so), at random within.
-        free.shuffle(&mut rand::rng());
-        free.sort_by_key(|f| !f.ready);
-        for f in free {
-            if want == 0 {
-                break;
-            }
-            if store.lease(&f.id, f.version, me).await? {
-                tracing::info!(partition = %f.id, "leased partition");
-                held.versions.insert(f.id.clone(), f.version + 1);
-                held.dirty.insert(f.id);
-                want -= 1;
-            }
-        }
+        let allowed = (want as usize).min(TAKE_PER_CYCLE);
+        let took = take_free(leasing, me, held, allowed).await?;
+        want -= took as i64;
+        out.more = took == TAKE_PER_CYCLE;
     }
-    if want > 0 {
+    if want > 0 && !out.more {
         steal_one(leasing, me, held.versions.len() as i64, held).await?;
     }
     leasing
         .metrics
         .partitions_held
         .set(held.versions.len() as i64);
-    Ok(())
+    Ok(out)
+}
+
+/// Takes up to `want` free partitions and returns how many it took. A few
+/// are picked with work first (at random within, so processors racing for
+/// them spread out); many are read and leased page by page in id order,
+/// [`LEASE_CHUNK`] per statement, so every statement stays bounded.
+async fn take_free(leasing: &Leasing<'_>, me: &str, held: &mut Held, want: usize) -> Result<usize> {
+    let store = leasing.store;
+    let expiry = leasing.config.session_expiry;
+    let mut took = 0;
+    let mut after = String::new();
+    while took < want {
+        let left = want - took;
+        let paged = left > LEASE_CHUNK;
+        let mut free = if paged {
+            store.free_page(expiry, &after, LEASE_CHUNK).await?
+        } else {
+            store.free_partitions(expiry, left * 2 + 8).await?
+        };
+        let Some(last) = free.last() else {
+            break;
+        };
+        after = last.id.clone();
+        if !paged {
+            free.shuffle(&mut rand::rng());
+            free.sort_by_key(|f| !f.ready);
+        }
+        let pick: Vec<(String, i64)> = free
+            .into_iter()
+            .take(left)
+            .map(|f| (f.id, f.version))
+            .collect();
+        let got = pick.len();
+        for (id, version) in store.lease_many(&pick, me).await? {
+            tracing::info!(partition = %id, "leased partition");
+            held.versions.insert(id.clone(), version);
+            held.dirty.insert(id);
+            took += 1;
+        }
+        if !paged || got < LEASE_CHUNK {
+            break;
+        }
+    }
+    Ok(took)
 }
 
 /// This session's share of the active partitions: the smallest level `t`
@@ -198,7 +289,7 @@ async fn steal_one(leasing: &Leasing<'_>, me: &str, mine: i64, held: &mut Held) 
         return Ok(());
     }
     let pick = store
-        .partitions_of(&owner)
+        .partitions_of(&owner, STEAL_PICK)
         .await?
         .choose(&mut rand::rng())
         .cloned();
@@ -223,9 +314,10 @@ mod tests {
             capped: 0,
             active,
             mine: 0,
-            free_ready: 0,
             backlog: 0,
             stranded: 0,
+            stranded_slice: 0,
+            stranded_end: None,
         }
     }
 

@@ -1,9 +1,14 @@
 //! The round-robin order in which a processor serves its partitions that
-//! have ready work. Discovering which partitions have work costs a query,
-//! so it is done when the rotation runs dry, after a wake-up, and at most
-//! every poll interval otherwise (so a partition that gets new work joins
-//! the rotation within one poll interval); in between, each refill serves
-//! the next partitions in turn and keeps those that still have work.
+//! have ready work.
+//!
+//! Partitions join it from what the processor learns anyway: a gate check
+//! that found work at the gate (or advanced it), a slice of the acquire
+//! cycle's probes that found work ready, and a look at the items written
+//! since the last look (new work from producers, by write order). That
+//! look is due every poll interval, or at once after a wake-up; it reads
+//! only the rows written since the last one, so finding work costs nothing
+//! per held partition. In between, each refill serves the next partitions
+//! in turn and keeps those that still have work.
 
 use std::collections::{HashSet, VecDeque};
 
@@ -14,34 +19,31 @@ use tokio::time::Instant;
 pub struct Rotation {
     queue: VecDeque<String>,
     members: HashSet<String>,
-    /// Where the next discovery starts (ids are visited in order, wrapping).
-    pub cursor: String,
-    /// When the next discovery is due; None = now.
+    /// The write position up to which new items have been looked at; None
+    /// until the first look.
+    pub mark: Option<i64>,
+    /// When the next look at new items is due; None = now.
     due: Option<Instant>,
 }
 
 impl Rotation {
-    /// Whether a discovery should run before the next refill.
+    /// Whether a look at new items should run before the next refill.
     pub fn needs_discovery(&self, now: Instant) -> bool {
-        self.queue.is_empty() || self.due.is_none_or(|d| now >= d)
+        self.due.is_none_or(|d| now >= d)
     }
 
-    /// Asks for a discovery before the next refill (new work may be ready).
+    /// Asks for a look at new items before the next refill.
     pub fn rediscover(&mut self) {
         self.due = None;
     }
 
-    /// Adds discovered partitions at the end, in order; the next discovery
-    /// is due at `next`.
-    pub fn discovered(&mut self, ids: Vec<String>, next: Instant) {
-        if let Some(last) = ids.last() {
-            self.cursor = last.clone();
-        }
+    /// Records a look at new items: their partitions (those held) join the
+    /// rotation, the mark moves to `mark`, and the next look is due at `next`.
+    pub fn discovered(&mut self, ids: impl IntoIterator<Item = String>, mark: i64, next: Instant) {
         for id in ids {
-            if self.members.insert(id.clone()) {
-                self.queue.push_back(id);
-            }
+            self.offer(id);
         }
+        self.mark = Some(mark);
         self.due = Some(next);
     }
 
@@ -55,8 +57,9 @@ impl Rotation {
         taken
     }
 
-    /// Puts a served partition that still has work at the end.
-    pub fn keep(&mut self, id: String) {
+    /// Puts a partition that has (or may have) work at the end, unless it
+    /// is already waiting.
+    pub fn offer(&mut self, id: String) {
         if self.members.insert(id.clone()) {
             self.queue.push_back(id);
         }
@@ -84,17 +87,21 @@ mod tests {
         let mut r = Rotation::default();
         assert!(r.needs_discovery(now));
         r.discovered(
-            vec!["a".into(), "b".into(), "c".into()],
+            ["a", "b", "c", "a"].map(String::from),
+            7,
             now + std::time::Duration::from_secs(1),
         );
         assert!(!r.needs_discovery(now));
-        assert_eq!(r.cursor, "c");
+        assert_eq!(r.mark, Some(7));
         assert_eq!(r.take(2), vec!["a", "b"]);
-        r.keep("a".into());
+        r.offer("a".into());
         // b ran dry; a goes behind c.
         assert_eq!(r.take(5), vec!["c", "a"]);
-        assert!(r.needs_discovery(now), "an empty rotation discovers");
-        r.discovered(vec!["c".into(), "c".into()], now);
+        assert!(r.is_empty());
+        r.offer("c".into());
+        r.offer("c".into());
         assert_eq!(r.take(5), vec!["c"], "no duplicates");
+        r.rediscover();
+        assert!(r.needs_discovery(now));
     }
 }

@@ -9,20 +9,78 @@ use testkit::{Backend, Outcomes};
 
 use crate::Args;
 use crate::cpu::{CpuSnap, CpuUse, clk_tck, pid_ticks};
-use crate::fixture::{Db, Proc, enqueue_backlog};
+use crate::fixture::{Db, Proc, enqueue_backlog, insert_backlog};
 use crate::handler::Handler;
 use crate::report::DrainRun;
+
+/// How the backlog is written before the processor starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Backlog {
+    /// Store::enqueue, one transaction per partition (what a library user does).
+    Enqueue,
+    /// Multi-row INSERTs in plain SQL (single-step items only): fast enough
+    /// for a million items.
+    Sql,
+}
 
 /// What one drain runs.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Workload {
     pub(crate) items: usize,
+    pub(crate) partitions: usize,
+    pub(crate) backlog: Backlog,
     pub(crate) processors: usize,
     /// Each item takes 3 handler steps across 2 gates.
     pub(crate) multistep: bool,
     /// Flags beyond the defaults (e.g. `--batch-size`).
     pub(crate) flags: &'static [&'static str],
 }
+
+impl Workload {
+    /// `items` single-step items over `--partitions`, enqueued, one processor
+    /// at its defaults.
+    pub(crate) fn new(args: &Args, items: usize) -> Workload {
+        Workload {
+            items,
+            partitions: args.partitions,
+            backlog: Backlog::Enqueue,
+            processors: 1,
+            multistep: false,
+            flags: &[],
+        }
+    }
+}
+
+/// Waits at least `floor`, and ten times what the last poll took, between
+/// polls of a count: over a million partitions a count is a scan, and the
+/// benchmark must not become the database's main load.
+struct Throttle {
+    floor: Duration,
+    next: Instant,
+}
+
+impl Throttle {
+    fn new(floor: Duration) -> Throttle {
+        Throttle {
+            floor,
+            next: Instant::now(),
+        }
+    }
+
+    fn due(&self, now: Instant) -> bool {
+        now >= self.next
+    }
+
+    /// Records a poll that started at `started`.
+    fn polled(&mut self, started: Instant) {
+        let now = Instant::now();
+        self.next = now + self.floor.max((now - started) * 10);
+    }
+}
+
+/// Partitions leased at least once: held now, or no longer available.
+const LEASED: &str =
+    "SELECT COUNT(*) AS n FROM feed_partitions WHERE owner IS NOT NULL OR status <> 'available'";
 
 /// One drain on a fresh database with `processors` processors.
 pub(crate) async fn drain_once(
@@ -47,11 +105,16 @@ pub(crate) async fn drain_on(
 ) -> Result<DrainRun> {
     let Workload {
         items,
+        partitions,
         processors,
         multistep,
         ..
     } = w;
-    let enqueue = enqueue_backlog(db, items, args.partitions, multistep).await?;
+    let enqueue = match w.backlog {
+        Backlog::Enqueue => enqueue_backlog(db, items, partitions, multistep).await?,
+        Backlog::Sql if multistep => bail!("plain-SQL backlogs are single-step"),
+        Backlog::Sql => insert_backlog(db, items, partitions).await?,
+    };
     handler.state.reset();
     let cpu0 = CpuSnap::take();
     let mut procs = Vec::with_capacity(processors);
@@ -62,10 +125,30 @@ pub(crate) async fn drain_on(
     let deadline = spawned + Duration::from_secs(args.timeout);
     let mut timed_out = false;
     let mut last_check = Instant::now();
+    let (mut open_poll, mut lease_poll) = (
+        Throttle::new(Duration::from_millis(20)),
+        Throttle::new(Duration::from_millis(200)),
+    );
+    let (mut leased, mut leasing_s) = (0, None);
     let done_at = loop {
+        if leasing_s.is_none() && lease_poll.due(Instant::now()) {
+            let t = Instant::now();
+            leased = db.count(LEASED).await? as usize;
+            lease_poll.polled(t);
+            if leased >= partitions {
+                leasing_s = Some(spawned.elapsed().as_secs_f64());
+            }
+        }
+        if !open_poll.due(Instant::now()) {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            continue;
+        }
+        let t = Instant::now();
         let (open, failed) = db.open_partitions().await?;
+        open_poll.polled(t);
         let now = Instant::now();
         if open == 0 {
+            leasing_s.get_or_insert(now.duration_since(spawned).as_secs_f64());
             break now;
         }
         if failed > 0 {
@@ -81,7 +164,6 @@ pub(crate) async fn drain_on(
             }
             last_check = now;
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
     };
     let posts = handler.state.posts.load(Ordering::SeqCst);
     let cpu1 = CpuSnap::take();
@@ -115,7 +197,7 @@ pub(crate) async fn drain_on(
         .saturating_duration_since(first)
         .as_secs_f64()
         .max(1e-6);
-    let finished_items = if timed_out {
+    let finished = if timed_out {
         db.count("SELECT COUNT(*) AS n FROM feed_items WHERE status = 'complete'")
             .await? as usize
     } else {
@@ -126,20 +208,23 @@ pub(crate) async fn drain_on(
     }
     Ok(DrainRun {
         items,
-        partitions: args.partitions,
+        finished,
+        partitions,
         processors,
         steps_per_item: if multistep { 3 } else { 1 },
         enqueue_s: enqueue.as_secs_f64(),
         startup_s: first.saturating_duration_since(spawned).as_secs_f64(),
         drain_s: drain,
-        items_per_s: finished_items as f64 / drain,
+        items_per_s: finished as f64 / drain,
         posts,
         posts_per_s: posts as f64 / drain,
         outcomes: m,
-        statements_per_item: m.statements as f64 / finished_items.max(1) as f64,
+        statements_per_item: m.statements as f64 / finished.max(1) as f64,
         done_per_processor: done_per,
         peak_rss_mib: peak,
         timed_out,
+        leasing_s,
+        leased: if timed_out { leased } else { partitions },
         ceiling_posts_per_s: None,
         cpu,
     })

@@ -5,9 +5,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Result, bail};
 use feed::store::{NewItem, PartitionSpec};
-use testkit::percentile;
+use testkit::{Backend, percentile};
 
 use crate::Args;
+use crate::cpu::{clk_tck, database_ticks, pid_ticks};
 use crate::fixture::{Db, Proc, idle_partitions, item_body, wait_held};
 use crate::handler::Handler;
 use crate::report::{Idle, Pickup};
@@ -90,25 +91,33 @@ pub(crate) async fn idle(db: &Db, args: &Args, handler: &Handler) -> Result<Idle
     idle_partitions(db, n).await?;
     let client = reqwest::Client::new();
     let mut proc = Proc::spawn(&db.url, &handler.url(), &[])?;
-    let held = wait_held(db, &mut [&mut proc], n, Duration::from_secs(240)).await?;
+    let wait = Duration::from_secs(args.timeout);
+    let held = wait_held(db, &mut [&mut proc], n, wait).await?;
     let hold_s = proc.spawned.elapsed().as_secs_f64();
     if held < n {
         eprintln!(
-            "  warning: only {held} of {n} idle partitions held after 240 s; measuring anyway"
+            "  warning: only {held} of {n} idle partitions held after {} s; measuring anyway",
+            args.timeout
         );
     }
-    let mut series = Vec::new();
+    // Per second: statements, then database and processor CPU ticks.
+    let (mut series, mut ticks) = (Vec::new(), Vec::new());
     let start = Instant::now();
     for k in 0..=args.idle_observe {
         tokio::time::sleep_until((start + Duration::from_secs(k)).into()).await;
         proc.check_alive()?;
         series.push(proc.outcomes(&client).await.statements);
+        ticks.push((database_ticks(), pid_ticks(proc.child.id())));
     }
     let (rss, hwm) = proc.memory();
     proc.stop().await;
     let w = args.idle_window.min(args.idle_observe) as usize;
     let last = series[series.len() - 1];
     let before = series[series.len() - 1 - w];
+    let ((db1, p1), (db0, p0)) = (ticks[ticks.len() - 1], ticks[ticks.len() - 1 - w]);
+    let share = |a: u64, b: u64| (a - b) as f64 / clk_tck() / w as f64;
+    // Without a database server (SQLite), the database's share is the processor's.
+    let database_cpu_share = (db.backend != Backend::Sqlite).then(|| share(db1, db0));
     Ok(Idle {
         partitions: n,
         held,
@@ -119,6 +128,8 @@ pub(crate) async fn idle(db: &Db, args: &Args, handler: &Handler) -> Result<Idle
         statements_per_s: (last - before) as f64 / w as f64,
         rss_mib: rss,
         peak_rss_mib: hwm,
+        database_cpu_share,
+        processor_cpu_share: Some(share(p1, p0)),
     })
 }
 

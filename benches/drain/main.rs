@@ -9,13 +9,25 @@
 //! cargo bench --bench drain -- --quick           # 10,000 items, lighter idle and pickup phases
 //! cargo bench --bench drain -- --backends postgres --items 20000
 //! cargo bench --bench drain -- --help            # every option (each also FEED_BENCH_*)
+//! cargo bench --bench drain -- --shapes          # adds the shapes phase (see below)
+//! cargo bench --bench drain -- --backends postgres --shapes 100,10000 --skip ceiling,pickup,idle,multistep,scale,batch,peer
 //! ```
+//!
+//! The shapes phase drains the same N items (1,000,000 on PostgreSQL,
+//! 100,000 elsewhere; `--quick` 100,000 and 20,000; `--shape-items`) as
+//! 100 × N/100, 1,000 × …, 10,000 × …, 100,000 × … and N × 1 partitions ×
+//! items, written with multi-row INSERTs in plain SQL, and reports items/s,
+//! the ratio to the 100-partition reference shape, statements and CPU per
+//! item, peak RSS and the leasing time (spawn → every partition leased
+//! once); after the 10,000-partition shape (`--prune-after`) it times
+//! `Store::prune` over all its items. It is off unless `--shapes` is given:
+//! at a million items per shape it would add many minutes to the full run.
 //!
 //! Every figure comes from the real binary at its default settings (only
 //! `--database-url`, `--handler-url` and `--listen` are given) against a
 //! fresh, uniquely named database per run, which is dropped afterwards.
-//! Items are enqueued with [`feed::Store::enqueue`] before the processor
-//! starts; the drain is timed from the handler's first POST until the
+//! Items are enqueued with [`feed::Store::enqueue`] (the shapes phase: plain
+//! SQL) before the processor starts; the drain is timed from the handler's first POST until the
 //! database shows every partition complete. Statement counts come from the
 //! processor's own `feed_statements_total` on `/metrics`. Nothing here is a
 //! pass/fail test: it prints a table and writes JSON to `target/bench/`.
@@ -29,6 +41,7 @@ mod handler;
 mod latency;
 mod peer;
 mod report;
+mod shapes;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -44,8 +57,10 @@ use crate::fixture::{Db, processor_bin};
 use crate::handler::{Handler, ceiling};
 use crate::latency::{idle, pickup};
 use crate::report::{
-    BackendReport, Machine, Report, Scenario, describe, mib, print_ratios, print_tables, scenario,
+    BackendReport, Machine, Report, Scenario, describe, mib, print_ratios, print_shapes,
+    print_tables, scenario, share,
 };
+use crate::shapes::{ALL_SHAPES, ShapeSel, shape_sel, shapes};
 
 // ---------------------------------------------------------------- options
 
@@ -66,6 +81,8 @@ pub(crate) enum Phase {
     Batch,
     /// graphile-worker on PostgreSQL (needs Node.js and npm).
     Peer,
+    /// The same items as 100 × N/100 … N × 1 partitions × items (only with --shapes).
+    Shapes,
 }
 
 /// The batch phase's processor flags.
@@ -144,7 +161,25 @@ pub(crate) struct Args {
     /// Give up on one drain after this many seconds (reported as a partial rate)
     #[arg(long, env = "FEED_BENCH_TIMEOUT", value_parser = clap::value_parser!(u64).range(5..), default_value_t = 300)]
     pub(crate) timeout: u64,
-    /// Phases to skip, comma-separated: ceiling, pickup, idle, multistep, scale, batch, peer
+    /// Runs the shapes phase (off by default: on PostgreSQL it drains a million items once per
+    /// shape) over these partition counts, `n` meaning N × 1; `--shapes` alone runs every shape
+    #[arg(
+        long,
+        env = "FEED_BENCH_SHAPES",
+        value_parser = shape_sel,
+        value_delimiter = ',',
+        num_args = 0..,
+        default_missing_value = ALL_SHAPES
+    )]
+    pub(crate) shapes: Option<Vec<ShapeSel>>,
+    /// Items N of every shape [default: 1000000 on PostgreSQL, 100000 elsewhere;
+    /// --quick: 100000 and 20000]
+    #[arg(long, env = "FEED_BENCH_SHAPE_ITEMS", value_parser = at_least_one)]
+    shape_items: Option<usize>,
+    /// After the shape with this many partitions drains, time Store::prune over all its items
+    #[arg(long, env = "FEED_BENCH_PRUNE_AFTER", default_value_t = 10_000)]
+    pub(crate) prune_after: usize,
+    /// Phases to skip, comma-separated: ceiling, pickup, idle, multistep, scale, batch, peer, shapes
     #[arg(long, env = "FEED_BENCH_SKIP", value_enum, value_delimiter = ',')]
     pub(crate) skip: Vec<Phase>,
     /// PostgreSQL server (databases are created and dropped on it)
@@ -188,6 +223,16 @@ impl Args {
         self.variant_items.unwrap_or(self.items.min(25_000))
     }
 
+    /// `--shape-items`, or the default N of `backend` in this mode.
+    pub(crate) fn shape_items(&self, backend: Backend) -> usize {
+        self.shape_items.unwrap_or(match (self.quick, backend) {
+            (false, Backend::Postgres) => 1_000_000,
+            (false, _) => 100_000,
+            (true, Backend::Postgres) => 100_000,
+            (true, _) => 20_000,
+        })
+    }
+
     pub(crate) fn servers(&self) -> Servers {
         Servers {
             postgres: self.postgres_url.clone(),
@@ -196,7 +241,7 @@ impl Args {
     }
 
     pub(crate) fn runs(&self, p: Phase) -> bool {
-        !self.skip.contains(&p)
+        !self.skip.contains(&p) && (p != Phase::Shapes || self.shapes.is_some())
     }
 }
 
@@ -225,12 +270,7 @@ async fn run_backend(
             args,
             handler,
             client,
-            Workload {
-                items: args.items,
-                processors: 1,
-                multistep: false,
-                flags: &[],
-            },
+            Workload::new(args, args.items),
         )
         .await
         {
@@ -256,10 +296,8 @@ async fn run_backend(
 
     if args.runs(Phase::Batch) {
         let w = Workload {
-            items: args.items,
-            processors: 1,
-            multistep: false,
             flags: BATCH_FLAGS,
+            ..Workload::new(args, args.items)
         };
         let ctx = (backend, args, handler, client);
         rep.batch = Some(variant(ctx, "batch 100", w, ceil, args.runs).await);
@@ -285,11 +323,14 @@ async fn run_backend(
         match Db::scoped(backend, args, 4, async |db| idle(db, args, handler).await).await {
             Ok(i) => {
                 println!(
-                    "  idle: {} partitions held after {:.1}s; {:.2} statements/s over the last {:.0}s; RSS {}",
+                    "  idle: {} partitions held after {:.1}s; {:.2} statements/s over the last {:.0}s; \
+                     CPU of a core: database {}, processor {}; RSS {}",
                     i.held,
                     i.hold_s,
                     i.statements_per_s,
                     i.window_s,
+                    share(i.database_cpu_share),
+                    share(i.processor_cpu_share),
                     mib(i.rss_mib)
                 );
                 rep.idle = Some(i);
@@ -301,13 +342,15 @@ async fn run_backend(
         }
     }
 
+    if let Some(sel) = args.shapes.as_deref().filter(|_| args.runs(Phase::Shapes)) {
+        rep.shapes = Some(shapes(backend, args, sel, handler, client).await);
+    }
+
     let variants = args.variants_on.contains(&backend);
     if variants && args.runs(Phase::Multistep) {
         let w = Workload {
-            items: args.variant_items(),
-            processors: 1,
             multistep: true,
-            flags: &[],
+            ..Workload::new(args, args.variant_items())
         };
         let ctx = (backend, args, handler, client);
         rep.multistep = Some(
@@ -324,10 +367,8 @@ async fn run_backend(
     if variants && args.runs(Phase::Scale) {
         for n in [2, 3] {
             let w = Workload {
-                items: args.variant_items(),
                 processors: n,
-                multistep: false,
-                flags: &[],
+                ..Workload::new(args, args.variant_items())
             };
             let ctx = (backend, args, handler, client);
             rep.scale
@@ -498,6 +539,7 @@ async fn main() -> Result<()> {
     report.machine.loadavg_end = loadavg();
     print_ratios(&report);
     print_tables(&report);
+    print_shapes(&report);
 
     let dir = out_dir(&args);
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;

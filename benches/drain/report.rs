@@ -7,15 +7,18 @@ use testkit::{Outcomes, Stats};
 use crate::Args;
 use crate::cpu::CpuUse;
 use crate::peer::{GRAPHILE_WORKER, PeerRun};
+use crate::shapes::{Shapes, label, leasing};
 
 /// One drain: one fresh database, one or more processors.
 #[derive(Debug, Clone, Default, Serialize)]
 pub(crate) struct DrainRun {
     pub(crate) items: usize,
+    /// Items complete when the drain ended (`items` unless it timed out).
+    pub(crate) finished: usize,
     pub(crate) partitions: usize,
     pub(crate) processors: usize,
     pub(crate) steps_per_item: u32,
-    /// Enqueue of the whole backlog with Store::enqueue (before the processor starts).
+    /// Writing the whole backlog (before the processor starts).
     pub(crate) enqueue_s: f64,
     /// Processor spawn → first POST at the handler.
     pub(crate) startup_s: f64,
@@ -35,6 +38,11 @@ pub(crate) struct DrainRun {
     pub(crate) peak_rss_mib: Option<f64>,
     /// The drain did not finish within --timeout; rates are partial.
     pub(crate) timed_out: bool,
+    /// Spawn → every partition leased at least once (or the drain done);
+    /// None if the drain timed out first.
+    pub(crate) leasing_s: Option<f64>,
+    /// Partitions leased at least once when last counted.
+    pub(crate) leased: usize,
     /// HTTP-only ceiling measured right after this run (single-step drains).
     pub(crate) ceiling_posts_per_s: Option<f64>,
     /// Where the CPU went from spawn to done (Linux only).
@@ -83,6 +91,9 @@ pub(crate) struct Idle {
     pub(crate) statements_per_s: f64,
     pub(crate) rss_mib: Option<f64>,
     pub(crate) peak_rss_mib: Option<f64>,
+    /// CPU seconds per second over the window (1.0 = one core busy).
+    pub(crate) database_cpu_share: Option<f64>,
+    pub(crate) processor_cpu_share: Option<f64>,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -96,6 +107,7 @@ pub(crate) struct BackendReport {
     pub(crate) scale: Vec<Scenario>,
     pub(crate) pickup: Option<Pickup>,
     pub(crate) idle: Option<Idle>,
+    pub(crate) shapes: Option<Shapes>,
     pub(crate) errors: Vec<String>,
 }
 
@@ -177,7 +189,7 @@ pub(crate) fn cpu_cell(runs: &[DrainRun]) -> String {
     let per = |f: fn(&CpuUse) -> f64| {
         let v: Vec<f64> = runs
             .iter()
-            .filter_map(|r| r.cpu.map(|c| f(&c) * 1e6 / r.items.max(1) as f64))
+            .filter_map(|r| r.cpu.map(|c| f(&c) * 1e6 / r.finished.max(1) as f64))
             .collect();
         Stats::of(&v).map(|s| s.median)
     };
@@ -281,6 +293,7 @@ pub(crate) fn print_tables(report: &Report) {
         "idle partitions held",
         "time to hold them",
         "idle stmts/s",
+        "idle CPU share of a core: database / processor",
         "idle RSS",
     ]);
     for b in &report.backends {
@@ -290,18 +303,38 @@ pub(crate) fn print_tables(report: &Report) {
         let (p50, p99) = b.pickup.as_ref().map_or(("n/a".into(), "n/a".into()), |p| {
             (format!("{:.1} ms", p.p50_ms), format!("{:.1} ms", p.p99_ms))
         });
-        let (held, hold, rate, rss) = b.idle.as_ref().map_or(
-            ("n/a".into(), "n/a".into(), "n/a".into(), "n/a".into()),
+        let (held, hold, rate, cpu, rss) = b.idle.as_ref().map_or(
+            (
+                "n/a".into(),
+                "n/a".into(),
+                "n/a".into(),
+                "n/a".into(),
+                "n/a".into(),
+            ),
             |i| {
                 (
                     format!("{} / {}", i.held, i.partitions),
                     format!("{:.1} s", i.hold_s),
                     format!("{:.2}", i.statements_per_s),
+                    format!(
+                        "{} / {}",
+                        share(i.database_cpu_share),
+                        share(i.processor_cpu_share)
+                    ),
                     mib(i.rss_mib),
                 )
             },
         );
-        t.add_row(vec![b.backend.clone(), p50, p99, held, hold, rate, rss]);
+        t.add_row(vec![
+            b.backend.clone(),
+            p50,
+            p99,
+            held,
+            hold,
+            rate,
+            cpu,
+            rss,
+        ]);
     }
     if !t.is_empty() {
         println!(
@@ -314,6 +347,98 @@ pub(crate) fn print_tables(report: &Report) {
         for e in &b.errors {
             println!("  {}: {e}", b.backend);
         }
+    }
+}
+
+/// A CPU share as a percentage of one core.
+pub(crate) fn share(v: Option<f64>) -> String {
+    v.map_or_else(|| "n/a".into(), |x| format!("{:.1} %", x * 100.0))
+}
+
+/// The shapes phase: one row per shape, then the prune figure.
+pub(crate) fn print_shapes(report: &Report) {
+    let mut t = Table::new();
+    t.load_style(ASCII_MARKDOWN).set_header(vec![
+        "backend",
+        "partitions × items each",
+        "items/s",
+        "÷ reference shape (100 × N/100)",
+        "stmts/item",
+        "CPU µs/item: processor",
+        "CPU µs/item: database",
+        "peak RSS",
+        "leasing time",
+        "backlog setup",
+    ]);
+    let mut prunes = Vec::new();
+    for b in &report.backends {
+        let Some(sh) = &b.shapes else { continue };
+        for s in &sh.shapes {
+            let name = format!(
+                "{}{}",
+                label(s),
+                if s.partitions == sh.reference_partitions {
+                    " (reference)"
+                } else {
+                    ""
+                }
+            );
+            let Some(r) = &s.run else {
+                let why = s.error.clone().unwrap_or_default();
+                t.add_row(vec![b.backend.clone(), name, format!("error: {why}")]);
+                continue;
+            };
+            let us = |f: fn(&CpuUse) -> f64| {
+                r.cpu.map_or("n/a".into(), |c| {
+                    format!("{:.0}", f(&c) * 1e6 / r.finished.max(1) as f64)
+                })
+            };
+            t.add_row(vec![
+                b.backend.clone(),
+                name,
+                format!(
+                    "{:.0}{}",
+                    r.items_per_s,
+                    if r.timed_out {
+                        " (timed out: partial)"
+                    } else {
+                        ""
+                    }
+                ),
+                s.ratio_to_reference
+                    .map_or("n/a".into(), |x| format!("{x:.2}×")),
+                format!("{:.2}", r.statements_per_item),
+                us(|c| c.processor_s),
+                if b.backend == "sqlite" {
+                    "in the processor".into()
+                } else {
+                    us(|c| c.database_s)
+                },
+                mib(r.peak_rss_mib),
+                leasing(r),
+                format!("{:.1} s", r.enqueue_s),
+            ]);
+        }
+        if let Some(p) = &sh.prune {
+            prunes.push(format!(
+                "  {}: prune after the {}-partition shape: {} items and {} partitions in {:.2} s = {:.0} items/s",
+                b.backend, p.shape_partitions, p.items, p.partitions, p.seconds, p.items_per_s
+            ));
+        }
+        if let Some(e) = &sh.prune_error {
+            prunes.push(format!("  {}: prune failed: {e}", b.backend));
+        }
+    }
+    if t.is_empty() {
+        return;
+    }
+    println!(
+        "\nShapes: the same items per backend as partitions × items each, one processor at its defaults; \
+         leasing time = spawn → every partition leased once (or the drain done)"
+    );
+    println!("{t}");
+    for p in prunes {
+        println!("{p}");
     }
 }
 
@@ -333,7 +458,10 @@ fn processor_us(sc: &Scenario) -> Option<f64> {
     let v: Vec<f64> = sc
         .runs
         .iter()
-        .filter_map(|r| r.cpu.map(|c| c.processor_s * 1e6 / r.items.max(1) as f64))
+        .filter_map(|r| {
+            r.cpu
+                .map(|c| c.processor_s * 1e6 / r.finished.max(1) as f64)
+        })
         .collect();
     Stats::of(&v).map(|s| s.median)
 }

@@ -40,6 +40,10 @@ use pause::Pause;
 /// are still being written.
 const IN_FLIGHT_PER_SLOT: usize = 2;
 
+/// How soon the next acquire cycle runs when the last one took all it may
+/// take in one cycle: soon, but dispatch gets a turn in between.
+const LEASE_NEXT_STEP: Duration = Duration::from_millis(50);
+
 /// The loop's state: what is held, what is in flight, whether the handler is paused.
 struct Dispatcher {
     shared: Arc<Context>,
@@ -55,6 +59,9 @@ struct Dispatcher {
     more: bool,
     /// The partitions with ready work, in the order they are served.
     rotation: Rotation,
+    /// Partitions the next refill serves: more than one when the last
+    /// refill's partitions ran dry (many small partitions).
+    spread: usize,
     /// Items whose result could not be stored, with their partition, kept
     /// from being fetched again until the instant.
     cooling: HashMap<String, (String, Instant)>,
@@ -82,6 +89,7 @@ pub async fn run(shared: Arc<Context>, cancel: CancellationToken) {
         buffer: VecDeque::new(),
         more: false,
         rotation: Rotation::default(),
+        spread: 1,
         cooling: HashMap::new(),
         tasks: JoinSet::new(),
         task_items: HashMap::new(),
@@ -123,8 +131,17 @@ pub async fn run(shared: Arc<Context>, cancel: CancellationToken) {
                 d.sync_session();
                 let before = d.held.versions.clone();
                 let busy = d.busy_partitions();
-                if let Err(e) = leases::balance(&leasing, &d.me, &mut d.held, &busy).await {
-                    tracing::warn!(error = %e, "balancing leases failed; will retry");
+                match leases::balance(&leasing, &d.me, &mut d.held, &busy).await {
+                    Ok(b) => {
+                        // More free partitions wait: lease the next step soon.
+                        if b.more {
+                            acquire.reset_after(LEASE_NEXT_STEP);
+                        }
+                        for p in b.ready {
+                            d.rotation.offer(p);
+                        }
+                    }
+                    Err(e) => tracing::warn!(error = %e, "balancing leases failed; will retry"),
                 }
                 // Buffered items of partitions lost meanwhile, or changed by
                 // someone else (paused, cancelled), are not delivered.
@@ -134,8 +151,7 @@ pub async fn run(shared: Arc<Context>, cancel: CancellationToken) {
                 d.rotation.retain(|p| held.contains_key(p));
                 let now = Instant::now();
                 d.cooling.retain(|_, (_, until)| *until > now);
-                if d.held.versions.len() != before.len() || !d.held.dirty.is_empty() {
-                    d.rotation.rediscover();
+                if d.held.versions.len() != before.len() || !d.held.dirty.is_empty() || !d.rotation.is_empty() {
                     next_poll = now;
                 }
             }
@@ -150,8 +166,10 @@ pub async fn run(shared: Arc<Context>, cancel: CancellationToken) {
             next_check = Instant::now() + cfg.poll_interval;
             let busy = d.busy_partitions();
             match gates::check(&fanin, &d.me, &mut d.held, &busy).await {
-                Ok(c) if c.advanced => {
-                    d.rotation.rediscover();
+                Ok(c) if !c.ready.is_empty() => {
+                    for p in c.ready {
+                        d.rotation.offer(p);
+                    }
                     next_poll = Instant::now();
                 }
                 Ok(_) => {}

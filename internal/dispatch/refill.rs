@@ -21,8 +21,13 @@ use crate::store::ReadyItem;
 /// refill and batches up to this many.
 const MAX_BRANCHES: usize = 4;
 
-/// Partitions one discovery may add to the rotation.
-const DISCOVER: usize = 256;
+/// Partitions one refill serves at most when partitions are small: each
+/// runs dry after a few items, so serving one per refill would cost a
+/// query per handful of items.
+const MAX_SPREAD: usize = 64;
+
+/// New items one look reads at most; a full look runs again at once.
+const DISCOVER: usize = 1_000;
 
 impl Dispatcher {
     /// How many items of each partition are in flight, buffered or cooling.
@@ -47,11 +52,17 @@ impl Dispatcher {
         let cfg = &self.shared.config;
         let now = Instant::now();
         if self.rotation.needs_discovery(now) {
-            match store
-                .ready_partitions(&self.me, &self.rotation.cursor, DISCOVER)
-                .await
-            {
-                Ok(ids) => self.rotation.discovered(ids, now + cfg.poll_interval),
+            match store.written_since(self.rotation.mark, DISCOVER).await {
+                Ok((ids, mark)) => {
+                    let next = if ids.len() >= DISCOVER {
+                        now
+                    } else {
+                        now + cfg.poll_interval
+                    };
+                    let held = &self.held.versions;
+                    let ids = ids.into_iter().filter(|p| held.contains_key(p));
+                    self.rotation.discovered(ids, mark, next);
+                }
                 Err(e) => {
                     tracing::warn!(error = %e, "polling for items failed; will retry");
                     return;
@@ -59,9 +70,11 @@ impl Dispatcher {
             }
         }
         // Single items: one partition per refill, the best locality. A
-        // batch may mix partitions, so batches draw on several.
-        let per_refill = if cfg.batch_size > 1 { MAX_BRANCHES } else { 1 };
-        let parts = self.rotation.take(per_refill);
+        // batch may mix partitions, so batches draw on several. When the
+        // last refill's partitions ran dry, serve as many as its yield
+        // says are needed to fill the buffer.
+        let base = if cfg.batch_size > 1 { MAX_BRANCHES } else { 1 };
+        let parts = self.rotation.take(self.spread.max(base));
         if parts.is_empty() {
             self.more = false;
             return;
@@ -85,7 +98,7 @@ impl Dispatcher {
             Err(e) => {
                 tracing::warn!(error = %e, "polling for items failed; will retry");
                 for p in parts {
-                    self.rotation.keep(p);
+                    self.rotation.offer(p);
                 }
                 return;
             }
@@ -109,11 +122,20 @@ impl Dispatcher {
         }
         // A partition that returned all it was asked for (or was held back
         // by its cap) probably has more: it stays in the rotation.
+        let mut dry = false;
         for (p, asked) in &asks {
             if rows.get(p).copied().unwrap_or(0) >= *asked {
-                self.rotation.keep(p.clone());
+                self.rotation.offer(p.clone());
+            } else {
+                dry = true;
             }
         }
+        let got: usize = rows.values().sum();
+        self.spread = if dry {
+            (want * asks.len()).div_ceil(got.max(1)).min(MAX_SPREAD)
+        } else {
+            1
+        };
         // Interleave: one item of each partition, then the next round.
         let mut fetched = 0;
         let mut rounds: Vec<VecDeque<ReadyItem>> = asks

@@ -1,5 +1,5 @@
-//! Dispatch queries: which held partitions have work ready, and the next
-//! ready items of each, in the order they were written.
+//! Dispatch queries: which partitions got new items, and the next ready
+//! items of held partitions, in the order they were written.
 //!
 //! Fairness comes from asking per partition: each refill names the
 //! partitions it serves (in turn, see `rotation`) and how many items each
@@ -9,7 +9,6 @@
 use sea_orm::Value;
 
 use super::dialect::{data_column, seq};
-use super::leases::READY;
 use super::{Store, get};
 use crate::Result;
 
@@ -39,26 +38,38 @@ pub struct Fence {
 }
 
 impl Store {
-    /// Up to `limit` held partitions with work ready now, in id order
-    /// starting after `after` and wrapping around, so successive
-    /// discoveries visit every partition in turn.
-    pub(crate) async fn ready_partitions(
+    /// The partitions of up to `limit` items written after `after` (by
+    /// write order), oldest first, with the last position read: a look at
+    /// new work that reads only the rows written since the last look. With
+    /// no position yet it only reads the current end (one index probe).
+    pub(crate) async fn written_since(
         &self,
-        me: &str,
-        after: &str,
+        after: Option<i64>,
         limit: usize,
-    ) -> Result<Vec<String>> {
+    ) -> Result<(Vec<String>, i64)> {
+        let seq = seq(self.backend);
+        let Some(after) = after else {
+            let rows = self
+                .query(&format!("SELECT MAX({seq}) AS s FROM feed_items"), vec![])
+                .await?;
+            let end: Option<i64> = rows.first().map(|r| get(r, "s")).transpose()?.flatten();
+            return Ok((vec![], end.unwrap_or(0)));
+        };
         let rows = self
             .query(
                 &format!(
-                    "SELECT p.id FROM feed_partitions p \
-                     WHERE p.owner = ? AND p.status = 'available' AND {READY} \
-                     ORDER BY CASE WHEN p.id > ? THEN 0 ELSE 1 END, p.id LIMIT ?"
+                    "SELECT partition_id, {seq} AS s FROM feed_items WHERE {seq} > ? ORDER BY {seq} LIMIT ?"
                 ),
-                vec![me.into(), after.into(), (limit as i64).into()],
+                vec![after.into(), (limit as i64).into()],
             )
             .await?;
-        rows.iter().map(|r| get(r, "id")).collect()
+        let mut end = after;
+        let mut ids = Vec::with_capacity(rows.len());
+        for r in &rows {
+            ids.push(get(r, "partition_id")?);
+            end = end.max(get(r, "s")?);
+        }
+        Ok((ids, end))
     }
 
     /// The first `n` ready items of each `(partition, n)`, oldest first,

@@ -1,9 +1,8 @@
 //! Gate-check queries: reading held partitions and their unfinished items,
 //! advancing, closing and failing partitions.
 
-use sea_orm::{ColIdx, DbBackend, FromQueryResult, QueryResult, TryGetError, TryGetable, Value};
+use sea_orm::{DbBackend, FromQueryResult, Value};
 
-use super::ItemStatus;
 use super::Store;
 use super::dialect::{concat, marks};
 use super::producer::OnFailure;
@@ -50,108 +49,107 @@ impl From<HeldPartitionRow> for HeldPartition {
     }
 }
 
-/// An item's status as read back from the database: the read side of
-/// [`ItemStatus`] (the statuses Feed writes after a handler call), plus
-/// `cancelled` (written by operator controls) and any other text a person
-/// or a plain-SQL producer wrote by hand, kept as [`ItemState::Unknown`]
-/// so that a gate check can fail such items with a message naming it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ItemState {
-    /// `available`: waiting to run.
-    Available,
-    /// `complete`: reached its terminal state.
-    Complete,
-    /// `failed`: exhausted its attempts, or failed for good.
-    Failed,
-    /// `cancelled`: its partition was cancelled.
-    Cancelled,
-    /// Any other stored text, as stored.
-    Unknown(String),
+/// What one held partition's items call for at its gate, learned from a
+/// few index probes on `feed_items_ready` (each reads at most one entry),
+/// so a check costs the same for a partition of ten items as for one of a
+/// million. The probes run in order and stop at the first that answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum GateProbe {
+    /// An item is available at the partition's gate.
+    Waiting,
+    /// An item is available below the gate (it could never run), or an
+    /// item has a status Feed does not know (written by hand).
+    Unrunnable,
+    /// A failed item blocks fan-in (`on_failure = block`).
+    Blocked,
+    /// The lowest later gate with available items, or None: nothing is left.
+    Next(Option<i64>),
 }
 
-impl ItemState {
-    /// Reads the stored text.
-    pub fn from_stored(text: &str) -> Self {
-        match text {
-            "available" => ItemState::Available,
-            "complete" => ItemState::Complete,
-            "failed" => ItemState::Failed,
-            "cancelled" => ItemState::Cancelled,
-            other => ItemState::Unknown(other.to_string()),
+/// The probe as stored in one row: a verdict word and the next gate.
+#[derive(FromQueryResult)]
+struct ProbeRow {
+    verdict: String,
+    next_gate: Option<i64>,
+}
+
+impl From<ProbeRow> for GateProbe {
+    fn from(r: ProbeRow) -> Self {
+        match r.verdict.as_str() {
+            "waiting" => GateProbe::Waiting,
+            "unrunnable" => GateProbe::Unrunnable,
+            "blocked" => GateProbe::Blocked,
+            _ => GateProbe::Next(r.next_gate),
         }
     }
 }
 
-impl From<ItemStatus> for ItemState {
-    fn from(s: ItemStatus) -> Self {
-        match s {
-            ItemStatus::Available => ItemState::Available,
-            ItemStatus::Complete => ItemState::Complete,
-            ItemStatus::Failed => ItemState::Failed,
-        }
-    }
+/// The statuses Feed writes, in sorting order: any other status lies in one
+/// of the open ranges between them, so "an unknown status" is five range
+/// probes on the index rather than a scan of the partition's items.
+const KNOWN: [&str; 4] = ["available", "cancelled", "complete", "failed"];
+
+/// SQL for an item of partition `p` whose status matches `cond`.
+fn item_exists(cond: &str) -> String {
+    format!("EXISTS (SELECT 1 FROM feed_items r WHERE r.partition_id = p.id AND {cond})")
 }
 
-impl TryGetable for ItemState {
-    fn try_get_by<I: ColIdx>(
-        res: &QueryResult,
-        index: I,
-    ) -> std::result::Result<Self, TryGetError> {
-        String::try_get_by(res, index).map(|s| ItemState::from_stored(&s))
+/// The probe's `verdict` and `next_gate` columns for a partition aliased `p`.
+fn probe_columns() -> String {
+    let mut unknown = vec![
+        item_exists(&format!("r.status < '{}'", KNOWN[0])),
+        item_exists(&format!("r.status > '{}'", KNOWN[KNOWN.len() - 1])),
+    ];
+    for w in KNOWN.windows(2) {
+        unknown.push(item_exists(&format!(
+            "r.status > '{}' AND r.status < '{}'",
+            w[0], w[1]
+        )));
     }
-}
-
-/// A status that some unfinished items of one partition hold at one gate:
-/// the gate check asks only whether such items exist, never how many.
-#[derive(Clone, Debug, FromQueryResult)]
-pub struct GateStatus {
-    /// Partition id.
-    pub partition_id: String,
-    /// Gate.
-    pub gate: i64,
-    /// Item status as stored (may be one written by hand).
-    pub status: ItemState,
+    let waiting = item_exists("r.status = 'available' AND r.gate = p.gate");
+    format!(
+        "CASE WHEN {waiting} THEN 'waiting' \
+         WHEN {below} OR {unknown} THEN 'unrunnable' \
+         WHEN p.on_failure <> 'continue' AND {failed} THEN 'blocked' \
+         ELSE 'next' END AS verdict, \
+         CASE WHEN {waiting} THEN NULL ELSE (SELECT MIN(r.gate) FROM feed_items r \
+         WHERE r.partition_id = p.id AND r.status = 'available' AND r.gate > p.gate) END AS next_gate",
+        below = item_exists("r.status = 'available' AND r.gate < p.gate"),
+        unknown = unknown.join(" OR "),
+        failed = item_exists("r.status = 'failed'"),
+    )
 }
 
 impl Store {
-    /// The held partitions among `ids`, for a gate check.
+    /// The held partitions among `ids`, each with what its items call
+    /// for, for a gate check: one statement, a few index probes each.
     pub(crate) async fn partitions_for_check(
         &self,
         me: &str,
         ids: &[String],
-    ) -> Result<Vec<HeldPartition>> {
+    ) -> Result<Vec<(HeldPartition, GateProbe)>> {
         if ids.is_empty() {
             return Ok(vec![]);
         }
         let sql = format!(
-            "SELECT id, gate, version, auto_close, manual_checkpoint, on_failure FROM feed_partitions \
-             WHERE owner = ? AND status = 'available' AND id IN ({})",
-            marks(ids.len())
+            "SELECT p.id, p.gate, p.version, p.auto_close, p.manual_checkpoint, p.on_failure, {} \
+             FROM feed_partitions p WHERE p.owner = ? AND p.status = 'available' AND p.id IN ({})",
+            probe_columns(),
+            marks(ids.len().next_power_of_two())
         );
+        // Padded with NULLs (which match nothing) to a power of two, so the
+        // statement is prepared and planned once per size class.
         let mut values: Vec<Value> = vec![me.into()];
         values.extend(ids.iter().map(|i| Value::from(i.clone())));
+        values.resize(ids.len().next_power_of_two() + 1, Value::String(None));
         let rows = self.query(&sql, values).await?;
         rows.iter()
-            .map(|r| Ok(HeldPartitionRow::from_query_result(r, "")?.into()))
-            .collect()
-    }
-
-    /// The statuses unfinished items (available, failed, or written by
-    /// hand) hold, by partition and gate, for many partitions in one statement.
-    pub(crate) async fn unfinished_statuses(&self, ids: &[String]) -> Result<Vec<GateStatus>> {
-        if ids.is_empty() {
-            return Ok(vec![]);
-        }
-        let sql = format!(
-            "SELECT DISTINCT partition_id, gate, status FROM feed_items \
-             WHERE partition_id IN ({}) AND status NOT IN ('complete', 'cancelled')",
-            marks(ids.len())
-        );
-        let rows = self
-            .query(&sql, ids.iter().map(|i| Value::from(i.clone())).collect())
-            .await?;
-        rows.iter()
-            .map(|r| Ok(GateStatus::from_query_result(r, "")?))
+            .map(|r| {
+                Ok((
+                    HeldPartitionRow::from_query_result(r, "")?.into(),
+                    ProbeRow::from_query_result(r, "")?.into(),
+                ))
+            })
             .collect()
     }
 

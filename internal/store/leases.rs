@@ -3,8 +3,9 @@
 
 use std::time::Duration;
 
-use sea_orm::FromQueryResult;
+use sea_orm::{FromQueryResult, Value};
 
+use super::dialect::marks;
 use super::{Store, get, ms};
 use crate::{Error, Result};
 
@@ -25,26 +26,41 @@ const STUCK: &str = "NOT EXISTS (SELECT 1 FROM feed_items r WHERE r.partition_id
      OR (NOT p.manual_checkpoint AND EXISTS (SELECT 1 FROM feed_items r WHERE r.partition_id = p.id AND r.status = 'available' AND r.gate > p.gate)) \
      OR (p.auto_close AND NOT EXISTS (SELECT 1 FROM feed_items r WHERE r.partition_id = p.id AND r.status = 'available')))";
 
+/// Partitions leased per statement: a bounded `IN` list however many are free.
+pub(crate) const LEASE_CHUNK: usize = 500;
+
 /// Live sessions' ids; takes the expiry in milliseconds.
 const LIVE: &str = "(SELECT id FROM feed_processors WHERE heartbeat_at >= {now} - ?)";
 
+/// Counts that only steer decisions stop here, so that a cycle reads no
+/// more rows however large the backlog: beyond it, a processor aims for
+/// its share of this many partitions and takes more as they close.
+pub(crate) const COUNT_CAP: i64 = 100_000;
+
+/// `complete` partitions probed for stranded items per acquire cycle.
+pub(crate) const STRANDED_SLICE: i64 = 1_000;
+
 /// Session and partition counts for one balancing decision.
-#[derive(Clone, Copy, Debug, FromQueryResult)]
+#[derive(Clone, Debug, FromQueryResult)]
 pub struct LeaseCounts {
     /// Live sessions (heartbeat within the expiry).
     pub sessions: i64,
     /// Of those, sessions with a `--max-partitions` cap.
     pub capped: i64,
-    /// Partitions with status `available`.
+    /// Partitions with status `available`, up to [`COUNT_CAP`].
     pub active: i64,
     /// Of those, owned by this session.
     pub mine: i64,
-    /// Active partitions nobody live holds that have work ready now.
-    pub free_ready: i64,
-    /// Available items in the partitions this session holds.
+    /// Available items in the partitions this session holds, up to [`COUNT_CAP`].
     pub backlog: i64,
-    /// `complete` partitions that have an available item (added by hand).
+    /// Of the slice of `complete` partitions probed this cycle, those that
+    /// have an available item (added by hand).
     pub stranded: i64,
+    /// Partitions in that slice: fewer than [`STRANDED_SLICE`] means it
+    /// was the last, and the sweep wraps.
+    pub stranded_slice: i64,
+    /// The last id of that slice; None when the slice was empty.
+    pub stranded_end: Option<String>,
 }
 
 /// A partition this session holds, as one acquire cycle sees it.
@@ -72,31 +88,69 @@ pub struct FreeRow {
 }
 
 impl Store {
-    /// Everything one balancing decision needs, in one statement.
-    pub(crate) async fn lease_counts(&self, me: &str, expiry: Duration) -> Result<LeaseCounts> {
+    /// Everything one balancing decision needs, in one statement, each
+    /// part bounded: capped counts, and one slice of `complete` partitions
+    /// (ids after `stranded_after`) probed for stranded items.
+    pub(crate) async fn lease_counts(
+        &self,
+        me: &str,
+        expiry: Duration,
+        stranded_after: &str,
+    ) -> Result<LeaseCounts> {
         let e = ms(expiry);
+        let complete = "(SELECT id FROM feed_partitions WHERE status = 'complete' AND owner IS NULL \
+                        AND id > ? ORDER BY id LIMIT ?)";
         let rows = self
             .query(
                 &format!(
                     "SELECT \
                      (SELECT COUNT(*) FROM feed_processors WHERE heartbeat_at >= {{now}} - ?) AS sessions, \
                      (SELECT COUNT(*) FROM feed_processors WHERE heartbeat_at >= {{now}} - ? AND max_partitions IS NOT NULL) AS capped, \
-                     (SELECT COUNT(*) FROM feed_partitions WHERE status = 'available') AS active, \
+                     (SELECT COUNT(*) FROM (SELECT 1 AS x FROM feed_partitions WHERE status = 'available' LIMIT ?) a) AS active, \
                      (SELECT COUNT(*) FROM feed_partitions WHERE status = 'available' AND owner = ?) AS mine, \
-                     (SELECT COUNT(*) FROM feed_partitions p WHERE p.status = 'available' \
-                      AND (p.owner IS NULL OR p.owner NOT IN {LIVE}) AND {READY}) AS free_ready, \
-                     (SELECT COUNT(*) FROM feed_partitions p JOIN feed_items i ON i.partition_id = p.id \
-                      WHERE p.owner = ? AND p.status = 'available' AND i.status = 'available') AS backlog, \
-                     (SELECT COUNT(*) FROM feed_partitions p WHERE p.status = 'complete' AND EXISTS \
-                      (SELECT 1 FROM feed_items r WHERE r.partition_id = p.id AND r.status = 'available')) AS stranded"
+                     (SELECT COUNT(*) FROM (SELECT 1 AS x FROM feed_partitions p JOIN feed_items i ON i.partition_id = p.id \
+                      WHERE p.owner = ? AND p.status = 'available' AND i.status = 'available' LIMIT ?) b) AS backlog, \
+                     (SELECT COUNT(*) FROM {complete} c WHERE EXISTS \
+                      (SELECT 1 FROM feed_items r WHERE r.partition_id = c.id AND r.status = 'available')) AS stranded, \
+                     (SELECT COUNT(*) FROM {complete} c) AS stranded_slice, \
+                     (SELECT MAX(c.id) FROM {complete} c) AS stranded_end"
                 ),
-                vec![e.into(), e.into(), me.into(), e.into(), me.into()],
+                vec![
+                    e.into(),
+                    e.into(),
+                    COUNT_CAP.into(),
+                    me.into(),
+                    me.into(),
+                    COUNT_CAP.into(),
+                    stranded_after.into(),
+                    STRANDED_SLICE.into(),
+                    stranded_after.into(),
+                    STRANDED_SLICE.into(),
+                    stranded_after.into(),
+                    STRANDED_SLICE.into(),
+                ],
             )
             .await?;
         let row = rows
             .first()
             .ok_or_else(|| Error::NotFound("lease counts".into()))?;
         Ok(LeaseCounts::from_query_result(row, "")?)
+    }
+
+    /// Active partitions nobody live holds that have work ready now, up to
+    /// `limit`: asked only by a processor at its `--max-partitions` cap.
+    pub(crate) async fn free_ready(&self, expiry: Duration, limit: i64) -> Result<i64> {
+        let rows = self
+            .query(
+                &format!(
+                    "SELECT COUNT(*) AS n FROM (SELECT 1 AS x FROM feed_partitions p \
+                     WHERE p.status = 'available' AND (p.owner IS NULL OR p.owner NOT IN {LIVE}) \
+                     AND {READY} LIMIT ?) f"
+                ),
+                vec![ms(expiry).into(), limit.into()],
+            )
+            .await?;
+        rows.first().map_or(Ok(0), |r| get(r, "n"))
     }
 
     /// The caps of the live sessions that have one.
@@ -133,6 +187,29 @@ impl Store {
             .collect()
     }
 
+    /// Up to `limit` active partitions nobody live holds with ids after
+    /// `after`, in id order: a page of a large backlog to lease.
+    pub(crate) async fn free_page(
+        &self,
+        expiry: Duration,
+        after: &str,
+        limit: usize,
+    ) -> Result<Vec<FreeRow>> {
+        let rows = self
+            .query(
+                &format!(
+                    "SELECT p.id, p.version, FALSE AS ready FROM feed_partitions p \
+                     WHERE p.status = 'available' AND (p.owner IS NULL OR p.owner NOT IN {LIVE}) \
+                     AND p.id > ? ORDER BY p.id LIMIT ?"
+                ),
+                vec![ms(expiry).into(), after.into(), (limit as i64).into()],
+            )
+            .await?;
+        rows.iter()
+            .map(|r| Ok(FreeRow::from_query_result(r, "")?))
+            .collect()
+    }
+
     /// Takes a partition by OCC: succeeds only if nobody changed it since it was read.
     pub(crate) async fn lease(&self, id: &str, version: i64, me: &str) -> Result<bool> {
         let n = self
@@ -143,6 +220,50 @@ impl Store {
             )
             .await?;
         Ok(n == 1)
+    }
+
+    /// Takes many partitions at once, each only at the version it was read
+    /// at (OCC per row, as [`Store::lease`]), in chunks of at most
+    /// [`LEASE_CHUNK`]; returns the ids taken with their new versions.
+    pub(crate) async fn lease_many(
+        &self,
+        rows: &[(String, i64)],
+        me: &str,
+    ) -> Result<Vec<(String, i64)>> {
+        let mut taken = Vec::new();
+        for chunk in rows.chunks(LEASE_CHUNK) {
+            let ids = marks(chunk.len());
+            let versions = " WHEN ? THEN ?".repeat(chunk.len());
+            let mut values: Vec<Value> = vec![me.into()];
+            values.extend(chunk.iter().map(|(id, _)| Value::from(id.clone())));
+            for (id, v) in chunk {
+                values.extend([id.clone().into(), (*v).into()]);
+            }
+            self.exec(
+                &format!(
+                    "UPDATE feed_partitions SET owner = ?, version = version + 1, updated_at = {{now}} \
+                     WHERE status = 'available' AND id IN ({ids}) AND version = CASE id{versions} END"
+                ),
+                values,
+            )
+            .await?;
+            // Only this session writes its own id as owner, so the rows
+            // that now name it are exactly the ones this statement took.
+            let mut values: Vec<Value> = vec![me.into()];
+            values.extend(chunk.iter().map(|(id, _)| Value::from(id.clone())));
+            let rows = self
+                .query(
+                    &format!(
+                        "SELECT id, version FROM feed_partitions WHERE owner = ? AND id IN ({ids})"
+                    ),
+                    values,
+                )
+                .await?;
+            for r in &rows {
+                taken.push((get(r, "id")?, get(r, "version")?));
+            }
+        }
+        Ok(taken)
     }
 
     /// Gives one held partition back (OCC, owner-fenced), to make room.
@@ -157,18 +278,27 @@ impl Store {
         Ok(n == 1)
     }
 
-    /// The active partitions `me` holds, each with whether it has work
-    /// ready and whether a gate check would act on it: the level-triggered
-    /// view of every held partition, in one statement.
-    pub(crate) async fn held_partitions(&self, me: &str) -> Result<Vec<HeldRow>> {
+    /// One slice of the level-triggered view: up to `limit` held
+    /// partitions with ids after `after`, in id order, each with whether it
+    /// has work ready and whether a gate check would act on it. The probes
+    /// run only on the slice (the inner query picks it first), so a cycle
+    /// costs the same however many partitions are held.
+    pub(crate) async fn held_slice(
+        &self,
+        me: &str,
+        after: &str,
+        limit: usize,
+    ) -> Result<Vec<HeldRow>> {
         let rows = self
             .query(
                 &format!(
                     "SELECT p.id, p.version, CASE WHEN {READY} THEN TRUE ELSE FALSE END AS ready, \
                      CASE WHEN {STUCK} THEN TRUE ELSE FALSE END AS stuck \
-                     FROM feed_partitions p WHERE p.owner = ? AND p.status = 'available'"
+                     FROM (SELECT id, version, gate, paused, auto_close, manual_checkpoint, on_failure \
+                     FROM feed_partitions WHERE owner = ? AND status = 'available' AND id > ? \
+                     ORDER BY id LIMIT ?) p ORDER BY p.id"
                 ),
-                vec![me.into()],
+                vec![me.into(), after.into(), (limit as i64).into()],
             )
             .await?;
         rows.iter()
@@ -176,12 +306,17 @@ impl Store {
             .collect()
     }
 
-    /// Active partitions owned by `owner`, with their versions (to steal one).
-    pub(crate) async fn partitions_of(&self, owner: &str) -> Result<Vec<(String, i64)>> {
+    /// Up to `limit` active partitions owned by `owner`, with their versions.
+    pub(crate) async fn partitions_of(
+        &self,
+        owner: &str,
+        limit: i64,
+    ) -> Result<Vec<(String, i64)>> {
         let rows = self
             .query(
-                "SELECT id, version FROM feed_partitions WHERE owner = ? AND status = 'available'",
-                vec![owner.into()],
+                "SELECT id, version FROM feed_partitions WHERE owner = ? AND status = 'available' \
+                 ORDER BY id LIMIT ?",
+                vec![owner.into(), limit.into()],
             )
             .await?;
         rows.iter()
@@ -215,14 +350,15 @@ impl Store {
         .await
     }
 
-    /// Reopens `complete` partitions that have an available item (a
-    /// producer inserted it with plain SQL without reopening the partition).
-    pub(crate) async fn reopen_stranded(&self) -> Result<u64> {
+    /// Reopens `complete` partitions with ids in `(after, end]` that have
+    /// an available item (a producer inserted it with plain SQL without
+    /// reopening the partition).
+    pub(crate) async fn reopen_stranded(&self, after: &str, end: &str) -> Result<u64> {
         self.exec(
             "UPDATE feed_partitions SET status = 'available', version = version + 1, updated_at = {now} \
-             WHERE status = 'complete' AND EXISTS (SELECT 1 FROM feed_items r \
+             WHERE status = 'complete' AND id > ? AND id <= ? AND EXISTS (SELECT 1 FROM feed_items r \
              WHERE r.partition_id = feed_partitions.id AND r.status = 'available')",
-            vec![],
+            vec![after.into(), end.into()],
         )
         .await
     }

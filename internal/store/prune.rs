@@ -2,27 +2,30 @@
 //! their items, and the maintenance lease that lets one processor at a time
 //! do it.
 //!
-//! Deletes go in small batches of ids, each its own short statement, so
-//! producers and processors are never blocked behind one long delete. Every
-//! delete re-checks its guard in the same statement: an item is deleted only
-//! if it is not `available` and its partition is still finished and old, and
-//! a partition only once it has no items (the foreign key refuses it
-//! otherwise). A partition reopened or retried meanwhile is left alone, so
-//! nothing unfinished is ever deleted. `failed` partitions are never pruned.
+//! Partitions are taken a page at a time, and each statement works on the
+//! whole page: a million one-item partitions take a few thousand
+//! statements, not two per partition. Every statement is short (at most
+//! [`ITEM_BATCH`] items or one page of partitions), so producers and
+//! processors are never blocked behind one long delete, and each re-checks
+//! its guard in the same statement: an item is deleted only if it is not
+//! `available` and its partition is still finished and old, and a partition
+//! only once it has no items (the foreign key refuses it otherwise). A
+//! partition reopened or retried meanwhile is left alone, so nothing
+//! unfinished is ever deleted. `failed` partitions are never pruned.
 
 use std::time::Duration;
 
-use sea_orm::FromQueryResult;
+use sea_orm::{DbBackend, FromQueryResult, Value};
 use serde::Serialize;
 
 use super::dialect::marks;
 use super::{Store, get, ms};
 use crate::Result;
 
-/// Partitions looked at per batch.
-const PARTITION_BATCH: i64 = 100;
-/// Items deleted per statement.
-const ITEM_BATCH: i64 = 500;
+/// Partitions per page: few enough to bind in one statement everywhere.
+const PARTITION_BATCH: i64 = 1000;
+/// Items deleted per statement at the most.
+const ITEM_BATCH: i64 = 5000;
 /// The statuses that retention deletes.
 const FINISHED: &str = "status IN ('complete', 'cancelled')";
 
@@ -63,7 +66,7 @@ impl Store {
         let mut done = Pruned::default();
         let mut after = String::new();
         loop {
-            let ids: Vec<String> = self
+            let page: Vec<String> = self
                 .query(
                     &format!(
                         "SELECT id FROM feed_partitions WHERE {FINISHED} AND updated_at < {{now}} - ? \
@@ -75,15 +78,12 @@ impl Store {
                 .iter()
                 .map(|r| get(r, "id"))
                 .collect::<Result<_>>()?;
-            let Some(last) = ids.last() else {
+            let Some(last) = page.last() else {
                 return Ok(done);
             };
             after = last.clone();
-            for id in &ids {
-                done.items += self.prune_items(id, age).await?;
-                done.partitions += self.prune_partition(id, age).await?;
-                tokio::task::yield_now().await;
-            }
+            done.items += self.prune_items(&page, age).await?;
+            done.partitions += self.prune_partitions(&page, age).await?;
         }
     }
 
@@ -105,56 +105,47 @@ impl Store {
         Ok(PrunableCounts::from_query_result(r, "")?.into())
     }
 
-    async fn prune_items(&self, partition: &str, age: i64) -> Result<u64> {
+    /// Deletes the finished items of a page of partitions, [`ITEM_BATCH`]
+    /// per statement, until a statement finds fewer.
+    async fn prune_items(&self, page: &[String], age: i64) -> Result<u64> {
+        let sql = item_delete(self.backend, page.len());
+        let values = page_values(page, age);
         let mut deleted = 0;
-        let mut after = String::new();
         loop {
-            let ids: Vec<sea_orm::Value> = self
-                .query(
-                    "SELECT id FROM feed_items WHERE partition_id = ? AND id > ? ORDER BY id LIMIT ?",
-                    vec![partition.into(), after.clone().into(), ITEM_BATCH.into()],
-                )
-                .await?
-                .iter()
-                .map(|r| get::<String>(r, "id").map(Into::into))
-                .collect::<Result<_>>()?;
-            let Some(sea_orm::Value::String(Some(last))) = ids.last().cloned() else {
-                return Ok(deleted);
-            };
-            after = last.to_string();
-            let n = ids.len();
-            let mut values = ids;
-            values.extend([partition.into(), age.into()]);
-            let sql = format!(
-                "DELETE FROM feed_items WHERE id IN ({}) AND status <> 'available' \
-                 AND EXISTS (SELECT 1 FROM feed_partitions p WHERE p.id = ? AND p.{FINISHED} \
-                 AND p.updated_at < {{now}} - ?)",
-                marks(n)
-            );
-            let removed = self.exec(&sql, values).await?;
-            if removed == 0 {
-                // The partition was reopened or touched: leave it.
+            let n = self.exec(&sql, values.clone()).await?;
+            deleted += n;
+            tokio::task::yield_now().await;
+            if n < ITEM_BATCH as u64 {
                 return Ok(deleted);
             }
-            deleted += removed;
         }
     }
 
-    async fn prune_partition(&self, id: &str, age: i64) -> Result<u64> {
-        let sql = format!(
-            "DELETE FROM feed_partitions WHERE id = ? AND {FINISHED} AND updated_at < {{now}} - ? \
-             AND NOT EXISTS (SELECT 1 FROM feed_items i WHERE i.partition_id = ?)"
-        );
+    /// Deletes the page's partitions that are still finished and old and have
+    /// no items left, in one statement; one at a time if an item was added
+    /// meanwhile (the foreign key then refuses the whole statement).
+    async fn prune_partitions(&self, page: &[String], age: i64) -> Result<u64> {
         match self
-            .exec(&sql, vec![id.into(), age.into(), id.into()])
+            .exec(&partition_delete(page.len()), page_values(page, age))
             .await
         {
-            Ok(n) => Ok(n),
-            // An item was added meanwhile: the foreign key keeps the partition.
-            Err(crate::Error::Db(e)) if e.to_string().to_lowercase().contains("foreign key") => {
-                Ok(0)
+            Err(e) if is_foreign_key(&e) => {
+                let mut deleted = 0;
+                for id in page {
+                    deleted += match self
+                        .exec(
+                            &partition_delete(1),
+                            page_values(std::slice::from_ref(id), age),
+                        )
+                        .await
+                    {
+                        Err(e) if is_foreign_key(&e) => 0,
+                        r => r?,
+                    };
+                }
+                Ok(deleted)
             }
-            Err(e) => Err(e),
+            r => r,
         }
     }
 
@@ -171,4 +162,59 @@ impl Store {
             .await?;
         Ok(n == 1)
     }
+}
+
+/// Deletes up to [`ITEM_BATCH`] items of `n` partitions (bound first, then
+/// the age) that are not `available` and whose partition is still finished
+/// and old. Each backend in the form its planner runs through the indexes:
+/// PostgreSQL picks row addresses partition by partition (a lateral
+/// sub-select, which it cannot turn into a scan of the whole table);
+/// MySQL and MariaDB cannot limit a sub-select on the table being deleted
+/// from but have `DELETE … LIMIT` (ordered, so that it is the same rows on
+/// a replica); SQLite, built without that, picks rowids.
+fn item_delete(backend: DbBackend, n: usize) -> String {
+    let page = marks(n);
+    let partition_ok = format!("p.{FINISHED} AND p.updated_at < {{now}} - ?");
+    match backend {
+        DbBackend::Postgres => format!(
+            "DELETE FROM feed_items WHERE ctid = ANY(ARRAY(SELECT i.ctid FROM feed_partitions p \
+             CROSS JOIN LATERAL (SELECT ctid FROM feed_items WHERE partition_id = p.id \
+             AND status <> 'available' LIMIT {ITEM_BATCH}) i \
+             WHERE p.id IN ({page}) AND {partition_ok} LIMIT {ITEM_BATCH})) \
+             AND status <> 'available'"
+        ),
+        DbBackend::MySql => format!(
+            "DELETE FROM feed_items WHERE partition_id IN ({page}) AND status <> 'available' \
+             AND EXISTS (SELECT 1 FROM feed_partitions p WHERE p.id = feed_items.partition_id \
+             AND {partition_ok}) ORDER BY partition_id, id LIMIT {ITEM_BATCH}"
+        ),
+        _ => format!(
+            "DELETE FROM feed_items WHERE rowid IN (SELECT i.rowid FROM feed_items i \
+             JOIN feed_partitions p ON p.id = i.partition_id WHERE i.partition_id IN ({page}) \
+             AND i.status <> 'available' AND {partition_ok} LIMIT {ITEM_BATCH}) \
+             AND status <> 'available'"
+        ),
+    }
+}
+
+/// Deletes `n` partitions (bound first, then the age) that are still
+/// finished and old and have no items.
+fn partition_delete(n: usize) -> String {
+    format!(
+        "DELETE FROM feed_partitions WHERE id IN ({}) AND {FINISHED} AND updated_at < {{now}} - ? \
+         AND NOT EXISTS (SELECT 1 FROM feed_items i WHERE i.partition_id = feed_partitions.id)",
+        marks(n)
+    )
+}
+
+/// The page's ids, then the age: what both deletes bind.
+fn page_values(page: &[String], age: i64) -> Vec<Value> {
+    let mut values: Vec<Value> = page.iter().map(|id| id.as_str().into()).collect();
+    values.push(age.into());
+    values
+}
+
+/// An item was added to the partition meanwhile: the foreign key keeps it.
+fn is_foreign_key(e: &crate::Error) -> bool {
+    matches!(e, crate::Error::Db(e) if e.to_string().to_lowercase().contains("foreign key"))
 }

@@ -12,6 +12,8 @@ mod m20261121_000001_create_tables;
 mod m20261121_000002_notify;
 mod m20261123_000003_fair_order;
 mod m20261123_000004_controls;
+mod m20261124_000005_autovacuum;
+mod m20261124_000006_scale;
 
 /// Applies Feed's migrations in order.
 pub struct Migrator;
@@ -24,6 +26,8 @@ impl MigratorTrait for Migrator {
             Box::new(m20261121_000002_notify::Migration),
             Box::new(m20261123_000003_fair_order::Migration),
             Box::new(m20261123_000004_controls::Migration),
+            Box::new(m20261124_000005_autovacuum::Migration),
+            Box::new(m20261124_000006_scale::Migration),
         ]
     }
 

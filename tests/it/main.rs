@@ -18,6 +18,7 @@ mod gates;
 mod hostile;
 mod library;
 mod liveness;
+mod migrations;
 mod netfault;
 mod protocol;
 mod races;

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use sea_orm::Value;
 use serde_json::json;
 
 use crate::console_api::enqueue;
@@ -168,4 +169,111 @@ async fn retention_prunes_from_one_processor(db: TestDb) {
             .await
             .unwrap()
     );
+}
+
+/// What a many-partition fixture partition is, by its number.
+#[derive(Clone, Copy, PartialEq)]
+enum Kind {
+    /// Complete or cancelled and old: pruned with all its items.
+    Finished,
+    /// Reopened by hand (available, old) with one available item: kept whole.
+    Reopened,
+    /// Failed and old: never pruned.
+    Failed,
+    /// Cancelled and old but given an available item by hand: that item and
+    /// the partition stay, its finished items go.
+    Late,
+}
+
+fn kind(k: usize) -> Kind {
+    match k % 10 {
+        7 => Kind::Reopened,
+        8 => Kind::Failed,
+        9 => Kind::Late,
+        _ => Kind::Finished,
+    }
+}
+
+/// Rows in multi-row INSERTs of at most 400 rows.
+async fn insert(db: &TestDb, into: &str, rows: Vec<Vec<Value>>) {
+    for chunk in rows.chunks(400) {
+        let one = format!("({})", vec!["?"; chunk[0].len()].join(", "));
+        let all = vec![one.as_str(); chunk.len()].join(", ");
+        db.exec(&format!("INSERT INTO {into} VALUES {all}"), chunk.concat())
+            .await;
+    }
+}
+
+on_all_backends!(prune_deletes_many_partitions_in_one_call);
+/// More partitions than one page and more items per page than one delete
+/// takes, with partitions that must survive spread through every page.
+async fn prune_deletes_many_partitions_in_one_call(db: TestDb) {
+    const PARTITIONS: usize = 1500;
+    const ITEMS: usize = 10;
+    let (mut parts, mut items) = (Vec::new(), Vec::new());
+    for k in 0..PARTITIONS {
+        let id = format!("m-{k:05}");
+        let (status, item_status) = match kind(k) {
+            Kind::Finished if k % 2 == 0 => ("complete", "complete"),
+            Kind::Finished => ("cancelled", "cancelled"),
+            Kind::Reopened => ("available", "complete"),
+            Kind::Failed => ("failed", "failed"),
+            Kind::Late => ("cancelled", "cancelled"),
+        };
+        parts.push(vec![id.clone().into(), status.into(), 0i64.into()]);
+        for j in 0..ITEMS {
+            let available = j == 0 && matches!(kind(k), Kind::Reopened | Kind::Late);
+            items.push(vec![
+                format!("{id}/{j}").into(),
+                id.clone().into(),
+                (if available { "available" } else { item_status }).into(),
+                b"{}".to_vec().into(),
+            ]);
+        }
+    }
+    insert(&db, "feed_partitions (id, status, updated_at)", parts).await;
+    insert(&db, "feed_items (id, partition_id, status, data)", items).await;
+
+    let pruned = db
+        .store
+        .prune(Duration::from_secs(3600), false)
+        .await
+        .unwrap();
+    let count_of = |want: Kind| (0..PARTITIONS).filter(|&k| kind(k) == want).count() as u64;
+    let (finished, late) = (count_of(Kind::Finished), count_of(Kind::Late));
+    assert_eq!(pruned.partitions, finished);
+    assert_eq!(
+        pruned.items,
+        finished * ITEMS as u64 + late * (ITEMS as u64 - 1)
+    );
+
+    let left: Vec<String> = db
+        .rows("SELECT id FROM feed_partitions ORDER BY id", &["id"])
+        .await;
+    let kept: Vec<String> = (0..PARTITIONS)
+        .filter(|&k| kind(k) != Kind::Finished)
+        .map(|k| format!("m-{k:05}"))
+        .collect();
+    assert_eq!(left, kept);
+    // Every available item kept; of the others only the reopened and failed
+    // partitions' items.
+    let by_status: Vec<(String, i64)> = db
+        .rows(
+            "SELECT status, COUNT(*) AS n FROM feed_items GROUP BY status ORDER BY status",
+            &["status", "n"],
+        )
+        .await;
+    let reopened = count_of(Kind::Reopened) as i64;
+    let failed = count_of(Kind::Failed) as i64;
+    assert_eq!(
+        by_status,
+        [
+            ("available".to_string(), reopened + late as i64),
+            ("complete".to_string(), reopened * (ITEMS as i64 - 1)),
+            ("failed".to_string(), failed * ITEMS as i64),
+        ]
+    );
+    // A second call finds nothing more to delete.
+    let again = db.store.prune(Duration::ZERO, false).await.unwrap();
+    assert_eq!((again.partitions, again.items), (0, 0));
 }
