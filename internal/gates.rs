@@ -15,6 +15,9 @@ use crate::leases::Held;
 use crate::metrics::Metrics;
 use crate::store::{GateProbe, HeldPartition, Store};
 
+/// Partitions read per check at most.
+const CHECK_CHUNK: usize = 500;
+
 /// What a gate check learned.
 #[derive(Debug, Default)]
 pub struct Checked {
@@ -65,18 +68,20 @@ impl<'a> Fanin<'a> {
     }
 }
 
-/// Checks the dirty partitions of `held` that have nothing in flight.
+/// Checks the dirty partitions of `held` for which `skip` is false (those
+/// with items in flight here, or still waiting in the rotation: a check
+/// would only find work at their gate).
 pub async fn check(
     fanin: &Fanin<'_>,
     me: &str,
     held: &mut Held,
-    busy: &HashSet<String>,
+    skip: impl Fn(&str) -> bool,
 ) -> Result<Checked> {
     let ids: Vec<String> = held
         .dirty
         .iter()
-        .filter(|id| !busy.contains(*id))
-        .take(500)
+        .filter(|id| !skip(id))
+        .take(CHECK_CHUNK)
         .cloned()
         .collect();
     let mut out = Checked::default();
@@ -97,12 +102,21 @@ pub async fn check(
             }
         }
     }
+    let mut closing = Vec::new();
     for (p, probe) in &parts {
-        if apply(fanin, me, held, p, decide(p, *probe), &mut out).await? {
+        let decision = decide(p, *probe);
+        if apply(fanin, me, held, p, decision, &mut out, &mut closing).await? {
             held.dirty.remove(&p.id);
         }
-        // Otherwise someone changed it meanwhile (OCC) or items were just
-        // failed: it stays marked and is read again next time.
+        // Otherwise someone changed it meanwhile (OCC), items were just
+        // failed, or it waits for the batched close below: it stays marked.
+    }
+    // Closes are the common end of small partitions: one statement for all.
+    for id in store.close_partitions(&closing, me).await? {
+        tracing::info!(partition = %id, "partition complete");
+        fanin.metrics.partitions_closed.inc();
+        held.versions.remove(&id);
+        held.dirty.remove(&id);
     }
     fanin
         .metrics
@@ -111,7 +125,9 @@ pub async fn check(
     Ok(out)
 }
 
-/// Carries out one decision; true when the partition needs no new look.
+/// Carries out one decision, except that a close joins `closing` (the
+/// caller closes them all at once); true when the partition needs no new
+/// look.
 async fn apply(
     fanin: &Fanin<'_>,
     me: &str,
@@ -119,6 +135,7 @@ async fn apply(
     p: &HeldPartition,
     decision: Decision,
     out: &mut Checked,
+    closing: &mut Vec<HeldPartition>,
 ) -> Result<bool> {
     let store = fanin.store;
     match decision {
@@ -142,20 +159,18 @@ async fn apply(
             }
             Ok(ok)
         }
-        Decision::Close | Decision::Fail => {
-            let complete = decision == Decision::Close;
-            let ok = store.finish_partition(p, me, complete).await?;
+        Decision::Fail => {
+            let ok = store.fail_partition(p, me).await?;
             if ok {
                 held.versions.remove(&p.id);
-                if complete {
-                    tracing::info!(partition = %p.id, gate = p.gate, "partition complete");
-                    fanin.metrics.partitions_closed.inc();
-                } else {
-                    tracing::warn!(partition = %p.id, gate = p.gate, "partition failed: an item failed for good (on_failure = block); fix it and run `processor retry`");
-                    fanin.metrics.partitions_failed.inc();
-                }
+                tracing::warn!(partition = %p.id, gate = p.gate, "partition failed: an item failed for good (on_failure = block); fix it and run `processor retry`");
+                fanin.metrics.partitions_failed.inc();
             }
             Ok(ok)
+        }
+        Decision::Close => {
+            closing.push(p.clone());
+            Ok(false)
         }
     }
 }

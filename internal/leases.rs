@@ -79,9 +79,11 @@ impl<'a> Leasing<'a> {
 pub struct Balanced {
     /// More free partitions wait than one cycle takes: run the next soon.
     pub more: bool,
-    /// Held partitions of this cycle's slice with work ready now: they
-    /// join the rotation (work that no event announced, such as a retry
-    /// whose backoff ended, is found this way).
+    /// Partitions that join the rotation: those just leased (a refill
+    /// finds out whether they have work at their gate; one that has none is
+    /// checked once it leaves the rotation), and held partitions of this
+    /// cycle's slice with work ready now (work that no event announced,
+    /// such as a retry whose backoff ended, is found this way).
     pub ready: Vec<String>,
 }
 
@@ -189,11 +191,13 @@ pub async fn balance(
     if want > 0 {
         let allowed = (want as usize).min(TAKE_PER_CYCLE);
         let took = take_free(leasing, me, held, allowed).await?;
-        want -= took as i64;
-        out.more = took == TAKE_PER_CYCLE;
+        want -= took.len() as i64;
+        out.more = took.len() == TAKE_PER_CYCLE;
+        out.ready.extend(took);
     }
     if want > 0 && !out.more {
-        steal_one(leasing, me, held.versions.len() as i64, held).await?;
+        out.ready
+            .extend(steal_one(leasing, me, held.versions.len() as i64, held).await?);
     }
     leasing
         .metrics
@@ -202,17 +206,22 @@ pub async fn balance(
     Ok(out)
 }
 
-/// Takes up to `want` free partitions and returns how many it took. A few
+/// Takes up to `want` free partitions and returns those it took. A few
 /// are picked with work first (at random within, so processors racing for
 /// them spread out); many are read and leased page by page in id order,
 /// [`LEASE_CHUNK`] per statement, so every statement stays bounded.
-async fn take_free(leasing: &Leasing<'_>, me: &str, held: &mut Held, want: usize) -> Result<usize> {
+async fn take_free(
+    leasing: &Leasing<'_>,
+    me: &str,
+    held: &mut Held,
+    want: usize,
+) -> Result<Vec<String>> {
     let store = leasing.store;
     let expiry = leasing.config.session_expiry;
-    let mut took = 0;
+    let mut took = Vec::new();
     let mut after = String::new();
-    while took < want {
-        let left = want - took;
+    while took.len() < want {
+        let left = want - took.len();
         let paged = left > LEASE_CHUNK;
         let mut free = if paged {
             store.free_page(expiry, &after, LEASE_CHUNK).await?
@@ -236,8 +245,8 @@ async fn take_free(leasing: &Leasing<'_>, me: &str, held: &mut Held, want: usize
         for (id, version) in store.lease_many(&pick, me).await? {
             tracing::info!(partition = %id, "leased partition");
             held.versions.insert(id.clone(), version);
-            held.dirty.insert(id);
-            took += 1;
+            held.dirty.insert(id.clone());
+            took.push(id);
         }
         if !paged || got < LEASE_CHUNK {
             break;
@@ -280,13 +289,18 @@ fn target(counts: &LeaseCounts, caps: &[i64], cap: Option<i64>) -> i64 {
 /// flight, and every steal turned into rejected results and redeliveries
 /// (the chaos test measured 35–55 duplicate deliveries per 1,000 steps that
 /// way, 5–11 with a random pick).
-async fn steal_one(leasing: &Leasing<'_>, me: &str, mine: i64, held: &mut Held) -> Result<()> {
+async fn steal_one(
+    leasing: &Leasing<'_>,
+    me: &str,
+    mine: i64,
+    held: &mut Held,
+) -> Result<Option<String>> {
     let store = leasing.store;
     let Some((owner, n)) = store.most_loaded(leasing.config.session_expiry).await? else {
-        return Ok(());
+        return Ok(None);
     };
     if owner == me || n < mine + 2 {
-        return Ok(());
+        return Ok(None);
     }
     let pick = store
         .partitions_of(&owner, STEAL_PICK)
@@ -299,9 +313,10 @@ async fn steal_one(leasing: &Leasing<'_>, me: &str, mine: i64, held: &mut Held) 
         tracing::info!(partition = %id, from = %owner, "stole partition to balance load");
         leasing.metrics.steals.inc();
         held.versions.insert(id.clone(), version + 1);
-        held.dirty.insert(id);
+        held.dirty.insert(id.clone());
+        return Ok(Some(id));
     }
-    Ok(())
+    Ok(None)
 }
 
 #[cfg(test)]

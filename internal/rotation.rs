@@ -65,6 +65,11 @@ impl Rotation {
         }
     }
 
+    /// Whether `id` waits in the rotation.
+    pub fn contains(&self, id: &str) -> bool {
+        self.members.contains(id)
+    }
+
     /// Whether no partition waits in the rotation.
     pub fn is_empty(&self) -> bool {
         self.queue.is_empty()

@@ -147,12 +147,12 @@ pub(crate) async fn drain_on(
         let (open, failed) = db.open_partitions().await?;
         open_poll.polled(t);
         let now = Instant::now();
-        if open == 0 {
+        if !open {
             leasing_s.get_or_insert(now.duration_since(spawned).as_secs_f64());
             break now;
         }
-        if failed > 0 {
-            bail!("{failed} partition(s) failed during the drain; see the processor log");
+        if failed {
+            bail!("a partition failed during the drain; see the processor log");
         }
         if now >= deadline {
             timed_out = true;

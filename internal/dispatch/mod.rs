@@ -165,7 +165,9 @@ pub async fn run(shared: Arc<Context>, cancel: CancellationToken) {
         if (!full || Instant::now() >= next_check) && !d.held.dirty.is_empty() {
             next_check = Instant::now() + cfg.poll_interval;
             let busy = d.busy_partitions();
-            match gates::check(&fanin, &d.me, &mut d.held, &busy).await {
+            let rotation = &d.rotation;
+            let skip = |p: &str| busy.contains(p) || rotation.contains(p);
+            match gates::check(&fanin, &d.me, &mut d.held, skip).await {
                 Ok(c) if !c.ready.is_empty() => {
                     for p in c.ready {
                         d.rotation.offer(p);

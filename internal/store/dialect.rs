@@ -193,6 +193,12 @@ pub enum ResultBatch {
     Join,
 }
 
+/// Whether `UPDATE … RETURNING` says which rows an update changed
+/// (MariaDB has `RETURNING` only on `INSERT` and `DELETE`).
+pub fn update_returning(backend: DbBackend) -> bool {
+    matches!(backend, DbBackend::Postgres | DbBackend::Sqlite)
+}
+
 /// The result-batch statement shape of a backend.
 pub fn result_batch(backend: DbBackend) -> ResultBatch {
     match backend {

@@ -1,11 +1,13 @@
 //! Gate-check queries: reading held partitions and their unfinished items,
 //! advancing, closing and failing partitions.
 
-use sea_orm::{DbBackend, FromQueryResult, Value};
+use std::collections::HashMap;
 
-use super::Store;
-use super::dialect::{concat, marks};
+use sea_orm::{ConnectionTrait, DbBackend, FromQueryResult, TransactionTrait, Value};
+
+use super::dialect::{concat, marks, stmt, update_returning};
 use super::producer::OnFailure;
+use super::{Store, get};
 use crate::Result;
 
 /// A partition this processor holds, as read for a gate check.
@@ -66,22 +68,13 @@ pub(crate) enum GateProbe {
     Next(Option<i64>),
 }
 
-/// The probe as stored in one row: a verdict word and the next gate.
+/// Partitions closed per statement at most.
+const CLOSE_CHUNK: usize = 500;
+
+/// The probe's verdict as stored: a word.
 #[derive(FromQueryResult)]
 struct ProbeRow {
     verdict: String,
-    next_gate: Option<i64>,
-}
-
-impl From<ProbeRow> for GateProbe {
-    fn from(r: ProbeRow) -> Self {
-        match r.verdict.as_str() {
-            "waiting" => GateProbe::Waiting,
-            "unrunnable" => GateProbe::Unrunnable,
-            "blocked" => GateProbe::Blocked,
-            _ => GateProbe::Next(r.next_gate),
-        }
-    }
 }
 
 /// The statuses Feed writes, in sorting order: any other status lies in one
@@ -94,11 +87,26 @@ fn item_exists(cond: &str) -> String {
     format!("EXISTS (SELECT 1 FROM feed_items r WHERE r.partition_id = p.id AND {cond})")
 }
 
-/// The probe's `verdict` and `next_gate` columns for a partition aliased `p`.
-fn probe_columns() -> String {
+/// The probe's `verdict` column for a partition aliased `p`. The first
+/// test is whether any item is still open (neither `complete` nor
+/// `cancelled`: three range probes), so a partition that is done costs
+/// three probes, one with work at its gate four. A partition no longer
+/// held (`lost`) is not probed; the ownership test sits here rather than in
+/// the `WHERE` clause so that the planner can only find the rows by their
+/// ids (with stale statistics PostgreSQL would otherwise read every held
+/// partition through the owner index and filter the ids).
+fn verdict_column() -> String {
+    let [available, cancelled, complete, failed] = KNOWN;
+    let open = [
+        item_exists(&format!("r.status < '{cancelled}'")),
+        item_exists(&format!(
+            "r.status > '{cancelled}' AND r.status < '{complete}'"
+        )),
+        item_exists(&format!("r.status > '{complete}'")),
+    ];
     let mut unknown = vec![
-        item_exists(&format!("r.status < '{}'", KNOWN[0])),
-        item_exists(&format!("r.status > '{}'", KNOWN[KNOWN.len() - 1])),
+        item_exists(&format!("r.status < '{available}'")),
+        item_exists(&format!("r.status > '{failed}'")),
     ];
     for w in KNOWN.windows(2) {
         unknown.push(item_exists(&format!(
@@ -106,23 +114,34 @@ fn probe_columns() -> String {
             w[0], w[1]
         )));
     }
-    let waiting = item_exists("r.status = 'available' AND r.gate = p.gate");
     format!(
-        "CASE WHEN {waiting} THEN 'waiting' \
+        "CASE WHEN p.owner = ? AND p.status = 'available' THEN \
+         CASE WHEN NOT ({open}) THEN 'done' \
+         WHEN {waiting} THEN 'waiting' \
          WHEN {below} OR {unknown} THEN 'unrunnable' \
-         WHEN p.on_failure <> 'continue' AND {failed} THEN 'blocked' \
-         ELSE 'next' END AS verdict, \
-         CASE WHEN {waiting} THEN NULL ELSE (SELECT MIN(r.gate) FROM feed_items r \
-         WHERE r.partition_id = p.id AND r.status = 'available' AND r.gate > p.gate) END AS next_gate",
+         WHEN p.on_failure <> 'continue' AND {blocked} THEN 'blocked' \
+         ELSE 'next' END ELSE 'lost' END AS verdict",
+        open = open.join(" OR "),
+        waiting = item_exists("r.status = 'available' AND r.gate = p.gate"),
         below = item_exists("r.status = 'available' AND r.gate < p.gate"),
         unknown = unknown.join(" OR "),
-        failed = item_exists("r.status = 'failed'"),
+        blocked = item_exists("r.status = 'failed'"),
     )
+}
+
+/// `?` marks for `ids` padded with NULLs (which match nothing) to a power
+/// of two, so a statement is prepared and planned once per size class.
+fn padded_ids(ids: &[String]) -> (String, Vec<Value>) {
+    let n = ids.len().next_power_of_two();
+    let mut values: Vec<Value> = ids.iter().map(|i| Value::from(i.clone())).collect();
+    values.resize(n, Value::String(None));
+    (marks(n), values)
 }
 
 impl Store {
     /// The held partitions among `ids`, each with what its items call
-    /// for, for a gate check: one statement, a few index probes each.
+    /// for, for a gate check: one statement, a few index probes each, and
+    /// one more for the partitions whose next gate must be found.
     pub(crate) async fn partitions_for_check(
         &self,
         me: &str,
@@ -131,25 +150,59 @@ impl Store {
         if ids.is_empty() {
             return Ok(vec![]);
         }
+        let (list, padded) = padded_ids(ids);
         let sql = format!(
             "SELECT p.id, p.gate, p.version, p.auto_close, p.manual_checkpoint, p.on_failure, {} \
-             FROM feed_partitions p WHERE p.owner = ? AND p.status = 'available' AND p.id IN ({})",
-            probe_columns(),
-            marks(ids.len().next_power_of_two())
+             FROM feed_partitions p WHERE p.id IN ({list})",
+            verdict_column(),
         );
-        // Padded with NULLs (which match nothing) to a power of two, so the
-        // statement is prepared and planned once per size class.
         let mut values: Vec<Value> = vec![me.into()];
-        values.extend(ids.iter().map(|i| Value::from(i.clone())));
-        values.resize(ids.len().next_power_of_two() + 1, Value::String(None));
+        values.extend(padded);
         let rows = self.query(&sql, values).await?;
+        let mut out = Vec::with_capacity(rows.len());
+        let mut later = Vec::new();
+        for r in &rows {
+            let p: HeldPartition = HeldPartitionRow::from_query_result(r, "")?.into();
+            let probe = match ProbeRow::from_query_result(r, "")?.verdict.as_str() {
+                "lost" => continue,
+                "waiting" => GateProbe::Waiting,
+                "unrunnable" => GateProbe::Unrunnable,
+                "blocked" => GateProbe::Blocked,
+                "done" => GateProbe::Next(None),
+                _ => {
+                    later.push(p.id.clone());
+                    GateProbe::Next(None)
+                }
+            };
+            out.push((p, probe));
+        }
+        if !later.is_empty() {
+            let next = self.next_gates(&later).await?;
+            for (p, probe) in &mut out {
+                if let Some(g) = next.get(&p.id) {
+                    *probe = GateProbe::Next(*g);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// The lowest gate above each partition's own with available items
+    /// (None: nothing available is left), by one index probe each.
+    async fn next_gates(&self, ids: &[String]) -> Result<HashMap<String, Option<i64>>> {
+        let (list, values) = padded_ids(ids);
+        let rows = self
+            .query(
+                &format!(
+                    "SELECT p.id, (SELECT MIN(r.gate) FROM feed_items r WHERE r.partition_id = p.id \
+                     AND r.status = 'available' AND r.gate > p.gate) AS next_gate \
+                     FROM feed_partitions p WHERE p.id IN ({list})"
+                ),
+                values,
+            )
+            .await?;
         rows.iter()
-            .map(|r| {
-                Ok((
-                    HeldPartitionRow::from_query_result(r, "")?.into(),
-                    ProbeRow::from_query_result(r, "")?.into(),
-                ))
-            })
+            .map(|r| Ok((get(r, "id")?, get(r, "next_gate")?)))
             .collect()
     }
 
@@ -175,39 +228,76 @@ impl Store {
         Ok(n == 1)
     }
 
-    /// Closes (`complete`, re-checking in the same statement that no item
-    /// is available) or fails a held partition, and releases it (OCC,
-    /// owner-fenced).
-    pub async fn finish_partition(
-        &self,
-        p: &HeldPartition,
-        me: &str,
-        complete: bool,
-    ) -> Result<bool> {
-        let (status, recheck) = if complete {
-            (
-                "complete",
-                " AND NOT EXISTS (SELECT 1 FROM feed_items i WHERE i.partition_id = ? AND i.status = 'available')",
-            )
-        } else {
-            ("failed", "")
-        };
-        let mut values: Vec<Value> = vec![
-            status.into(),
-            p.id.clone().into(),
-            p.version.into(),
-            me.into(),
-        ];
-        if complete {
-            values.push(p.id.clone().into());
+    /// Closes held partitions (`complete`) and releases them, each at the
+    /// version it was read at and only while it has no available item
+    /// (re-checked in the same statement); returns the ids closed. One
+    /// statement per [`CLOSE_CHUNK`] partitions.
+    pub async fn close_partitions(&self, parts: &[HeldPartition], me: &str) -> Result<Vec<String>> {
+        let mut closed = Vec::new();
+        for chunk in parts.chunks(CLOSE_CHUNK) {
+            let versions = " WHEN ? THEN ?".repeat(chunk.len());
+            let mut values: Vec<Value> = vec![me.into()];
+            values.extend(chunk.iter().map(|p| Value::from(p.id.clone())));
+            for p in chunk {
+                values.extend([p.id.clone().into(), p.version.into()]);
+            }
+            let update = format!(
+                "UPDATE feed_partitions SET status = 'complete', owner = NULL, version = version + 1, \
+                 updated_at = {{now}} WHERE owner = ? AND id IN ({ids}) AND version = CASE id{versions} END \
+                 AND NOT EXISTS (SELECT 1 FROM feed_items i WHERE i.partition_id = feed_partitions.id \
+                 AND i.status = 'available')",
+                ids = marks(chunk.len())
+            );
+            if update_returning(self.backend) {
+                let rows = self
+                    .query(&format!("{update} RETURNING id"), values)
+                    .await?;
+                for r in &rows {
+                    closed.push(get(r, "id")?);
+                }
+                continue;
+            }
+            // No RETURNING: read back in the same transaction, which holds
+            // the rows it changed, so no later change can hide a close.
+            let mut after: Vec<Value> = chunk.iter().map(|p| Value::from(p.id.clone())).collect();
+            for p in chunk {
+                after.extend([p.id.clone().into(), (p.version + 1).into()]);
+            }
+            let read = stmt(
+                self.backend,
+                &format!(
+                    "SELECT id FROM feed_partitions WHERE id IN ({}) AND status = 'complete' \
+                     AND owner IS NULL AND version = CASE id{versions} END",
+                    marks(chunk.len())
+                ),
+                after,
+            );
+            let update = stmt(self.backend, &update, values);
+            let rows = self
+                .retry(|| async {
+                    let txn = self.db.begin().await?;
+                    self.count(2);
+                    txn.execute_raw(update.clone()).await?;
+                    let rows = txn.query_all_raw(read.clone()).await?;
+                    txn.commit().await?;
+                    Ok(rows)
+                })
+                .await?;
+            for r in &rows {
+                closed.push(get(r, "id")?);
+            }
         }
+        Ok(closed)
+    }
+
+    /// Fails a held partition (an item failed for good and blocks fan-in)
+    /// and releases it (OCC, owner-fenced).
+    pub async fn fail_partition(&self, p: &HeldPartition, me: &str) -> Result<bool> {
         let n = self
             .exec(
-                &format!(
-                    "UPDATE feed_partitions SET status = ?, owner = NULL, version = version + 1, \
-                     updated_at = {{now}} WHERE id = ? AND version = ? AND owner = ?{recheck}"
-                ),
-                values,
+                "UPDATE feed_partitions SET status = 'failed', owner = NULL, version = version + 1, \
+                 updated_at = {now} WHERE id = ? AND version = ? AND owner = ?",
+                vec![p.id.clone().into(), p.version.into(), me.into()],
             )
             .await?;
         Ok(n == 1)

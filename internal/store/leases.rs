@@ -239,10 +239,15 @@ impl Store {
             for (id, v) in chunk {
                 values.extend([id.clone().into(), (*v).into()]);
             }
+            // The status test is folded into the version's so that the
+            // rows can only be found by their ids: with stale statistics
+            // PostgreSQL would otherwise read every available partition
+            // through the status index.
             self.exec(
                 &format!(
                     "UPDATE feed_partitions SET owner = ?, version = version + 1, updated_at = {{now}} \
-                     WHERE status = 'available' AND id IN ({ids}) AND version = CASE id{versions} END"
+                     WHERE id IN ({ids}) \
+                     AND CASE WHEN status = 'available' THEN version END = CASE id{versions} END"
                 ),
                 values,
             )

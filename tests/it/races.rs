@@ -126,7 +126,11 @@ async fn advance_and_close_recheck_for_available_items(db: TestDb) {
     };
     // Read with nothing left: a close would be decided. An item arrives.
     db.item("late", "p", 0, json!({})).await;
-    assert!(!db.store.finish_partition(&held, "me", true).await.unwrap());
+    let closed = db
+        .store
+        .close_partitions(std::slice::from_ref(&held), "me")
+        .await;
+    assert!(closed.unwrap().is_empty());
     assert!(!db.store.advance_gate(&held, "me", 2).await.unwrap());
     assert_eq!(
         db.partition_row("p").await,
@@ -135,6 +139,10 @@ async fn advance_and_close_recheck_for_available_items(db: TestDb) {
     // Without it both would pass.
     db.sql("DELETE FROM feed_items WHERE id = 'late'").await;
     assert!(db.store.advance_gate(&held, "me", 2).await.unwrap());
+    let moved = HeldPartition { version: 1, ..held };
+    let closed = db.store.close_partitions(&[moved], "me").await.unwrap();
+    assert_eq!(closed, vec!["p".to_string()]);
+    assert_eq!(db.partition_row("p").await, ("complete".into(), 2, None));
 }
 
 on_all_backends!(retry_bumps_the_partition_version);
