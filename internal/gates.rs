@@ -24,6 +24,8 @@ pub struct Checked {
     /// Partitions with work at their gate (found waiting, or just
     /// advanced): they join the rotation, and the loop polls at once.
     pub ready: Vec<String>,
+    /// The check read a full chunk: more partitions may wait for one.
+    pub more: bool,
 }
 
 /// What the probe of one partition calls for.
@@ -39,13 +41,15 @@ enum Decision {
     Advance(i64),
     /// Nothing available is left: close.
     Close,
-    /// Nothing to do (manual checkpoint, or `auto_close = false`).
+    /// Nothing to do now (paused, backing off, manual checkpoint, or
+    /// `auto_close = false`).
     Hold,
 }
 
 fn decide(p: &HeldPartition, probe: GateProbe) -> Decision {
     match probe {
         GateProbe::Waiting => Decision::Wait,
+        GateProbe::Idle => Decision::Hold,
         GateProbe::Unrunnable => Decision::FailUnrunnable,
         GateProbe::Blocked => Decision::Fail,
         GateProbe::Next(Some(_)) if p.manual_checkpoint => Decision::Hold,
@@ -84,7 +88,10 @@ pub async fn check(
         .take(CHECK_CHUNK)
         .cloned()
         .collect();
-    let mut out = Checked::default();
+    let mut out = Checked {
+        more: ids.len() == CHECK_CHUNK,
+        ..Checked::default()
+    };
     if ids.is_empty() {
         return Ok(out);
     }
@@ -195,6 +202,7 @@ mod tests {
     fn decisions() {
         let p = part(1);
         assert_eq!(decide(&p, GateProbe::Waiting), Decision::Wait);
+        assert_eq!(decide(&p, GateProbe::Idle), Decision::Hold);
         assert_eq!(decide(&p, GateProbe::Next(Some(3))), Decision::Advance(3));
         assert_eq!(decide(&p, GateProbe::Next(None)), Decision::Close);
         assert_eq!(decide(&p, GateProbe::Blocked), Decision::Fail);

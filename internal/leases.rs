@@ -32,10 +32,15 @@ const SWEEP_CYCLES: usize = 15;
 /// The smallest slice of held partitions probed per cycle.
 const MIN_SLICE: usize = 1_000;
 
-/// Partitions taken per acquire cycle at most; a cycle that took this many
-/// asks for the next one at once, so a large backlog is leased in bounded
-/// steps while dispatch goes on between them.
-const TAKE_PER_CYCLE: usize = 5_000;
+/// Partitions taken per step at most. A cycle that wants more takes the
+/// rest in steps that only lease (no counts, no probes), each soon after
+/// the last, so a large backlog is leased in bounded steps while dispatch
+/// goes on between them.
+const TAKE_PER_STEP: usize = 2_000;
+
+/// Partitions one cycle's steps take at most before a full cycle counts
+/// again (another processor may have started meanwhile).
+const TAKE_PER_CYCLE: usize = 20_000;
 
 /// A stolen partition is picked at random among this many of the victim's.
 const STEAL_PICK: i64 = 1_000;
@@ -45,14 +50,17 @@ const STEAL_PICK: i64 = 1_000;
 pub struct Held {
     /// Partition id → version as last seen.
     pub versions: HashMap<String, i64>,
-    /// Partitions whose gate must be checked (new, changed, written to, or
-    /// found stuck by the acquire cycle).
+    /// Partitions whose gate must be checked: run dry in a refill, written
+    /// to while out of the rotation, changed by someone else, or found
+    /// stuck by the acquire cycle.
     pub dirty: HashSet<String>,
     /// Where the next slice of the probe sweep starts (ids in order, wrapping).
     sweep: String,
     /// Where the next slice of the stranded sweep over `complete`
     /// partitions starts.
     stranded: String,
+    /// Free partitions the last full cycle still wants to take, in steps.
+    steps: usize,
 }
 
 /// What an acquire cycle works with: the store, the counters it sets and
@@ -85,6 +93,11 @@ pub struct Balanced {
     /// cycle's slice with work ready now (work that no event announced,
     /// such as a retry whose backoff ended, is found this way).
     pub ready: Vec<String>,
+    /// Held partitions someone else changed: items fetched before are not
+    /// delivered.
+    pub changed: Vec<String>,
+    /// Partitions no longer held.
+    pub lost: Vec<String>,
 }
 
 /// One acquire cycle for session `me`; `busy` are the partitions with
@@ -95,6 +108,9 @@ pub async fn balance(
     held: &mut Held,
     busy: &HashSet<String>,
 ) -> Result<Balanced> {
+    if held.steps > 0 {
+        return step(leasing, me, held).await;
+    }
     let store = leasing.store;
     let cfg = leasing.config;
     let expiry = cfg.session_expiry;
@@ -103,31 +119,12 @@ pub async fn balance(
         tracing::info!(sessions = reaped, "deleted dead sessions");
     }
 
-    // Every held partition's version (cheap columns), so that partitions
-    // lost or changed by someone else are seen every cycle.
-    let now: HashMap<String, i64> = store
-        .partitions_of(me, i64::MAX)
-        .await?
-        .into_iter()
-        .collect();
-    for id in held.versions.keys() {
-        if !now.contains_key(id) {
-            tracing::info!(partition = %id, "lost partition (taken by another processor, released or closed by someone else)");
-            leasing.metrics.leases_lost.inc();
-            held.dirty.remove(id);
-        }
-    }
-    for (id, version) in &now {
-        if held.versions.get(id) != Some(version) {
-            held.dirty.insert(id.clone());
-        }
-    }
-    held.versions = now;
     // Level-triggered fan-in: whatever happened (a result written by a
     // former owner, an item deleted or completed by hand), a held partition
-    // that a gate check would act on is checked again. The probes run on
-    // one slice per cycle, so every partition is probed within
-    // SWEEP_CYCLES cycles.
+    // that a gate check would act on is checked again. The probes, and the
+    // comparison of versions (a change by someone else: enqueue, retry, an
+    // operator control), run on one slice per cycle, so every partition is
+    // seen within SWEEP_CYCLES cycles.
     let slice = (held.versions.len() / SWEEP_CYCLES).max(MIN_SLICE);
     let rows = store.held_slice(me, &held.sweep, slice).await?;
     held.sweep = match rows.last() {
@@ -136,6 +133,11 @@ pub async fn balance(
     };
     let mut out = Balanced::default();
     for r in &rows {
+        if held.versions.get(&r.id) != Some(&r.version) {
+            held.versions.insert(r.id.clone(), r.version);
+            held.dirty.insert(r.id.clone());
+            out.changed.push(r.id.clone());
+        }
         if r.stuck && !busy.contains(&r.id) {
             held.dirty.insert(r.id.clone());
         }
@@ -145,6 +147,12 @@ pub async fn balance(
     }
 
     let counts = store.lease_counts(me, expiry, &held.stranded).await?;
+    // A partition lost to someone else (stolen, cancelled, closed by
+    // hand) makes the count differ from what is held here: only then is
+    // every held partition read, to find which.
+    if counts.mine != held.versions.len() as i64 {
+        reconcile(leasing, me, held, &mut out).await?;
+    }
     leasing.metrics.sessions_alive.set(counts.sessions);
     leasing.metrics.backlog.set(counts.backlog);
     let end = counts.stranded_end.clone().unwrap_or_default();
@@ -189,10 +197,13 @@ pub async fn balance(
         }
     }
     if want > 0 {
-        let allowed = (want as usize).min(TAKE_PER_CYCLE);
+        let allowed = (want as usize).min(TAKE_PER_STEP);
         let took = take_free(leasing, me, held, allowed).await?;
         want -= took.len() as i64;
-        out.more = took.len() == TAKE_PER_CYCLE;
+        if took.len() == allowed && want > 0 {
+            held.steps = (want as usize).min(TAKE_PER_CYCLE - allowed);
+            out.more = true;
+        }
         out.ready.extend(took);
     }
     if want > 0 && !out.more {
@@ -204,6 +215,62 @@ pub async fn balance(
         .partitions_held
         .set(held.versions.len() as i64);
     Ok(out)
+}
+
+/// One step of a large lease: takes the next free partitions, nothing else.
+async fn step(leasing: &Leasing<'_>, me: &str, held: &mut Held) -> Result<Balanced> {
+    let allowed = held.steps.min(TAKE_PER_STEP);
+    let took = take_free(leasing, me, held, allowed).await?;
+    held.steps = if took.len() == allowed {
+        held.steps - allowed
+    } else {
+        0
+    };
+    leasing
+        .metrics
+        .partitions_held
+        .set(held.versions.len() as i64);
+    Ok(Balanced {
+        // The last step is followed at once by a full cycle, which counts
+        // again and takes more if more are wanted.
+        more: took.len() == allowed,
+        ready: took,
+        ..Balanced::default()
+    })
+}
+
+/// Reads every held partition's version: those no longer held are dropped
+/// (and reported in `out.lost`), those changed are marked for a check.
+async fn reconcile(
+    leasing: &Leasing<'_>,
+    me: &str,
+    held: &mut Held,
+    out: &mut Balanced,
+) -> Result<()> {
+    let now: HashMap<String, i64> = leasing
+        .store
+        .partitions_of(me, i64::MAX)
+        .await?
+        .into_iter()
+        .collect();
+    held.versions.retain(|id, _| {
+        let kept = now.contains_key(id);
+        if !kept {
+            tracing::info!(partition = %id, "lost partition (taken by another processor, released or closed by someone else)");
+            leasing.metrics.leases_lost.inc();
+            held.dirty.remove(id);
+            out.lost.push(id.clone());
+        }
+        kept
+    });
+    for (id, version) in now {
+        if held.versions.get(&id) != Some(&version) {
+            held.dirty.insert(id.clone());
+            out.changed.push(id.clone());
+            held.versions.insert(id, version);
+        }
+    }
+    Ok(())
 }
 
 /// Takes up to `want` free partitions and returns those it took. A few
@@ -245,7 +312,6 @@ async fn take_free(
         for (id, version) in store.lease_many(&pick, me).await? {
             tracing::info!(partition = %id, "leased partition");
             held.versions.insert(id.clone(), version);
-            held.dirty.insert(id.clone());
             took.push(id);
         }
         if !paged || got < LEASE_CHUNK {
@@ -313,7 +379,6 @@ async fn steal_one(
         tracing::info!(partition = %id, from = %owner, "stole partition to balance load");
         leasing.metrics.steals.inc();
         held.versions.insert(id.clone(), version + 1);
-        held.dirty.insert(id.clone());
         return Ok(Some(id));
     }
     Ok(None)

@@ -129,29 +129,14 @@ pub async fn run(shared: Arc<Context>, cancel: CancellationToken) {
             }
             _ = acquire.tick() => {
                 d.sync_session();
-                let before = d.held.versions.clone();
                 let busy = d.busy_partitions();
                 match leases::balance(&leasing, &d.me, &mut d.held, &busy).await {
-                    Ok(b) => {
-                        // More free partitions wait: lease the next step soon.
-                        if b.more {
-                            acquire.reset_after(LEASE_NEXT_STEP);
-                        }
-                        for p in b.ready {
-                            d.rotation.offer(p);
-                        }
-                    }
+                    Ok(b) => d.balanced(b, &mut acquire),
                     Err(e) => tracing::warn!(error = %e, "balancing leases failed; will retry"),
                 }
-                // Buffered items of partitions lost meanwhile, or changed by
-                // someone else (paused, cancelled), are not delivered.
-                let held = &d.held.versions;
-                let same = |p: &str| held.get(p).is_some_and(|v| before.get(p).is_none_or(|b| b == v));
-                d.buffer.retain(|i| same(&i.fence.partition_id));
-                d.rotation.retain(|p| held.contains_key(p));
                 let now = Instant::now();
                 d.cooling.retain(|_, (_, until)| *until > now);
-                if d.held.versions.len() != before.len() || !d.held.dirty.is_empty() || !d.rotation.is_empty() {
+                if !d.held.dirty.is_empty() || !d.rotation.is_empty() {
                     next_poll = now;
                 }
             }
@@ -162,19 +147,26 @@ pub async fn run(shared: Arc<Context>, cancel: CancellationToken) {
             _ = tokio::time::sleep_until(next_poll) => {}
         }
         d.sync_session();
+        let mut recheck = false;
         if (!full || Instant::now() >= next_check) && !d.held.dirty.is_empty() {
             next_check = Instant::now() + cfg.poll_interval;
             let busy = d.busy_partitions();
             let rotation = &d.rotation;
             let skip = |p: &str| busy.contains(p) || rotation.contains(p);
             match gates::check(&fanin, &d.me, &mut d.held, skip).await {
-                Ok(c) if !c.ready.is_empty() => {
+                Ok(c) => {
+                    // A full chunk: the next one is checked on the next turn.
+                    recheck = c.more;
+                    if c.more {
+                        next_check = Instant::now();
+                    }
+                    if !c.ready.is_empty() {
+                        next_poll = Instant::now();
+                    }
                     for p in c.ready {
                         d.rotation.offer(p);
                     }
-                    next_poll = Instant::now();
                 }
-                Ok(_) => {}
                 Err(e) => {
                     tracing::warn!(error = %e, "gate check failed; its partitions stay marked and are checked again")
                 }
@@ -182,6 +174,9 @@ pub async fn run(shared: Arc<Context>, cancel: CancellationToken) {
         }
         if Instant::now() >= next_poll {
             (next_poll, full) = d.poll().await;
+        }
+        if recheck {
+            next_poll = Instant::now();
         }
     }
     d.drain(cfg.drain_timeout).await;
@@ -200,6 +195,30 @@ impl Dispatcher {
             self.buffer.clear();
             self.partial_since = None;
             self.shared.metrics.partitions_held.set(0);
+        }
+    }
+
+    /// Takes in what an acquire cycle learned.
+    fn balanced(&mut self, b: leases::Balanced, acquire: &mut tokio::time::Interval) {
+        // More free partitions wait: lease the next step soon.
+        if b.more {
+            acquire.reset_after(LEASE_NEXT_STEP);
+        }
+        // Buffered items of partitions lost meanwhile, or changed by
+        // someone else (paused, cancelled), are not delivered.
+        if !b.changed.is_empty() || !b.lost.is_empty() {
+            let gone: HashSet<&str> = b
+                .changed
+                .iter()
+                .chain(&b.lost)
+                .map(String::as_str)
+                .collect();
+            self.buffer
+                .retain(|i| !gone.contains(i.fence.partition_id.as_str()));
+            self.rotation.retain(|p| !gone.contains(p));
+        }
+        for p in b.ready {
+            self.rotation.offer(p);
         }
     }
 
@@ -245,8 +264,10 @@ impl Dispatcher {
         // completions. (Counting free calls alone would refill on every
         // poll while answered items wait for their writes.)
         let target = cfg.concurrency * batch;
+        let mut refilled = true;
         if self.buffer.len() < (calls * per_call).min(room) + target / 2 {
-            self.refill(target * 2 - self.buffer.len().min(target))
+            refilled = self
+                .refill(target * 2 - self.buffer.len().min(target))
                 .await;
         }
         let mut next = now + cfg.poll_interval;
@@ -272,8 +293,14 @@ impl Dispatcher {
             room -= n;
             self.start(items);
         }
-        // Either the slots are now full (the next answer polls again at
-        // once) or nothing more is ready: wait for the poll interval.
+        // The refill found its partitions dry while others wait in the
+        // rotation: serve those at once (each dry one leaves it, so this
+        // ends; a failed refill waits). Otherwise either the slots are now full (the next answer
+        // polls again at once) or nothing more is ready: wait for the poll
+        // interval.
+        if refilled && self.buffer.is_empty() && !self.rotation.is_empty() {
+            next = now;
+        }
         (next, self.more)
     }
 
@@ -317,7 +344,11 @@ impl Dispatcher {
             let Some(fence) = self.in_flight.remove(&id) else {
                 continue;
             };
-            self.held.dirty.insert(fence.partition_id.clone());
+            // A partition still in the rotation is checked once a refill
+            // finds it dry; one out of it may have run out of work.
+            if !self.rotation.contains(&fence.partition_id) {
+                self.held.dirty.insert(fence.partition_id.clone());
+            }
             let Some(deliveries) = &deliveries else {
                 self.record_panic(fence);
                 continue;

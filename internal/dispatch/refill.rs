@@ -46,8 +46,9 @@ impl Dispatcher {
     }
 
     /// Fetches up to `want` ready items that are not known here yet: a
-    /// fair share from each of the next partitions in the rotation.
-    pub(super) async fn refill(&mut self, want: usize) {
+    /// fair share from each of the next partitions in the rotation. False
+    /// when a statement failed (the loop then waits before the next try).
+    pub(super) async fn refill(&mut self, want: usize) -> bool {
         let store = &self.shared.store;
         let cfg = &self.shared.config;
         let now = Instant::now();
@@ -65,7 +66,7 @@ impl Dispatcher {
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "polling for items failed; will retry");
-                    return;
+                    return false;
                 }
             }
         }
@@ -77,7 +78,7 @@ impl Dispatcher {
         let parts = self.rotation.take(self.spread.max(base));
         if parts.is_empty() {
             self.more = false;
-            return;
+            return true;
         }
         let known = self.known_per_partition();
         let share = want.div_ceil(parts.len());
@@ -100,7 +101,7 @@ impl Dispatcher {
                 for p in parts {
                     self.rotation.offer(p);
                 }
-                return;
+                return false;
             }
         };
         let buffered: HashSet<String> = self.buffer.iter().map(|i| i.fence.id.clone()).collect();
@@ -127,6 +128,9 @@ impl Dispatcher {
             if rows.get(p).copied().unwrap_or(0) >= *asked {
                 self.rotation.offer(p.clone());
             } else {
+                // Out of ready work at its gate: a gate check finds out
+                // why (advance, close, or wait) once nothing is in flight.
+                self.held.dirty.insert(p.clone());
                 dry = true;
             }
         }
@@ -153,5 +157,6 @@ impl Dispatcher {
             });
         }
         self.more = fetched >= want || !self.rotation.is_empty();
+        true
     }
 }

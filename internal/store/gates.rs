@@ -57,8 +57,12 @@ impl From<HeldPartitionRow> for HeldPartition {
 /// million. The probes run in order and stop at the first that answers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum GateProbe {
-    /// An item is available at the partition's gate.
+    /// An item is available at the partition's gate and may run now.
     Waiting,
+    /// Items are available at the gate, but none may run now (the
+    /// partition is paused, or they wait out a backoff): the acquire
+    /// cycle's sweep finds the partition again once one may.
+    Idle,
     /// An item is available below the gate (it could never run), or an
     /// item has a status Feed does not know (written by hand).
     Unrunnable,
@@ -90,7 +94,7 @@ fn item_exists(cond: &str) -> String {
 /// The probe's `verdict` column for a partition aliased `p`. The first
 /// test is whether any item is still open (neither `complete` nor
 /// `cancelled`: three range probes), so a partition that is done costs
-/// three probes, one with work at its gate four. A partition no longer
+/// three probes, one with work ready at its gate five. A partition no longer
 /// held (`lost`) is not probed; the ownership test sits here rather than in
 /// the `WHERE` clause so that the planner can only find the rows by their
 /// ids (with stale statistics PostgreSQL would otherwise read every held
@@ -117,12 +121,16 @@ fn verdict_column() -> String {
     format!(
         "CASE WHEN p.owner = ? AND p.status = 'available' THEN \
          CASE WHEN NOT ({open}) THEN 'done' \
-         WHEN {waiting} THEN 'waiting' \
+         WHEN {waiting} THEN CASE WHEN NOT p.paused AND {ready} THEN 'waiting' ELSE 'idle' END \
          WHEN {below} OR {unknown} THEN 'unrunnable' \
          WHEN p.on_failure <> 'continue' AND {blocked} THEN 'blocked' \
          ELSE 'next' END ELSE 'lost' END AS verdict",
         open = open.join(" OR "),
         waiting = item_exists("r.status = 'available' AND r.gate = p.gate"),
+        ready = item_exists(
+            "r.status = 'available' AND r.gate = p.gate \
+             AND (r.not_before IS NULL OR r.not_before <= {now})"
+        ),
         below = item_exists("r.status = 'available' AND r.gate < p.gate"),
         unknown = unknown.join(" OR "),
         blocked = item_exists("r.status = 'failed'"),
@@ -166,6 +174,7 @@ impl Store {
             let probe = match ProbeRow::from_query_result(r, "")?.verdict.as_str() {
                 "lost" => continue,
                 "waiting" => GateProbe::Waiting,
+                "idle" => GateProbe::Idle,
                 "unrunnable" => GateProbe::Unrunnable,
                 "blocked" => GateProbe::Blocked,
                 "done" => GateProbe::Next(None),
