@@ -18,6 +18,7 @@
 //! wait unleased.
 
 use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
 
 use rand::seq::{IndexedRandom, SliceRandom};
 
@@ -42,6 +43,13 @@ const TAKE_PER_STEP: usize = 2_000;
 /// again (another processor may have started meanwhile).
 const TAKE_PER_CYCLE: usize = 20_000;
 
+/// From this many active partitions on, the acquire cycle looks (at most
+/// once a minute) whether PostgreSQL's statistics lag behind a bulk load.
+const STATISTICS_FROM: i64 = 10_000;
+
+/// How often the statistics are looked at, at most.
+const STATISTICS_EVERY: Duration = Duration::from_secs(60);
+
 /// A stolen partition is picked at random among this many of the victim's.
 const STEAL_PICK: i64 = 1_000;
 
@@ -61,6 +69,11 @@ pub struct Held {
     stranded: String,
     /// Free partitions the last full cycle still wants to take, in steps.
     steps: usize,
+    /// Where the next step's page of free partitions starts (ids in order),
+    /// so that steps do not read again past the ones already leased.
+    cursor: String,
+    /// When the planner's statistics were last looked at.
+    statistics: Option<Instant>,
 }
 
 /// What an acquire cycle works with: the store, the counters it sets and
@@ -147,6 +160,19 @@ pub async fn balance(
     }
 
     let counts = store.lease_counts(me, expiry, &held.stranded).await?;
+    if counts.active >= STATISTICS_FROM
+        && held
+            .statistics
+            .is_none_or(|t| t.elapsed() >= STATISTICS_EVERY)
+    {
+        held.statistics = Some(Instant::now());
+        if store.refresh_statistics(counts.active).await? {
+            tracing::info!(
+                active = counts.active,
+                "analyzed feed_partitions and feed_items: the planner's statistics lagged far behind the partitions counted"
+            );
+        }
+    }
     // A partition lost to someone else (stolen, cancelled, closed by
     // hand) makes the count differ from what is held here: only then is
     // every held partition read, to find which.
@@ -197,6 +223,7 @@ pub async fn balance(
         }
     }
     if want > 0 {
+        held.cursor.clear();
         let allowed = (want as usize).min(TAKE_PER_STEP);
         let took = take_free(leasing, me, held, allowed).await?;
         want -= took.len() as i64;
@@ -286,19 +313,17 @@ async fn take_free(
     let store = leasing.store;
     let expiry = leasing.config.session_expiry;
     let mut took = Vec::new();
-    let mut after = String::new();
     while took.len() < want {
         let left = want - took.len();
-        let paged = left > LEASE_CHUNK;
+        let paged = want > LEASE_CHUNK;
         let mut free = if paged {
-            store.free_page(expiry, &after, LEASE_CHUNK).await?
+            store.free_page(expiry, &held.cursor, LEASE_CHUNK).await?
         } else {
             store.free_partitions(expiry, left * 2 + 8).await?
         };
-        let Some(last) = free.last() else {
+        if free.is_empty() {
             break;
-        };
-        after = last.id.clone();
+        }
         if !paged {
             free.shuffle(&mut rand::rng());
             free.sort_by_key(|f| !f.ready);
@@ -308,6 +333,9 @@ async fn take_free(
             .take(left)
             .map(|f| (f.id, f.version))
             .collect();
+        if let Some((last, _)) = pick.last().filter(|_| paged) {
+            held.cursor = last.clone();
+        }
         let got = pick.len();
         for (id, version) in store.lease_many(&pick, me).await? {
             tracing::info!(partition = %id, "leased partition");

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use sea_orm::{FromQueryResult, Value};
+use sea_orm::{DbBackend, FromQueryResult, Value};
 
 use super::dialect::marks;
 use super::{Store, get, ms};
@@ -366,5 +366,35 @@ impl Store {
             vec![after.into(), end.into()],
         )
         .await
+    }
+}
+
+/// Planner statistics that lag this far behind the counted partitions are
+/// refreshed: a bulk load makes the table many times larger than
+/// PostgreSQL believes until autovacuum analyzes it (up to a minute later),
+/// and meanwhile it plans every statement for a table of a few rows.
+const STALE_FACTOR: f64 = 4.0;
+
+impl Store {
+    /// On PostgreSQL, analyzes Feed's tables when the planner believes
+    /// `feed_partitions` holds far fewer rows than the `active` partitions
+    /// just counted; true when it did.
+    pub(crate) async fn refresh_statistics(&self, active: i64) -> Result<bool> {
+        if !matches!(self.backend, DbBackend::Postgres) {
+            return Ok(false);
+        }
+        let rows = self
+            .query(
+                "SELECT reltuples::BIGINT AS n FROM pg_class WHERE oid = 'feed_partitions'::regclass",
+                vec![],
+            )
+            .await?;
+        let believed: i64 = rows.first().map_or(Ok(0), |r| get(r, "n"))?;
+        if (believed.max(0) as f64) * STALE_FACTOR >= active as f64 {
+            return Ok(false);
+        }
+        self.exec("ANALYZE feed_partitions, feed_items", vec![])
+            .await?;
+        Ok(true)
     }
 }
