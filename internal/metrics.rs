@@ -52,6 +52,9 @@ metrics! {
     partitions_closed: Counter = Counter::default(), "partitions_closed", "Partitions closed as complete";
     /// Partitions marked failed.
     partitions_failed: Counter = Counter::default(), "partitions_failed", "Partitions marked failed";
+    /// Acquire cycles run (full cycles and leasing steps).
+    acquire_cycles: Counter = Counter::default(), "acquire_cycles",
+        "Acquire cycles run (full cycles and the leasing steps between them)";
     /// Partitions taken from another live session.
     steals: Counter = Counter::default(), "steals", "Partitions stolen from other sessions";
     /// Partitions this processor lost (stolen, released or session expired).

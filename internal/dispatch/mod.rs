@@ -130,6 +130,7 @@ pub async fn run(shared: Arc<Context>, cancel: CancellationToken) {
             _ = acquire.tick() => {
                 d.sync_session();
                 let busy = d.busy_partitions();
+                shared.metrics.acquire_cycles.inc();
                 match leases::balance(&leasing, &d.me, &mut d.held, &busy).await {
                     Ok(b) => d.balanced(b, &mut acquire),
                     Err(e) => tracing::warn!(error = %e, "balancing leases failed; will retry"),

@@ -25,5 +25,6 @@ mod races;
 mod recovery;
 mod refusals;
 mod retention;
+mod scale;
 mod sessions;
 mod webdriver;
