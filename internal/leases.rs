@@ -139,6 +139,7 @@ pub async fn balance(
     // operator control), run on one slice per cycle, so every partition is
     // seen within SWEEP_CYCLES cycles.
     let slice = (held.versions.len() / SWEEP_CYCLES).max(MIN_SLICE);
+    let sweep_starts = held.sweep.is_empty();
     let rows = store.held_slice(me, &held.sweep, slice).await?;
     held.sweep = match rows.last() {
         Some(last) if rows.len() >= slice => last.id.clone(),
@@ -159,7 +160,11 @@ pub async fn balance(
         }
     }
 
-    let counts = store.lease_counts(me, expiry, &held.stranded).await?;
+    // The backlog gauge is counted once per sweep: it is the costliest
+    // count (up to COUNT_CAP rows) and only informs.
+    let counts = store
+        .lease_counts(me, expiry, &held.stranded, sweep_starts)
+        .await?;
     if counts.active >= STATISTICS_FROM
         && held
             .statistics
@@ -180,7 +185,9 @@ pub async fn balance(
         reconcile(leasing, me, held, &mut out).await?;
     }
     leasing.metrics.sessions_alive.set(counts.sessions);
-    leasing.metrics.backlog.set(counts.backlog);
+    if sweep_starts {
+        leasing.metrics.backlog.set(counts.backlog);
+    }
     let end = counts.stranded_end.clone().unwrap_or_default();
     if counts.stranded > 0 {
         let n = store.reopen_stranded(&held.stranded, &end).await?;
@@ -337,8 +344,12 @@ async fn take_free(
             held.cursor = last.clone();
         }
         let got = pick.len();
-        for (id, version) in store.lease_many(&pick, me).await? {
-            tracing::info!(partition = %id, "leased partition");
+        let leased = store.lease_many(&pick, me).await?;
+        if !leased.is_empty() {
+            tracing::info!(partitions = leased.len(), "leased partitions");
+        }
+        for (id, version) in leased {
+            tracing::debug!(partition = %id, "leased partition");
             held.versions.insert(id.clone(), version);
             took.push(id);
         }

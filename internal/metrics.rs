@@ -65,9 +65,9 @@ metrics! {
         "Times this processor's session was found dead";
     /// Live sessions, as of the last balance.
     sessions_alive: Gauge = Gauge::default(), "sessions_alive", "Live processor sessions";
-    /// Available items in held partitions, as of the last acquire cycle.
+    /// Available items in held partitions, counted once per sweep.
     backlog: Gauge = Gauge::default(), "backlog_items",
-        "Available items in held partitions (as of the last acquire cycle)";
+        "Available items in held partitions (counted once per sweep of the held partitions)";
     /// Deliveries that found the handler unreachable (no attempt counted).
     handler_unreachable: Counter = Counter::default(), "handler_unreachable",
         "Deliveries that could not reach the handler (no attempt counted)";

@@ -90,12 +90,15 @@ pub struct FreeRow {
 impl Store {
     /// Everything one balancing decision needs, in one statement, each
     /// part bounded: capped counts, and one slice of `complete` partitions
-    /// (ids after `stranded_after`) probed for stranded items.
+    /// (ids after `stranded_after`) probed for stranded items. The backlog
+    /// (a metric only, and the costliest count) is counted only when
+    /// `backlog` is set; otherwise it reads 0.
     pub(crate) async fn lease_counts(
         &self,
         me: &str,
         expiry: Duration,
         stranded_after: &str,
+        backlog: bool,
     ) -> Result<LeaseCounts> {
         let e = ms(expiry);
         let complete = "(SELECT id FROM feed_partitions WHERE status = 'complete' AND owner IS NULL \
@@ -121,7 +124,7 @@ impl Store {
                     COUNT_CAP.into(),
                     me.into(),
                     me.into(),
-                    COUNT_CAP.into(),
+                    (if backlog { COUNT_CAP } else { 0 }).into(),
                     stranded_after.into(),
                     STRANDED_SLICE.into(),
                     stranded_after.into(),
