@@ -39,6 +39,17 @@ async fn many_partitions(db: &TestDb, prefix: &str, n: usize, auto_close: bool, 
     }
 }
 
+/// Waits until every partition is complete.
+async fn all_complete(db: &TestDb) {
+    let open = "SELECT COUNT(*) AS n FROM feed_partitions WHERE status <> 'complete'";
+    wait_for(
+        "every partition complete",
+        Duration::from_secs(120),
+        || async { count(db, open).await == 0 },
+    )
+    .await;
+}
+
 async fn count(db: &TestDb, sql: &str) -> i64 {
     let rows: Vec<(i64,)> = db.rows(sql, &["n"]).await;
     rows[0].0
@@ -50,19 +61,7 @@ on_all_backends!(many_one_item_partitions_drain);
 async fn many_one_item_partitions_drain(db: TestDb) {
     many_partitions(&db, "p", 2_000, true, true).await;
     let scene = Scene::start(&db, &[], |_| done()).await;
-    wait_for(
-        "every partition complete",
-        Duration::from_secs(120),
-        || async {
-            count(
-                &db,
-                "SELECT COUNT(*) AS n FROM feed_partitions WHERE status <> 'complete'",
-            )
-            .await
-                == 0
-        },
-    )
-    .await;
+    all_complete(&db).await;
     let calls = scene.0.calls();
     let items: HashSet<&str> = calls.iter().map(|c| c.item.as_str()).collect();
     assert_eq!(items.len(), 2_000, "every item was called");
@@ -197,19 +196,7 @@ async fn batched_leasing_races_a_second_processor(db: TestDb) {
         .await;
     }
     txn.commit().await.unwrap();
-    wait_for(
-        "every partition complete",
-        Duration::from_secs(120),
-        || async {
-            count(
-                &db,
-                "SELECT COUNT(*) AS n FROM feed_partitions WHERE status <> 'complete'",
-            )
-            .await
-                == 0
-        },
-    )
-    .await;
+    all_complete(&db).await;
     let (la, lb) = (leased(&a.log()), leased(&b.log()));
     let both: Vec<&String> = la.intersection(&lb).collect();
     assert!(both.is_empty(), "leased by both: {both:?}");
