@@ -265,9 +265,9 @@ impl Dispatcher {
         // completions. (Counting free calls alone would refill on every
         // poll while answered items wait for their writes.)
         let target = cfg.concurrency * batch;
-        let mut refilled = true;
+        let mut ran_dry = false;
         if self.buffer.len() < (calls * per_call).min(room) + target / 2 {
-            refilled = self
+            ran_dry = self
                 .refill(target * 2 - self.buffer.len().min(target))
                 .await;
         }
@@ -294,12 +294,13 @@ impl Dispatcher {
             room -= n;
             self.start(items);
         }
-        // The refill found its partitions dry while others wait in the
-        // rotation: serve those at once (each dry one leaves it, so this
-        // ends; a failed refill waits). Otherwise either the slots are now full (the next answer
-        // polls again at once) or nothing more is ready: wait for the poll
-        // interval.
-        if refilled && self.buffer.is_empty() && !self.rotation.is_empty() {
+        // Partitions of the refill ran dry while others wait in the
+        // rotation: serve those at once (each dry one has left it, so this
+        // ends; a failed refill, or one whose partitions were only held back
+        // by their in-flight cap, waits). Otherwise either the slots are now
+        // full (the next answer polls again at once) or nothing more is
+        // ready: wait for the poll interval.
+        if ran_dry && self.buffer.is_empty() && !self.rotation.is_empty() {
             next = now;
         }
         (next, self.more)

@@ -46,8 +46,11 @@ impl Dispatcher {
     }
 
     /// Fetches up to `want` ready items that are not known here yet: a
-    /// fair share from each of the next partitions in the rotation. False
-    /// when a statement failed (the loop then waits before the next try).
+    /// fair share from each of the next partitions in the rotation. True
+    /// when it served partitions and some ran dry (they left the
+    /// rotation, so serving the next ones at once makes progress); false
+    /// too when a statement failed (the loop then waits before the next
+    /// try).
     pub(super) async fn refill(&mut self, want: usize) -> bool {
         let store = &self.shared.store;
         let cfg = &self.shared.config;
@@ -78,7 +81,7 @@ impl Dispatcher {
         let parts = self.rotation.take(self.spread.max(base));
         if parts.is_empty() {
             self.more = false;
-            return true;
+            return false;
         }
         let known = self.known_per_partition();
         let share = want.div_ceil(parts.len());
@@ -157,6 +160,6 @@ impl Dispatcher {
             });
         }
         self.more = fetched >= want || !self.rotation.is_empty();
-        true
+        dry
     }
 }
