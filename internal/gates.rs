@@ -1,24 +1,28 @@
 //! Fan-in: moving a partition past a gate, closing it, or failing it.
 //!
-//! A held partition is checked when it may have run dry: newly leased,
-//! changed by someone else, after one of its results was written and none of
-//! its items are in flight, or when the acquire cycle's level-triggered view
+//! A held partition is checked when it may have run dry: a refill found
+//! no ready work at its gate, it was changed by someone else, one of its
+//! results was written while it was out of the rotation, or the acquire cycle's level-triggered view
 //! says a check would act on it (so changes made by hand are noticed too).
-//! All checked partitions are read in one statement, whatever their
-//! number. A partition stays marked until its check succeeded, so a failed
+//! Marked partitions are read in chunks of [`CHECK_CHUNK`] per statement,
+//! and a check runs beside dispatch, which keeps sending items meanwhile.
+//! A partition stays marked until its check succeeded, so a failed
 //! statement only delays it.
 
 use std::collections::HashSet;
 
 use crate::Result;
+use crate::context::Context;
 use crate::leases::Held;
 use crate::metrics::Metrics;
-use crate::store::{GateProbe, HeldPartition, Store};
+use crate::store::{GateProbe, HeldPartition};
 
 /// Partitions read per check at most.
 const CHECK_CHUNK: usize = 500;
 
-/// What a gate check learned.
+/// What a gate check found and did. It runs beside dispatch, so it changes
+/// nothing the loop owns: the loop applies this when the check ends (also
+/// after an error, with what was done until then).
 #[derive(Debug, Default)]
 pub struct Checked {
     /// Partitions with work at their gate (found waiting, or just
@@ -26,6 +30,17 @@ pub struct Checked {
     pub ready: Vec<String>,
     /// The check read a full chunk: more partitions may wait for one.
     pub more: bool,
+    /// Checked partitions that need no new look.
+    settled: Vec<String>,
+    /// Partitions this session no longer holds.
+    missing: Vec<String>,
+    /// Partitions that ended here (closed, failed).
+    ended: Vec<String>,
+    /// Partitions moved to a new gate, with their new versions.
+    advanced: Vec<(String, i64)>,
+    /// The statement that cut the check short; its remaining partitions
+    /// stay marked and are checked again.
+    pub error: Option<crate::Error>,
 }
 
 /// What the probe of one partition calls for.
@@ -59,61 +74,49 @@ fn decide(p: &HeldPartition, probe: GateProbe) -> Decision {
     }
 }
 
-/// What a gate check works with: the store and the counters it moves.
-pub struct Fanin<'a> {
-    store: &'a Store,
-    metrics: &'a Metrics,
-}
-
-impl<'a> Fanin<'a> {
-    /// Borrows what a gate check needs.
-    pub fn new(store: &'a Store, metrics: &'a Metrics) -> Self {
-        Self { store, metrics }
-    }
-}
-
-/// Checks the dirty partitions of `held` for which `skip` is false (those
-/// with items in flight here, or still waiting in the rotation: a check
-/// would only find work at their gate).
-pub async fn check(
-    fanin: &Fanin<'_>,
-    me: &str,
-    held: &mut Held,
-    skip: impl Fn(&str) -> bool,
-) -> Result<Checked> {
-    let ids: Vec<String> = held
-        .dirty
+/// The next partitions to check: marked in `held`, and not `skip`ped
+/// (those with items in flight here, being fetched, or still waiting in
+/// the rotation: a check would only find work at their gate).
+pub fn due(held: &Held, skip: impl Fn(&str) -> bool) -> Vec<String> {
+    held.dirty
         .iter()
         .filter(|id| !skip(id))
         .take(CHECK_CHUNK)
         .cloned()
-        .collect();
+        .collect()
+}
+
+/// Checks the partitions `ids` (from [`due`]) of session `me`.
+pub async fn check(shared: &Context, me: &str, ids: Vec<String>) -> Checked {
     let mut out = Checked {
         more: ids.len() == CHECK_CHUNK,
         ..Checked::default()
     };
-    if ids.is_empty() {
-        return Ok(out);
+    if let Err(e) = run(shared, me, &ids, &mut out).await {
+        out.error = Some(e);
     }
-    let store = fanin.store;
+    out
+}
+
+async fn run(shared: &Context, me: &str, ids: &[String], out: &mut Checked) -> Result<()> {
+    if ids.is_empty() {
+        return Ok(());
+    }
+    let store = &shared.store;
     // Until a partition's check has succeeded its mark stays: an error
     // anywhere below returns with the remaining marks intact.
-    let parts = store.partitions_for_check(me, &ids).await?;
+    let parts = store.partitions_for_check(me, ids).await?;
     let present: HashSet<&str> = parts.iter().map(|(p, _)| p.id.as_str()).collect();
-    for id in &ids {
-        if !present.contains(id.as_str()) {
-            held.dirty.remove(id);
-            if held.versions.remove(id).is_some() {
-                tracing::info!(partition = %id, "lost partition (taken by another processor, released or closed by someone else)");
-                fanin.metrics.leases_lost.inc();
-            }
-        }
-    }
+    out.missing = ids
+        .iter()
+        .filter(|id| !present.contains(id.as_str()))
+        .cloned()
+        .collect();
     let mut closing = Vec::new();
     for (p, probe) in &parts {
         let decision = decide(p, *probe);
-        if apply(fanin, me, held, p, decision, &mut out, &mut closing).await? {
-            held.dirty.remove(&p.id);
+        if apply(shared, me, p, decision, out, &mut closing).await? {
+            out.settled.push(p.id.clone());
         }
         // Otherwise someone changed it meanwhile (OCC), items were just
         // failed, or it waits for the batched close below: it stays marked.
@@ -121,30 +124,25 @@ pub async fn check(
     // Closes are the common end of small partitions: one statement for all.
     for id in store.close_partitions(&closing, me).await? {
         tracing::info!(partition = %id, "partition complete");
-        fanin.metrics.partitions_closed.inc();
-        held.versions.remove(&id);
-        held.dirty.remove(&id);
+        shared.metrics.partitions_closed.inc();
+        out.ended.push(id);
     }
-    fanin
-        .metrics
-        .partitions_held
-        .set(held.versions.len() as i64);
-    Ok(out)
+    Ok(())
 }
 
 /// Carries out one decision, except that a close joins `closing` (the
 /// caller closes them all at once); true when the partition needs no new
 /// look.
 async fn apply(
-    fanin: &Fanin<'_>,
+    shared: &Context,
     me: &str,
-    held: &mut Held,
     p: &HeldPartition,
     decision: Decision,
     out: &mut Checked,
     closing: &mut Vec<HeldPartition>,
 ) -> Result<bool> {
-    let store = fanin.store;
+    let store = &shared.store;
+    let metrics = &shared.metrics;
     match decision {
         Decision::Wait => {
             out.ready.push(p.id.clone());
@@ -160,8 +158,8 @@ async fn apply(
             let ok = store.advance_gate(p, me, g).await?;
             if ok {
                 tracing::info!(partition = %p.id, from = p.gate, gate = g, "gate advanced");
-                fanin.metrics.gate_advances.inc();
-                held.versions.insert(p.id.clone(), p.version + 1);
+                metrics.gate_advances.inc();
+                out.advanced.push((p.id.clone(), p.version + 1));
                 out.ready.push(p.id.clone());
             }
             Ok(ok)
@@ -169,9 +167,9 @@ async fn apply(
         Decision::Fail => {
             let ok = store.fail_partition(p, me).await?;
             if ok {
-                held.versions.remove(&p.id);
+                out.ended.push(p.id.clone());
                 tracing::warn!(partition = %p.id, gate = p.gate, "partition failed: an item failed for good (on_failure = block); fix it and run `processor retry`");
-                fanin.metrics.partitions_failed.inc();
+                metrics.partitions_failed.inc();
             }
             Ok(ok)
         }
@@ -179,6 +177,35 @@ async fn apply(
             closing.push(p.clone());
             Ok(false)
         }
+    }
+}
+
+impl Held {
+    /// Takes in what a gate check found and did; returns the partitions
+    /// that join the rotation and whether more marked ones wait.
+    pub fn checked(&mut self, c: Checked, metrics: &Metrics) -> (Vec<String>, bool) {
+        for id in &c.missing {
+            self.dirty.remove(id);
+            if self.versions.remove(id).is_some() {
+                tracing::info!(partition = %id, "lost partition (taken by another processor, released or closed by someone else)");
+                metrics.leases_lost.inc();
+            }
+        }
+        for id in &c.settled {
+            self.dirty.remove(id);
+        }
+        for id in &c.ended {
+            self.dirty.remove(id);
+            self.versions.remove(id);
+        }
+        for (id, version) in c.advanced {
+            self.versions.insert(id, version);
+        }
+        if let Some(e) = &c.error {
+            tracing::warn!(error = %e, "gate check failed; its partitions stay marked and are checked again");
+        }
+        metrics.partitions_held.set(self.versions.len() as i64);
+        (c.ready, c.more)
     }
 }
 

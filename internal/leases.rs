@@ -22,9 +22,10 @@ use std::time::{Duration, Instant};
 
 use rand::seq::{IndexedRandom, SliceRandom};
 
+use crate::Result;
+use crate::context::Context;
 use crate::metrics::Metrics;
-use crate::store::{LEASE_CHUNK, LeaseCounts, STRANDED_SLICE, Store};
-use crate::{Config, Result};
+use crate::store::{HeldRow, LEASE_CHUNK, LeaseCounts, STRANDED_SLICE};
 
 /// Full sweeps of the held partitions' probes take at most this many
 /// acquire cycles (30 s at the default `--acquire-interval` of 2 s).
@@ -53,7 +54,8 @@ const STATISTICS_EVERY: Duration = Duration::from_secs(60);
 /// A stolen partition is picked at random among this many of the victim's.
 const STEAL_PICK: i64 = 1_000;
 
-/// What this processor holds, as the dispatch loop tracks it.
+/// What this processor holds, as the dispatch loop tracks it. Only the
+/// loop changes it, when an acquire cycle or a gate check has finished.
 #[derive(Debug, Default)]
 pub struct Held {
     /// Partition id → version as last seen.
@@ -62,6 +64,13 @@ pub struct Held {
     /// to while out of the rotation, changed by someone else, or found
     /// stuck by the acquire cycle.
     pub dirty: HashSet<String>,
+    /// Where the acquire cycle stands; taken by a cycle while it runs.
+    pub cursors: Cursors,
+}
+
+/// Where the acquire cycle's sweeps and steps stand between cycles.
+#[derive(Debug, Default)]
+pub struct Cursors {
     /// Where the next slice of the probe sweep starts (ids in order, wrapping).
     sweep: String,
     /// Where the next slice of the stranded sweep over `complete`
@@ -76,26 +85,30 @@ pub struct Held {
     statistics: Option<Instant>,
 }
 
-/// What an acquire cycle works with: the store, the counters it sets and
-/// the settings it reads (the session expiry and `--max-partitions`).
-pub struct Leasing<'a> {
-    store: &'a Store,
-    metrics: &'a Metrics,
-    config: &'a Config,
+/// What an acquire cycle found and did, for the dispatch loop to take in.
+/// It runs beside dispatch, so it changes nothing the loop owns: the loop
+/// applies this when the cycle ends (also after an error, with what was
+/// done until then).
+#[derive(Debug, Default)]
+pub struct Cycle {
+    /// The cursors, to be put back.
+    pub cursors: Cursors,
+    /// This cycle's slice of held partitions, with their probes.
+    slice: Vec<HeldRow>,
+    /// Every partition this session holds, when the count said some were
+    /// lost or gained.
+    all: Option<HashMap<String, i64>>,
+    /// Idle partitions given back to make room.
+    released: Vec<String>,
+    /// Partitions leased (free ones, or one stolen), with their new versions.
+    took: Vec<(String, i64)>,
+    /// More free partitions wait than one cycle takes: run the next soon.
+    more: bool,
+    /// The statement that cut the cycle short.
+    pub error: Option<crate::Error>,
 }
 
-impl<'a> Leasing<'a> {
-    /// Borrows what an acquire cycle needs.
-    pub fn new(store: &'a Store, metrics: &'a Metrics, config: &'a Config) -> Self {
-        Self {
-            store,
-            metrics,
-            config,
-        }
-    }
-}
-
-/// What an acquire cycle learned.
+/// What an acquire cycle changed, as the dispatch loop acts on it.
 #[derive(Debug, Default)]
 pub struct Balanced {
     /// More free partitions wait than one cycle takes: run the next soon.
@@ -113,19 +126,38 @@ pub struct Balanced {
     pub lost: Vec<String>,
 }
 
-/// One acquire cycle for session `me`; `busy` are the partitions with
-/// items in flight or buffered here.
-pub async fn balance(
-    leasing: &Leasing<'_>,
+/// One acquire cycle for session `me`, which holds `held` partitions;
+/// `idle` may be given back at the cap (held, nothing here in flight).
+pub async fn cycle(
+    shared: &Context,
     me: &str,
-    held: &mut Held,
+    cursors: Cursors,
+    held: usize,
     busy: &HashSet<String>,
-) -> Result<Balanced> {
-    if held.steps > 0 {
-        return step(leasing, me, held).await;
-    }
-    let store = leasing.store;
-    let cfg = leasing.config;
+) -> Cycle {
+    let mut out = Cycle {
+        cursors,
+        ..Cycle::default()
+    };
+    let done = if out.cursors.steps > 0 {
+        step(shared, me, &mut out).await
+    } else {
+        full(shared, me, held, busy, &mut out).await
+    };
+    out.error = done.err();
+    out
+}
+
+/// A full cycle: reap, probe a slice, count, then lease, release or steal.
+async fn full(
+    shared: &Context,
+    me: &str,
+    held: usize,
+    busy: &HashSet<String>,
+    out: &mut Cycle,
+) -> Result<()> {
+    let store = &shared.store;
+    let cfg = &shared.config;
     let expiry = cfg.session_expiry;
     let reaped = store.reap_sessions(expiry).await?;
     if reaped > 0 {
@@ -138,39 +170,24 @@ pub async fn balance(
     // comparison of versions (a change by someone else: enqueue, retry, an
     // operator control), run on one slice per cycle, so every partition is
     // seen within SWEEP_CYCLES cycles.
-    let slice = (held.versions.len() / SWEEP_CYCLES).max(MIN_SLICE);
-    let sweep_starts = held.sweep.is_empty();
-    let rows = store.held_slice(me, &held.sweep, slice).await?;
-    held.sweep = match rows.last() {
-        Some(last) if rows.len() >= slice => last.id.clone(),
+    let c = &mut out.cursors;
+    let slice = (held / SWEEP_CYCLES).max(MIN_SLICE);
+    let sweep_starts = c.sweep.is_empty();
+    out.slice = store.held_slice(me, &c.sweep, slice).await?;
+    c.sweep = match out.slice.last() {
+        Some(last) if out.slice.len() >= slice => last.id.clone(),
         _ => String::new(),
     };
-    let mut out = Balanced::default();
-    for r in &rows {
-        if held.versions.get(&r.id) != Some(&r.version) {
-            held.versions.insert(r.id.clone(), r.version);
-            held.dirty.insert(r.id.clone());
-            out.changed.push(r.id.clone());
-        }
-        if r.stuck && !busy.contains(&r.id) {
-            held.dirty.insert(r.id.clone());
-        }
-        if r.ready {
-            out.ready.push(r.id.clone());
-        }
-    }
 
     // The backlog gauge is counted once per sweep: it is the costliest
     // count (up to COUNT_CAP rows) and only informs.
     let counts = store
-        .lease_counts(me, expiry, &held.stranded, sweep_starts)
+        .lease_counts(me, expiry, &c.stranded, sweep_starts)
         .await?;
     if counts.active >= STATISTICS_FROM
-        && held
-            .statistics
-            .is_none_or(|t| t.elapsed() >= STATISTICS_EVERY)
+        && c.statistics.is_none_or(|t| t.elapsed() >= STATISTICS_EVERY)
     {
-        held.statistics = Some(Instant::now());
+        c.statistics = Some(Instant::now());
         if store.refresh_statistics(counts.active).await? {
             tracing::info!(
                 active = counts.active,
@@ -181,23 +198,30 @@ pub async fn balance(
     // A partition lost to someone else (stolen, cancelled, closed by
     // hand) makes the count differ from what is held here: only then is
     // every held partition read, to find which.
-    if counts.mine != held.versions.len() as i64 {
-        reconcile(leasing, me, held, &mut out).await?;
+    let mut mine = held as i64;
+    if counts.mine != mine {
+        let all: HashMap<String, i64> = store
+            .partitions_of(me, i64::MAX)
+            .await?
+            .into_iter()
+            .collect();
+        mine = all.len() as i64;
+        out.all = Some(all);
     }
-    leasing.metrics.sessions_alive.set(counts.sessions);
+    shared.metrics.sessions_alive.set(counts.sessions);
     if sweep_starts {
-        leasing.metrics.backlog.set(counts.backlog);
+        shared.metrics.backlog.set(counts.backlog);
     }
     let end = counts.stranded_end.clone().unwrap_or_default();
     if counts.stranded > 0 {
-        let n = store.reopen_stranded(&held.stranded, &end).await?;
+        let n = store.reopen_stranded(&c.stranded, &end).await?;
         tracing::info!(
             partitions = n,
             "reopened complete partitions that had available items (added with plain SQL)"
         );
     }
     // The next slice; a short one was the last, so the sweep wraps.
-    held.stranded = if counts.stranded_slice >= STRANDED_SLICE {
+    c.stranded = if counts.stranded_slice >= STRANDED_SLICE {
         end
     } else {
         String::new()
@@ -217,114 +241,126 @@ pub async fn balance(
         _ => 0,
     };
     if free_ready > 0 {
-        let idle = rows
+        let idle = out
+            .slice
             .iter()
             .filter(|r| !r.ready && !r.stuck && !busy.contains(&r.id));
         for r in idle.take(free_ready as usize) {
             if store.release(&r.id, r.version, me).await? {
                 tracing::info!(partition = %r.id, "released an idle partition to make room for one with work");
-                held.versions.remove(&r.id);
-                held.dirty.remove(&r.id);
+                out.released.push(r.id.clone());
                 want += 1;
+                mine -= 1;
             }
         }
     }
     if want > 0 {
-        held.cursor.clear();
+        out.cursors.cursor.clear();
         let allowed = (want as usize).min(TAKE_PER_STEP);
-        let took = take_free(leasing, me, held, allowed).await?;
-        want -= took.len() as i64;
-        if took.len() == allowed && want > 0 {
-            held.steps = (want as usize).min(TAKE_PER_CYCLE - allowed);
+        let took = take_free(shared, me, out, allowed).await?;
+        want -= took as i64;
+        mine += took as i64;
+        if took == allowed && want > 0 {
+            out.cursors.steps = (want as usize).min(TAKE_PER_CYCLE - allowed);
             out.more = true;
         }
-        out.ready.extend(took);
     }
     if want > 0 && !out.more {
-        out.ready
-            .extend(steal_one(leasing, me, held.versions.len() as i64, held).await?);
-    }
-    leasing
-        .metrics
-        .partitions_held
-        .set(held.versions.len() as i64);
-    Ok(out)
-}
-
-/// One step of a large lease: takes the next free partitions, nothing else.
-async fn step(leasing: &Leasing<'_>, me: &str, held: &mut Held) -> Result<Balanced> {
-    let allowed = held.steps.min(TAKE_PER_STEP);
-    let took = take_free(leasing, me, held, allowed).await?;
-    held.steps = if took.len() == allowed {
-        held.steps - allowed
-    } else {
-        0
-    };
-    leasing
-        .metrics
-        .partitions_held
-        .set(held.versions.len() as i64);
-    Ok(Balanced {
-        // The last step is followed at once by a full cycle, which counts
-        // again and takes more if more are wanted.
-        more: took.len() == allowed,
-        ready: took,
-        ..Balanced::default()
-    })
-}
-
-/// Reads every held partition's version: those no longer held are dropped
-/// (and reported in `out.lost`), those changed are marked for a check.
-async fn reconcile(
-    leasing: &Leasing<'_>,
-    me: &str,
-    held: &mut Held,
-    out: &mut Balanced,
-) -> Result<()> {
-    let now: HashMap<String, i64> = leasing
-        .store
-        .partitions_of(me, i64::MAX)
-        .await?
-        .into_iter()
-        .collect();
-    held.versions.retain(|id, _| {
-        let kept = now.contains_key(id);
-        if !kept {
-            tracing::info!(partition = %id, "lost partition (taken by another processor, released or closed by someone else)");
-            leasing.metrics.leases_lost.inc();
-            held.dirty.remove(id);
-            out.lost.push(id.clone());
-        }
-        kept
-    });
-    for (id, version) in now {
-        if held.versions.get(&id) != Some(&version) {
-            held.dirty.insert(id.clone());
-            out.changed.push(id.clone());
-            held.versions.insert(id, version);
-        }
+        steal_one(shared, me, mine, out).await?;
     }
     Ok(())
 }
 
-/// Takes up to `want` free partitions and returns those it took. A few
-/// are picked with work first (at random within, so processors racing for
-/// them spread out); many are read and leased page by page in id order,
-/// [`LEASE_CHUNK`] per statement, so every statement stays bounded.
-async fn take_free(
-    leasing: &Leasing<'_>,
-    me: &str,
-    held: &mut Held,
-    want: usize,
-) -> Result<Vec<String>> {
-    let store = leasing.store;
-    let expiry = leasing.config.session_expiry;
-    let mut took = Vec::new();
-    while took.len() < want {
-        let left = want - took.len();
+/// One step of a large lease: takes the next free partitions, nothing else.
+async fn step(shared: &Context, me: &str, out: &mut Cycle) -> Result<()> {
+    let allowed = out.cursors.steps.min(TAKE_PER_STEP);
+    let took = take_free(shared, me, out, allowed).await;
+    let all = took.as_ref().is_ok_and(|n| *n == allowed);
+    out.cursors.steps = if all { out.cursors.steps - allowed } else { 0 };
+    // The last step is followed at once by a full cycle, which counts
+    // again and takes more if more are wanted.
+    out.more = all;
+    took.map(|_| ())
+}
+
+impl Held {
+    /// Takes in what an acquire cycle found and did; `busy` are the
+    /// partitions with items in flight or buffered here now.
+    pub fn apply(&mut self, cycle: Cycle, busy: &HashSet<String>, metrics: &Metrics) -> Balanced {
+        self.cursors = cycle.cursors;
+        let mut out = Balanced {
+            more: cycle.more,
+            ..Balanced::default()
+        };
+        for r in &cycle.slice {
+            if self.versions.get(&r.id) != Some(&r.version) {
+                self.versions.insert(r.id.clone(), r.version);
+                self.dirty.insert(r.id.clone());
+                out.changed.push(r.id.clone());
+            }
+            if r.stuck && !busy.contains(&r.id) {
+                self.dirty.insert(r.id.clone());
+            }
+            if r.ready {
+                out.ready.push(r.id.clone());
+            }
+        }
+        if let Some(all) = cycle.all {
+            self.reconcile(all, &mut out, metrics);
+        }
+        for id in cycle.released {
+            self.versions.remove(&id);
+            self.dirty.remove(&id);
+        }
+        for (id, version) in cycle.took {
+            self.versions.insert(id.clone(), version);
+            out.ready.push(id);
+        }
+        metrics.partitions_held.set(self.versions.len() as i64);
+        out
+    }
+
+    /// Takes in every held partition's version: those no longer held are
+    /// dropped (and reported in `out.lost`), those changed are marked for
+    /// a check.
+    fn reconcile(&mut self, now: HashMap<String, i64>, out: &mut Balanced, metrics: &Metrics) {
+        let dirty = &mut self.dirty;
+        self.versions.retain(|id, _| {
+            let kept = now.contains_key(id);
+            if !kept {
+                tracing::info!(partition = %id, "lost partition (taken by another processor, released or closed by someone else)");
+                metrics.leases_lost.inc();
+                dirty.remove(id);
+                out.lost.push(id.clone());
+            }
+            kept
+        });
+        for (id, version) in now {
+            if self.versions.get(&id) != Some(&version) {
+                self.dirty.insert(id.clone());
+                out.changed.push(id.clone());
+                self.versions.insert(id, version);
+            }
+        }
+    }
+}
+
+/// Takes up to `want` free partitions into `out.took` and returns how
+/// many it took. A few are picked with work first (at random within, so
+/// processors racing for them spread out); many are read and leased page by
+/// page in id order, [`LEASE_CHUNK`] per statement, so every statement
+/// stays bounded.
+async fn take_free(shared: &Context, me: &str, out: &mut Cycle, want: usize) -> Result<usize> {
+    let store = &shared.store;
+    let expiry = shared.config.session_expiry;
+    let mut took = 0;
+    while took < want {
+        let left = want - took;
         let paged = want > LEASE_CHUNK;
         let mut free = if paged {
-            store.free_page(expiry, &held.cursor, LEASE_CHUNK).await?
+            store
+                .free_page(expiry, &out.cursors.cursor, LEASE_CHUNK)
+                .await?
         } else {
             store.free_partitions(expiry, left * 2 + 8).await?
         };
@@ -341,7 +377,7 @@ async fn take_free(
             .map(|f| (f.id, f.version))
             .collect();
         if let Some((last, _)) = pick.last().filter(|_| paged) {
-            held.cursor = last.clone();
+            out.cursors.cursor = last.clone();
         }
         let got = pick.len();
         let leased = store.lease_many(&pick, me).await?;
@@ -350,8 +386,8 @@ async fn take_free(
         }
         for (id, version) in leased {
             tracing::debug!(partition = %id, "leased partition");
-            held.versions.insert(id.clone(), version);
-            took.push(id);
+            out.took.push((id, version));
+            took += 1;
         }
         if !paged || got < LEASE_CHUNK {
             break;
@@ -394,18 +430,13 @@ fn target(counts: &LeaseCounts, caps: &[i64], cap: Option<i64>) -> i64 {
 /// flight, and every steal turned into rejected results and redeliveries
 /// (the chaos test measured 35–55 duplicate deliveries per 1,000 steps that
 /// way, 5–11 with a random pick).
-async fn steal_one(
-    leasing: &Leasing<'_>,
-    me: &str,
-    mine: i64,
-    held: &mut Held,
-) -> Result<Option<String>> {
-    let store = leasing.store;
-    let Some((owner, n)) = store.most_loaded(leasing.config.session_expiry).await? else {
-        return Ok(None);
+async fn steal_one(shared: &Context, me: &str, mine: i64, out: &mut Cycle) -> Result<()> {
+    let store = &shared.store;
+    let Some((owner, n)) = store.most_loaded(shared.config.session_expiry).await? else {
+        return Ok(());
     };
     if owner == me || n < mine + 2 {
-        return Ok(None);
+        return Ok(());
     }
     let pick = store
         .partitions_of(&owner, STEAL_PICK)
@@ -416,11 +447,10 @@ async fn steal_one(
         && store.lease(&id, version, me).await?
     {
         tracing::info!(partition = %id, from = %owner, "stole partition to balance load");
-        leasing.metrics.steals.inc();
-        held.versions.insert(id.clone(), version + 1);
-        return Ok(Some(id));
+        shared.metrics.steals.inc();
+        out.took.push((id, version + 1));
     }
-    Ok(None)
+    Ok(())
 }
 
 #[cfg(test)]

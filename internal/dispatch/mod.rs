@@ -1,5 +1,11 @@
 //! The dispatch loop: poll, deliver, write fenced results, check gates, balance.
 //!
+//! The loop owns all state and never waits on a statement itself: refills,
+//! gate checks and acquire cycles run as tasks beside it, and the loop takes
+//! in what each brought back when it ends, so handler calls keep starting
+//! from the prefetch buffer while they run. One refill runs at a time, and
+//! one gate check or acquire cycle (both change what is held).
+//!
 //! Each refill serves the held partitions that have work ready in
 //! round-robin order, a fair share of items from each (oldest first, and
 //! no more than `--max-in-flight-per-partition` in flight per partition),
@@ -21,19 +27,20 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
-use tokio::task::JoinSet;
+use tokio::task::{JoinError, JoinHandle, JoinSet};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::context::Context;
-use crate::gates::{self, Fanin};
+use crate::gates::{self, Checked};
 use crate::handler::Outcome;
-use crate::leases::{self, Held, Leasing};
+use crate::leases::{self, Cycle, Held};
 use crate::policy::Policy;
 use crate::rotation::Rotation;
 use crate::store::{Fence, ReadyItem};
 use deliver::{Delivery, deliver, record};
 use pause::Pause;
+use refill::Fetched;
 
 /// Items in flight (called or being written) per request slot and batch
 /// item: room for one round of calls while the previous round's results
@@ -76,6 +83,32 @@ struct Dispatcher {
     /// Since when a partial batch has waited for more items.
     partial_since: Option<Instant>,
     pause: Pause,
+    /// The refill running beside the loop.
+    refilling: Option<JoinHandle<Fetched>>,
+    /// The partitions it fetches from (out of the rotation meanwhile).
+    fetching: HashSet<String>,
+    /// Items whose delivery ended while the refill ran: it may have read
+    /// them before their results were written, so they are not taken from it.
+    settled: HashSet<String>,
+    /// The next refill starts no sooner: after a failed refill, or one
+    /// whose partitions were only held back by their in-flight cap, until
+    /// the poll interval or something changes (an answer, a result, new
+    /// work).
+    refill_at: Instant,
+    /// The gate check or acquire cycle running beside the loop.
+    upkeep: Option<JoinHandle<Upkeep>>,
+}
+
+/// What a gate check or an acquire cycle brings back, with the session it
+/// ran for (a result for a replaced session is dropped).
+enum Upkeep {
+    Cycle(String, Cycle),
+    Check(String, Checked),
+}
+
+/// Waits for the task in `slot` (only polled while there is one).
+async fn join<T>(slot: &mut Option<JoinHandle<T>>) -> std::result::Result<T, JoinError> {
+    slot.as_mut().expect("polled only while a task runs").await
 }
 
 /// Runs until `cancel`, then drains in-flight deliveries up to the drain timeout.
@@ -98,10 +131,13 @@ pub async fn run(shared: Arc<Context>, cancel: CancellationToken) {
         answers,
         partial_since: None,
         pause: Pause::default(),
+        refilling: None,
+        fetching: HashSet::new(),
+        settled: HashSet::new(),
+        refill_at: Instant::now(),
+        upkeep: None,
     };
     let cfg = shared.config.clone();
-    let leasing = Leasing::new(&shared.store, &shared.metrics, &shared.config);
-    let fanin = Fanin::new(&shared.store, &shared.metrics);
     let mut acquire = tokio::time::interval(cfg.acquire_interval);
     acquire.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut next_poll = Instant::now();
@@ -109,6 +145,7 @@ pub async fn run(shared: Arc<Context>, cancel: CancellationToken) {
     // running dry: check gates at most once per poll interval then.
     let mut full = false;
     let mut next_check = Instant::now();
+    let mut acquire_due = false;
     loop {
         tokio::select! {
             biased;
@@ -118,6 +155,7 @@ pub async fn run(shared: Arc<Context>, cancel: CancellationToken) {
                 while let Ok(task) = d.answers.try_recv() {
                     d.calling.remove(&task);
                 }
+                d.refill_at = Instant::now();
                 next_poll = next_poll.min(Instant::now());
             }
             Some(joined) = d.tasks.join_next_with_id(), if !d.tasks.is_empty() => {
@@ -125,59 +163,67 @@ pub async fn run(shared: Arc<Context>, cancel: CancellationToken) {
                 while let Some(more) = d.tasks.try_join_next_with_id() {
                     d.finished(more);
                 }
+                d.refill_at = Instant::now();
                 next_poll = next_poll.min(Instant::now());
             }
-            _ = acquire.tick() => {
-                d.sync_session();
-                let busy = d.busy_partitions();
-                shared.metrics.acquire_cycles.inc();
-                match leases::balance(&leasing, &d.me, &mut d.held, &busy).await {
-                    Ok(b) => d.balanced(b, &mut acquire),
-                    Err(e) => tracing::warn!(error = %e, "balancing leases failed; will retry"),
-                }
+            done = join(&mut d.refilling), if d.refilling.is_some() => {
+                d.refilling = None;
+                let again = match done {
+                    Ok(fetched) => d.refilled(fetched),
+                    Err(e) => {
+                        tracing::error!(error = %e, "a refill task failed; will retry");
+                        for p in std::mem::take(&mut d.fetching) {
+                            d.rotation.offer(p);
+                        }
+                        false
+                    }
+                };
                 let now = Instant::now();
-                d.cooling.retain(|_, (_, until)| *until > now);
-                if !d.held.dirty.is_empty() || !d.rotation.is_empty() {
-                    next_poll = now;
-                }
+                d.refill_at = if again { now } else { now + cfg.poll_interval };
+                next_poll = now;
             }
+            done = join(&mut d.upkeep), if d.upkeep.is_some() => {
+                d.upkeep = None;
+                match done {
+                    Ok(Upkeep::Cycle(me, cycle)) if me == d.me => d.cycled(cycle, &mut acquire),
+                    Ok(Upkeep::Check(me, checked)) if me == d.me => {
+                        let (ready, more) = d.held.checked(checked, &shared.metrics);
+                        // A full chunk: the next one is checked at once.
+                        if more {
+                            next_check = Instant::now();
+                        }
+                        if !ready.is_empty() {
+                            d.refill_at = Instant::now();
+                        }
+                        for p in ready {
+                            d.rotation.offer(p);
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(e) => tracing::error!(error = %e, "a gate check or acquire cycle task failed; will retry"),
+                }
+                next_poll = Instant::now();
+            }
+            _ = acquire.tick() => acquire_due = true,
             _ = shared.wake.notified() => {
                 d.rotation.rediscover();
+                d.refill_at = Instant::now();
                 next_poll = Instant::now();
             }
             _ = tokio::time::sleep_until(next_poll) => {}
         }
         d.sync_session();
-        let mut recheck = false;
-        if (!full || Instant::now() >= next_check) && !d.held.dirty.is_empty() {
-            next_check = Instant::now() + cfg.poll_interval;
-            let busy = d.busy_partitions();
-            let rotation = &d.rotation;
-            let skip = |p: &str| busy.contains(p) || rotation.contains(p);
-            match gates::check(&fanin, &d.me, &mut d.held, skip).await {
-                Ok(c) => {
-                    // A full chunk: the next one is checked on the next turn.
-                    recheck = c.more;
-                    if c.more {
-                        next_check = Instant::now();
-                    }
-                    if !c.ready.is_empty() {
-                        next_poll = Instant::now();
-                    }
-                    for p in c.ready {
-                        d.rotation.offer(p);
-                    }
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "gate check failed; its partitions stay marked and are checked again")
-                }
+        if d.upkeep.is_none() {
+            if acquire_due {
+                acquire_due = false;
+                d.start_cycle();
+            } else if (!full || Instant::now() >= next_check) && !d.held.dirty.is_empty() {
+                next_check = Instant::now() + cfg.poll_interval;
+                d.start_check();
             }
         }
         if Instant::now() >= next_poll {
-            (next_poll, full) = d.poll().await;
-        }
-        if recheck {
-            next_poll = Instant::now();
+            (next_poll, full) = d.poll();
         }
     }
     d.drain(cfg.drain_timeout).await;
@@ -199,7 +245,54 @@ impl Dispatcher {
         }
     }
 
-    /// Takes in what an acquire cycle learned.
+    /// Starts an acquire cycle beside the loop.
+    fn start_cycle(&mut self) {
+        self.shared.metrics.acquire_cycles.inc();
+        let shared = self.shared.clone();
+        let me = self.me.clone();
+        let cursors = std::mem::take(&mut self.held.cursors);
+        let held = self.held.versions.len();
+        let busy = self.busy_partitions();
+        self.upkeep = Some(tokio::spawn(async move {
+            let cycle = leases::cycle(&shared, &me, cursors, held, &busy).await;
+            Upkeep::Cycle(me, cycle)
+        }));
+    }
+
+    /// Starts a gate check of the next marked partitions beside the loop
+    /// (none when every marked one is busy here).
+    fn start_check(&mut self) {
+        let busy = self.busy_partitions();
+        let (rotation, fetching) = (&self.rotation, &self.fetching);
+        let skip = |p: &str| busy.contains(p) || rotation.contains(p) || fetching.contains(p);
+        let ids = gates::due(&self.held, skip);
+        if ids.is_empty() {
+            return;
+        }
+        let shared = self.shared.clone();
+        let me = self.me.clone();
+        self.upkeep = Some(tokio::spawn(async move {
+            let checked = gates::check(&shared, &me, ids).await;
+            Upkeep::Check(me, checked)
+        }));
+    }
+
+    /// Takes in what an acquire cycle found and did.
+    fn cycled(&mut self, mut cycle: Cycle, acquire: &mut tokio::time::Interval) {
+        if let Some(e) = cycle.error.take() {
+            tracing::warn!(error = %e, "balancing leases failed; will retry");
+        }
+        let busy = self.busy_partitions();
+        let b = self.held.apply(cycle, &busy, &self.shared.metrics);
+        self.balanced(b, acquire);
+        let now = Instant::now();
+        self.cooling.retain(|_, (_, until)| *until > now);
+        if !self.rotation.is_empty() {
+            self.refill_at = now;
+        }
+    }
+
+    /// Acts on what an acquire cycle changed.
     fn balanced(&mut self, b: leases::Balanced, acquire: &mut tokio::time::Interval) {
         // More free partitions wait: lease the next step soon.
         if b.more {
@@ -217,6 +310,7 @@ impl Dispatcher {
             self.buffer
                 .retain(|i| !gone.contains(i.fence.partition_id.as_str()));
             self.rotation.retain(|p| !gone.contains(p));
+            self.fetching.retain(|p| !gone.contains(p.as_str()));
         }
         for p in b.ready {
             self.rotation.offer(p);
@@ -228,9 +322,10 @@ impl Dispatcher {
         self.known_per_partition().into_keys().collect()
     }
 
-    /// Fetches and starts ready items; returns when to poll next and
-    /// whether more work was ready than slots.
-    async fn poll(&mut self) -> (Instant, bool) {
+    /// Starts calls from the prefetch buffer, and a refill when the buffer
+    /// runs low; returns when to poll next and whether more work was ready
+    /// than slots.
+    fn poll(&mut self) -> (Instant, bool) {
         let shared = self.shared.clone();
         let cfg = &shared.config;
         let now = Instant::now();
@@ -257,20 +352,6 @@ impl Dispatcher {
                 cap.saturating_sub(self.in_flight.len()),
             )
         };
-        if calls == 0 || room == 0 {
-            return (now + cfg.poll_interval, false);
-        }
-        // Refill the buffer when it could not cover what may start now and
-        // half the concurrency again; then one query serves several
-        // completions. (Counting free calls alone would refill on every
-        // poll while answered items wait for their writes.)
-        let target = cfg.concurrency * batch;
-        let mut ran_dry = false;
-        if self.buffer.len() < (calls * per_call).min(room) + target / 2 {
-            ran_dry = self
-                .refill(target * 2 - self.buffer.len().min(target))
-                .await;
-        }
         let mut next = now + cfg.poll_interval;
         for _ in 0..calls {
             let n = self.buffer.len().min(per_call).min(room);
@@ -294,14 +375,14 @@ impl Dispatcher {
             room -= n;
             self.start(items);
         }
-        // Partitions of the refill ran dry while others wait in the
-        // rotation: serve those at once (each dry one has left it, so this
-        // ends; a failed refill, or one whose partitions were only held back
-        // by their in-flight cap, waits). Otherwise either the slots are now
-        // full (the next answer polls again at once) or nothing more is
-        // ready: wait for the poll interval.
-        if ran_dry && self.buffer.is_empty() && !self.rotation.is_empty() {
-            next = now;
+        // Keep a round of calls buffered ahead: the refill runs beside the
+        // loop, so calls that free up meanwhile start from the buffer, and
+        // one statement serves several completions. (A refill that ends
+        // polls again at once; one that found partitions dry while others
+        // wait in the rotation lets the next start at once too.)
+        let target = cfg.concurrency * batch;
+        if self.refilling.is_none() && now >= self.refill_at && self.buffer.len() < target {
+            self.start_refill(target * 2 - self.buffer.len());
         }
         (next, self.more)
     }
@@ -346,6 +427,9 @@ impl Dispatcher {
             let Some(fence) = self.in_flight.remove(&id) else {
                 continue;
             };
+            if self.refilling.is_some() {
+                self.settled.insert(id.clone());
+            }
             // A partition still in the rotation is checked once a refill
             // finds it dry; one out of it may have run out of work.
             if !self.rotation.contains(&fence.partition_id) {
@@ -428,6 +512,17 @@ impl Dispatcher {
 
     /// Waits for in-flight deliveries (their results are written) up to `timeout`.
     async fn drain(&mut self, timeout: Duration) {
+        if let Some(refill) = self.refilling.take() {
+            refill.abort();
+        }
+        let deadline = Instant::now() + timeout;
+        // A gate check or acquire cycle ends on its own (each statement is
+        // bounded by --statement-timeout); its writes are fenced like all.
+        if let Some(upkeep) = self.upkeep.take()
+            && tokio::time::timeout_at(deadline, upkeep).await.is_err()
+        {
+            tracing::warn!("drain timeout: abandoning a gate check or acquire cycle");
+        }
         if self.tasks.is_empty() {
             return;
         }
@@ -435,7 +530,6 @@ impl Dispatcher {
             in_flight = self.tasks.len(),
             "draining in-flight deliveries"
         );
-        let deadline = Instant::now() + timeout;
         while !self.tasks.is_empty() {
             tokio::select! {
                 Some(j) = self.tasks.join_next_with_id() => self.finished(j),

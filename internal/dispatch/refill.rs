@@ -7,6 +7,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use tokio::time::Instant;
 
 use super::Dispatcher;
+use crate::Result;
 use crate::store::ReadyItem;
 
 /// Partitions served by one refill at most; the rotation still visits
@@ -45,50 +46,43 @@ impl Dispatcher {
         known
     }
 
-    /// Fetches up to `want` ready items that are not known here yet: a
-    /// fair share from each of the next partitions in the rotation. True
-    /// when it served partitions and some ran dry (they left the
-    /// rotation, so serving the next ones at once makes progress); false
-    /// too when a statement failed (the loop then waits before the next
-    /// try).
-    pub(super) async fn refill(&mut self, want: usize) -> bool {
-        let store = &self.shared.store;
-        let cfg = &self.shared.config;
+    /// Starts fetching up to `want` ready items that are not known here
+    /// yet, a fair share from each of the next partitions in the rotation,
+    /// as a task beside dispatch (or, when new items are due to be looked
+    /// for, that look first). Nothing starts when no partition waits.
+    pub(super) fn start_refill(&mut self, want: usize) {
+        let shared = self.shared.clone();
+        let me = self.me.clone();
         let now = Instant::now();
         if self.rotation.needs_discovery(now) {
-            match store.written_since(self.rotation.mark, DISCOVER).await {
-                Ok((ids, mark)) => {
-                    let next = if ids.len() >= DISCOVER {
-                        now
-                    } else {
-                        now + cfg.poll_interval
-                    };
-                    let held = &self.held.versions;
-                    let ids = ids.into_iter().filter(|p| held.contains_key(p));
-                    self.rotation.discovered(ids, mark, next);
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "polling for items failed; will retry");
-                    return false;
-                }
-            }
+            let mark = self.rotation.mark;
+            self.refilling = Some(tokio::spawn(async move {
+                let found = shared.store.written_since(mark, DISCOVER).await;
+                Fetched::Discovered { me, found }
+            }));
+            return;
         }
         // Single items: one partition per refill, the best locality. A
         // batch may mix partitions, so batches draw on several. When the
         // last refill's partitions ran dry, serve as many as its yield
         // says are needed to fill the buffer.
-        let base = if cfg.batch_size > 1 { MAX_BRANCHES } else { 1 };
+        let base = if shared.config.batch_size > 1 {
+            MAX_BRANCHES
+        } else {
+            1
+        };
         let parts = self.rotation.take(self.spread.max(base));
         if parts.is_empty() {
             self.more = false;
-            return false;
+            return;
         }
         let known = self.known_per_partition();
         let share = want.div_ceil(parts.len());
-        let cap = cfg.max_in_flight_per_partition;
+        let cap = shared.config.max_in_flight_per_partition;
         // Each partition's first `share + known` ready items hold at least
         // `share` that are not known here: those in flight, buffered or
-        // cooling are among its ready items and are filtered out below.
+        // cooling are among its ready items and are filtered out when the
+        // fetch is taken in.
         let asks: Vec<(String, usize)> = parts
             .iter()
             .map(|p| {
@@ -97,16 +91,78 @@ impl Dispatcher {
                 (p.clone(), room + k)
             })
             .collect();
-        let items = match store.ready_items(&self.me, &asks).await {
-            Ok(items) => items,
-            Err(e) => {
-                tracing::warn!(error = %e, "polling for items failed; will retry");
-                for p in parts {
-                    self.rotation.offer(p);
-                }
-                return false;
+        self.fetching = parts.into_iter().collect();
+        self.refilling = Some(tokio::spawn(async move {
+            let items = shared.store.ready_items(&me, &asks).await;
+            Fetched::Items {
+                me,
+                asks,
+                want,
+                items,
             }
-        };
+        }));
+    }
+
+    /// Takes in a finished refill; returns whether the loop should refill
+    /// again at once: some of its partitions ran dry (they left the
+    /// rotation, so serving the next ones makes progress) or it was a look
+    /// for new items. False after an error (the loop waits before the next
+    /// try) or when its partitions were only held back by their in-flight
+    /// cap.
+    pub(super) fn refilled(&mut self, fetched: Fetched) -> bool {
+        let parts = std::mem::take(&mut self.fetching);
+        let settled = std::mem::take(&mut self.settled);
+        match fetched {
+            Fetched::Discovered { me, .. } | Fetched::Items { me, .. } if me != self.me => {
+                // Fetched for a session that was replaced meanwhile.
+                false
+            }
+            Fetched::Discovered { found, .. } => match found {
+                Ok((ids, mark)) => {
+                    let now = Instant::now();
+                    let next = if ids.len() >= DISCOVER {
+                        now
+                    } else {
+                        now + self.shared.config.poll_interval
+                    };
+                    let held = &self.held.versions;
+                    let ids = ids.into_iter().filter(|p| held.contains_key(p));
+                    self.rotation.discovered(ids, mark, next);
+                    true
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "polling for items failed; will retry");
+                    false
+                }
+            },
+            Fetched::Items {
+                asks, want, items, ..
+            } => match items {
+                Ok(items) => self.take_in(&parts, &settled, &asks, want, items),
+                Err(e) => {
+                    tracing::warn!(error = %e, "polling for items failed; will retry");
+                    for p in parts {
+                        self.rotation.offer(p);
+                    }
+                    false
+                }
+            },
+        }
+    }
+
+    /// Buffers the fetched items that are not known here, interleaved by
+    /// partition, leaving out those `settled` while it ran; true when some
+    /// partition ran dry. Only partitions still
+    /// in `parts` count: one lost or changed by someone else while it was
+    /// fetched (an acquire cycle took it out) is left to its gate check.
+    fn take_in(
+        &mut self,
+        parts: &HashSet<String>,
+        settled: &HashSet<String>,
+        asks: &[(String, usize)],
+        want: usize,
+        items: Vec<ReadyItem>,
+    ) -> bool {
         let buffered: HashSet<String> = self.buffer.iter().map(|i| i.fence.id.clone()).collect();
         let mut by_partition: HashMap<String, VecDeque<ReadyItem>> = HashMap::new();
         let mut rows: HashMap<String, usize> = HashMap::new();
@@ -114,6 +170,7 @@ impl Dispatcher {
             *rows.entry(item.fence.partition_id.clone()).or_default() += 1;
             let id = &item.fence.id;
             if self.in_flight.contains_key(id)
+                || settled.contains(id)
                 || buffered.contains(id)
                 || self.cooling.contains_key(id)
             {
@@ -127,8 +184,10 @@ impl Dispatcher {
         // A partition that returned all it was asked for (or was held back
         // by its cap) probably has more: it stays in the rotation.
         let mut dry = false;
-        for (p, asked) in &asks {
-            if rows.get(p).copied().unwrap_or(0) >= *asked {
+        for (p, asked) in asks {
+            if !parts.contains(p) {
+                by_partition.remove(p);
+            } else if rows.get(p).copied().unwrap_or(0) >= *asked {
                 self.rotation.offer(p.clone());
             } else {
                 // Out of ready work at its gate: a gate check finds out
@@ -162,4 +221,21 @@ impl Dispatcher {
         self.more = fetched >= want || !self.rotation.is_empty();
         dry
     }
+}
+
+/// What a refill task brings back.
+pub(super) enum Fetched {
+    /// A look at the items written since the last one: their partitions
+    /// and the new mark.
+    Discovered {
+        me: String,
+        found: Result<(Vec<String>, i64)>,
+    },
+    /// Ready items of the partitions asked (with how many of each).
+    Items {
+        me: String,
+        asks: Vec<(String, usize)>,
+        want: usize,
+        items: Result<Vec<ReadyItem>>,
+    },
 }

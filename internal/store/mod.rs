@@ -36,7 +36,7 @@ pub use dialect::stmt as statement;
 pub(crate) use dispatch::{Fence, ReadyItem};
 pub(crate) use gates::GateProbe;
 pub use gates::HeldPartition;
-pub(crate) use leases::{LEASE_CHUNK, LeaseCounts, STRANDED_SLICE};
+pub(crate) use leases::{HeldRow, LEASE_CHUNK, LeaseCounts, STRANDED_SLICE};
 pub use producer::{Enqueued, NewItem, OnFailure, PartitionSpec, Retried, RetryScope};
 pub(crate) use results::{Ack, ItemStatus, ItemWrite, Written, sanitize_error};
 use timeout::Bound;
