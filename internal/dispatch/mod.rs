@@ -47,10 +47,6 @@ use refill::Fetched;
 /// are still being written.
 const IN_FLIGHT_PER_SLOT: usize = 2;
 
-/// How soon the next acquire cycle runs when the last one took all it may
-/// take in one cycle: soon, but dispatch gets a turn in between.
-const LEASE_NEXT_STEP: Duration = Duration::from_millis(50);
-
 /// The loop's state: what is held, what is in flight, whether the handler is paused.
 struct Dispatcher {
     shared: Arc<Context>,
@@ -294,9 +290,10 @@ impl Dispatcher {
 
     /// Acts on what an acquire cycle changed.
     fn balanced(&mut self, b: leases::Balanced, acquire: &mut tokio::time::Interval) {
-        // More free partitions wait: lease the next step soon.
+        // More free partitions wait: the next step follows at once (it
+        // runs beside dispatch, taking turns with gate checks).
         if b.more {
-            acquire.reset_after(LEASE_NEXT_STEP);
+            acquire.reset_immediately();
         }
         // Buffered items of partitions lost meanwhile, or changed by
         // someone else (paused, cancelled), are not delivered.

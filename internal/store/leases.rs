@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use sea_orm::{DbBackend, FromQueryResult, Value};
 
-use super::dialect::marks;
+use super::dialect::{marks, update_returning};
 use super::{Store, get, ms};
 use crate::{Error, Result};
 
@@ -246,27 +246,28 @@ impl Store {
             // rows can only be found by their ids: with stale statistics
             // PostgreSQL would otherwise read every available partition
             // through the status index.
-            self.exec(
-                &format!(
-                    "UPDATE feed_partitions SET owner = ?, version = version + 1, updated_at = {{now}} \
-                     WHERE id IN ({ids}) \
-                     AND CASE WHEN status = 'available' THEN version END = CASE id{versions} END"
-                ),
-                values,
-            )
-            .await?;
-            // Only this session writes its own id as owner, so the rows
-            // that now name it are exactly the ones this statement took.
-            let mut values: Vec<Value> = vec![me.into()];
-            values.extend(chunk.iter().map(|(id, _)| Value::from(id.clone())));
-            let rows = self
-                .query(
+            let update = format!(
+                "UPDATE feed_partitions SET owner = ?, version = version + 1, updated_at = {{now}} \
+                 WHERE id IN ({ids}) \
+                 AND CASE WHEN status = 'available' THEN version END = CASE id{versions} END"
+            );
+            let rows = if update_returning(self.backend) {
+                self.query(&format!("{update} RETURNING id, version"), values)
+                    .await?
+            } else {
+                self.exec(&update, values).await?;
+                // Only this session writes its own id as owner, so the rows
+                // that now name it are exactly the ones this statement took.
+                let mut values: Vec<Value> = vec![me.into()];
+                values.extend(chunk.iter().map(|(id, _)| Value::from(id.clone())));
+                self.query(
                     &format!(
                         "SELECT id, version FROM feed_partitions WHERE owner = ? AND id IN ({ids})"
                     ),
                     values,
                 )
-                .await?;
+                .await?
+            };
             for r in &rows {
                 taken.push((get(r, "id")?, get(r, "version")?));
             }
