@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use tokio::sync::{Mutex, mpsc, oneshot};
 
-use crate::store::{Ack, Store, Written};
+use crate::store::{Ack, ItemStatus, Store, Written};
 
 /// Most results written in one batch.
 const MAX_BATCH: usize = 256;
@@ -80,6 +80,18 @@ async fn run(
         let (acks, replies): (Vec<Ack>, Vec<Reply>) = batch.into_iter().unzip();
         match store.write_results(&acks, expiry).await {
             Ok(written) => {
+                let completed = acks
+                    .iter()
+                    .zip(&written)
+                    .filter(|(a, w)| a.write.status == ItemStatus::Complete && **w == Written::Yes)
+                    .count();
+                // Only the overview's chart reads this count: a failure
+                // costs a point on it, never a result.
+                if completed > 0
+                    && let Err(e) = store.add_completions(completed as u64).await
+                {
+                    tracing::warn!(error = %e, items = completed, "counting completed items for the overview failed");
+                }
                 for (reply, w) in replies.into_iter().zip(written) {
                     let _ = reply.send(Ok(w));
                 }

@@ -5,6 +5,8 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 
+use feed::store::status::LIST_LIMIT;
+
 use super::{DbArgs, connect};
 
 #[derive(Args)]
@@ -107,6 +109,14 @@ pub async fn status(a: StatusArgs) -> anyhow::Result<()> {
         ]);
     }
     println!("{t}");
+    let total: i64 = s.partitions_by_status.values().sum();
+    if s.partitions.len() < total as usize && a.partition.is_none() {
+        println!(
+            "showing the first {} of {total} partitions (failed first, then available, then the rest, each by id); \
+             see one with --partition ID, or page through all in the console (processor ui)",
+            s.partitions.len()
+        );
+    }
     if !s.failed_items.is_empty() {
         let mut t = table(["failed item", "partition", "gate", "attempts", "last error"]);
         for f in &s.failed_items {
@@ -119,6 +129,11 @@ pub async fn status(a: StatusArgs) -> anyhow::Result<()> {
             ]);
         }
         println!("{t}");
+    }
+    if s.failed_items.len() >= LIST_LIMIT {
+        println!(
+            "showing the first {LIST_LIMIT} failed items (by partition and id); more may be failed"
+        );
     }
     let mut t = table([
         "processor",

@@ -70,6 +70,15 @@ pub fn keep_existing(backend: DbBackend) -> &'static str {
     }
 }
 
+/// Appended to an `INSERT INTO feed_completions (minute, items)` so that
+/// the minute's existing row is added to.
+pub fn add_to_minute(backend: DbBackend) -> &'static str {
+    match backend {
+        DbBackend::MySql => " ON DUPLICATE KEY UPDATE items = items + VALUES(items)",
+        _ => " ON CONFLICT (minute) DO UPDATE SET items = feed_completions.items + excluded.items",
+    }
+}
+
 /// Appended to a sub-select of a result write, so that the fence holds at
 /// commit: PostgreSQL locks the partition row it read, so a lease change
 /// waits for the write (or the write sees the new owner). SQLite has one

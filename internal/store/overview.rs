@@ -1,5 +1,6 @@
 //! The overview page's read model: partitions by status, items completed
-//! per minute over the last hour, and the processors.
+//! per minute over the last hour (counted into `feed_completions` as
+//! results are written), and the processors.
 
 use std::collections::BTreeMap;
 
@@ -7,6 +8,7 @@ use sea_orm::FromQueryResult;
 use serde::Serialize;
 
 use super::Store;
+use super::dialect::add_to_minute;
 use super::status::ProcessorStatus;
 use crate::Result;
 
@@ -33,7 +35,7 @@ struct PausedCount {
     n: i64,
 }
 
-/// Items completed in one minute (`... AS bucket, COUNT(*) AS n`).
+/// Items completed in one minute (`minute AS bucket, items AS n`).
 #[derive(FromQueryResult)]
 struct MinuteCount {
     bucket: i64,
@@ -41,6 +43,18 @@ struct MinuteCount {
 }
 
 impl Store {
+    /// Adds `items` completed now to the current minute's count (by the
+    /// database clock), which the overview's chart reads: 60 rows for the
+    /// hour, however many items were completed in it.
+    pub(crate) async fn add_completions(&self, items: u64) -> Result<()> {
+        let sql = format!(
+            "INSERT INTO feed_completions (minute, items) VALUES ({{now}} - ({{now}} % 60000), ?){}",
+            add_to_minute(self.backend)
+        );
+        self.exec(&sql, vec![(items as i64).into()]).await?;
+        Ok(())
+    }
+
     /// Partitions by status, items completed per minute over the last hour
     /// and the processors.
     pub async fn overview(&self) -> Result<Overview> {
@@ -61,9 +75,8 @@ impl Store {
         }
         let completed_per_minute = self
             .query(
-                "SELECT updated_at - (updated_at % 60000) AS bucket, COUNT(*) AS n FROM feed_items \
-                 WHERE status = 'complete' AND updated_at >= {now} - 3600000 \
-                 GROUP BY updated_at - (updated_at % 60000) ORDER BY bucket",
+                "SELECT minute AS bucket, items AS n FROM feed_completions \
+                 WHERE minute >= {now} - 3600000 ORDER BY minute",
                 vec![],
             )
             .await?

@@ -56,13 +56,21 @@ impl From<PrunableCounts> for Pruned {
 
 impl Store {
     /// Deletes `complete` and `cancelled` partitions last updated more than
-    /// `older_than` ago (database clock), with their items; with `dry_run`
-    /// only counts them.
+    /// `older_than` ago (database clock), with their items, and the
+    /// overview's per-minute counts as old (the last hour stays); with
+    /// `dry_run` only counts the partitions and items.
     pub async fn prune(&self, older_than: Duration, dry_run: bool) -> Result<Pruned> {
         let age = ms(older_than);
         if dry_run {
             return self.count_prunable(age).await;
         }
+        // The overview's per-minute counts before the cutoff; its chart
+        // reads the last hour only.
+        self.exec(
+            "DELETE FROM feed_completions WHERE minute < {now} - ? AND minute < {now} - 3600000",
+            vec![age.into()],
+        )
+        .await?;
         let mut done = Pruned::default();
         let mut after = String::new();
         loop {

@@ -14,6 +14,7 @@ mod m20261123_000003_fair_order;
 mod m20261123_000004_controls;
 mod m20261124_000005_autovacuum;
 mod m20261124_000006_scale;
+mod m20261124_000007_completions;
 
 /// Applies Feed's migrations in order.
 pub struct Migrator;
@@ -28,6 +29,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261123_000004_controls::Migration),
             Box::new(m20261124_000005_autovacuum::Migration),
             Box::new(m20261124_000006_scale::Migration),
+            Box::new(m20261124_000007_completions::Migration),
         ]
     }
 

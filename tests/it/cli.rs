@@ -505,3 +505,24 @@ async fn json_logs(db: TestDb) {
         "{log}"
     );
 }
+
+on_all_backends!(status_says_its_list_is_bounded);
+/// `status` lists at most 500 partitions and says so, with how many there
+/// are; with 500 or fewer it says nothing of the kind.
+async fn status_says_its_list_is_bounded(db: TestDb) {
+    let rows: Vec<String> = (0..499).map(|k| format!("('s{k:03}')")).collect();
+    db.sql(&format!(
+        "INSERT INTO feed_partitions (id) VALUES {}",
+        rows.join(", ")
+    ))
+    .await;
+    let all = text(&processor(&["status", "--database-url", &db.url], ""));
+    assert!(!all.contains("showing the first"), "{all}");
+    db.sql("INSERT INTO feed_partitions (id) VALUES ('t1'), ('t2')")
+        .await;
+    let some = text(&processor(&["status", "--database-url", &db.url], ""));
+    assert!(
+        some.contains("showing the first 500 of 501 partitions"),
+        "{some}"
+    );
+}

@@ -54,9 +54,9 @@ async fn autovacuum_settings_up_and_down(db: TestDb) {
             ]
         );
     }
-    // Down past it (the index migration after it, then it) and up again,
+    // Down past it (the two migrations after it, then it) and up again,
     // on every backend.
-    Migrator::down(conn, Some(2)).await.unwrap();
+    Migrator::down(conn, Some(3)).await.unwrap();
     if postgres {
         assert!(options(&db, "feed_items").await.is_empty());
         assert!(options(&db, "feed_partitions").await.is_empty());

@@ -277,3 +277,35 @@ async fn prune_deletes_many_partitions_in_one_call(db: TestDb) {
     let again = db.store.prune(Duration::ZERO, false).await.unwrap();
     assert_eq!((again.partitions, again.items), (0, 0));
 }
+
+on_all_backends!(completions_are_counted_per_minute);
+/// The overview's chart counts what processors complete, one row per
+/// minute; a row from before the last hour goes with `prune`, the current
+/// minute stays.
+async fn completions_are_counted_per_minute(db: TestDb) {
+    let items: Vec<(String, i64)> = (0..30).map(|k| (format!("c/{k}"), 0)).collect();
+    let items: Vec<(&str, i64)> = items.iter().map(|(id, g)| (id.as_str(), *g)).collect();
+    enqueue(&db, "counted", false, &items).await;
+    let scene = Scene::start(&db, &[], |_| done()).await;
+    db.wait_partition("counted", "complete").await;
+    drop(scene);
+    let counted = |o: &feed::store::overview::Overview| {
+        o.completed_per_minute.iter().map(|(_, n)| n).sum::<i64>()
+    };
+    let overview = db.store.overview().await.unwrap();
+    assert_eq!(counted(&overview), 30, "every completed item counted once");
+    db.exec(
+        "INSERT INTO feed_completions (minute, items) VALUES ({now} - 7200000, 5)",
+        vec![],
+    )
+    .await;
+    assert_eq!(count(&db, "feed_completions").await, 2);
+    db.store.prune(Duration::ZERO, false).await.unwrap();
+    assert_eq!(
+        count(&db, "feed_completions").await,
+        1,
+        "the old minute is gone"
+    );
+    let overview = db.store.overview().await.unwrap();
+    assert_eq!(counted(&overview), 30, "the last hour stays");
+}
