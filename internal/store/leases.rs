@@ -101,22 +101,28 @@ impl Store {
         backlog: bool,
     ) -> Result<LeaseCounts> {
         let e = ms(expiry);
+        // The slice of `complete` partitions, read once. Every id-ordered
+        // slice here is ordered by the whole `feed_partitions_held` key: with
+        // statistics from before a drain (no partition complete yet)
+        // PostgreSQL otherwise read every complete partition through the
+        // status index and sorted them (0.36 s per slice at 300,000).
         let complete = "(SELECT id FROM feed_partitions WHERE status = 'complete' AND owner IS NULL \
-                        AND id > ? ORDER BY id LIMIT ?)";
+                        AND id > ? ORDER BY status, owner, id LIMIT ?)";
         let rows = self
             .query(
                 &format!(
                     "SELECT \
                      (SELECT COUNT(*) FROM feed_processors WHERE heartbeat_at >= {{now}} - ?) AS sessions, \
                      (SELECT COUNT(*) FROM feed_processors WHERE heartbeat_at >= {{now}} - ? AND max_partitions IS NOT NULL) AS capped, \
-                     (SELECT COUNT(*) FROM (SELECT 1 AS x FROM feed_partitions WHERE status = 'available' LIMIT ?) a) AS active, \
+                     (SELECT COUNT(*) FROM (SELECT 1 AS x FROM feed_partitions WHERE status = 'available' \
+                      ORDER BY status, owner, id LIMIT ?) a) AS active, \
                      (SELECT COUNT(*) FROM feed_partitions WHERE status = 'available' AND owner = ?) AS mine, \
                      (SELECT COUNT(*) FROM (SELECT 1 AS x FROM feed_partitions p JOIN feed_items i ON i.partition_id = p.id \
                       WHERE p.owner = ? AND p.status = 'available' AND i.status = 'available' LIMIT ?) b) AS backlog, \
-                     (SELECT COUNT(*) FROM {complete} c WHERE EXISTS \
-                      (SELECT 1 FROM feed_items r WHERE r.partition_id = c.id AND r.status = 'available')) AS stranded, \
-                     (SELECT COUNT(*) FROM {complete} c) AS stranded_slice, \
-                     (SELECT MAX(c.id) FROM {complete} c) AS stranded_end"
+                     c.stranded, c.stranded_slice, c.stranded_end \
+                     FROM (SELECT COUNT(CASE WHEN EXISTS (SELECT 1 FROM feed_items r \
+                      WHERE r.partition_id = x.id AND r.status = 'available') THEN 1 END) AS stranded, \
+                      COUNT(*) AS stranded_slice, MAX(x.id) AS stranded_end FROM {complete} x) c"
                 ),
                 vec![
                     e.into(),
@@ -125,10 +131,6 @@ impl Store {
                     me.into(),
                     me.into(),
                     (if backlog { COUNT_CAP } else { 0 }).into(),
-                    stranded_after.into(),
-                    STRANDED_SLICE.into(),
-                    stranded_after.into(),
-                    STRANDED_SLICE.into(),
                     stranded_after.into(),
                     STRANDED_SLICE.into(),
                 ],
@@ -305,7 +307,7 @@ impl Store {
                      CASE WHEN {STUCK} THEN TRUE ELSE FALSE END AS stuck \
                      FROM (SELECT id, version, gate, paused, auto_close, manual_checkpoint, on_failure \
                      FROM feed_partitions WHERE owner = ? AND status = 'available' AND id > ? \
-                     ORDER BY id LIMIT ?) p ORDER BY p.id"
+                     ORDER BY status, owner, id LIMIT ?) p ORDER BY p.id"
                 ),
                 vec![me.into(), after.into(), (limit as i64).into()],
             )
@@ -324,7 +326,7 @@ impl Store {
         let rows = self
             .query(
                 "SELECT id, version FROM feed_partitions WHERE owner = ? AND status = 'available' \
-                 ORDER BY id LIMIT ?",
+                 ORDER BY status, owner, id LIMIT ?",
                 vec![owner.into(), limit.into()],
             )
             .await?;
