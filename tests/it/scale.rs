@@ -148,13 +148,21 @@ async fn statements_per_cycle(db: &TestDb, n: usize, settled: Option<f64>) -> f6
         );
         last = per;
     }
-    let (s0, c0, _) = read().await;
-    wait_for("twenty cycles", Duration::from_secs(60), || async {
-        read().await.1 >= c0 + 20.0
-    })
-    .await;
-    let (s1, c1, _) = read().await;
-    (s1 - s0) / (c1 - c0)
+    // The least of three windows of twenty cycles: a statement that
+    // belongs to no cycle (a heartbeat, a late refill on a loaded machine)
+    // may land in one window, while a cost that grows with the partitions
+    // held is in every window.
+    let mut least = f64::INFINITY;
+    for _ in 0..3 {
+        let (s0, c0, _) = read().await;
+        wait_for("twenty cycles", Duration::from_secs(60), || async {
+            read().await.1 >= c0 + 20.0
+        })
+        .await;
+        let (s1, c1, _) = read().await;
+        least = least.min((s1 - s0) / (c1 - c0));
+    }
+    least
 }
 
 on_all_backends!(acquire_cycle_costs_the_same_at_any_size);
