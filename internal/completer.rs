@@ -4,9 +4,9 @@
 //! one commit per batch instead of one per item; when idle a result is
 //! written at once, with no added latency.
 
-use std::time::Duration;
-
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use tokio::sync::{Mutex, mpsc, oneshot};
 
@@ -15,9 +15,21 @@ use crate::store::{Ack, ItemStatus, Store, Written};
 /// Most results written in one batch.
 const MAX_BATCH: usize = 256;
 
+/// A batch takes no more results once their data reaches this size, and
+/// such a batch is written while the other worker waits: each result's
+/// data is copied several times on its way into the database, so large
+/// answers are written one batch at a time and memory stays near the
+/// response budget.
+const MAX_BATCH_BYTES: usize = 8 << 20;
+
 /// Batches written concurrently: while one is in the database the next
 /// one forms, so a slow commit does not stall every delivery.
 const WORKERS: usize = 2;
+
+/// Completed items are added to the overview's per-minute count this often:
+/// one statement a second, not one per batch on the same row (a hot row
+/// every worker of every processor would queue on).
+const COUNT_EVERY: Duration = Duration::from_secs(1);
 
 /// Why a result could not be written at all.
 #[derive(Clone, Debug, thiserror::Error)]
@@ -43,9 +55,11 @@ impl Completer {
     pub fn start(store: Store, expiry: Duration) -> Completer {
         let (tx, rx) = mpsc::unbounded_channel();
         let rx = Arc::new(Mutex::new(rx));
+        let completed = Arc::new(AtomicU64::new(0));
         for _ in 0..WORKERS {
-            tokio::spawn(run(store.clone(), expiry, rx.clone()));
+            tokio::spawn(run(store.clone(), expiry, rx.clone(), completed.clone()));
         }
+        tokio::spawn(count(store, completed, tx.downgrade()));
         Completer { tx }
     }
 
@@ -63,35 +77,40 @@ async fn run(
     store: Store,
     expiry: Duration,
     rx: Arc<Mutex<mpsc::UnboundedReceiver<(Ack, Reply)>>>,
+    completed: Arc<AtomicU64>,
 ) {
     loop {
+        let mut rx = rx.lock().await;
         let batch = {
-            let mut rx = rx.lock().await;
             let Some(first) = rx.recv().await else { return };
+            let size = |(a, _): &(Ack, Reply)| a.write.data.as_ref().map_or(0, |d| d.len());
+            let mut bytes = size(&first);
             let mut batch = vec![first];
-            while batch.len() < MAX_BATCH {
+            while batch.len() < MAX_BATCH && bytes < MAX_BATCH_BYTES {
                 match rx.try_recv() {
-                    Ok(next) => batch.push(next),
+                    Ok(next) => {
+                        bytes += size(&next);
+                        batch.push(next);
+                    }
                     Err(_) => break,
                 }
+            }
+            // A batch of large data is written alone: the other worker
+            // waits for the queue until it is in the database.
+            if bytes < MAX_BATCH_BYTES {
+                drop(rx);
             }
             batch
         };
         let (acks, replies): (Vec<Ack>, Vec<Reply>) = batch.into_iter().unzip();
         match store.write_results(&acks, expiry).await {
             Ok(written) => {
-                let completed = acks
+                let n = acks
                     .iter()
                     .zip(&written)
                     .filter(|(a, w)| a.write.status == ItemStatus::Complete && **w == Written::Yes)
                     .count();
-                // Only the overview's chart reads this count: a failure
-                // costs a point on it, never a result.
-                if completed > 0
-                    && let Err(e) = store.add_completions(completed as u64).await
-                {
-                    tracing::warn!(error = %e, items = completed, "counting completed items for the overview failed");
-                }
+                completed.fetch_add(n as u64, Ordering::Relaxed);
                 for (reply, w) in replies.into_iter().zip(written) {
                     let _ = reply.send(Ok(w));
                 }
@@ -102,6 +121,34 @@ async fn run(
                     let _ = reply.send(Err(e.clone()));
                 }
             }
+        }
+    }
+}
+
+/// Adds the items completed since the last tick to the overview's count,
+/// once every [`COUNT_EVERY`], until the completer's handles are gone (one
+/// last time then). Only the overview's chart reads this count: a failed
+/// write is tried again at the next tick, and a processor that dies loses
+/// at most its last second of it, never a result.
+async fn count(
+    store: Store,
+    completed: Arc<AtomicU64>,
+    alive: mpsc::WeakUnboundedSender<(Ack, Reply)>,
+) {
+    let mut tick = tokio::time::interval(COUNT_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let stopping = alive.upgrade().is_none();
+        let n = completed.swap(0, Ordering::Relaxed);
+        if n > 0
+            && let Err(e) = store.add_completions(n).await
+        {
+            tracing::warn!(error = %e, items = n, "counting completed items for the overview failed; trying again in a second");
+            completed.fetch_add(n, Ordering::Relaxed);
+        }
+        if stopping {
+            return;
         }
     }
 }

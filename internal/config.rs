@@ -41,6 +41,9 @@ pub struct Config {
     pub content_type: String,
     /// Largest handler response body accepted.
     pub max_response_bytes: usize,
+    /// Bytes of handler answers held at once across all calls (read and
+    /// waiting to be written); a larger answer waits for room.
+    pub response_budget_bytes: usize,
     /// Address of the health and metrics listener; None = no listener.
     pub listen: Option<String>,
     /// How long in-flight calls may finish after a shutdown signal.
@@ -89,6 +92,10 @@ impl Config {
     pub const CONTENT_TYPE: &str = "application/json";
     /// `--max-response-bytes`: 16 MiB.
     pub const MAX_RESPONSE_BYTES: usize = 16 << 20;
+    /// The smallest `--backoff-base`: every retry waits at least this.
+    pub const MIN_BACKOFF: Duration = Duration::from_millis(10);
+    /// `--response-budget-bytes`: 16 MiB, one answer of the largest size.
+    pub const RESPONSE_BUDGET_BYTES: usize = 16 << 20;
     /// `--listen` of the command line. [`Config::new`] listens nowhere: a
     /// program embedding Feed chooses whether and where to serve health.
     pub const LISTEN: &str = "0.0.0.0:8080";
@@ -121,6 +128,7 @@ impl Config {
             signing_secret: None,
             content_type: Self::CONTENT_TYPE.into(),
             max_response_bytes: Self::MAX_RESPONSE_BYTES,
+            response_budget_bytes: Self::RESPONSE_BUDGET_BYTES,
             listen: None,
             drain_timeout: Self::DRAIN_TIMEOUT,
             statement_timeout: Self::STATEMENT_TIMEOUT,
@@ -145,8 +153,18 @@ impl Config {
         if self.heartbeat_interval >= self.session_expiry {
             return bad("--heartbeat-interval must be shorter than --session-expiry");
         }
+        if self.backoff_base < Self::MIN_BACKOFF {
+            return bad(
+                "--backoff-base must be at least 10ms, so that a failing item is never retried in a hot loop",
+            );
+        }
         if self.backoff_base > self.backoff_max {
             return bad("--backoff-base must not exceed --backoff-max");
+        }
+        if self.response_budget_bytes < self.max_response_bytes {
+            return bad(
+                "--response-budget-bytes must be at least --max-response-bytes, or the largest answer could never be read",
+            );
         }
         if self.max_partitions == Some(0) {
             return bad("--max-partitions must be at least 1");

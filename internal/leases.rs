@@ -44,11 +44,8 @@ const TAKE_PER_STEP: usize = 2_000;
 /// again (another processor may have started meanwhile).
 const TAKE_PER_CYCLE: usize = 20_000;
 
-/// From this many active partitions on, the acquire cycle looks (at most
-/// once a minute) whether PostgreSQL's statistics lag behind a bulk load.
-const STATISTICS_FROM: i64 = 10_000;
-
-/// How often the statistics are looked at, at most.
+/// How often the acquire cycle looks whether PostgreSQL's statistics lag
+/// behind a bulk load (first at the first cycle).
 const STATISTICS_EVERY: Duration = Duration::from_secs(60);
 
 /// A stolen partition is picked at random among this many of the victim's.
@@ -171,6 +168,14 @@ async fn full(
     // operator control), run on one slice per cycle, so every partition is
     // seen within SWEEP_CYCLES cycles.
     let c = &mut out.cursors;
+    if c.statistics.is_none_or(|t| t.elapsed() >= STATISTICS_EVERY) {
+        c.statistics = Some(Instant::now());
+        if store.refresh_statistics().await? {
+            tracing::info!(
+                "analyzed feed_partitions and feed_items: the planner's statistics lagged far behind their rows (a bulk load)"
+            );
+        }
+    }
     let slice = (held / SWEEP_CYCLES).max(MIN_SLICE);
     let sweep_starts = c.sweep.is_empty();
     out.slice = store.held_slice(me, &c.sweep, slice).await?;
@@ -184,17 +189,6 @@ async fn full(
     let counts = store
         .lease_counts(me, expiry, &c.stranded, sweep_starts)
         .await?;
-    if counts.active >= STATISTICS_FROM
-        && c.statistics.is_none_or(|t| t.elapsed() >= STATISTICS_EVERY)
-    {
-        c.statistics = Some(Instant::now());
-        if store.refresh_statistics(counts.active).await? {
-            tracing::info!(
-                active = counts.active,
-                "analyzed feed_partitions and feed_items: the planner's statistics lagged far behind the partitions counted"
-            );
-        }
-    }
     // A partition lost to someone else (stolen, cancelled, closed by
     // hand) makes the count differ from what is held here: only then is
     // every held partition read, to find which.

@@ -27,7 +27,8 @@
 //! of partitions with ready work), `gates` (fan-in: advancing, closing and
 //! failing partitions), `server` and `metrics` (health and Prometheus
 //! metrics), `retention` (pruning finished partitions, one processor at a
-//! time) and `backoff` (retry delays).
+//! time), `backoff` (retry delays) and `validate` (what every entrance
+//! accepts: ids, gates, filters) and `printable` (text made safe to print).
 
 pub(crate) mod backoff;
 pub(crate) mod completer;
@@ -44,12 +45,14 @@ pub mod lines;
 pub(crate) mod metrics;
 pub(crate) mod notify;
 pub(crate) mod policy;
+pub mod printable;
 pub(crate) mod retention;
 pub(crate) mod rotation;
 pub mod run;
-pub(crate) mod server;
+pub mod server;
 pub(crate) mod session;
 pub mod store;
+pub mod validate;
 
 pub use config::Config;
 pub use error::{Error, Result};

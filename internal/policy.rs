@@ -126,8 +126,10 @@ impl Policy {
                 retry_after,
                 ..
             } => {
+                // Retry-After is honoured, but never below the backoff
+                // base: `Retry-After: 0` must not make a retry loop hot.
                 let delay = retry_after
-                    .map(|d| d.min(MAX_RETRY_AFTER))
+                    .map(|d| d.clamp(self.backoff_base, MAX_RETRY_AFTER.max(self.backoff_base)))
                     .unwrap_or_else(|| self.delay(attempt));
                 Some((attempt_failed(message, Some(delay)), Label::Retried))
             }
@@ -174,7 +176,7 @@ mod tests {
         Outcome::Step {
             gate,
             done,
-            data: data.map(<[u8]>::to_vec),
+            data: data.map(bytes::Bytes::copy_from_slice),
         }
     }
 
@@ -190,7 +192,7 @@ mod tests {
         let (w, l) = p.decide(&item(1, 0), step(None, true, Some(b"x"))).unwrap();
         assert_eq!(l, Label::Done);
         assert_eq!((w.status, w.gate, w.attempts), (ItemStatus::Complete, 1, 1));
-        assert_eq!(w.data, Some(b"x".to_vec()));
+        assert_eq!(w.data.as_deref(), Some(&b"x"[..]));
         let (w, l) = p.decide(&item(2, 0), step(Some(1), false, None)).unwrap();
         assert_eq!((l, w.status), (Label::Failed, ItemStatus::Failed));
         assert!(

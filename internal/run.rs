@@ -136,7 +136,12 @@ pub async fn run_with(
     health
         .handler
         .store(true, std::sync::atomic::Ordering::Relaxed);
-    tracing::info!(session = %id, database = %redact(&shared.config.database_url), handler = %shared.config.handler_url, "processor started");
+    tracing::info!(session = %id, database = %redact(&shared.config.database_url), handler = %redact(&shared.config.handler_url), "processor started");
+    if shared.store.autovacuum_off().await.unwrap_or(false) {
+        tracing::warn!(
+            "autovacuum is off on this PostgreSQL server: feed_items and feed_partitions keep every dead row version and stale planner statistics, and statements slow down as work goes on; turn autovacuum on (Feed's tables carry their own settings for it) or run VACUUM ANALYZE on them often"
+        );
+    }
 
     // Heartbeats go on through the drain (results need a live session); the
     // keeper is aborted after it.
@@ -263,10 +268,7 @@ async fn listen(
     let app = crate::server::app(health, Arc::new(registry), config);
     Ok(tokio::spawn(async move {
         let stop = async move { cancel.cancelled().await };
-        if let Err(e) = axum::serve(listener, app)
-            .with_graceful_shutdown(stop)
-            .await
-        {
+        if let Err(e) = crate::server::serve(listener, app, stop).await {
             tracing::warn!(error = %e, "health listener stopped");
         }
     }))

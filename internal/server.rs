@@ -1,8 +1,10 @@
 //! The small HTTP listener: `/healthz`, `/readyz` and `/metrics`, plus the
 //! console (dashboard and JSON API) with `--ui`.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use axum::Router;
 use axum::extract::State;
@@ -10,6 +12,9 @@ use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
 use prometheus_client::registry::Registry;
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tower::ServiceExt;
 
 /// What `/readyz` reports, kept current by the session and dispatch loops.
 #[derive(Debug, Default)]
@@ -73,4 +78,86 @@ async fn metrics(State(s): State<AppState>) -> impl IntoResponse {
         out,
     )
         .into_response()
+}
+
+/// Connections served at once; more wait in the kernel's backlog. The
+/// open-file limit is raised at start so that this many fit beside the
+/// database and handler connections.
+const MAX_CONNECTIONS: usize = 4_096;
+
+/// A client must send a request's headers within this time, counted from
+/// the connection's start or the end of the previous request: a socket
+/// that sends nothing, or headers byte by byte, is closed.
+const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A request (its body included) must be handled within this time.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The address a request came from, for logs and throttles.
+#[derive(Clone, Copy, Debug)]
+pub struct ClientAddr(pub SocketAddr);
+
+/// Serves `app` on `listener` until `stop` resolves, then lets requests
+/// in progress finish (up to [`REQUEST_TIMEOUT`]). Unlike a bare
+/// `axum::serve`, idle and slow sockets are closed ([`HEADER_TIMEOUT`]),
+/// every request is bounded in time, open connections are capped, and
+/// each request carries its [`ClientAddr`].
+pub async fn serve(
+    listener: TcpListener,
+    app: Router,
+    stop: impl Future<Output = ()>,
+) -> std::io::Result<()> {
+    raise_open_files();
+    let app = app.layer(tower_http::timeout::TimeoutLayer::with_status_code(
+        StatusCode::REQUEST_TIMEOUT,
+        REQUEST_TIMEOUT,
+    ));
+    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    tokio::pin!(stop);
+    loop {
+        let slot = tokio::select! {
+            s = slots.clone().acquire_owned() => s.expect("the connection slots are never closed"),
+            () = &mut stop => break,
+        };
+        let (stream, addr) = tokio::select! {
+            r = listener.accept() => match r {
+                Ok(a) => a,
+                Err(e) => {
+                    // Out of file descriptors, or a connection reset before
+                    // it was accepted: wait a little, never spin.
+                    tracing::warn!(error = %e, "accepting a connection failed; retrying");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+            () = &mut stop => break,
+        };
+        let app = app.clone();
+        let service = hyper::service::service_fn(move |mut req: axum::extract::Request<_>| {
+            req.extensions_mut().insert(ClientAddr(addr));
+            app.clone().oneshot(req)
+        });
+        let conn = hyper::server::conn::http1::Builder::new()
+            .timer(hyper_util::rt::TokioTimer::new())
+            .header_read_timeout(HEADER_TIMEOUT)
+            .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+        let conn = graceful.watch(conn);
+        tokio::spawn(async move {
+            let _ = conn.await;
+            drop(slot);
+        });
+    }
+    drop(listener);
+    let _ = tokio::time::timeout(REQUEST_TIMEOUT, graceful.shutdown()).await;
+    Ok(())
+}
+
+/// Raises this process's soft limit of open files to its hard limit, so
+/// that many sockets (idle console clients, handler connections) cannot
+/// starve the database of file descriptors; logs when it cannot.
+fn raise_open_files() {
+    if let Err(e) = rlimit::increase_nofile_limit(u64::MAX) {
+        tracing::warn!(error = %e, "could not raise the open-file limit");
+    }
 }

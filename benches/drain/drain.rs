@@ -78,9 +78,11 @@ impl Throttle {
     }
 }
 
-/// Partitions leased at least once: held now, or no longer available.
-const LEASED: &str =
-    "SELECT COUNT(*) AS n FROM feed_partitions WHERE owner IS NOT NULL OR status <> 'available'";
+/// Partitions not leased yet (nobody holds them and they are still
+/// available): one range of the `(status, owner, id)` index that shrinks as
+/// leasing goes on, where counting the leased ones would read the table.
+const UNLEASED: &str =
+    "SELECT COUNT(*) AS n FROM feed_partitions WHERE status = 'available' AND owner IS NULL";
 
 /// One drain on a fresh database with `processors` processors.
 pub(crate) async fn drain_once(
@@ -113,7 +115,7 @@ pub(crate) async fn drain_on(
     let enqueue = match w.backlog {
         Backlog::Enqueue => enqueue_backlog(db, items, partitions, multistep).await?,
         Backlog::Sql if multistep => bail!("plain-SQL backlogs are single-step"),
-        Backlog::Sql => insert_backlog(db, items, partitions).await?,
+        Backlog::Sql => insert_backlog(db, items, partitions, "").await?,
     };
     handler.state.reset();
     let cpu0 = CpuSnap::take();
@@ -133,7 +135,7 @@ pub(crate) async fn drain_on(
     let done_at = loop {
         if leasing_s.is_none() && lease_poll.due(Instant::now()) {
             let t = Instant::now();
-            leased = db.count(LEASED).await? as usize;
+            leased = partitions.saturating_sub(db.count(UNLEASED).await? as usize);
             lease_poll.polled(t);
             if leased >= partitions {
                 leasing_s = Some(spawned.elapsed().as_secs_f64());

@@ -205,16 +205,23 @@ pub(crate) async fn idle_partitions(db: &Db, n: usize) -> Result<()> {
 /// Creates `partitions` partitions, then `items` single-step items spread
 /// evenly over them (each partition's items written together), with plain
 /// SQL: seconds for a million items, where Store::enqueue takes minutes.
-pub(crate) async fn insert_backlog(db: &Db, items: usize, partitions: usize) -> Result<Duration> {
+/// Every id starts with `prefix`, so that several backlogs can share a
+/// database.
+pub(crate) async fn insert_backlog(
+    db: &Db,
+    items: usize,
+    partitions: usize,
+    prefix: &str,
+) -> Result<Duration> {
     let started = Instant::now();
-    let part = |k: usize| format!("s-{k:07}");
+    let part = |k: usize| format!("{prefix}s-{k:07}");
     insert_rows(db, "feed_partitions (id)", 1, partitions, |k| {
         vec![part(k).into()]
     })
     .await?;
     insert_rows(db, "feed_items (id, partition_id, data)", 3, items, |n| {
         vec![
-            format!("i-{n:07}").into(),
+            format!("{prefix}i-{n:07}").into(),
             part(n * partitions / items).into(),
             item_body(n, false).into(),
         ]

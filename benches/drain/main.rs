@@ -20,8 +20,15 @@
 //! the ratio to the 100-partition reference shape, statements and CPU per
 //! item, peak RSS and the leasing time (spawn → every partition leased
 //! once); after the 10,000-partition shape (`--prune-after`) it times
-//! `Store::prune` over all its items. It is off unless `--shapes` is given:
-//! at a million items per shape it would add many minutes to the full run.
+//! `Store::prune` over all its items while a processor drains a second
+//! backlog of that shape and a producer keeps inserting. It is off unless
+//! `--shapes` is given: at a million items per shape it would add many
+//! minutes to the full run.
+//!
+//! The history phase (`--history 10000000`, off by default) drains that many
+//! items over 100 partitions and compares the rate over the last million
+//! posts with the rate over the first: whether a long drain slows as dead
+//! row versions pile up.
 //!
 //! Every figure comes from the real binary at its default settings (only
 //! `--database-url`, `--handler-url` and `--listen` are given) against a
@@ -38,6 +45,7 @@ mod cpu;
 mod drain;
 mod fixture;
 mod handler;
+mod history;
 mod latency;
 mod peer;
 mod report;
@@ -55,10 +63,11 @@ use testkit::{Backend, Servers, Stats};
 use crate::drain::{Workload, drain_once};
 use crate::fixture::{Db, processor_bin};
 use crate::handler::{Handler, ceiling};
+use crate::history::history;
 use crate::latency::{idle, pickup};
 use crate::report::{
-    BackendReport, Machine, Report, Scenario, describe, mib, print_ratios, print_shapes,
-    print_tables, scenario, share,
+    BackendReport, Machine, Report, Scenario, describe, describe_history, mib, print_ratios,
+    print_shapes, print_tables, scenario, share,
 };
 use crate::shapes::{ALL_SHAPES, ShapeSel, shape_sel, shapes};
 
@@ -81,6 +90,8 @@ pub(crate) enum Phase {
     Batch,
     /// graphile-worker on PostgreSQL (needs Node.js and npm).
     Peer,
+    /// One long drain timed per million items (only with --history).
+    History,
     /// The same items as 100 × N/100 … N × 1 partitions × items (only with --shapes).
     Shapes,
 }
@@ -177,9 +188,14 @@ pub(crate) struct Args {
     #[arg(long, env = "FEED_BENCH_SHAPE_ITEMS", value_parser = at_least_one)]
     shape_items: Option<usize>,
     /// After the shape with this many partitions drains, time Store::prune over all its items
+    /// while a processor drains a second backlog and a producer inserts
     #[arg(long, env = "FEED_BENCH_PRUNE_AFTER", default_value_t = 10_000)]
     pub(crate) prune_after: usize,
-    /// Phases to skip, comma-separated: ceiling, pickup, idle, multistep, scale, batch, peer, shapes
+    /// Runs the history phase: one drain of this many items over 100 partitions, comparing
+    /// the rate over the last million posts with the first (off by default)
+    #[arg(long, env = "FEED_BENCH_HISTORY", value_parser = at_least_one)]
+    pub(crate) history: Option<usize>,
+    /// Phases to skip, comma-separated: ceiling, pickup, idle, multistep, scale, batch, peer, shapes, history
     #[arg(long, env = "FEED_BENCH_SKIP", value_enum, value_delimiter = ',')]
     pub(crate) skip: Vec<Phase>,
     /// PostgreSQL server (databases are created and dropped on it)
@@ -241,7 +257,9 @@ impl Args {
     }
 
     pub(crate) fn runs(&self, p: Phase) -> bool {
-        !self.skip.contains(&p) && (p != Phase::Shapes || self.shapes.is_some())
+        !self.skip.contains(&p)
+            && (p != Phase::Shapes || self.shapes.is_some())
+            && (p != Phase::History || self.history.is_some())
     }
 }
 
@@ -260,6 +278,22 @@ async fn run_backend(
         println!("  skipped: {} is unreachable: {why}", backend.name());
         rep.skipped = Some(format!("unreachable: {why}"));
         return rep;
+    }
+    if backend == Backend::Postgres {
+        rep.autovacuum = Db::scoped(backend, args, 1, async |db| {
+            let rows = db
+                .query("SELECT current_setting('autovacuum') AS v", vec![])
+                .await?;
+            Ok(rows
+                .first()
+                .map(|r| r.try_get::<String>("", "v"))
+                .transpose()?)
+        })
+        .await
+        .unwrap_or_default();
+        if let Some(v) = &rep.autovacuum {
+            println!("  server: autovacuum {v}");
+        }
     }
 
     // Single-step drain, each run followed by the HTTP-only ceiling.
@@ -344,6 +378,19 @@ async fn run_backend(
 
     if let Some(sel) = args.shapes.as_deref().filter(|_| args.runs(Phase::Shapes)) {
         rep.shapes = Some(shapes(backend, args, sel, handler, client).await);
+    }
+
+    if let Some(items) = args.history.filter(|_| args.runs(Phase::History)) {
+        match history(backend, args, items, handler, client).await {
+            Ok(h) => {
+                println!("  history: {}", describe_history(&h));
+                rep.history = Some(h);
+            }
+            Err(e) => {
+                println!("  history failed: {e:#}");
+                rep.errors.push(format!("history: {e:#}"));
+            }
+        }
     }
 
     let variants = args.variants_on.contains(&backend);

@@ -6,8 +6,9 @@ use testkit::{Outcomes, Stats};
 
 use crate::Args;
 use crate::cpu::CpuUse;
+use crate::history::History;
 use crate::peer::{GRAPHILE_WORKER, PeerRun};
-use crate::shapes::{Shapes, label, leasing};
+use crate::shapes::{Shapes, describe_prune, label, leasing};
 
 /// One drain: one fresh database, one or more processors.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -100,6 +101,8 @@ pub(crate) struct Idle {
 pub(crate) struct BackendReport {
     pub(crate) backend: String,
     pub(crate) skipped: Option<String>,
+    /// PostgreSQL's `autovacuum` setting: the figures depend on it.
+    pub(crate) autovacuum: Option<String>,
     pub(crate) drain: Option<Scenario>,
     /// The same drain with `--batch-size 100`.
     pub(crate) batch: Option<Scenario>,
@@ -108,6 +111,7 @@ pub(crate) struct BackendReport {
     pub(crate) pickup: Option<Pickup>,
     pub(crate) idle: Option<Idle>,
     pub(crate) shapes: Option<Shapes>,
+    pub(crate) history: Option<History>,
     pub(crate) errors: Vec<String>,
 }
 
@@ -421,8 +425,10 @@ pub(crate) fn print_shapes(report: &Report) {
         }
         if let Some(p) = &sh.prune {
             prunes.push(format!(
-                "  {}: prune after the {}-partition shape: {} items and {} partitions in {:.2} s = {:.0} items/s",
-                b.backend, p.shape_partitions, p.items, p.partitions, p.seconds, p.items_per_s
+                "  {}: prune after the {}-partition shape: {}",
+                b.backend,
+                p.shape_partitions,
+                describe_prune(p)
             ));
         }
         if let Some(e) = &sh.prune_error {
@@ -547,4 +553,21 @@ pub(crate) fn print_ratios(report: &Report) {
         (None, Some(note)) => println!("  graphile-worker: {note}"),
         (None, None) => {}
     }
+}
+
+/// The history phase in one line: first and last window's rates, their
+/// ratio, and the whole drain.
+pub(crate) fn describe_history(h: &History) -> String {
+    let rate = |r: Option<f64>| r.map_or("-".into(), |r| format!("{r:.0} items/s"));
+    format!(
+        "{} items over {} partitions: first {} posts {}, last {} {} (last ÷ first {}); whole drain {}",
+        h.items,
+        h.partitions,
+        h.window,
+        rate(h.first_per_s),
+        h.window,
+        rate(h.last_per_s),
+        h.ratio.map_or("-".into(), |r| format!("{r:.2}")),
+        h.run.as_ref().map_or("-".into(), describe),
+    )
 }

@@ -2,15 +2,16 @@
 //! up to N × 1 (partitions × items each), each on a fresh database with a
 //! plain-SQL backlog; and how fast `Store::prune` deletes one drained shape.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use anyhow::Result;
+use anyhow::{Result, bail};
 use serde::Serialize;
 use testkit::Backend;
 
 use crate::Args;
 use crate::drain::{Backlog, Workload, drain_on};
-use crate::fixture::Db;
+use crate::fixture::{Db, Proc, insert_backlog};
 use crate::handler::Handler;
 use crate::report::{DrainRun, mib};
 
@@ -67,7 +68,8 @@ pub(crate) struct ShapeRun {
     pub(crate) error: Option<String>,
 }
 
-/// `Store::prune(0, false)` over one drained shape, processors stopped.
+/// `Store::prune(0, false)` over one drained shape, while a processor
+/// drains a second backlog of the same shape and a producer keeps writing.
 #[derive(Debug, Clone, Default, Serialize)]
 pub(crate) struct PruneRun {
     /// The shape it pruned (its partition count).
@@ -76,6 +78,10 @@ pub(crate) struct PruneRun {
     pub(crate) items: u64,
     pub(crate) seconds: f64,
     pub(crate) items_per_s: f64,
+    /// Items the processor was sent while the prune ran.
+    pub(crate) drained_during: u64,
+    /// Items the producer wrote while the prune ran.
+    pub(crate) produced_during: u64,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -111,7 +117,7 @@ pub(crate) async fn shapes(
         let r = Db::scoped(backend, args, 6, async |db| {
             let run = drain_on(db, args, w, handler, client).await?;
             let prune = if prune_here {
-                Some(prune_all(db, partitions).await)
+                Some(prune_loaded(db, handler, partitions, items).await)
             } else {
                 None
             };
@@ -130,12 +136,9 @@ pub(crate) async fn shapes(
                 match prune {
                     Some(Ok(p)) => {
                         println!(
-                            "  prune after shape {}: {} items, {} partitions in {:.2}s: {:.0} items/s",
+                            "  prune after shape {}: {}",
                             label(&shape),
-                            p.items,
-                            p.partitions,
-                            p.seconds,
-                            p.items_per_s
+                            describe_prune(&p)
                         );
                         out.prune = Some(p);
                     }
@@ -168,16 +171,56 @@ pub(crate) async fn shapes(
     out
 }
 
-async fn prune_all(db: &Db, shape_partitions: usize) -> Result<PruneRun> {
+/// Times `Store::prune` over the drained shape (`items` items in
+/// `shape_partitions` partitions) while a processor drains a second backlog
+/// of the same shape and a producer writes items in batches of a thousand,
+/// as pruning runs in production.
+async fn prune_loaded(
+    db: &Db,
+    handler: &Handler,
+    shape_partitions: usize,
+    items: usize,
+) -> Result<PruneRun> {
+    insert_backlog(db, items, shape_partitions, "next-").await?;
+    handler.state.reset();
+    let mut proc = Proc::spawn(&db.url, &handler.url(), &[])?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while handler.state.posts.load(Ordering::SeqCst) == 0 {
+        proc.check_alive()?;
+        if Instant::now() >= deadline {
+            bail!("the second backlog's drain did not start within 60 s");
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let stop = AtomicBool::new(false);
+    let produce = async {
+        let mut produced = 0;
+        while !stop.load(Ordering::SeqCst) {
+            insert_backlog(db, 1000, 10, &format!("more-{produced}-")).await?;
+            produced += 1000;
+        }
+        anyhow::Ok(produced as u64)
+    };
+    let posts0 = handler.state.posts.load(Ordering::SeqCst);
     let t = Instant::now();
-    let p = db.store.prune(Duration::ZERO, false).await?;
+    let prune = async {
+        let p = db.store.prune(Duration::ZERO, false).await;
+        stop.store(true, Ordering::SeqCst);
+        p
+    };
+    let (p, produced) = tokio::join!(prune, produce);
     let seconds = t.elapsed().as_secs_f64();
+    let drained_during = handler.state.posts.load(Ordering::SeqCst) - posts0;
+    proc.stop().await;
+    let (p, produced_during) = (p?, produced?);
     Ok(PruneRun {
         shape_partitions,
         partitions: p.partitions,
         items: p.items,
         seconds,
         items_per_s: p.items as f64 / seconds.max(1e-6),
+        drained_during,
+        produced_during,
     })
 }
 
@@ -214,4 +257,12 @@ pub(crate) fn leasing(r: &DrainRun) -> String {
             r.partitions
         ),
     }
+}
+
+/// A prune in one line: what it deleted, how fast, and the load beside it.
+pub(crate) fn describe_prune(p: &PruneRun) -> String {
+    format!(
+        "{} items and {} partitions in {:.2} s = {:.0} items/s, while a processor was sent {} items and a producer wrote {}",
+        p.items, p.partitions, p.seconds, p.items_per_s, p.drained_during, p.produced_during
+    )
 }

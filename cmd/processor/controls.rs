@@ -80,7 +80,11 @@ pub struct UiArgs {
 pub async fn checkpoint(a: CheckpointArgs) -> anyhow::Result<()> {
     let store = connect(&a.db).await?;
     store.checkpoint(&a.partition, a.gate).await?;
-    println!("partition {} advanced to gate {}", a.partition, a.gate);
+    println!(
+        "partition {} advanced to gate {}",
+        crate::status::clean(&a.partition),
+        a.gate
+    );
     Ok(())
 }
 
@@ -101,7 +105,7 @@ pub async fn pause(a: PauseArgs, paused: bool) -> anyhow::Result<()> {
     } else {
         store.resume(p).await?;
     }
-    println!("partition {p} {verb}");
+    println!("partition {} {verb}", crate::status::clean(p));
     Ok(())
 }
 
@@ -110,7 +114,7 @@ pub async fn cancel(a: CancelArgs) -> anyhow::Result<()> {
     let n = store.cancel(&a.partition).await?;
     println!(
         "partition {} cancelled ({n} items cancelled now)",
-        a.partition
+        crate::status::clean(&a.partition)
     );
     Ok(())
 }
@@ -134,8 +138,7 @@ pub async fn ui(
         .with_context(|| format!("listening on {}", a.listen))?;
     tracing::info!(listen = %a.listen, actions = token.is_some(), "dashboard started");
     let app = feed::console::Console::new(store, token).router();
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
+    feed::server::serve(listener, app, shutdown)
         .await
         .context("serving the dashboard")?;
     Ok(())

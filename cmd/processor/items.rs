@@ -76,7 +76,8 @@ pub async fn enqueue(a: EnqueueArgs) -> anyhow::Result<()> {
     };
     println!(
         "{} items enqueued; partition {} {what}",
-        r.items, a.partition
+        r.items,
+        crate::status::clean(&a.partition)
     );
     Ok(())
 }
@@ -102,7 +103,7 @@ pub async fn retry(a: RetryArgs) -> anyhow::Result<()> {
     let r = match (&a.item, &a.partition) {
         (Some(item), _) => {
             let r = store.retry_one(item).await?;
-            println!("item {item} back to available");
+            println!("item {} back to available", crate::status::clean(item));
             r
         }
         (None, Some(p)) => store.retry_partition(p).await?,

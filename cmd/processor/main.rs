@@ -72,6 +72,24 @@ struct DbArgs {
         hide_env_values = true
     )]
     database_url: String,
+    /// Read the database URL from this file (trailing newline ignored): a URL with a password
+    /// then shows in neither the process list nor the environment [default: none]
+    #[arg(
+        long,
+        env = "FEED_DATABASE_URL_FILE",
+        value_parser = secret::read_file,
+        conflicts_with = "database_url"
+    )]
+    database_url_file: Option<String>,
+}
+
+impl DbArgs {
+    /// The database URL, from whichever flag was given.
+    fn url(&self) -> String {
+        self.database_url_file
+            .clone()
+            .unwrap_or_else(|| self.database_url.clone())
+    }
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -86,15 +104,35 @@ fn duration(s: &str) -> Result<humantime::Duration, String> {
         .map_err(|e| format!("{e}; write durations like 500ms, 30s or 5m"))
 }
 
-fn init_logs(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
-        tracing_subscriber::EnvFilter::new("info,sqlx=warn,sea_orm_migration=warn")
-    });
+/// The log levels without `RUST_LOG`.
+const LOGS: &str = "info,sqlx=warn,sea_orm_migration=warn";
+
+/// Logs to stderr in `format`, at `RUST_LOG` or else `default` levels.
+/// Text logs escape control characters in every field (an id holding a
+/// newline cannot forge a line) and are coloured only on a terminal.
+fn init_logs(format: LogFormat, default: &str) {
+    use std::io::IsTerminal;
+    use tracing_subscriber::field::MakeExt;
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     match format {
-        LogFormat::Text => builder.init(),
+        LogFormat::Text => builder
+            .fmt_fields(
+                tracing_subscriber::fmt::format::debug_fn(|w, field, value| {
+                    let text = format!("{value:?}");
+                    let text = feed::printable::printable(&text);
+                    match field.name() {
+                        "message" => write!(w, "{text}"),
+                        name => write!(w, "{name}={text}"),
+                    }
+                })
+                .delimited(" "),
+            )
+            .init(),
         LogFormat::Json => builder.json().init(),
     }
 }
@@ -119,6 +157,7 @@ fn shutdown_signal() -> std::io::Result<impl std::future::Future<Output = ()>> {
 #[tokio::main]
 async fn main() -> ExitCode {
     exit_quietly_on_closed_pipe();
+    return_large_blocks();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Run(args) => run::run(*args).await,
@@ -135,7 +174,7 @@ async fn main() -> ExitCode {
         Command::Prune(args) => controls::prune(args).await,
         Command::Ui(args) => match shutdown_signal() {
             Ok(stop) => {
-                init_logs(LogFormat::Text);
+                init_logs(LogFormat::Text, LOGS);
                 controls::ui(args, stop).await
             }
             Err(e) => Err(anyhow::Error::new(e).context("installing signal handlers")),
@@ -144,7 +183,7 @@ async fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", status::clean(&format!("{e:#}")));
             let usage = matches!(
                 e.downcast_ref::<feed::Error>(),
                 Some(
@@ -153,6 +192,20 @@ async fn main() -> ExitCode {
             );
             ExitCode::from(if usage { 2 } else { 1 })
         }
+    }
+}
+
+/// The C allocator (SQLite's, the TLS library's) serves blocks of 1 MiB
+/// and more straight from the OS and gives them back when freed. glibc
+/// otherwise raises that threshold each time such a block is freed, and
+/// then keeps freed multi-megabyte blocks (a large result written to
+/// SQLite) in its heap for good.
+fn return_large_blocks() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only sets a tuning value of glibc's allocator; it is
+    // called once, before any other thread starts.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 1 << 20);
     }
 }
 
@@ -175,13 +228,13 @@ fn exit_quietly_on_closed_pipe() {
 }
 
 async fn connect(db: &DbArgs) -> anyhow::Result<feed::Store> {
-    let store = feed::Store::connect(&db.database_url, 4).await?;
+    let store = feed::Store::connect(&db.url(), 4).await?;
     store.migrate().await.context("applying migrations")?;
     Ok(store)
 }
 
 async fn migrate(db: DbArgs) -> anyhow::Result<()> {
-    init_logs(LogFormat::Text);
+    init_logs(LogFormat::Text, LOGS);
     connect(&db).await?;
     println!("migrations applied");
     Ok(())

@@ -18,7 +18,7 @@ pub struct RunArgs {
     #[command(flatten)]
     db: DbArgs,
     /// Where items are POSTed, e.g. http://127.0.0.1:9000/feed (required)
-    #[arg(long, env = "FEED_HANDLER_URL")]
+    #[arg(long, env = "FEED_HANDLER_URL", hide_env_values = true)]
     handler_url: String,
     /// Items in flight at once
     #[arg(long, env = "FEED_CONCURRENCY", default_value_t = Config::CONCURRENCY)]
@@ -56,6 +56,11 @@ pub struct RunArgs {
     /// Extra request header 'Name: value', repeatable (FEED_HEADER takes several, one per line) [default: none]
     #[arg(long = "header", env = "FEED_HEADER", value_parser = header, value_delimiter = '\n', hide_env_values = true)]
     headers: Vec<(String, String)>,
+    /// Read extra request headers from this file, one 'Name: value' per line (blank lines and
+    /// lines starting with # skipped): secret headers then show in neither the process list
+    /// nor the environment [default: none]
+    #[arg(long, env = "FEED_HEADER_FILE", value_parser = header_file)]
+    header_file: Option<HeaderFile>,
     #[command(flatten)]
     signing_secret: SigningSecretArgs,
     /// Content-Type of requests
@@ -64,6 +69,9 @@ pub struct RunArgs {
     /// Largest handler response body accepted, in bytes
     #[arg(long, env = "FEED_MAX_RESPONSE_BYTES", default_value_t = Config::MAX_RESPONSE_BYTES)]
     max_response_bytes: usize,
+    /// Bytes of handler answers held at once across all calls; a larger answer waits for room
+    #[arg(long, env = "FEED_RESPONSE_BUDGET_BYTES", default_value_t = Config::RESPONSE_BUDGET_BYTES)]
+    response_budget_bytes: usize,
     /// Address of the health and metrics listener; 'off' disables it
     #[arg(long, env = "FEED_LISTEN", default_value = Config::LISTEN)]
     listen: String,
@@ -107,9 +115,25 @@ fn header(s: &str) -> Result<(String, String), String> {
     Ok((name.to_string(), value.trim().to_string()))
 }
 
+/// The headers of a `--header-file`.
+#[derive(Clone)]
+struct HeaderFile(Vec<(String, String)>);
+
+/// Reads a `--header-file` while the flags are parsed.
+fn header_file(path: &str) -> Result<HeaderFile, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read the file: {e}"))?;
+    text.lines()
+        .map(str::trim)
+        .enumerate()
+        .filter(|(_, l)| !l.is_empty() && !l.starts_with('#'))
+        .map(|(n, l)| header(l).map_err(|e| format!("line {}: {e}", n + 1)))
+        .collect::<Result<_, _>>()
+        .map(HeaderFile)
+}
+
 pub async fn run(a: RunArgs) -> anyhow::Result<()> {
     let shutdown = shutdown_signal().context("installing signal handlers")?;
-    init_logs(a.log_format);
+    init_logs(a.log_format, super::LOGS);
     let c = Config {
         concurrency: a.concurrency,
         poll_interval: a.poll_interval.into(),
@@ -122,10 +146,15 @@ pub async fn run(a: RunArgs) -> anyhow::Result<()> {
         max_attempts: a.max_attempts,
         backoff_base: a.backoff_base.into(),
         backoff_max: a.backoff_max.into(),
-        headers: a.headers,
+        headers: a
+            .headers
+            .into_iter()
+            .chain(a.header_file.map(|f| f.0).unwrap_or_default())
+            .collect(),
         signing_secret: a.signing_secret.value(),
         content_type: a.content_type,
         max_response_bytes: a.max_response_bytes,
+        response_budget_bytes: a.response_budget_bytes,
         listen: (a.listen != "off").then_some(a.listen),
         drain_timeout: a.drain_timeout.into(),
         statement_timeout: a.statement_timeout.into(),
@@ -135,7 +164,7 @@ pub async fn run(a: RunArgs) -> anyhow::Result<()> {
         retention: a.retention.map(Into::into),
         batch_size: a.batch_size,
         batch_wait: a.batch_wait.into(),
-        ..Config::new(a.db.database_url, a.handler_url)
+        ..Config::new(a.db.url(), a.handler_url)
     };
     Ok(feed::run(c, shutdown).await?)
 }

@@ -65,7 +65,7 @@ pub async fn status(a: StatusArgs) -> anyhow::Result<()> {
     let by_status: Vec<String> = s
         .partitions_by_status
         .iter()
-        .map(|(k, v)| format!("{k}: {v}"))
+        .map(|(k, v)| format!("{}: {v}", clean(k)))
         .collect();
     println!(
         "partitions  {}",
@@ -97,14 +97,14 @@ pub async fn status(a: StatusArgs) -> anyhow::Result<()> {
             .map(|o| o.chars().take(8).collect())
             .unwrap_or_else(|| "-".to_string());
         t.add_row([
-            p.id.clone(),
+            clean(&p.id),
             if p.paused {
-                format!("{} (paused)", p.status)
+                format!("{} (paused)", clean(&p.status))
             } else {
-                p.status.clone()
+                clean(&p.status)
             },
             p.gate.to_string(),
-            owner,
+            clean(&owner),
             gates.join("  "),
         ]);
     }
@@ -121,11 +121,11 @@ pub async fn status(a: StatusArgs) -> anyhow::Result<()> {
         let mut t = table(["failed item", "partition", "gate", "attempts", "last error"]);
         for f in &s.failed_items {
             t.add_row([
-                f.id.clone(),
-                f.partition_id.clone(),
+                clean(&f.id),
+                clean(&f.partition_id),
                 f.gate.to_string(),
                 f.attempts.to_string(),
-                f.last_error.clone().unwrap_or_default(),
+                clean(f.last_error.as_deref().unwrap_or_default()),
             ]);
         }
         println!("{t}");
@@ -145,10 +145,10 @@ pub async fn status(a: StatusArgs) -> anyhow::Result<()> {
     ]);
     for p in &s.processors {
         t.add_row([
-            p.id.clone(),
-            p.hostname.clone(),
+            clean(&p.id),
+            clean(&p.hostname),
             p.pid.to_string(),
-            p.software_version.clone(),
+            clean(&p.software_version),
             p.partitions.to_string(),
             format!("{:.1}s ago", p.heartbeat_age_ms as f64 / 1000.0),
         ]);
@@ -181,12 +181,7 @@ pub async fn health(a: HealthArgs) -> anyhow::Result<()> {
 }
 
 pub async fn demo(a: DemoArgs) -> anyhow::Result<()> {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
+    crate::init_logs(crate::LogFormat::Text, "warn");
     println!(
         "Feed demo: the resume example (gate 0: classify each resume; gate 1: rank and pick the top 10)"
     );
@@ -217,4 +212,10 @@ pub async fn demo(a: DemoArgs) -> anyhow::Result<()> {
         s.status
     );
     Ok(())
+}
+
+/// Text from the database as it may be printed: control characters
+/// escaped, so an id or an error message cannot drive the terminal.
+pub(crate) fn clean(text: &str) -> String {
+    feed::printable::printable(text).into_owned()
 }

@@ -7,10 +7,11 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::{Extension, Json, Router};
 use serde::Deserialize;
 
 use super::{Console, auth, json_error};
+use crate::server::ClientAddr;
 use crate::store::listing::{ItemFilter, PartitionFilter};
 
 /// A control on one partition.
@@ -152,11 +153,13 @@ struct CheckpointBody {
 async fn act(
     State(c): State<Console>,
     Path((id, action)): Path<(String, String)>,
+    client: Option<Extension<ClientAddr>>,
     headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Response {
-    if let Err(r) = auth::check_bearer(c.token.as_ref(), &headers) {
-        return refused(r);
+    let bearer = || auth::check_bearer(c.token.as_ref(), &headers);
+    if let Err(g) = c.guarded(client.as_deref(), "API", bearer) {
+        return g.json();
     }
     let gate = if body.is_empty() {
         None
@@ -192,10 +195,12 @@ async fn act(
 async fn retry_item(
     State(c): State<Console>,
     Path(id): Path<String>,
+    client: Option<Extension<ClientAddr>>,
     headers: HeaderMap,
 ) -> Response {
-    if let Err(r) = auth::check_bearer(c.token.as_ref(), &headers) {
-        return refused(r);
+    let bearer = || auth::check_bearer(c.token.as_ref(), &headers);
+    if let Err(g) = c.guarded(client.as_deref(), "API", bearer) {
+        return g.json();
     }
     let store = match c.store().await {
         Ok(s) => s,

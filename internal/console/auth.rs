@@ -24,13 +24,25 @@ impl std::fmt::Debug for AdminToken {
 }
 
 impl AdminToken {
-    /// Wraps a token; refuses one too short to resist guessing.
+    /// Wraps a token; refuses one too weak to resist guessing (fewer than
+    /// 16 characters, or fewer than 8 different ones) and one with spaces
+    /// at either end, which no login form or header would carry back.
     pub fn new(token: impl Into<String>) -> crate::Result<Self> {
         let token = token.into();
-        if token.trim().len() < 16 {
-            return Err(crate::Error::Config(
-                "--admin-token must be at least 16 characters".into(),
-            ));
+        let bad = |why: &str| Err(crate::Error::Config(format!("--admin-token {why}")));
+        if token.trim() != token {
+            return bad(
+                "starts or ends with whitespace, which a login or an Authorization header cannot carry; remove it",
+            );
+        }
+        if token.chars().count() < 16 {
+            return bad("must be at least 16 characters");
+        }
+        let distinct: std::collections::HashSet<char> = token.chars().collect();
+        if distinct.len() < 8 {
+            return bad(
+                "must hold at least 8 different characters; generate one, e.g. `openssl rand -hex 24`",
+            );
         }
         Ok(Self(token))
     }
@@ -149,9 +161,24 @@ mod tests {
 
     #[test]
     fn debug_hides_the_token() {
-        let t = AdminToken::new("s3cret-s3cret-s3cret").unwrap();
+        let t = AdminToken::new("s3cret-t0ken-s3cret").unwrap();
         assert!(!format!("{t:?}").contains("s3cret"));
         assert!(!t.cookie_value().contains("s3cret"));
-        assert!(t.matches("s3cret-s3cret-s3cret") && !t.matches("s3cret"));
+        assert!(t.matches("s3cret-t0ken-s3cret") && !t.matches("s3cret"));
+    }
+
+    #[test]
+    fn weak_or_padded_tokens_are_refused() {
+        for weak in [
+            "short",
+            "éééééééé",
+            "aaaaaaaaaaaaaaaa",
+            "abababababababababab",
+            " 0123456789abcdef",
+            "0123456789abcdef\t",
+        ] {
+            assert!(AdminToken::new(weak).is_err(), "{weak:?}");
+        }
+        assert!(AdminToken::new("0123456789abcdef").is_ok());
     }
 }

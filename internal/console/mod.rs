@@ -9,8 +9,10 @@
 mod api;
 mod auth;
 mod pages;
+mod throttle;
 mod views;
 
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use axum::Router;
@@ -20,6 +22,7 @@ use tokio::sync::OnceCell;
 
 pub use auth::AdminToken;
 
+use crate::server::ClientAddr;
 use crate::{Error, Store};
 
 /// What the console's handlers share.
@@ -32,6 +35,8 @@ pub struct Console {
     database_url: Arc<str>,
     /// None = read-only.
     token: Option<AdminToken>,
+    /// Failed token attempts, per client address and overall.
+    throttle: Arc<throttle::Throttle>,
 }
 
 impl Console {
@@ -41,6 +46,7 @@ impl Console {
             database_url: Arc::from(""),
             store: Arc::new(OnceCell::new_with(Some(store))),
             token,
+            throttle: Arc::default(),
         }
     }
 
@@ -50,7 +56,27 @@ impl Console {
             database_url: Arc::from(database_url),
             store: Arc::new(OnceCell::new()),
             token,
+            throttle: Arc::default(),
         }
+    }
+
+    /// Runs `check` (a comparison with the admin token) for a request from
+    /// `client`, unless that address, or everyone, has used up its failed
+    /// attempts; a wrong token counts as one.
+    fn guarded(
+        &self,
+        client: Option<&ClientAddr>,
+        what: &str,
+        check: impl FnOnce() -> Result<(), auth::Refusal>,
+    ) -> Result<(), Guarded> {
+        let ip = client.map_or(IpAddr::from([0, 0, 0, 0]), |c| c.0.ip());
+        self.throttle.admit(ip).map_err(Guarded::Wait)?;
+        check().map_err(|r| {
+            if r.0 == StatusCode::UNAUTHORIZED {
+                self.throttle.failed(ip, what);
+            }
+            Guarded::Refused(r)
+        })
     }
 
     async fn store(&self) -> crate::Result<&Store> {
@@ -66,6 +92,38 @@ impl Console {
             .nest("/api/v1", api::routes())
             .layer(axum::middleware::map_response(secure_headers))
             .with_state(self)
+    }
+}
+
+/// Why [`Console::guarded`] refused a request.
+enum Guarded {
+    /// Too many failed attempts: try again after this long (429).
+    Wait(std::time::Duration),
+    /// The token check's own refusal.
+    Refused(auth::Refusal),
+}
+
+impl Guarded {
+    /// As an API answer: JSON, with `Retry-After` when throttled.
+    fn json(self) -> Response {
+        match self {
+            Guarded::Wait(d) => {
+                let secs = d.as_secs().max(1);
+                let message =
+                    format!("too many wrong admin tokens from this address; try again in {secs} s");
+                let mut r = (
+                    StatusCode::TOO_MANY_REQUESTS,
+                    axum::Json(serde_json::json!({ "error": message })),
+                )
+                    .into_response();
+                r.headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+                r
+            }
+            Guarded::Refused((code, message)) => {
+                (code, axum::Json(serde_json::json!({ "error": message }))).into_response()
+            }
+        }
     }
 }
 

@@ -2,19 +2,19 @@
 //! Every action is a POST form that first renders a confirmation page (so
 //! confirming needs no script), then acts with the same code as the API.
 
-use axum::Form;
-use axum::Router;
 use axum::extract::{FromRequestParts, Path, Query, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
+use axum::{Extension, Form, Router};
 use maud::Markup;
 use serde::Deserialize;
 
 use super::api::Action;
 use super::views::{self, Viewer, enc};
-use super::{Console, auth, public};
+use super::{Console, Guarded, auth, public};
+use crate::server::ClientAddr;
 use crate::store::listing::{ItemFilter, PartitionFilter};
 
 const STYLE: &str = include_str!("assets/style.css");
@@ -269,10 +269,20 @@ struct LoginQuery {
     next: Option<String>,
 }
 
-/// Only local paths, so the login form cannot redirect elsewhere.
+/// Only a path on this site, so the login form cannot redirect elsewhere:
+/// it starts with one `/`, and holds no backslash and no control or
+/// space character (browsers drop a tab or newline, which turns `/\t/evil`
+/// into `//evil`, another site).
 fn local(next: Option<&str>) -> String {
     match next {
-        Some(n) if n.starts_with('/') && !n.starts_with("//") && !n.contains('\\') => n.into(),
+        Some(n)
+            if n.starts_with('/')
+                && !n.starts_with("//")
+                && !n.contains('\\')
+                && !n.chars().any(|c| c.is_control() || c.is_whitespace()) =>
+        {
+            n.into()
+        }
         _ => "/".into(),
     }
 }
@@ -305,10 +315,31 @@ struct LoginForm {
     next: Option<String>,
 }
 
-async fn login(State(c): State<Console>, headers: HeaderMap, Form(f): Form<LoginForm>) -> Response {
+async fn login(
+    State(c): State<Console>,
+    client: Option<Extension<ClientAddr>>,
+    headers: HeaderMap,
+    Form(f): Form<LoginForm>,
+) -> Response {
     let next = local(f.next.as_deref());
-    match &c.token {
-        Some(t) if t.matches(f.token.trim()) => {
+    let check = || match &c.token {
+        Some(t) if t.matches(f.token.trim()) => Ok(()),
+        Some(_) => Err((StatusCode::UNAUTHORIZED, "That is not the admin token.")),
+        None => Err((StatusCode::FORBIDDEN, "no admin token is configured")),
+    };
+    let refusal = match c.guarded(client.as_deref(), "login", check) {
+        Ok(()) => None,
+        Err(Guarded::Wait(d)) => Some((
+            StatusCode::TOO_MANY_REQUESTS,
+            format!(
+                "Too many wrong tokens from your address; try again in {} s.",
+                d.as_secs().max(1)
+            ),
+        )),
+        Err(Guarded::Refused((code, text))) => Some((code, text.to_string())),
+    };
+    match (&c.token, refusal) {
+        (Some(t), None) => {
             tracing::info!("operator logged in to the dashboard");
             let mut r = Redirect::to(&next).into_response();
             let https = headers
@@ -319,17 +350,11 @@ async fn login(State(c): State<Console>, headers: HeaderMap, Form(f): Form<Login
             }
             r
         }
-        Some(_) => {
-            tracing::warn!("dashboard login with a wrong token");
-            let body = views::login(&next, Some("That is not the admin token."));
-            page(
-                StatusCode::UNAUTHORIZED,
-                "Log in",
-                &c.viewer(&headers),
-                body,
-            )
+        (Some(_), Some((code, text))) => {
+            let body = views::login(&next, Some(&text));
+            page(code, "Log in", &c.viewer(&headers), body)
         }
-        None => page(
+        (None, _) => page(
             StatusCode::FORBIDDEN,
             "Log in",
             &Viewer::ReadOnly,
@@ -368,5 +393,26 @@ fn done_message(done: Option<&str>) -> &'static str {
         Some("cancel") => "Cancelled.",
         Some("checkpoint") => "The gate was advanced.",
         _ => "",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn next_is_a_path_on_this_site() {
+        for ok in ["/", "/partitions/a%2Fb?x=1"] {
+            assert_eq!(super::local(Some(ok)), ok);
+        }
+        for bad in [
+            "//evil",
+            "/\t/evil",
+            "/\n/x",
+            "/\\evil",
+            "https://evil",
+            "/ /evil",
+            "evil",
+        ] {
+            assert_eq!(super::local(Some(bad)), "/", "{bad:?}");
+        }
     }
 }

@@ -3,12 +3,15 @@
 
 use std::time::Duration;
 
+use bytes::Bytes;
 use hmac::{Hmac, Mac};
 use reqwest::StatusCode;
 use serde::Deserialize;
+use serde_json::value::RawValue;
 use sha2::Sha256;
 
 use super::Outcome;
+use crate::validate::MAX_GATE;
 
 /// `t=<unix>,v1=<hex HMAC-SHA256 of "t.body">`.
 pub fn signature(secret: &[u8], t: i64, body: &[u8]) -> String {
@@ -32,15 +35,28 @@ pub fn parse_retry_after(v: &str) -> Option<Duration> {
     )
 }
 
-/// The answer's fields. `complete` and `response` are Go Feed's names.
+/// The answer's fields, each kept as the raw JSON text it was sent as: no
+/// tree of the data is built, and `data` is stored as a slice of the body.
+/// `complete` and `response` are Go Feed's names.
 #[derive(Deserialize)]
-struct Answer {
+struct Answer<'a> {
+    #[serde(default, borrow)]
+    gate: Option<&'a RawValue>,
+    #[serde(default, borrow, alias = "complete")]
+    done: Option<&'a RawValue>,
+    #[serde(default, borrow, alias = "response")]
+    data: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    error: Option<&'a RawValue>,
+}
+
+/// `{"error": {"message": …, "no_retry": …}}`'s inner object.
+#[derive(Deserialize)]
+struct ErrorBody<'a> {
+    #[serde(default, borrow)]
+    message: Option<&'a RawValue>,
     #[serde(default)]
-    gate: Option<serde_json::Value>,
-    #[serde(default, alias = "complete")]
-    done: Option<serde_json::Value>,
-    #[serde(default, alias = "response")]
-    data: Option<serde_json::Value>,
+    no_retry: Option<bool>,
 }
 
 /// Whether a status allows a retry: 2xx, 408, 429 and 5xx.
@@ -49,31 +65,47 @@ fn retryable(status: StatusCode) -> bool {
     status.is_success() || code == 408 || code == 429 || status.is_server_error()
 }
 
+/// The first byte of `body` that is not whitespace.
+fn first_byte(body: &[u8]) -> Option<u8> {
+    body.iter().copied().find(|b| !b.is_ascii_whitespace())
+}
+
+/// `raw` read as an answer object: None when it is not a JSON object
+/// (serde would read an array as a tuple), Err when it is one with fields
+/// of the wrong JSON shape.
+fn answer(raw: &[u8]) -> Option<Result<Answer<'_>, ()>> {
+    (first_byte(raw) == Some(b'{')).then(|| serde_json::from_slice(raw).map_err(|_| ()))
+}
+
 /// Reads a handler's response into an outcome (README: The handler protocol).
-pub fn parse_response(status: StatusCode, body: &[u8], retry_after: Option<Duration>) -> Outcome {
-    let value = serde_json::from_slice::<serde_json::Value>(body).ok();
-    if let Some(failed) = error_answer(status, value.as_ref(), retry_after) {
+pub fn parse_response(status: StatusCode, body: &Bytes, retry_after: Option<Duration>) -> Outcome {
+    let parsed = answer(body);
+    if let Some(Ok(a)) = &parsed
+        && let Some(failed) = error_answer(status, a, retry_after)
+    {
         return failed;
     }
     if !status.is_success() {
         return status_failed(status, body, retry_after);
     }
-    if body.iter().all(u8::is_ascii_whitespace) {
+    if first_byte(body).is_none() {
         return Outcome::done();
     }
-    match value {
-        // Only a JSON object is an answer (serde would read an array as a tuple).
-        Some(v @ serde_json::Value::Object(_)) => step(v, retry_after),
-        _ => Outcome::Failed {
-            message: format!(
+    match parsed {
+        Some(Ok(a)) => step(&a, body, retry_after),
+        Some(Err(())) => failed_attempt(
+            "handler answered an object that is not {gate, done, data}".into(),
+            retry_after,
+        ),
+        None => failed_attempt(
+            format!(
                 "handler answered HTTP {} with a body that is not a JSON object{}; \
                  expected {{\"gate\": int, \"done\": bool, \"data\": any}} or an empty body",
                 status.as_u16(),
                 snippet(body)
             ),
-            retry: true,
             retry_after,
-        },
+        ),
     }
 }
 
@@ -82,75 +114,94 @@ pub fn parse_response(status: StatusCode, body: &[u8], retry_after: Option<Durat
 /// valid: a non-2xx status, a body that is not an array of `count`.
 pub fn parse_batch_response(
     status: StatusCode,
-    body: &[u8],
+    body: &Bytes,
     retry_after: Option<Duration>,
     count: usize,
 ) -> Result<Vec<Outcome>, Outcome> {
-    let value = serde_json::from_slice::<serde_json::Value>(body).ok();
-    if let Some(failed) = error_answer(status, value.as_ref(), retry_after) {
+    if let Some(Ok(a)) = answer(body)
+        && let Some(failed) = error_answer(status, &a, retry_after)
+    {
         return Err(failed);
     }
     if !status.is_success() {
         return Err(status_failed(status, body, retry_after));
     }
-    if body.iter().all(u8::is_ascii_whitespace) {
+    if first_byte(body).is_none() {
         return Ok(vec![Outcome::done(); count]);
     }
-    let failed = |message: String| Outcome::Failed {
-        message,
-        retry: true,
-        retry_after,
-    };
-    let Some(serde_json::Value::Array(answers)) = value else {
-        return Err(failed(format!(
-            "handler answered a batch of {count} with a body that is not a JSON array{}; \
-             expected an array of {count} answers or an empty body",
-            snippet(body)
-        )));
+    let answers = (first_byte(body) == Some(b'['))
+        .then(|| serde_json::from_slice::<Vec<&RawValue>>(body).ok())
+        .flatten();
+    let Some(answers) = answers else {
+        return Err(failed_attempt(
+            format!(
+                "handler answered a batch of {count} with a body that is not a JSON array{}; \
+                 expected an array of {count} answers or an empty body",
+                snippet(body)
+            ),
+            retry_after,
+        ));
     };
     if answers.len() != count {
-        return Err(failed(format!(
-            "handler answered a batch of {count} with an array of {}; \
-             expected one answer per item, in order",
-            answers.len()
-        )));
+        return Err(failed_attempt(
+            format!(
+                "handler answered a batch of {count} with an array of {}; \
+                 expected one answer per item, in order",
+                answers.len()
+            ),
+            retry_after,
+        ));
     }
     Ok(answers
         .into_iter()
         .enumerate()
-        .map(|(i, a)| match a {
-            serde_json::Value::Null => Outcome::done(),
-            serde_json::Value::Object(ref o) if o.is_empty() => Outcome::done(),
-            v @ serde_json::Value::Object(_) => {
-                error_answer(status, Some(&v), retry_after).unwrap_or_else(|| step(v, retry_after))
+        .map(|(i, raw)| {
+            let text = raw.get();
+            let empty = text.bytes().filter(|b| !b.is_ascii_whitespace()).eq(*b"{}");
+            match answer(text.as_bytes()) {
+                _ if text == "null" || empty => Outcome::done(),
+                Some(Ok(a)) => error_answer(status, &a, retry_after)
+                    .unwrap_or_else(|| step(&a, body, retry_after)),
+                Some(Err(())) => failed_attempt(
+                    format!("handler's answer {i} of the batch is not {{gate, done, data}}"),
+                    retry_after,
+                ),
+                None => failed_attempt(
+                    format!(
+                        "handler's answer {i} of the batch is {}, not an object or null",
+                        text
+                    ),
+                    retry_after,
+                ),
             }
-            v => failed(format!(
-                "handler's answer {i} of the batch is {v}, not an object or null"
-            )),
         })
         .collect())
+}
+
+/// A failed attempt that may be retried.
+fn failed_attempt(message: String, retry_after: Option<Duration>) -> Outcome {
+    Outcome::Failed {
+        message,
+        retry: true,
+        retry_after,
+    }
 }
 
 /// The failed attempt an `{"error": …}` answer stands for. The status
 /// decides whether it may be retried; the body's `no_retry` can only make
 /// a retryable failure final, never the reverse.
-fn error_answer(
-    status: StatusCode,
-    value: Option<&serde_json::Value>,
-    retry_after: Option<Duration>,
-) -> Option<Outcome> {
-    let err = value?.as_object()?.get("error")?;
-    if err.is_null() {
-        return None;
-    }
-    let message = err
-        .get("message")
-        .and_then(|m| m.as_str())
-        .map(str::to_owned)
-        .unwrap_or_else(|| err.to_string());
-    let no_retry = err.get("no_retry").and_then(|v| v.as_bool()) == Some(true);
+fn error_answer(status: StatusCode, a: &Answer, retry_after: Option<Duration>) -> Option<Outcome> {
+    let err = a.error.filter(|e| e.get() != "null")?;
+    let inner = (first_byte(err.get().as_bytes()) == Some(b'{'))
+        .then(|| serde_json::from_str::<ErrorBody>(err.get()).ok())
+        .flatten();
+    let message = match inner.as_ref().and_then(|e| e.message) {
+        Some(m) => serde_json::from_str::<String>(m.get()).unwrap_or_else(|_| m.get().to_owned()),
+        None => err.get().to_owned(),
+    };
+    let no_retry = inner.and_then(|e| e.no_retry) == Some(true);
     Some(Outcome::Failed {
-        message: format!("handler error (HTTP {}): {message}", status.as_u16()),
+        message: format!("handler error (HTTP {}): {}", status.as_u16(), message),
         retry: retryable(status) && !no_retry,
         retry_after,
     })
@@ -177,40 +228,48 @@ fn status_failed(status: StatusCode, body: &[u8], retry_after: Option<Duration>)
     }
 }
 
-/// One answer object `{gate, done, data}` as a step.
-fn step(v: serde_json::Value, retry_after: Option<Duration>) -> Outcome {
-    let failed = |message: String| Outcome::Failed {
-        message,
-        retry: true,
-        retry_after,
-    };
-    let Ok(answer) = serde_json::from_value::<Answer>(v) else {
-        return failed("handler answered an object that is not {gate, done, data}".into());
-    };
-    let gate = match answer.gate {
-        None | Some(serde_json::Value::Null) => None,
-        Some(v) => match v.as_i64() {
-            Some(g) if g >= 0 => Some(g),
+/// One answer object `{gate, done, data}` as a step; its data is a slice
+/// of `body`, which holds it.
+fn step(a: &Answer, body: &Bytes, retry_after: Option<Duration>) -> Outcome {
+    let null = |v: Option<&RawValue>| v.is_none_or(|v| v.get() == "null");
+    let gate = if null(a.gate) {
+        None
+    } else {
+        let raw = a.gate.map_or("", RawValue::get);
+        match serde_json::from_str::<i64>(raw) {
+            Ok(g) if (0..=MAX_GATE).contains(&g) => Some(g),
             _ => {
-                return failed(format!(
-                    "handler answered \"gate\": {v}; it must be a non-negative integer"
-                ));
+                return failed_attempt(
+                    format!(
+                        "handler answered \"gate\": {}; it must be an integer from 0 to 2^53",
+                        raw
+                    ),
+                    retry_after,
+                );
             }
-        },
-    };
-    let done = match answer.done {
-        None | Some(serde_json::Value::Null) => false,
-        Some(serde_json::Value::Bool(b)) => b,
-        Some(v) => {
-            return failed(format!(
-                "handler answered \"done\": {v}; it must be true or false"
-            ));
         }
     };
-    let data = match answer.data {
-        None | Some(serde_json::Value::Null) => None,
-        Some(v) => Some(serde_json::to_vec(&v).expect("a JSON value serializes")),
+    let done = if null(a.done) {
+        false
+    } else {
+        let raw = a.done.map_or("", RawValue::get);
+        match serde_json::from_str::<bool>(raw) {
+            Ok(b) => b,
+            Err(_) => {
+                return failed_attempt(
+                    format!(
+                        "handler answered \"done\": {}; it must be true or false",
+                        raw
+                    ),
+                    retry_after,
+                );
+            }
+        }
     };
+    let data = a
+        .data
+        .filter(|d| d.get() != "null")
+        .map(|d| body.slice_ref(d.get().as_bytes()));
     Outcome::Step { gate, done, data }
 }
 
@@ -228,7 +287,11 @@ mod tests {
     use super::*;
 
     fn ok(body: &str) -> Outcome {
-        parse_response(StatusCode::OK, body.as_bytes(), None)
+        parse_response(
+            StatusCode::OK,
+            &Bytes::copy_from_slice(body.as_bytes()),
+            None,
+        )
     }
 
     #[test]
@@ -246,7 +309,7 @@ mod tests {
             Outcome::Step {
                 gate: Some(2),
                 done: false,
-                data: Some(br#"{"a":1}"#.to_vec())
+                data: Some(Bytes::from_static(br#"{"a": 1}"#))
             }
         );
         assert_eq!(
@@ -254,7 +317,7 @@ mod tests {
             Outcome::Step {
                 gate: None,
                 done: true,
-                data: Some(b"[1]".to_vec())
+                data: Some(Bytes::from_static(b"[1]"))
             }
         );
         assert!(matches!(
@@ -263,6 +326,10 @@ mod tests {
         ));
         assert!(matches!(
             ok(r#"{"gate": -1}"#),
+            Outcome::Failed { retry: true, .. }
+        ));
+        assert!(matches!(
+            ok(r#"{"gate": 9007199254740993}"#),
             Outcome::Failed { retry: true, .. }
         ));
         assert!(matches!(
@@ -295,7 +362,7 @@ mod tests {
             (503, r#"{"error": {"message": "busy"}}"#, true, "busy"),
         ] {
             let s = StatusCode::from_u16(code).unwrap();
-            let e = parse_response(s, body.as_bytes(), None);
+            let e = parse_response(s, &Bytes::copy_from_slice(body.as_bytes()), None);
             assert!(
                 matches!(e, Outcome::Failed { retry: r, ref message, .. } if r == retry && message.contains(text)),
                 "{code} {body}: {e:?}"
@@ -311,7 +378,7 @@ mod tests {
         ] {
             let s = StatusCode::from_u16(code).unwrap();
             assert!(
-                matches!(parse_response(s, b"", None), Outcome::Failed { retry: r, .. } if r == retry),
+                matches!(parse_response(s, &Bytes::new(), None), Outcome::Failed { retry: r, .. } if r == retry),
                 "{code}"
             );
         }
@@ -336,7 +403,7 @@ mod tests {
         let batch = |status: u16, body: &str, n| {
             parse_batch_response(
                 StatusCode::from_u16(status).unwrap(),
-                body.as_bytes(),
+                &Bytes::copy_from_slice(body.as_bytes()),
                 None,
                 n,
             )

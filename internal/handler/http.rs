@@ -1,11 +1,14 @@
 //! [`HttpHandler`]: POSTs one item, or a batch of items, to the user's
 //! HTTP handler. The URL and the fixed headers are parsed once, at start.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use base64::Engine;
+use bytes::Bytes;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::answer::{parse_batch_response, parse_response, parse_retry_after, signature};
 use super::{Handler, Job, Outcome};
@@ -18,13 +21,38 @@ pub struct HttpHandler {
     headers: HeaderMap,
     secret: Option<Vec<u8>>,
     max_bytes: usize,
+    budget: Arc<Semaphore>,
+    /// The whole budget, in units.
+    budget_units: usize,
 }
+
+/// Answers up to this size are read without a share of the response
+/// budget: most answers are this small, and `--concurrency` of them hold
+/// little.
+const FREE_BYTES: usize = 64 << 10;
+
+/// The response budget counts in KiB (a semaphore counts in `u32`).
+const UNIT: usize = 1 << 10;
 
 /// A response read up to the byte cap: its status, body and `Retry-After`.
 struct Answered {
     status: reqwest::StatusCode,
-    body: Vec<u8>,
+    /// Holds its share of the response budget until the last slice of it
+    /// (the stored data of its items) is dropped, after the write.
+    body: Bytes,
     retry_after: Option<Duration>,
+}
+
+/// A body that holds a share of the response budget.
+struct Held {
+    body: Vec<u8>,
+    _room: OwnedSemaphorePermit,
+}
+
+impl AsRef<[u8]> for Held {
+    fn as_ref(&self) -> &[u8] {
+        &self.body
+    }
 }
 
 impl HttpHandler {
@@ -66,13 +94,27 @@ impl HttpHandler {
             .pool_max_idle_per_host(config.concurrency)
             .build()
             .map_err(|e| Error::Config(format!("cannot build the HTTP client: {e}")))?;
+        let budget_units = (config.response_budget_bytes / UNIT).clamp(1, u32::MAX as usize);
         Ok(Self {
             client,
             url,
             headers,
             secret: config.signing_secret.clone().map(String::into_bytes),
             max_bytes: config.max_response_bytes,
+            budget: Arc::new(Semaphore::new(budget_units)),
+            budget_units,
         })
+    }
+
+    /// Waits for room for `bytes` more bytes of answers (at most the
+    /// whole budget), so that the answers held at once stay within it.
+    async fn room(&self, bytes: usize) -> OwnedSemaphorePermit {
+        let units = bytes.div_ceil(UNIT).clamp(1, self.budget_units);
+        self.budget
+            .clone()
+            .acquire_many_owned(u32::try_from(units).unwrap_or(u32::MAX))
+            .await
+            .expect("the response budget is never closed")
     }
 
     /// POSTs `body` with the fixed headers, `extra` and the signature, and
@@ -98,20 +140,40 @@ impl HttpHandler {
             .get(reqwest::header::RETRY_AFTER)
             .and_then(|v| v.to_str().ok())
             .and_then(parse_retry_after);
-        let mut body = Vec::new();
+        let too_large = || Outcome::Failed {
+            message: format!(
+                "handler response body exceeds the {} byte cap; answer with less data",
+                self.max_bytes
+            ),
+            retry: true,
+            retry_after,
+        };
+        // A known length takes its room before the first byte; an unknown
+        // one past FREE_BYTES takes room for the largest answer allowed.
+        // The buffer is sized once (its untouched pages cost no memory), so
+        // it is never copied while it grows.
+        let length = resp.content_length().map(|n| n as usize);
+        let mut room = match length {
+            Some(n) if n > self.max_bytes => return Err(too_large()),
+            Some(n) if n > FREE_BYTES => Some(self.room(n).await),
+            _ => None,
+        };
+        let mut body = Vec::with_capacity(length.unwrap_or(0));
         while let Some(chunk) = resp.chunk().await.map_err(|e| transport(&e))? {
-            if body.len() + chunk.len() > self.max_bytes {
-                return Err(Outcome::Failed {
-                    message: format!(
-                        "handler response body exceeds the {} byte cap; answer with less data",
-                        self.max_bytes
-                    ),
-                    retry: true,
-                    retry_after,
-                });
+            let len = body.len() + chunk.len();
+            if len > self.max_bytes {
+                return Err(too_large());
+            }
+            if room.is_none() && len > FREE_BYTES {
+                room = Some(self.room(self.max_bytes).await);
+                body.reserve_exact(self.max_bytes - body.len());
             }
             body.extend_from_slice(&chunk);
         }
+        let body = match room {
+            Some(room) => Bytes::from_owner(Held { body, _room: room }),
+            None => Bytes::from(body),
+        };
         Ok(Answered {
             status,
             body,
@@ -120,12 +182,16 @@ impl HttpHandler {
     }
 }
 
-/// A header value from an id the database holds: one that cannot be a
-/// header value is a failed attempt, as any request that cannot be built.
+/// A header value from an id the database holds. One that cannot be a
+/// header value (a control character in it, written with plain SQL) can
+/// never be sent: the item fails at once instead of being retried.
 fn value(name: &str, text: &str) -> std::result::Result<HeaderValue, Outcome> {
     HeaderValue::from_str(text).map_err(|_| Outcome::Failed {
-        message: format!("handler request failed: {name} {text:?} is not a valid header value"),
-        retry: true,
+        message: format!(
+            "handler request failed: {name} {text:?} is not a valid header value, so it can never be sent; \
+             give the item an id without control characters"
+        ),
+        retry: false,
         retry_after: None,
     })
 }

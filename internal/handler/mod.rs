@@ -42,8 +42,9 @@ pub enum Outcome {
         gate: Option<i64>,
         /// Terminal state reached.
         done: bool,
-        /// Replacement data.
-        data: Option<Vec<u8>>,
+        /// Replacement data (a slice of the handler's answer, which it
+        /// keeps until written).
+        data: Option<bytes::Bytes>,
     },
     /// A failed attempt.
     Failed {
@@ -86,7 +87,7 @@ impl Outcome {
 /// impl Handler for Upper {
 ///     async fn handle(&self, job: &Job) -> Outcome {
 ///         let text = String::from_utf8_lossy(&job.data).to_uppercase();
-///         Outcome::Step { gate: None, done: true, data: Some(text.into_bytes()) }
+///         Outcome::Step { gate: None, done: true, data: Some(text.into_bytes().into()) }
 ///     }
 /// }
 /// ```

@@ -11,7 +11,7 @@ use sea_orm::{ConnectionTrait, FromQueryResult, Value};
 
 use super::dialect::{self, stmt};
 use super::{Retried, RetryScope, Store, get};
-use crate::{Error, Result};
+use crate::{Error, Result, validate};
 
 /// A partition's settings and state, as read to explain a refused control.
 #[derive(Clone, Debug, FromQueryResult)]
@@ -74,6 +74,7 @@ impl Store {
     /// Pauses a partition: nothing new is dispatched until [`Store::resume`];
     /// calls in flight finish and their results are written. Idempotent.
     pub async fn pause(&self, id: &str) -> Result<()> {
+        validate::filter("partition id", id)?;
         if self.set_paused(Some(id), true).await? == 0 {
             let s = self.state(id).await?;
             return Err(Error::Conflict(format!(
@@ -86,6 +87,7 @@ impl Store {
 
     /// Resumes a paused partition where it stopped. Idempotent.
     pub async fn resume(&self, id: &str) -> Result<()> {
+        validate::filter("partition id", id)?;
         if self.set_paused(Some(id), false).await? == 0 {
             let s = self.state(id).await?;
             if s.status == "cancelled" {
@@ -113,6 +115,7 @@ impl Store {
     /// Idempotent; a `complete` partition is refused. Returns the number of
     /// items cancelled now.
     pub async fn cancel(&self, id: &str) -> Result<u64> {
+        validate::filter("partition id", id)?;
         let b = self.backend();
         let txn = self.begin_write().await?;
         let n = self.bounded(txn
@@ -151,6 +154,8 @@ impl Store {
     /// current gate, or items below `gate` are still available (they could
     /// never run afterwards).
     pub async fn checkpoint(&self, id: &str, gate: i64) -> Result<()> {
+        validate::filter("partition id", id)?;
+        validate::gate("checkpoint gate", gate)?;
         let n = self
             .exec(
                 "UPDATE feed_partitions SET gate = ?, version = version + 1, updated_at = {now} \
@@ -190,6 +195,7 @@ impl Store {
     /// Retries the failed items of one partition; refused for a cancelled
     /// partition. Returns the number of items reset (possibly 0).
     pub async fn retry_partition(&self, id: &str) -> Result<Retried> {
+        validate::filter("partition id", id)?;
         let s = self.state(id).await?;
         if s.status == "cancelled" {
             return Err(Error::Conflict(format!(
@@ -202,6 +208,7 @@ impl Store {
     /// Retries one failed item (see [`Store::retry_failed`]), saying why when
     /// it does not apply: unknown item, not `failed`, or cancelled partition.
     pub async fn retry_one(&self, id: &str) -> Result<Retried> {
+        validate::filter("item id", id)?;
         let rows = self
             .query(
                 "SELECT i.status AS status, p.status AS pstatus FROM feed_items i \

@@ -375,32 +375,59 @@ impl Store {
     }
 }
 
-/// Planner statistics that lag this far behind the counted partitions are
-/// refreshed: a bulk load makes the table many times larger than
-/// PostgreSQL believes until autovacuum analyzes it (up to a minute later),
-/// and meanwhile it plans every statement for a table of a few rows.
-const STALE_FACTOR: f64 = 4.0;
+/// A table whose rows changed since its last analyze more than this many
+/// times over what the planner believes it holds is analyzed again: a bulk
+/// load makes a table many times larger than PostgreSQL believes until
+/// autovacuum analyzes it (a minute later, or never with autovacuum off),
+/// and meanwhile it plans every statement for a table of a few rows (a
+/// probe of one partition's items became a scan of ten million).
+const STALE_FACTOR: i64 = 4;
+
+/// Changes below this never make statistics stale: small tables are cheap
+/// whatever the plan.
+const STALE_FROM: i64 = 10_000;
 
 impl Store {
-    /// On PostgreSQL, analyzes Feed's tables when the planner believes
-    /// `feed_partitions` holds far fewer rows than the `active` partitions
-    /// just counted; true when it did.
-    pub(crate) async fn refresh_statistics(&self, active: i64) -> Result<bool> {
+    /// On PostgreSQL, analyzes `feed_partitions` and `feed_items` when
+    /// either changed far more since its last analyze than the planner
+    /// believes it holds; true when it did. One catalog read otherwise.
+    pub(crate) async fn refresh_statistics(&self) -> Result<bool> {
         if !matches!(self.backend, DbBackend::Postgres) {
             return Ok(false);
         }
         let rows = self
             .query(
-                "SELECT reltuples::BIGINT AS n FROM pg_class WHERE oid = 'feed_partitions'::regclass",
-                vec![],
+                "SELECT COUNT(*) AS n FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid \
+                 WHERE s.relname IN ('feed_partitions', 'feed_items') AND s.schemaname = current_schema() \
+                 AND s.n_mod_since_analyze >= ? \
+                 AND s.n_mod_since_analyze > ? * GREATEST(c.reltuples, 0)::BIGINT",
+                vec![STALE_FROM.into(), STALE_FACTOR.into()],
             )
             .await?;
-        let believed: i64 = rows.first().map_or(Ok(0), |r| get(r, "n"))?;
-        if (believed.max(0) as f64) * STALE_FACTOR >= active as f64 {
+        let stale: i64 = rows.first().map_or(Ok(0), |r| get(r, "n"))?;
+        if stale == 0 {
             return Ok(false);
         }
         self.exec("ANALYZE feed_partitions, feed_items", vec![])
             .await?;
         Ok(true)
+    }
+}
+
+impl Store {
+    /// On PostgreSQL, whether the server runs without autovacuum: Feed's
+    /// tables then keep every dead row version and the planner's statistics
+    /// from their last analyze, and statements slow down as work goes on.
+    pub async fn autovacuum_off(&self) -> Result<bool> {
+        if !matches!(self.backend, DbBackend::Postgres) {
+            return Ok(false);
+        }
+        let rows = self
+            .query(
+                "SELECT current_setting('autovacuum') = 'off' AS off",
+                vec![],
+            )
+            .await?;
+        rows.first().map_or(Ok(false), |r| get(r, "off"))
     }
 }

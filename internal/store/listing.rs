@@ -10,7 +10,7 @@ use serde::Serialize;
 
 use super::Store;
 use super::dialect::{Int, data_column, marks};
-use crate::{Error, Result};
+use crate::{Error, Result, validate};
 
 /// Most rows one page returns.
 pub const MAX_PAGE: u64 = 500;
@@ -184,6 +184,17 @@ fn page<T>(mut rows: Vec<T>, limit: u64, id: impl Fn(&T) -> String) -> Page<T> {
     Page { data: rows, next }
 }
 
+/// Refuses filters no row can match or a database cannot compare.
+fn check(status: Option<&str>, after: Option<&str>) -> Result<()> {
+    if let Some(s) = status {
+        validate::status(s)?;
+    }
+    if let Some(a) = after {
+        validate::filter("after", a)?;
+    }
+    Ok(())
+}
+
 fn clamp(limit: u64) -> u64 {
     limit.clamp(1, MAX_PAGE)
 }
@@ -191,6 +202,10 @@ fn clamp(limit: u64) -> u64 {
 impl Store {
     /// Partitions in id order, filtered, with per-gate item counts.
     pub async fn partitions(&self, f: &PartitionFilter) -> Result<Page<PartitionView>> {
+        check(f.status.as_deref(), f.after.as_deref())?;
+        if let Some(p) = &f.prefix {
+            validate::filter("prefix", p)?;
+        }
         let limit = clamp(f.limit);
         let mut sql = format!("SELECT {PARTITION_COLUMNS} FROM feed_partitions WHERE 1 = 1");
         let mut values = Vec::new();
@@ -271,6 +286,7 @@ impl Store {
 
     /// One partition with its per-gate item counts.
     pub async fn partition(&self, id: &str) -> Result<PartitionView> {
+        validate::filter("partition id", id)?;
         let rows = self
             .query(
                 &format!("SELECT {PARTITION_COLUMNS} FROM feed_partitions WHERE id = ?"),
@@ -285,6 +301,8 @@ impl Store {
 
     /// A partition's items in id order, filtered; NotFound for an unknown partition.
     pub async fn items(&self, partition: &str, f: &ItemFilter) -> Result<Page<ItemView>> {
+        validate::filter("partition id", partition)?;
+        check(f.status.as_deref(), f.after.as_deref())?;
         let limit = clamp(f.limit);
         let mut sql = " WHERE i.partition_id = ?".to_string();
         let mut values: Vec<Value> = vec![partition.into()];
@@ -310,6 +328,7 @@ impl Store {
 
     /// One item, its data cut to a preview.
     pub async fn item(&self, id: &str) -> Result<ItemView> {
+        validate::filter("item id", id)?;
         self.item_views(" WHERE i.id = ?", vec![id.into()])
             .await?
             .pop()

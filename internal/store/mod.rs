@@ -59,17 +59,34 @@ pub struct Store {
     timeouts: Counter,
 }
 
-/// A database URL with its password replaced, safe for logs and errors.
+/// A URL (the database's, the handler's) with its password and secret
+/// query values replaced, safe for logs and errors.
 pub(crate) fn redact(url: &str) -> String {
-    match url::Url::parse(url) {
-        Ok(mut u) if u.password().is_some() => {
-            let _ = u.set_password(Some("***"));
-            u.to_string()
-        }
-        Ok(_) => url.to_string(),
-        Err(_) => "<unparseable URL>".into(),
+    let Ok(mut u) = url::Url::parse(url) else {
+        return "<unparseable URL>".into();
+    };
+    if u.password().is_some() {
+        let _ = u.set_password(Some("***"));
     }
+    if u.query().is_some() {
+        let pairs: Vec<(String, String)> = u
+            .query_pairs()
+            .map(|(k, v)| {
+                let secret = SECRET_KEYS
+                    .iter()
+                    .any(|s| k.to_ascii_lowercase().contains(s));
+                let v = if secret { "***".into() } else { v.into_owned() };
+                (k.into_owned(), v)
+            })
+            .collect();
+        u.query_pairs_mut().clear().extend_pairs(pairs);
+    }
+    u.to_string()
 }
+
+/// Query parameters whose names contain one of these are hidden by
+/// [`redact`]: `password=`, `api_key=`, `token=`, `sig=`…
+const SECRET_KEYS: [&str; 7] = ["pass", "secret", "token", "key", "sig", "auth", "cred"];
 
 fn get<T: sea_orm::TryGetable>(row: &QueryResult, col: &str) -> Result<T> {
     Ok(row.try_get::<T>("", col)?)
@@ -319,5 +336,20 @@ impl Store {
         self.bound.timed_out();
         self.timeouts.inc();
         Error::StatementTimeout(limit)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn redact_hides_passwords_and_secret_query_values() {
+        assert_eq!(
+            super::redact("https://u:pw@h/feed?api_key=k1&mode=fast&sig=s"),
+            "https://u:***@h/feed?api_key=***&mode=fast&sig=***"
+        );
+        assert_eq!(
+            super::redact("sqlite://feed.db?mode=rwc"),
+            "sqlite://feed.db?mode=rwc"
+        );
     }
 }

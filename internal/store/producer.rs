@@ -8,7 +8,7 @@ use sea_orm::{
 use super::dialect::{concat, for_update, is_transient, keep_existing, notify, stmt};
 use super::{Store, get};
 use crate::backoff::Backoff;
-use crate::{Error, Result};
+use crate::{Error, Result, validate};
 use std::time::Duration;
 
 /// What to do with a partition when one of its items fails for good.
@@ -137,6 +137,15 @@ impl Store {
         spec: &PartitionSpec,
         items: Vec<NewItem>,
     ) -> Result<Enqueued> {
+        validate::id("partition id", partition)?;
+        for item in &items {
+            if let Some(id) = &item.id {
+                validate::id("item id", id)?;
+            }
+            if let Some(g) = item.gate {
+                validate::gate("item gate", g)?;
+            }
+        }
         let mut backoff = Backoff::new(Duration::from_millis(20), Duration::from_secs(2));
         for attempt in 1.. {
             match self.enqueue_once(partition, spec, &items).await {

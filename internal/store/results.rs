@@ -47,7 +47,7 @@ pub struct ItemWrite {
     /// Next gate.
     pub gate: i64,
     /// New data; None keeps the stored bytes.
-    pub data: Option<Vec<u8>>,
+    pub data: Option<bytes::Bytes>,
     /// Calls made for the current step.
     pub attempts: i32,
     /// Why the last call failed, if it did (see [`sanitize_error`]).
@@ -147,10 +147,26 @@ impl Store {
     }
 
     async fn write_chunk(&self, acks: &[Ack], expiry: Duration) -> Result<Vec<bool>> {
-        match result_batch(self.backend) {
-            ResultBatch::Join => self.write_mysql(acks, expiry).await,
-            ResultBatch::Values => self.write_batch(acks, expiry).await,
+        match (result_batch(self.backend), acks) {
+            (ResultBatch::Join, _) => self.write_mysql(acks, expiry).await,
+            (ResultBatch::Values, [one]) => self.write_one(one, expiry).await,
+            (ResultBatch::Values, _) => self.write_batch(acks, expiry).await,
         }
+    }
+
+    /// PostgreSQL and SQLite: one result in a plain fenced `UPDATE`. A
+    /// lone result needs no VALUES list, which SQLite copies into a table
+    /// of its own before it updates (costly for megabytes of data).
+    async fn write_one(&self, ack: &Ack, expiry: Duration) -> Result<Vec<bool>> {
+        let n = self
+            .retry(|| async {
+                self.count(1);
+                self.db
+                    .execute_raw(self.result_statement(ack, expiry))
+                    .await
+            })
+            .await?;
+        Ok(vec![n.rows_affected() == 1])
     }
 
     /// PostgreSQL and SQLite: every result of the batch in one fenced
@@ -158,8 +174,6 @@ impl Store {
     /// says which rows passed the fence.
     async fn write_batch(&self, acks: &[Ack], expiry: Duration) -> Result<Vec<bool>> {
         let n = bucket(acks.len());
-        let mut values = padded_values(acks);
-        values.push(ms(expiry).into());
         let cols = [
             "id",
             "old_version",
@@ -186,11 +200,16 @@ impl Store {
              RETURNING {returning}",
             lock = fence_lock(self.backend)
         );
-        let st = stmt(self.backend, &sql, values);
+        // The values are built per attempt, not cloned from a kept copy:
+        // a result's data may be megabytes, and each copy counts.
         let rows = self
             .retry(|| async {
                 self.count(1);
-                self.db.query_all_raw(st.clone()).await
+                let mut values = padded_values(acks);
+                values.push(ms(expiry).into());
+                self.db
+                    .query_all_raw(stmt(self.backend, &sql, values))
+                    .await
             })
             .await?;
         let written: HashSet<String> = rows
@@ -287,7 +306,7 @@ impl Store {
         let (f, w) = (&ack.fence, &ack.write);
         let mut values: Vec<Value> = vec![w.status.as_str().into(), w.gate.into()];
         let data_set = if let Some(d) = &w.data {
-            values.push(d.clone().into());
+            values.push(d.to_vec().into());
             "data = ?, "
         } else {
             ""
@@ -315,7 +334,8 @@ impl Store {
              attempts = ?, last_error = ?, version = version + {bump}, updated_at = {{now}} \
              WHERE id = ? AND version = ? AND attempts = ? AND EXISTS (SELECT 1 FROM feed_partitions p \
              JOIN feed_processors s ON s.id = p.owner WHERE p.id = ? AND p.owner = ? \
-             AND s.heartbeat_at >= {{now}} - ?)"
+             AND s.heartbeat_at >= {{now}} - ?{lock})",
+            lock = fence_lock(self.backend)
         );
         stmt(self.backend, &sql, values)
     }
@@ -354,7 +374,7 @@ fn row_values(a: &Ack) -> [Value; 12] {
         a.session.clone().into(),
         w.status.as_str().into(),
         w.gate.into(),
-        w.data.clone().into(),
+        w.data.as_deref().map(<[u8]>::to_vec).into(),
         w.delay.map(ms).into(),
         w.attempts.into(),
         w.last_error.clone().into(),

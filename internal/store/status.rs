@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use super::listing::{ItemView, PARTITION_COLUMNS, PartitionView, partition_row};
 use super::{Store, get};
-use crate::Result;
+use crate::{Result, validate};
 
 /// At most this many partitions and failed items are listed.
 pub const LIST_LIMIT: usize = 500;
@@ -67,6 +67,9 @@ impl Store {
     /// # Ok(()) }
     /// ```
     pub async fn status(&self, partition: Option<&str>) -> Result<Status> {
+        if let Some(p) = partition {
+            validate::filter("partition id", p)?;
+        }
         let (pfilter, failed_filter, values): (&str, &str, Vec<Value>) = match partition {
             Some(p) => (" WHERE id = ?", " AND i.partition_id = ?", vec![p.into()]),
             None => ("", "", vec![]),
@@ -133,6 +136,7 @@ impl Store {
 
     /// One item's data bytes.
     pub async fn item_data(&self, id: &str) -> Result<Vec<u8>> {
+        validate::filter("item id", id)?;
         let sql = format!(
             "SELECT {} AS data FROM feed_items i WHERE i.id = ?",
             super::dialect::data_column(self.backend(), "i")

@@ -16,7 +16,11 @@ pub async fn serve(store: feed::Store, token: Option<&str>) -> String {
     let addr = listener.local_addr().unwrap();
     let token = token.map(|t| AdminToken::new(t).unwrap());
     let app = Console::new(store, token).router();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    tokio::spawn(async move {
+        feed::server::serve(listener, app, std::future::pending())
+            .await
+            .unwrap()
+    });
     format!("http://{addr}")
 }
 
@@ -36,7 +40,7 @@ pub async fn enqueue(db: &TestDb, partition: &str, manual: bool, items: &[(&str,
     db.store.enqueue(partition, &spec, items).await.unwrap();
 }
 
-async fn get(base: &str, path: &str) -> (StatusCode, Value) {
+pub async fn get(base: &str, path: &str) -> (StatusCode, Value) {
     let r = reqwest::get(format!("{base}{path}")).await.unwrap();
     let code = r.status();
     (
@@ -46,7 +50,7 @@ async fn get(base: &str, path: &str) -> (StatusCode, Value) {
 }
 
 /// POSTs with the bearer token (None = no Authorization header).
-async fn post(
+pub async fn post(
     base: &str,
     path: &str,
     token: Option<&str>,

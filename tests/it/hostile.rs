@@ -81,7 +81,7 @@ async fn misbehaving_handlers(db: TestDb) {
     let failed: &[(&[&str], i32, &str)] = &[
         (&["slow"], 2, "--request-timeout"),
         (&["nonjson", "array"], 2, "not a JSON object"),
-        (&["gate_x", "neg_gate"], 2, "non-negative integer"),
+        (&["gate_x", "neg_gate"], 2, "integer from 0 to 2^53"),
         (&["done_str"], 2, "true or false"),
         (&["big"], 2, "exceeds the 1000 byte cap"),
         (&["r301", "r302"], 1, "redirects are not followed"),

@@ -26,7 +26,7 @@ impl Handler for Doubler {
         Outcome::Step {
             gate: Some(job.gate + 1),
             done: job.gate == 1,
-            data: Some((n * 2).to_string().into_bytes()),
+            data: Some((n * 2).to_string().into_bytes().into()),
         }
     }
 }

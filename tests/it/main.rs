@@ -15,6 +15,7 @@ mod console_api;
 mod controls;
 mod fencing;
 mod gates;
+mod hardening;
 mod hostile;
 mod library;
 mod liveness;

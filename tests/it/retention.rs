@@ -24,7 +24,7 @@ async fn age(db: &TestDb, partition: &str, status: &str, item_status: &str) {
     .await;
 }
 
-async fn count(db: &TestDb, table: &str) -> i64 {
+pub(crate) async fn count(db: &TestDb, table: &str) -> i64 {
     let rows = db
         .query(&format!("SELECT COUNT(*) AS n FROM {table}"), vec![])
         .await;
@@ -288,10 +288,17 @@ async fn completions_are_counted_per_minute(db: TestDb) {
     enqueue(&db, "counted", false, &items).await;
     let scene = Scene::start(&db, &[], |_| done()).await;
     db.wait_partition("counted", "complete").await;
-    drop(scene);
     let counted = |o: &feed::store::overview::Overview| {
         o.completed_per_minute.iter().map(|(_, n)| n).sum::<i64>()
     };
+    // Counts are added once a second, so the first look may be early.
+    wait_for(
+        "the 30 completed items counted",
+        Duration::from_secs(10),
+        || async { counted(&db.store.overview().await.unwrap()) >= 30 },
+    )
+    .await;
+    drop(scene);
     let overview = db.store.overview().await.unwrap();
     assert_eq!(counted(&overview), 30, "every completed item counted once");
     db.exec(
