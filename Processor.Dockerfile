@@ -31,5 +31,8 @@ USER feed
 WORKDIR /data
 EXPOSE 8080
 HEALTHCHECK --interval=10s --timeout=3s --start-period=10s CMD ["processor", "health"]
+# Inside a container the listener must face the network; the console still
+# answers only IP addresses and localhost unless --allowed-host names more.
+ENV FEED_LISTEN=0.0.0.0:8080
 ENTRYPOINT ["processor"]
 CMD ["--help"]

@@ -57,6 +57,10 @@ pub struct Config {
     pub ui: bool,
     /// Allows actions from the dashboard and the API; None = read-only.
     pub admin_token: Option<crate::console::AdminToken>,
+    /// Host names the console answers besides IP addresses and `localhost`
+    /// (`--allowed-host`): a page on another name reaching it through DNS
+    /// rebinding is refused.
+    pub allowed_hosts: Vec<String>,
     /// Prune finished partitions older than this every few minutes; None = keep them.
     pub retention: Option<Duration>,
     /// Items per handler request; 1 = one item per request, above 1 = the
@@ -98,7 +102,7 @@ impl Config {
     pub const RESPONSE_BUDGET_BYTES: usize = 16 << 20;
     /// `--listen` of the command line. [`Config::new`] listens nowhere: a
     /// program embedding Feed chooses whether and where to serve health.
-    pub const LISTEN: &str = "0.0.0.0:8080";
+    pub const LISTEN: &str = "127.0.0.1:8080";
     /// `--drain-timeout`.
     pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
     /// `--batch-size`: one item per request, the single-item protocol.
@@ -135,6 +139,7 @@ impl Config {
             migrate: true,
             ui: false,
             admin_token: None,
+            allowed_hosts: Vec::new(),
             retention: None,
             batch_size: Self::BATCH_SIZE,
             batch_wait: Self::BATCH_WAIT,

@@ -48,7 +48,8 @@ pub fn app(health: Arc<Health>, registry: Arc<Registry>, config: &crate::Config)
     if !config.ui {
         return app;
     }
-    let console = crate::console::Console::lazy(&config.database_url, config.admin_token.clone());
+    let console = crate::console::Console::lazy(&config.database_url, config.admin_token.clone())
+        .allowing(&config.allowed_hosts);
     app.merge(console.router())
 }
 

@@ -70,9 +70,17 @@ pub struct PruneArgs {
 pub struct UiArgs {
     #[command(flatten)]
     db: DbArgs,
-    /// Address of the dashboard
+    /// Address of the dashboard (loopback by default; say 0.0.0.0:8080 to serve every interface)
     #[arg(long, env = "FEED_LISTEN", default_value = feed::Config::LISTEN)]
     listen: String,
+    /// A host name the dashboard answers besides IP addresses and localhost, repeatable
+    /// (FEED_ALLOWED_HOST takes several, comma-separated) [default: none]
+    #[arg(
+        long = "allowed-host",
+        env = "FEED_ALLOWED_HOST",
+        value_delimiter = ','
+    )]
+    allowed_hosts: Vec<String>,
     #[command(flatten)]
     token: AdminTokenArgs,
 }
@@ -137,7 +145,9 @@ pub async fn ui(
         .await
         .with_context(|| format!("listening on {}", a.listen))?;
     tracing::info!(listen = %a.listen, actions = token.is_some(), "dashboard started");
-    let app = feed::console::Console::new(store, token).router();
+    let app = feed::console::Console::new(store, token)
+        .allowing(&a.allowed_hosts)
+        .router();
     feed::server::serve(listener, app, shutdown)
         .await
         .context("serving the dashboard")?;

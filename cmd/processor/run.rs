@@ -72,9 +72,18 @@ pub struct RunArgs {
     /// Bytes of handler answers held at once across all calls; a larger answer waits for room
     #[arg(long, env = "FEED_RESPONSE_BUDGET_BYTES", default_value_t = Config::RESPONSE_BUDGET_BYTES)]
     response_budget_bytes: usize,
-    /// Address of the health and metrics listener; 'off' disables it
+    /// Address of the health and metrics listener (loopback by default; say 0.0.0.0:8080 to
+    /// serve every interface); 'off' disables it
     #[arg(long, env = "FEED_LISTEN", default_value = Config::LISTEN)]
     listen: String,
+    /// A host name the console (--ui) answers besides IP addresses and localhost, repeatable
+    /// (FEED_ALLOWED_HOST takes several, comma-separated) [default: none]
+    #[arg(
+        long = "allowed-host",
+        env = "FEED_ALLOWED_HOST",
+        value_delimiter = ','
+    )]
+    allowed_hosts: Vec<String>,
     /// Log format
     #[arg(long, env = "FEED_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
@@ -161,6 +170,7 @@ pub async fn run(a: RunArgs) -> anyhow::Result<()> {
         migrate: !a.no_migrate,
         ui: a.ui,
         admin_token: a.token.token()?,
+        allowed_hosts: a.allowed_hosts,
         retention: a.retention.map(Into::into),
         batch_size: a.batch_size,
         batch_wait: a.batch_wait.into(),

@@ -16,6 +16,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use axum::Router;
+use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use tokio::sync::OnceCell;
@@ -37,6 +38,8 @@ pub struct Console {
     token: Option<AdminToken>,
     /// Failed token attempts, per client address and overall.
     throttle: Arc<throttle::Throttle>,
+    /// Host names answered besides IP addresses and `localhost`.
+    allowed_hosts: Arc<[String]>,
 }
 
 impl Console {
@@ -47,6 +50,7 @@ impl Console {
             store: Arc::new(OnceCell::new_with(Some(store))),
             token,
             throttle: Arc::default(),
+            allowed_hosts: Arc::from([]),
         }
     }
 
@@ -57,7 +61,15 @@ impl Console {
             store: Arc::new(OnceCell::new()),
             token,
             throttle: Arc::default(),
+            allowed_hosts: Arc::from([]),
         }
+    }
+
+    /// Also answers requests for these host names (`--allowed-host`); IP
+    /// addresses and `localhost` are always answered.
+    pub fn allowing(mut self, hosts: &[String]) -> Self {
+        self.allowed_hosts = hosts.iter().map(|h| h.to_ascii_lowercase()).collect();
+        self
     }
 
     /// Runs `check` (a comparison with the admin token) for a request from
@@ -91,6 +103,10 @@ impl Console {
             .merge(pages::routes())
             .nest("/api/v1", api::routes())
             .layer(axum::middleware::map_response(secure_headers))
+            .layer(axum::middleware::from_fn_with_state(
+                self.clone(),
+                check_host,
+            ))
             .with_state(self)
     }
 }
@@ -125,6 +141,44 @@ impl Guarded {
             }
         }
     }
+}
+
+/// Refuses a request whose `Host` names neither an IP address,
+/// `localhost`, nor an allowed host: a page on an attacker's name that
+/// resolves to this listener (DNS rebinding) cannot read or act.
+async fn check_host(
+    State(c): State<Console>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let host = req
+        .headers()
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("");
+    if host_allowed(host, &c.allowed_hosts) {
+        return next.run(req).await;
+    }
+    let message = format!(
+        "this console does not answer for host {:?}; start it with --allowed-host NAME to allow a name",
+        crate::printable::printable(host)
+    );
+    (
+        StatusCode::MISDIRECTED_REQUEST,
+        axum::Json(serde_json::json!({ "error": message })),
+    )
+        .into_response()
+}
+
+/// Whether `host` (a `Host` header: name or address, maybe with a port)
+/// is an IP address, `localhost` or one of `allowed`.
+fn host_allowed(host: &str, allowed: &[String]) -> bool {
+    let name = match host.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or(""),
+        None => host.rsplit_once(':').map_or(host, |(h, _)| h),
+    };
+    let name = name.trim_end_matches('.').to_ascii_lowercase();
+    name.parse::<IpAddr>().is_ok() || name == "localhost" || allowed.contains(&name)
 }
 
 /// No framing, no sniffing, no inline script: item data can never run.
@@ -169,4 +223,29 @@ fn public(e: Error) -> (StatusCode, String) {
 pub(crate) fn json_error(e: Error) -> Response {
     let (code, message) = public(e);
     (code, axum::Json(serde_json::json!({ "error": message }))).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn hosts() {
+        let allowed = ["feed.example".to_string()];
+        for ok in [
+            "127.0.0.1:8080",
+            "[::1]:8080",
+            "10.0.0.7",
+            "localhost:8080",
+            "Feed.Example:443",
+        ] {
+            assert!(super::host_allowed(ok, &allowed), "{ok}");
+        }
+        for bad in [
+            "",
+            "evil.example",
+            "evil.example:8080",
+            "localhost.evil.example",
+        ] {
+            assert!(!super::host_allowed(bad, &allowed), "{bad}");
+        }
+    }
 }

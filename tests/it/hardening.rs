@@ -361,3 +361,46 @@ async fn printed_text_is_escaped_and_secrets_hidden(db: TestDb) {
         assert!(!help.contains(secret), "{secret} in run --help");
     }
 }
+
+backend_tests!(the_console_answers_only_known_hosts: sqlite => Sqlite);
+/// A request naming another host (a page on an attacker's name that
+/// resolves to the console: DNS rebinding) is refused with 421; IP
+/// addresses, `localhost` and `--allowed-host` names are answered. The
+/// listener itself defaults to loopback.
+async fn the_console_answers_only_known_hosts(db: TestDb) {
+    assert!(feed::Config::LISTEN.starts_with("127.0.0.1:"));
+    crate::console_api::enqueue(&db, "p", false, &[("p/1", 0)]).await;
+    let base = crate::console_api::serve(db.store.clone(), None).await;
+    let port = base.rsplit(':').next().unwrap().to_string();
+    let get = |host: String| {
+        let url = format!("{base}/api/v1/partitions/p");
+        async move {
+            reqwest::Client::new()
+                .get(url)
+                .header("host", host)
+                .send()
+                .await
+                .unwrap()
+                .status()
+        }
+    };
+    assert_eq!(
+        get(format!("evil.example:{port}")).await,
+        StatusCode::MISDIRECTED_REQUEST
+    );
+    assert_eq!(get(format!("localhost:{port}")).await, StatusCode::OK);
+    assert_eq!(get(format!("127.0.0.1:{port}")).await, StatusCode::OK);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let app = feed::console::Console::new(db.store.clone(), None)
+        .allowing(&["feed.example".to_string()])
+        .router();
+    tokio::spawn(feed::server::serve(listener, app, std::future::pending()));
+    let allowed = reqwest::Client::new()
+        .get(format!("http://{addr}/api/v1/partitions/p"))
+        .header("host", "feed.example")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(allowed.status(), StatusCode::OK);
+}
