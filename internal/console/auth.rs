@@ -1,13 +1,16 @@
-//! Who may act: the admin token, the login cookie and CSRF tokens.
+//! Who may act: the admin token, console logins and their CSRF tokens.
 //!
-//! The cookie and the CSRF token are HMACs of the admin token with a fixed
-//! purpose, so the token itself never leaves the server after login and no
-//! session state is kept (several dashboards with one token agree).
-//! Comparisons are constant-time.
+//! A login starts a session of this process: a random id (the cookie) with
+//! a random CSRF token of its own and an expiry, kept in memory. Logout
+//! ends it on the server, so a copied cookie stops working; the token
+//! itself never leaves the server after login. Token and CSRF comparisons
+//! are constant-time.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use axum::http::{HeaderMap, StatusCode, header};
-use hmac::{Hmac, Mac};
-use sha2::Sha256;
 use subtle::ConstantTimeEq;
 
 /// The login cookie's name.
@@ -47,30 +50,74 @@ impl AdminToken {
         Ok(Self(token))
     }
 
-    fn derive(&self, purpose: &str) -> String {
-        let mut mac = Hmac::<Sha256>::new_from_slice(self.0.as_bytes()).expect("any key length");
-        mac.update(purpose.as_bytes());
-        hex::encode(mac.finalize().into_bytes())
-    }
-
     /// Whether `given` is the token.
     pub fn matches(&self, given: &str) -> bool {
         self.0.as_bytes().ct_eq(given.as_bytes()).into()
     }
+}
 
-    /// The value of the login cookie.
-    pub fn cookie_value(&self) -> String {
-        self.derive("feed console session v1")
+/// How long a login lasts (the cookie's `Max-Age` too).
+const LOGIN_TTL: Duration = Duration::from_secs(12 * 3600);
+
+/// Logins kept at most; the oldest go first.
+const MAX_LOGINS: usize = 1_000;
+
+/// One login: its CSRF token and when it ends.
+struct Login {
+    csrf: String,
+    ends: Instant,
+}
+
+/// The logins of this process, by their random session id.
+#[derive(Default)]
+pub struct Sessions(Mutex<HashMap<String, Login>>);
+
+/// 32 random bytes as hex: a session id or a CSRF token.
+fn random_hex() -> String {
+    hex::encode(rand::random::<[u8; 32]>())
+}
+
+impl Sessions {
+    /// Starts a login; returns its session id, the cookie's value.
+    pub fn start(&self) -> String {
+        let mut logins = self.0.lock().expect("the sessions' lock is never poisoned");
+        let now = Instant::now();
+        logins.retain(|_, l| l.ends > now);
+        if logins.len() >= MAX_LOGINS
+            && let Some(oldest) = logins
+                .iter()
+                .min_by_key(|(_, l)| l.ends)
+                .map(|(id, _)| id.clone())
+        {
+            logins.remove(&oldest);
+        }
+        let id = random_hex();
+        let login = Login {
+            csrf: random_hex(),
+            ends: now + LOGIN_TTL,
+        };
+        logins.insert(id.clone(), login);
+        id
     }
 
-    /// The CSRF token put in every action form.
-    pub fn csrf(&self) -> String {
-        self.derive("feed console csrf v1")
+    /// The CSRF token of the live login the request's cookie names.
+    pub fn csrf(&self, headers: &HeaderMap) -> Option<String> {
+        let id = cookie(headers)?;
+        let logins = self.0.lock().expect("the sessions' lock is never poisoned");
+        logins
+            .get(&id)
+            .filter(|l| l.ends > Instant::now())
+            .map(|l| l.csrf.clone())
     }
 
-    /// Whether `given` is this token's CSRF token.
-    pub fn csrf_matches(&self, given: &str) -> bool {
-        self.csrf().as_bytes().ct_eq(given.as_bytes()).into()
+    /// Ends the login the request's cookie names.
+    pub fn end(&self, headers: &HeaderMap) {
+        if let Some(id) = cookie(headers) {
+            self.0
+                .lock()
+                .expect("the sessions' lock is never poisoned")
+                .remove(&id);
+        }
     }
 }
 
@@ -110,28 +157,21 @@ fn cookie(headers: &HeaderMap) -> Option<String> {
         .map(|(_, value)| value.to_string())
 }
 
-/// Whether the request comes from a logged-in browser.
-pub fn logged_in(token: Option<&AdminToken>, headers: &HeaderMap) -> bool {
-    match (token, cookie(headers)) {
-        (Some(t), Some(c)) => t.cookie_value().as_bytes().ct_eq(c.as_bytes()).into(),
-        _ => false,
-    }
-}
-
-/// Page actions: the login cookie and the form's CSRF token.
+/// Page actions: a live login and its CSRF token in the form.
 pub fn check_form(
     token: Option<&AdminToken>,
+    sessions: &Sessions,
     headers: &HeaderMap,
     csrf: &str,
 ) -> Result<(), Refusal> {
-    let t = token.ok_or(NO_TOKEN)?;
-    if !logged_in(token, headers) {
+    token.ok_or(NO_TOKEN)?;
+    let Some(expected) = sessions.csrf(headers) else {
         return Err((
             StatusCode::UNAUTHORIZED,
             "log in with the admin token first",
         ));
-    }
-    if !t.csrf_matches(csrf) {
+    };
+    if !bool::from(expected.as_bytes().ct_eq(csrf.as_bytes())) {
         return Err((
             StatusCode::FORBIDDEN,
             "the form's CSRF token is missing or wrong; reload the page and try again",
@@ -140,13 +180,13 @@ pub fn check_form(
     Ok(())
 }
 
-/// `Set-Cookie` for a successful login: HttpOnly, SameSite=Strict, 12
-/// hours, and `Secure` when a proxy says the browser uses HTTPS.
-pub fn login_cookie(token: &AdminToken, https: bool) -> String {
+/// `Set-Cookie` for a login (its session id): HttpOnly, SameSite=Strict,
+/// 12 hours, and `Secure` when a proxy says the browser uses HTTPS.
+pub fn login_cookie(session: &str, https: bool) -> String {
     let secure = if https { "; Secure" } else { "" };
     format!(
-        "{COOKIE}={}; Path=/; HttpOnly; SameSite=Strict; Max-Age=43200{secure}",
-        token.cookie_value()
+        "{COOKIE}={session}; Path=/; HttpOnly; SameSite=Strict; Max-Age={}{secure}",
+        LOGIN_TTL.as_secs()
     )
 }
 
@@ -163,7 +203,6 @@ mod tests {
     fn debug_hides_the_token() {
         let t = AdminToken::new("s3cret-t0ken-s3cret").unwrap();
         assert!(!format!("{t:?}").contains("s3cret"));
-        assert!(!t.cookie_value().contains("s3cret"));
         assert!(t.matches("s3cret-t0ken-s3cret") && !t.matches("s3cret"));
     }
 
@@ -180,5 +219,26 @@ mod tests {
             assert!(AdminToken::new(weak).is_err(), "{weak:?}");
         }
         assert!(AdminToken::new("0123456789abcdef").is_ok());
+    }
+
+    #[test]
+    fn logins_are_random_and_end() {
+        let s = Sessions::default();
+        let (a, b) = (s.start(), s.start());
+        assert_ne!(a, b);
+        let with = |id: &str| {
+            let mut h = HeaderMap::new();
+            h.insert(header::COOKIE, format!("{COOKIE}={id}").parse().unwrap());
+            h
+        };
+        let (csrf_a, csrf_b) = (s.csrf(&with(&a)).unwrap(), s.csrf(&with(&b)).unwrap());
+        assert_ne!(csrf_a, csrf_b, "a CSRF token per login");
+        s.end(&with(&a));
+        assert!(
+            s.csrf(&with(&a)).is_none(),
+            "logout ends the login on the server"
+        );
+        assert!(s.csrf(&with(&b)).is_some());
+        assert!(s.csrf(&with("forged")).is_none());
     }
 }

@@ -40,6 +40,8 @@ pub struct Console {
     throttle: Arc<throttle::Throttle>,
     /// Host names answered besides IP addresses and `localhost`.
     allowed_hosts: Arc<[String]>,
+    /// Logins to the pages.
+    sessions: Arc<auth::Sessions>,
 }
 
 impl Console {
@@ -51,6 +53,7 @@ impl Console {
             token,
             throttle: Arc::default(),
             allowed_hosts: Arc::from([]),
+            sessions: Arc::default(),
         }
     }
 
@@ -62,6 +65,7 @@ impl Console {
             token,
             throttle: Arc::default(),
             allowed_hosts: Arc::from([]),
+            sessions: Arc::default(),
         }
     }
 

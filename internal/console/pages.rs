@@ -49,8 +49,10 @@ impl Console {
     fn viewer(&self, headers: &HeaderMap) -> Viewer {
         match &self.token {
             None => Viewer::ReadOnly,
-            Some(t) if auth::logged_in(Some(t), headers) => Viewer::Admin(t.csrf()),
-            Some(_) => Viewer::LoggedOut,
+            Some(_) => match self.sessions.csrf(headers) {
+                Some(csrf) => Viewer::Admin(csrf),
+                None => Viewer::LoggedOut,
+            },
         }
     }
 }
@@ -186,7 +188,8 @@ async fn act(
     run: impl AsyncFnOnce(&crate::Store) -> crate::Result<()>,
 ) -> Response {
     let viewer = c.viewer(headers);
-    if let Err((code, text)) = auth::check_form(c.token.as_ref(), headers, &form.csrf) {
+    if let Err((code, text)) = auth::check_form(c.token.as_ref(), &c.sessions, headers, &form.csrf)
+    {
         return page(code, "Not allowed", &viewer, views::message(text));
     }
     if form.confirm.as_deref() != Some("yes") {
@@ -339,13 +342,13 @@ async fn login(
         Err(Guarded::Refused((code, text))) => Some((code, text.to_string())),
     };
     match (&c.token, refusal) {
-        (Some(t), None) => {
+        (Some(_), None) => {
             tracing::info!("operator logged in to the dashboard");
             let mut r = Redirect::to(&next).into_response();
             let https = headers
                 .get("x-forwarded-proto")
                 .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"https"));
-            if let Ok(v) = auth::login_cookie(t, https).parse() {
+            if let Ok(v) = auth::login_cookie(&c.sessions.start(), https).parse() {
                 r.headers_mut().insert(header::SET_COOKIE, v);
             }
             r
@@ -368,7 +371,7 @@ async fn logout(
     headers: HeaderMap,
     Form(f): Form<ActionForm>,
 ) -> Response {
-    if let Err((code, text)) = auth::check_form(c.token.as_ref(), &headers, &f.csrf) {
+    if let Err((code, text)) = auth::check_form(c.token.as_ref(), &c.sessions, &headers, &f.csrf) {
         return page(
             code,
             "Not allowed",
@@ -376,6 +379,7 @@ async fn logout(
             views::message(text),
         );
     }
+    c.sessions.end(&headers);
     let mut r = Redirect::to("/").into_response();
     if let Ok(v) = auth::logout_cookie().parse() {
         r.headers_mut().insert(header::SET_COOKIE, v);

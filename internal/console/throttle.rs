@@ -70,52 +70,58 @@ impl Default for Throttle {
 impl Throttle {
     /// Ok when `addr` may try a token now; else how long it must wait.
     pub fn admit(&self, addr: IpAddr) -> Result<(), Duration> {
-        let now = Instant::now();
+        self.with(|by_addr, all, now| {
+            let mine = by_addr
+                .get_mut(&addr)
+                .and_then(|a| a.refill(PER_ADDRESS, now));
+            match (mine, all.refill(OVERALL, now)) {
+                (None, None) => Ok(()),
+                (a, b) => Err(a.max(b).unwrap_or_default()),
+            }
+        })
+    }
+
+    /// Runs `f` on the allowances (per address, overall) under the lock,
+    /// with the time now.
+    fn with<T>(
+        &self,
+        f: impl FnOnce(&mut HashMap<IpAddr, Allowance>, &mut Allowance, Instant) -> T,
+    ) -> T {
         let mut s = self
             .state
             .lock()
             .expect("the throttle's lock is never poisoned");
         let (by_addr, all) = &mut *s;
-        let mine = by_addr
-            .get_mut(&addr)
-            .and_then(|a| a.refill(PER_ADDRESS, now));
-        match (mine, all.refill(OVERALL, now)) {
-            (None, None) => Ok(()),
-            (a, b) => Err(a.max(b).unwrap_or_default()),
-        }
+        f(by_addr, all, Instant::now())
     }
 
     /// Counts a failed attempt from `addr`, and logs the address's failed
     /// attempts when its last line is a minute old.
     pub fn failed(&self, addr: IpAddr, what: &str) {
-        let now = Instant::now();
-        let mut s = self
-            .state
-            .lock()
-            .expect("the throttle's lock is never poisoned");
-        let (by_addr, all) = &mut *s;
-        all.left -= 1.0;
-        if by_addr.len() >= MAX_ADDRESSES && !by_addr.contains_key(&addr) {
-            by_addr.retain(|_, a| {
-                a.refill(PER_ADDRESS, now);
-                a.left < PER_ADDRESS
-            });
-        }
-        let a = by_addr
-            .entry(addr)
-            .or_insert_with(|| Allowance::full(PER_ADDRESS, now));
-        a.refill(PER_ADDRESS, now);
-        a.left -= 1.0;
-        a.unlogged += 1;
-        if a.logged.is_none_or(|t| now - t >= REFILL) {
-            tracing::warn!(
-                client = %addr,
-                attempts = a.unlogged,
-                "failed {what} attempts with a wrong admin token (logged at most once a minute per address)"
-            );
-            a.unlogged = 0;
-            a.logged = Some(now);
-        }
+        self.with(|by_addr, all, now| {
+            all.left -= 1.0;
+            if by_addr.len() >= MAX_ADDRESSES && !by_addr.contains_key(&addr) {
+                by_addr.retain(|_, a| {
+                    a.refill(PER_ADDRESS, now);
+                    a.left < PER_ADDRESS
+                });
+            }
+            let a = by_addr
+                .entry(addr)
+                .or_insert_with(|| Allowance::full(PER_ADDRESS, now));
+            a.refill(PER_ADDRESS, now);
+            a.left -= 1.0;
+            a.unlogged += 1;
+            if a.logged.is_none_or(|t| now - t >= REFILL) {
+                tracing::warn!(
+                    client = %addr,
+                    attempts = a.unlogged,
+                    "failed {what} attempts with a wrong admin token (logged at most once a minute per address)"
+                );
+                a.unlogged = 0;
+                a.logged = Some(now);
+            }
+        })
     }
 }
 

@@ -440,10 +440,42 @@ async fn page_forms_need_login_and_csrf() {
     let r = form(
         pause(&base),
         &format!("csrf={csrf}&confirm=yes"),
-        Some(cookie),
+        Some(cookie.clone()),
     )
     .await
     .unwrap();
     assert_eq!(r.status(), StatusCode::SEE_OTHER);
     assert!(db.store.partition("p").await.unwrap().paused);
+
+    // Each login is a session of its own, and logout ends it on the
+    // server: a copy of the cookie stops working, another login does not.
+    let r = login(&format!("token={TOKEN}")).await.unwrap();
+    let other = r.headers()["set-cookie"].to_str().unwrap();
+    let other = other.split(';').next().unwrap().to_string();
+    assert_ne!(other, cookie, "a new session id per login");
+    let r = form(format!("{base}/logout"), body, Some(cookie.clone()))
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    let resume = format!("{base}/partitions/p/resume");
+    let r = form(
+        resume.clone(),
+        &format!("csrf={csrf}&confirm=yes"),
+        Some(cookie),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        r.status(),
+        StatusCode::UNAUTHORIZED,
+        "the copied cookie is dead"
+    );
+    let r = form(resume, &format!("csrf={csrf}&confirm=yes"), Some(other))
+        .await
+        .unwrap();
+    assert_eq!(
+        r.status(),
+        StatusCode::FORBIDDEN,
+        "the first login's CSRF token is not the second's"
+    );
 }
