@@ -10,7 +10,7 @@ use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
 use serde::Deserialize;
 
-use super::{Console, auth, json_error};
+use super::{Console, api_error, auth, json_error, json_errors};
 use crate::server::ClientAddr;
 use crate::store::listing::{ItemFilter, PartitionFilter};
 
@@ -72,10 +72,17 @@ pub(super) fn routes() -> Router<Console> {
         .route("/partitions/{id}/items", get(items))
         .route("/partitions/{id}/{action}", post(act))
         .route("/items/{id}/retry", post(retry_item))
+        .fallback(|| async {
+            api_error(
+                StatusCode::NOT_FOUND,
+                "no such API path; see README: JSON API",
+            )
+        })
+        .layer(axum::middleware::map_response(json_errors))
 }
 
 fn refused((code, message): auth::Refusal) -> Response {
-    (code, Json(serde_json::json!({ "error": message }))).into_response()
+    api_error(code, message)
 }
 
 fn answer<T: serde::Serialize>(r: crate::Result<T>) -> Response {

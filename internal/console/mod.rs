@@ -131,18 +131,12 @@ impl Guarded {
                 let secs = d.as_secs().max(1);
                 let message =
                     format!("too many wrong admin tokens from this address; try again in {secs} s");
-                let mut r = (
-                    StatusCode::TOO_MANY_REQUESTS,
-                    axum::Json(serde_json::json!({ "error": message })),
-                )
-                    .into_response();
+                let mut r = api_error(StatusCode::TOO_MANY_REQUESTS, &message);
                 r.headers_mut()
                     .insert(header::RETRY_AFTER, HeaderValue::from(secs));
                 r
             }
-            Guarded::Refused((code, message)) => {
-                (code, axum::Json(serde_json::json!({ "error": message }))).into_response()
-            }
+            Guarded::Refused((code, message)) => api_error(code, message),
         }
     }
 }
@@ -167,11 +161,7 @@ async fn check_host(
         "this console does not answer for host {:?}; start it with --allowed-host NAME to allow a name",
         crate::printable::printable(host)
     );
-    (
-        StatusCode::MISDIRECTED_REQUEST,
-        axum::Json(serde_json::json!({ "error": message })),
-    )
-        .into_response()
+    api_error(StatusCode::MISDIRECTED_REQUEST, &message)
 }
 
 /// Whether `host` (a `Host` header: name or address, maybe with a port)
@@ -226,7 +216,40 @@ fn public(e: Error) -> (StatusCode, String) {
 /// A library error as a JSON answer.
 pub(crate) fn json_error(e: Error) -> Response {
     let (code, message) = public(e);
-    (code, axum::Json(serde_json::json!({ "error": message }))).into_response()
+    api_error(code, &message)
+}
+
+/// Every failed API answer: `{"error": {"message": …}}` with `code`.
+pub(crate) fn api_error(code: StatusCode, message: &str) -> Response {
+    let body = serde_json::json!({ "error": { "message": message } });
+    (code, axum::Json(body)).into_response()
+}
+
+/// Turns an error the framework answered in plain text (a query that does
+/// not parse, a body too large or of the wrong type, an unknown path or
+/// method) into the API's JSON error, so every failure has one shape.
+pub(crate) async fn json_errors(r: Response) -> Response {
+    let failed = r.status().is_client_error() || r.status().is_server_error();
+    let json = r
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+    if !failed || json {
+        return r;
+    }
+    let code = r.status();
+    let text = axum::body::to_bytes(r.into_body(), 64 << 10)
+        .await
+        .map(|b| String::from_utf8_lossy(&b).trim().to_string())
+        .unwrap_or_default();
+    let message = if text.is_empty() {
+        code.canonical_reason()
+            .unwrap_or("request failed")
+            .to_string()
+    } else {
+        text
+    };
+    api_error(code, &message)
 }
 
 #[cfg(test)]

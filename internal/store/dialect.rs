@@ -79,6 +79,17 @@ pub fn add_to_minute(backend: DbBackend) -> &'static str {
     }
 }
 
+/// The first `?` characters of `id` compared to `?` byte for byte, so an
+/// id prefix matches the same ids on every backend: `LIKE` ignores case on
+/// SQLite, and so does `=` under MariaDB's usual collations.
+pub fn id_starts(backend: DbBackend) -> &'static str {
+    match backend {
+        DbBackend::MySql => "BINARY SUBSTR(id, 1, ?) = ?",
+        DbBackend::Postgres | DbBackend::Sqlite => "SUBSTR(id, 1, ?) = ?",
+        _ => "SUBSTR(id, 1, ?) = ?",
+    }
+}
+
 /// Appended to a sub-select of a result write, so that the fence holds at
 /// commit: PostgreSQL locks the partition row it read, so a lease change
 /// waits for the write (or the write sees the new owner). SQLite has one

@@ -9,7 +9,7 @@ use sea_orm::{FromQueryResult, QueryResult, Value};
 use serde::Serialize;
 
 use super::Store;
-use super::dialect::{Int, data_column, marks};
+use super::dialect::{Int, data_column, id_starts, marks};
 use crate::{Error, Result, validate};
 
 /// Most rows one page returns.
@@ -223,8 +223,15 @@ impl Store {
                     c => vec![c],
                 })
                 .collect();
-            sql.push_str(" AND id LIKE ? ESCAPE '!'");
+            // LIKE finds the range through the primary key; the exact
+            // comparison makes case count on every backend.
+            sql.push_str(&format!(
+                " AND id LIKE ? ESCAPE '!' AND {}",
+                id_starts(self.backend)
+            ));
             values.push(format!("{escaped}%").into());
+            values.push((p.chars().count() as i32).into());
+            values.push(p.to_string().into());
         }
         if let Some(a) = &f.after {
             sql.push_str(" AND id > ?");
@@ -320,7 +327,7 @@ impl Store {
         sql.push_str(" ORDER BY i.id LIMIT ?");
         values.push(((limit + 1) as i64).into());
         let items = self.item_views(&sql, values).await?;
-        if items.is_empty() && f.after.is_none() {
+        if items.is_empty() {
             self.partition_exists(partition).await?;
         }
         Ok(page(items, limit, |i| i.id.clone()))

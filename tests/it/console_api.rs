@@ -274,7 +274,7 @@ async fn api_actions(db: TestDb) {
     let (code, e) = admin.checkpoint("auto", 1).await;
     assert_eq!(code, StatusCode::CONFLICT);
     assert!(
-        e["error"]
+        e["error"]["message"]
             .as_str()
             .unwrap()
             .contains("not a manual_checkpoint"),
@@ -291,7 +291,7 @@ async fn api_actions(db: TestDb) {
         "manual/1 is still available at gate 0"
     );
     assert!(
-        e["error"]
+        e["error"]["message"]
             .as_str()
             .unwrap()
             .contains("still has available items"),
@@ -303,7 +303,13 @@ async fn api_actions(db: TestDb) {
     assert_eq!((code, p["gate"].clone()), (StatusCode::OK, json!(1)));
     let (code, e) = admin.checkpoint("manual", 1).await;
     assert_eq!(code, StatusCode::CONFLICT);
-    assert!(e["error"].as_str().unwrap().contains("not above"), "{e}");
+    assert!(
+        e["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("not above"),
+        "{e}"
+    );
     assert_eq!(admin.checkpoint("nope", 1).await.0, StatusCode::NOT_FOUND);
 
     // Retry: a failed item, then its partition; nothing failed is a conflict.

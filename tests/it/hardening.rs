@@ -404,3 +404,54 @@ async fn the_console_answers_only_known_hosts(db: TestDb) {
         .unwrap();
     assert_eq!(allowed.status(), StatusCode::OK);
 }
+
+on_all_backends!(api_errors_have_one_shape);
+/// Every failed API answer is `{"error": {"message": …}}`, also the ones
+/// the framework makes (a query that does not parse, a repeated
+/// parameter, a body too large, an unknown path); `after=` on an unknown
+/// partition is 404; `prefix` matches case exactly on every backend.
+async fn api_errors_have_one_shape(db: TestDb) {
+    crate::console_api::enqueue(&db, "Abc", false, &[("Abc/1", 0)]).await;
+    crate::console_api::enqueue(&db, "abd", false, &[("abd/1", 0)]).await;
+    let base = crate::console_api::serve(db.store.clone(), Some(crate::console_api::TOKEN)).await;
+    for (path, code) in [
+        ("/api/v1/partitions?limit=-1", StatusCode::BAD_REQUEST),
+        (
+            "/api/v1/partitions/Abc/items?gate=abc",
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            "/api/v1/partitions?prefix=a&prefix=b",
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            "/api/v1/partitions/nope/items?after=x",
+            StatusCode::NOT_FOUND,
+        ),
+        ("/api/v1/no/such/path", StatusCode::NOT_FOUND),
+    ] {
+        let r = reqwest::get(format!("{base}{path}")).await.unwrap();
+        assert_eq!(r.status(), code, "{path}");
+        let v: serde_json::Value = serde_json::from_str(&r.text().await.unwrap()).unwrap();
+        assert!(v["error"]["message"].is_string(), "{path}: {v}");
+    }
+    let big = reqwest::Client::new()
+        .post(format!("{base}/api/v1/partitions/Abc/checkpoint"))
+        .bearer_auth(crate::console_api::TOKEN)
+        .body(vec![b' '; 3 << 20])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(big.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    let v: serde_json::Value = serde_json::from_str(&big.text().await.unwrap()).unwrap();
+    assert!(v["error"]["message"].is_string(), "{v}");
+    let (code, page) = crate::console_api::get(&base, "/api/v1/partitions?prefix=ab").await;
+    assert_eq!(code, StatusCode::OK);
+    let ids: Vec<&str> = page["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["abd"], "prefix ab is not Abc");
+}
