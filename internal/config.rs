@@ -39,6 +39,9 @@ pub struct Config {
     pub signing_secret: Option<String>,
     /// `Content-Type` of requests.
     pub content_type: String,
+    /// Also sign with v1 (the body only) beside v2 (`--signature-v1`), for
+    /// handlers that still check v1.
+    pub signature_v1: bool,
     /// Largest handler response body accepted.
     pub max_response_bytes: usize,
     /// Bytes of handler answers held at once across all calls (read and
@@ -131,6 +134,7 @@ impl Config {
             headers: Vec::new(),
             signing_secret: None,
             content_type: Self::CONTENT_TYPE.into(),
+            signature_v1: false,
             max_response_bytes: Self::MAX_RESPONSE_BYTES,
             response_budget_bytes: Self::RESPONSE_BUDGET_BYTES,
             listen: None,

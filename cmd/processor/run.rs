@@ -63,6 +63,10 @@ pub struct RunArgs {
     header_file: Option<HeaderFile>,
     #[command(flatten)]
     signing_secret: SigningSecretArgs,
+    /// Also sign requests with v1 (the body only) beside v2, for handlers that still check v1;
+    /// v1 goes away in a later release
+    #[arg(long, env = "FEED_SIGNATURE_V1")]
+    signature_v1: bool,
     /// Content-Type of requests
     #[arg(long, env = "FEED_CONTENT_TYPE", default_value = Config::CONTENT_TYPE)]
     content_type: String,
@@ -162,6 +166,7 @@ pub async fn run(a: RunArgs) -> anyhow::Result<()> {
             .collect(),
         signing_secret: a.signing_secret.value(),
         content_type: a.content_type,
+        signature_v1: a.signature_v1,
         max_response_bytes: a.max_response_bytes,
         response_budget_bytes: a.response_budget_bytes,
         listen: (a.listen != "off").then_some(a.listen),

@@ -10,7 +10,7 @@ use bytes::Bytes;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use super::answer::{parse_batch_response, parse_response, parse_retry_after, signature};
+use super::answer::{parse_batch_response, parse_response, parse_retry_after, signature_header};
 use super::{Handler, Job, Outcome};
 use crate::{Config, Error, Result};
 
@@ -20,6 +20,8 @@ pub struct HttpHandler {
     url: reqwest::Url,
     headers: HeaderMap,
     secret: Option<Vec<u8>>,
+    /// Also send the v1 signature (body only) beside v2.
+    signature_v1: bool,
     max_bytes: usize,
     budget: Arc<Semaphore>,
     /// The whole budget, in units.
@@ -100,6 +102,7 @@ impl HttpHandler {
             url,
             headers,
             secret: config.signing_secret.clone().map(String::into_bytes),
+            signature_v1: config.signature_v1,
             max_bytes: config.max_response_bytes,
             budget: Arc::new(Semaphore::new(budget_units)),
             budget_units,
@@ -128,11 +131,12 @@ impl HttpHandler {
         let mut req = self
             .client
             .post(self.url.clone())
-            .headers(self.headers.clone())
-            .headers(extra);
+            .headers(self.headers.clone());
         if let Some(secret) = &self.secret {
-            req = req.header("Feed-Signature", signature(secret, unix_now(), &body));
+            let sig = signature_header(secret, unix_now(), &extra, &body, self.signature_v1);
+            req = req.header("Feed-Signature", sig);
         }
+        let req = req.headers(extra);
         let mut resp = req.body(body).send().await.map_err(|e| transport(&e))?;
         let status = resp.status();
         let retry_after = resp

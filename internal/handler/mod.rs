@@ -10,7 +10,7 @@ use async_trait::async_trait;
 mod answer;
 mod http;
 
-pub use answer::signature;
+pub use answer::{SIGNED_HEADERS, signature, signature_header, signature_v2};
 pub use http::HttpHandler;
 
 /// One delivery of an item to a handler.

@@ -147,12 +147,22 @@ pub fn json(status: u16, body: serde_json::Value) -> Response {
     (StatusCode::from_u16(status).unwrap(), axum::Json(body)).into_response()
 }
 
-/// What a handler does with `Feed-Signature`: recompute the HMAC of
-/// "t.body" with the secret and compare.
-pub fn signed(header: &str, secret: &[u8], body: &[u8]) -> bool {
-    let Some((t, _)) = header.trim_start_matches("t=").split_once(",v1=") else {
+/// What a handler does with `Feed-Signature` (v2): recompute the HMAC of
+/// the time, the Feed headers and `body` with the secret, and compare.
+pub fn signed(call: &Call, secret: &[u8], body: &[u8]) -> bool {
+    let Some(header) = call
+        .headers
+        .get("feed-signature")
+        .and_then(|v| v.to_str().ok())
+    else {
         return false;
     };
-    let Ok(t) = t.parse() else { return false };
-    feed::handler::signature(secret, t, body) == header
+    let parts: std::collections::HashMap<&str, &str> = header
+        .split(',')
+        .filter_map(|p| p.split_once('='))
+        .collect();
+    let (Some(t), Some(v2)) = (parts.get("t").and_then(|t| t.parse().ok()), parts.get("v2")) else {
+        return false;
+    };
+    feed::handler::signature_v2(secret, t, &call.headers, body) == *v2
 }

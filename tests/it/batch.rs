@@ -125,8 +125,7 @@ async fn non_json_data_and_signing(db: TestDb) {
     .await;
     db.item("json", "p", 0, json!({"n": 1})).await;
     let h = Handler::start(|c| {
-        let sig = c.header("feed-signature");
-        let signed = sig.is_some_and(|s| signed(s, b"s3cret", &c.body));
+        let signed = signed(c, b"s3cret", &c.body);
         let tagged = c.headers.get("x-tenant").is_some_and(|v| v == "t1");
         if !(signed && tagged) {
             return no_retry(401, "unsigned");

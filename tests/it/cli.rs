@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use crate::backend_tests;
 use crate::on_all_backends;
 use crate::support::{
-    Backend, Handler, Proc, Scene, TestDb, done, json as reply, metric, no_retry, numbered,
+    Backend, Handler, Proc, Scene, TestDb, done, json as reply, metric, no_retry, numbered, signed,
     wait_for,
 };
 
@@ -298,19 +298,21 @@ async fn secrets_never_printed(db: TestDb) {
             "Authorization: Bearer tok-s3cret",
             "--signing-secret",
             "sig-s3cret",
+            "--signature-v1",
         ],
     );
     db.wait_partition("p", "complete").await;
-    let sig = h.calls()[0].headers["feed-signature"]
-        .to_str()
-        .unwrap()
-        .to_string();
-    let (t, v1) = sig.trim_start_matches("t=").split_once(",v1=").unwrap();
+    let call = &h.calls()[0];
+    let sig = call.headers["feed-signature"].to_str().unwrap().to_string();
+    // With --signature-v1 both: `t=…,v1=…,v2=…`.
+    let (v1_part, v2) = sig.rsplit_once(",v2=").unwrap();
+    let t = v1_part.trim_start_matches("t=").split(',').next().unwrap();
     assert_eq!(
-        sig,
+        v1_part,
         feed::handler::signature(b"sig-s3cret", t.parse().unwrap(), br#"{"n":1}"#)
     );
-    assert_eq!(v1.len(), 64);
+    assert_eq!(v2.len(), 64);
+    assert!(signed(call, b"sig-s3cret", br#"{"n":1}"#));
     let m = p.metrics().await;
     let status = text(&processor(&["status", "--database-url", &url], ""));
     let bad_scheme = text(&processor(

@@ -14,7 +14,7 @@ use crate::backend_tests;
 use crate::on_all_backends;
 use crate::support::{
     Handler, Proc, Reserved, Scene, TestDb, done, json as reply, no_retry, numbered, retry_after,
-    wait_for,
+    signed, wait_for,
 };
 
 const BEHAVIOURS: &[&str] = &[
@@ -220,8 +220,8 @@ async fn hand_written_rows(db: TestDb) {
 }
 
 on_all_backends!(signed_requests_verify);
-/// `Feed-Signature` verifies with the secret (read from a file) and a
-/// tampered body does not.
+/// `Feed-Signature` (v2) verifies with the secret (read from a file); a
+/// tampered body or a changed Feed header does not.
 async fn signed_requests_verify(db: TestDb) {
     db.partition("p", true, false, "block").await;
     db.item("i", "p", 0, json!({"amount": 10})).await;
@@ -229,9 +229,14 @@ async fn signed_requests_verify(db: TestDb) {
     let file = dir.path().join("secret");
     std::fs::write(&file, "file-s3cret\n").unwrap();
     let h = Handler::start(|c| {
-        let sig = c.header("feed-signature").unwrap_or("");
         let body = serde_json::to_vec(&c.data).unwrap();
-        if verify(sig, b"file-s3cret", &body) && !verify(sig, b"file-s3cret", br#"{"amount":1000}"#)
+        let mut forged = c.clone();
+        forged
+            .headers
+            .insert("feed-item-id", "other".parse().unwrap());
+        if signed(c, b"file-s3cret", &body)
+            && !signed(c, b"file-s3cret", br#"{"amount":1000}"#)
+            && !signed(&forged, b"file-s3cret", &body)
         {
             reply(200, json!({"done": true, "data": {"verified": true}}))
         } else {
@@ -246,15 +251,6 @@ async fn signed_requests_verify(db: TestDb) {
     })
     .await;
     assert_eq!(db.item_row("i").await.data, json!({"verified": true}));
-}
-
-/// What a handler does: recompute the HMAC of "t.body" and compare.
-fn verify(header: &str, secret: &[u8], body: &[u8]) -> bool {
-    let Some((t, _)) = header.trim_start_matches("t=").split_once(",v1=") else {
-        return false;
-    };
-    let Ok(t) = t.parse() else { return false };
-    feed::handler::signature(secret, t, body) == header
 }
 
 backend_tests!(database_unreachable_at_start: postgres => Postgres);
