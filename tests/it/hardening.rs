@@ -455,3 +455,38 @@ async fn api_errors_have_one_shape(db: TestDb) {
         .collect();
     assert_eq!(ids, ["abd"], "prefix ab is not Abc");
 }
+
+backend_tests!(secrets_come_from_files: sqlite => Sqlite);
+/// The database URL and the handler's headers can come from files, so
+/// neither shows in the process list or the environment.
+async fn secrets_come_from_files(db: TestDb) {
+    db.partition_of("f", true, false, "block", &["f1"]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let (url_file, header_file) = (dir.path().join("url"), dir.path().join("headers"));
+    std::fs::write(&url_file, format!("{}\n", db.url)).unwrap();
+    std::fs::write(
+        &header_file,
+        "# the handler's key\nAuthorization: Bearer file-s3cret\n\nX-Tenant: t1\n",
+    )
+    .unwrap();
+    let h = Handler::start(|c| match c.header("authorization") {
+        Some("Bearer file-s3cret") if c.header("x-tenant") == Some("t1") => crate::support::done(),
+        _ => crate::support::no_retry(401, "no key"),
+    })
+    .await;
+    let (url_arg, header_arg) = (
+        url_file.display().to_string(),
+        header_file.display().to_string(),
+    );
+    let mut p = Proc::start(&db, &h.url(), &["--header-file", &header_arg]);
+    db.wait_partition("f", "complete").await;
+    p.terminate();
+    let log = p.log();
+    assert!(!log.contains("file-s3cret"), "{log}");
+    let status = crate::cli::processor(&["status", "--database-url-file", &url_arg], "");
+    let out = String::from_utf8_lossy(&status.stdout);
+    assert!(
+        status.status.success() && out.contains("complete: 1"),
+        "{out}"
+    );
+}
