@@ -85,7 +85,6 @@ pub fn add_to_minute(backend: DbBackend) -> &'static str {
 pub fn id_starts(backend: DbBackend) -> &'static str {
     match backend {
         DbBackend::MySql => "BINARY SUBSTR(id, 1, ?) = ?",
-        DbBackend::Postgres | DbBackend::Sqlite => "SUBSTR(id, 1, ?) = ?",
         _ => "SUBSTR(id, 1, ?) = ?",
     }
 }

@@ -102,7 +102,7 @@ async fn answers_are_held_within_the_budget(db: TestDb) {
     assert_eq!(h.calls().len(), CALLS, "each answer taken once");
 }
 
-backend_tests!(retry_after_zero_is_not_a_hot_loop: sqlite => Sqlite);
+on_all_backends!(retry_after_zero_is_not_a_hot_loop);
 /// A handler that answers every call with 503 and `Retry-After: 0`, with
 /// unlimited attempts: each retry still waits at least `--backoff-base`
 /// (50 ms here), so one item draws a few dozen calls in two seconds, not
