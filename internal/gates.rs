@@ -77,35 +77,51 @@ fn decide(p: &HeldPartition, probe: GateProbe) -> Decision {
 /// The next partitions to check: marked in `held`, and not `skip`ped
 /// (those with items in flight here, being fetched, or still waiting in
 /// the rotation: a check would only find work at their gate).
-pub fn due(held: &Held, skip: impl Fn(&str) -> bool) -> Vec<String> {
+pub fn due(held: &Held, skip: impl Fn(&str) -> bool) -> Vec<(String, i64)> {
     held.dirty
         .iter()
         .filter(|id| !skip(id))
         .take(CHECK_CHUNK)
-        .cloned()
+        // A version never written (-1) only makes the check read it.
+        .map(|id| (id.clone(), held.versions.get(id).copied().unwrap_or(-1)))
         .collect()
 }
 
-/// Checks the partitions `ids` (from [`due`]) of session `me`.
-pub async fn check(shared: &Context, me: &str, ids: Vec<String>) -> Checked {
+/// Checks the partitions `due` (from [`due`], with the versions last seen)
+/// of session `me`.
+pub async fn check(shared: &Context, me: &str, due: Vec<(String, i64)>) -> Checked {
     let mut out = Checked {
-        more: ids.len() == CHECK_CHUNK,
+        more: due.len() == CHECK_CHUNK,
         ..Checked::default()
     };
-    if let Err(e) = run(shared, me, &ids, &mut out).await {
+    if let Err(e) = run(shared, me, &due, &mut out).await {
         out.error = Some(e);
     }
     out
 }
 
-async fn run(shared: &Context, me: &str, ids: &[String], out: &mut Checked) -> Result<()> {
-    if ids.is_empty() {
+async fn run(shared: &Context, me: &str, due: &[(String, i64)], out: &mut Checked) -> Result<()> {
+    if due.is_empty() {
         return Ok(());
     }
     let store = &shared.store;
-    // Until a partition's check has succeeded its mark stays: an error
-    // anywhere below returns with the remaining marks intact.
-    let parts = store.partitions_for_check(me, ids).await?;
+    // Partitions whose every item is done close first, unread: what most
+    // checks of small partitions come to. Until a partition's check has
+    // succeeded its mark stays: an error anywhere below returns with the
+    // remaining marks intact.
+    let finished: HashSet<String> = store.close_finished(due, me).await?.into_iter().collect();
+    for id in &finished {
+        closed(shared, id, out);
+    }
+    let ids: Vec<String> = due
+        .iter()
+        .filter(|(id, _)| !finished.contains(id))
+        .map(|(id, _)| id.clone())
+        .collect();
+    if ids.is_empty() {
+        return Ok(());
+    }
+    let parts = store.partitions_for_check(me, &ids).await?;
     let present: HashSet<&str> = parts.iter().map(|(p, _)| p.id.as_str()).collect();
     out.missing = ids
         .iter()
@@ -123,11 +139,15 @@ async fn run(shared: &Context, me: &str, ids: &[String], out: &mut Checked) -> R
     }
     // Closes are the common end of small partitions: one statement for all.
     for id in store.close_partitions(&closing, me).await? {
-        tracing::info!(partition = %id, "partition complete");
-        shared.metrics.partitions_closed.inc();
-        out.ended.push(id);
+        closed(shared, &id, out);
     }
     Ok(())
+}
+
+fn closed(shared: &Context, id: &str, out: &mut Checked) {
+    tracing::info!(partition = %id, "partition complete");
+    shared.metrics.partitions_closed.inc();
+    out.ended.push(id.to_string());
 }
 
 /// Carries out one decision, except that a close joins `closing` (the

@@ -92,9 +92,8 @@ pub struct Cycle {
     pub cursors: Cursors,
     /// This cycle's slice of held partitions, with their probes.
     slice: Vec<HeldRow>,
-    /// Every partition this session holds, when the count said some were
-    /// lost or gained.
-    all: Option<HashMap<String, i64>>,
+    /// The id range that slice covers (None: the slice was not read).
+    swept: Option<Swept>,
     /// Idle partitions given back to make room.
     released: Vec<String>,
     /// Partitions leased (free ones, or one stolen), with their new versions.
@@ -103,6 +102,21 @@ pub struct Cycle {
     more: bool,
     /// The statement that cut the cycle short.
     pub error: Option<crate::Error>,
+}
+
+/// The ids a slice of the sweep covers: after `after`, through `through`
+/// (None: to the end). A held partition in that range that the slice did
+/// not return is no longer held.
+#[derive(Debug, Default)]
+struct Swept {
+    after: String,
+    through: Option<String>,
+}
+
+impl Swept {
+    fn covers(&self, id: &str) -> bool {
+        id > self.after.as_str() && self.through.as_deref().is_none_or(|t| id <= t)
+    }
 }
 
 /// What an acquire cycle changed, as the dispatch loop acts on it.
@@ -179,29 +193,24 @@ async fn full(
     let slice = (held / SWEEP_CYCLES).max(MIN_SLICE);
     let sweep_starts = c.sweep.is_empty();
     out.slice = store.held_slice(me, &c.sweep, slice).await?;
-    c.sweep = match out.slice.last() {
-        Some(last) if out.slice.len() >= slice => last.id.clone(),
-        _ => String::new(),
-    };
+    let through = out
+        .slice
+        .last()
+        .filter(|_| out.slice.len() >= slice)
+        .map(|last| last.id.clone());
+    let after = std::mem::replace(&mut c.sweep, through.clone().unwrap_or_default());
+    out.swept = Some(Swept { after, through });
 
     // The backlog gauge is counted once per sweep: it is the costliest
     // count (up to COUNT_CAP rows) and only informs.
     let counts = store
         .lease_counts(me, expiry, &c.stranded, sweep_starts)
         .await?;
-    // A partition lost to someone else (stolen, cancelled, closed by
-    // hand) makes the count differ from what is held here: only then is
-    // every held partition read, to find which.
+    // What this session holds is known here: a partition lost to someone
+    // else (stolen, cancelled, closed by hand) is found missing from its
+    // slice within one sweep, and meanwhile only makes this session take
+    // a little less.
     let mut mine = held as i64;
-    if counts.mine != mine {
-        let all: HashMap<String, i64> = store
-            .partitions_of(me, i64::MAX)
-            .await?
-            .into_iter()
-            .collect();
-        mine = all.len() as i64;
-        out.all = Some(all);
-    }
     shared.metrics.sessions_alive.set(counts.sessions);
     if sweep_starts {
         shared.metrics.backlog.set(counts.backlog);
@@ -226,12 +235,12 @@ async fn full(
         vec![]
     };
     let cap = cfg.max_partitions.map(|c| c as i64);
-    let mut want = target(&counts, &caps, cap) - counts.mine;
+    let mut want = target(&counts, &caps, cap) - mine;
 
     // At the cap, make room: give back partitions with nothing to do while
     // partitions with work wait unleased.
     let free_ready = match cap {
-        Some(cap) if counts.mine >= cap => store.free_ready(expiry, cap).await?,
+        Some(cap) if mine >= cap => store.free_ready(expiry, cap).await?,
         _ => 0,
     };
     if free_ready > 0 {
@@ -286,6 +295,9 @@ impl Held {
             more: cycle.more,
             ..Balanced::default()
         };
+        if let Some(swept) = &cycle.swept {
+            self.lost_from(&cycle.slice, swept, &mut out, metrics);
+        }
         for r in &cycle.slice {
             if self.versions.get(&r.id) != Some(&r.version) {
                 self.versions.insert(r.id.clone(), r.version);
@@ -299,9 +311,6 @@ impl Held {
                 out.ready.push(r.id.clone());
             }
         }
-        if let Some(all) = cycle.all {
-            self.reconcile(all, &mut out, metrics);
-        }
         for id in cycle.released {
             self.versions.remove(&id);
             self.dirty.remove(&id);
@@ -314,13 +323,13 @@ impl Held {
         out
     }
 
-    /// Takes in every held partition's version: those no longer held are
-    /// dropped (and reported in `out.lost`), those changed are marked for
-    /// a check.
-    fn reconcile(&mut self, now: HashMap<String, i64>, out: &mut Balanced, metrics: &Metrics) {
+    /// Drops the held partitions in the range a slice covers that it did
+    /// not return (reported in `out.lost`).
+    fn lost_from(&mut self, slice: &[HeldRow], swept: &Swept, out: &mut Balanced, metrics: &Metrics) {
+        let seen: HashSet<&str> = slice.iter().map(|r| r.id.as_str()).collect();
         let dirty = &mut self.dirty;
         self.versions.retain(|id, _| {
-            let kept = now.contains_key(id);
+            let kept = !swept.covers(id) || seen.contains(id.as_str());
             if !kept {
                 tracing::info!(partition = %id, "lost partition (taken by another processor, released or closed by someone else)");
                 metrics.leases_lost.inc();
@@ -329,65 +338,58 @@ impl Held {
             }
             kept
         });
-        for (id, version) in now {
-            if self.versions.get(&id) != Some(&version) {
-                self.dirty.insert(id.clone());
-                out.changed.push(id.clone());
-                self.versions.insert(id, version);
-            }
-        }
     }
 }
 
 /// Takes up to `want` free partitions into `out.took` and returns how
 /// many it took. A few are picked with work first (at random within, so
-/// processors racing for them spread out); many are read and leased page by
-/// page in id order, [`LEASE_CHUNK`] per statement, so every statement
-/// stays bounded.
+/// processors racing for them spread out); many are leased page by page in
+/// id order, [`LEASE_CHUNK`] per statement, so every statement stays
+/// bounded.
 async fn take_free(shared: &Context, me: &str, out: &mut Cycle, want: usize) -> Result<usize> {
     let store = &shared.store;
     let expiry = shared.config.session_expiry;
-    let mut took = 0;
-    while took < want {
-        let left = want - took;
-        let paged = want > LEASE_CHUNK;
-        let mut free = if paged {
-            store
-                .free_page(expiry, &out.cursors.cursor, LEASE_CHUNK)
-                .await?
-        } else {
-            store.free_partitions(expiry, left * 2 + 8).await?
-        };
-        if free.is_empty() {
-            break;
-        }
-        if !paged {
-            free.shuffle(&mut rand::rng());
-            free.sort_by_key(|f| !f.ready);
-        }
+    if want <= LEASE_CHUNK {
+        let mut free = store.free_partitions(expiry, want * 2 + 8).await?;
+        free.shuffle(&mut rand::rng());
+        free.sort_by_key(|f| !f.ready);
         let pick: Vec<(String, i64)> = free
             .into_iter()
-            .take(left)
+            .take(want)
             .map(|f| (f.id, f.version))
             .collect();
-        if let Some((last, _)) = pick.last().filter(|_| paged) {
+        let leased = store.lease_many(&pick, me).await?;
+        return Ok(took(out, leased));
+    }
+    let mut n = 0;
+    while n < want {
+        let page = LEASE_CHUNK.min(want - n);
+        let leased = store
+            .lease_page(expiry, &out.cursors.cursor, page, me)
+            .await?;
+        if let Some(last) = leased.iter().map(|(id, _)| id).max() {
             out.cursors.cursor = last.clone();
         }
-        let got = pick.len();
-        let leased = store.lease_many(&pick, me).await?;
-        if !leased.is_empty() {
-            tracing::info!(partitions = leased.len(), "leased partitions");
-        }
-        for (id, version) in leased {
-            tracing::debug!(partition = %id, "leased partition");
-            out.took.push((id, version));
-            took += 1;
-        }
-        if !paged || got < LEASE_CHUNK {
+        let got = leased.len();
+        n += took(out, leased);
+        if got < page {
             break;
         }
     }
-    Ok(took)
+    Ok(n)
+}
+
+/// Adds partitions just leased to `out.took`; returns how many.
+fn took(out: &mut Cycle, leased: Vec<(String, i64)>) -> usize {
+    if !leased.is_empty() {
+        tracing::info!(partitions = leased.len(), "leased partitions");
+    }
+    let n = leased.len();
+    for (id, version) in leased {
+        tracing::debug!(partition = %id, "leased partition");
+        out.took.push((id, version));
+    }
+    n
 }
 
 /// This session's share of the active partitions: the smallest level `t`
@@ -456,7 +458,6 @@ mod tests {
             sessions,
             capped: 0,
             active,
-            mine: 0,
             backlog: 0,
             stranded: 0,
             stranded_slice: 0,

@@ -140,6 +140,16 @@ pub fn for_update(backend: DbBackend) -> &'static str {
     }
 }
 
+/// Appended to a sub-select that picks rows for the `UPDATE` around it:
+/// rows another transaction is changing are passed over rather than
+/// waited for (SQLite has one writer at a time).
+pub fn skip_locked(backend: DbBackend) -> &'static str {
+    match backend {
+        DbBackend::Sqlite => "",
+        _ => " FOR UPDATE SKIP LOCKED",
+    }
+}
+
 /// Whether an error is transient and the statement should be retried:
 /// a dropped or unavailable connection, or a conflict the database asks
 /// the client to retry. Read from the driver's error kind and codes, never

@@ -86,9 +86,26 @@ struct ProbeRow {
 /// probes on the index rather than a scan of the partition's items.
 const KNOWN: [&str; 4] = ["available", "cancelled", "complete", "failed"];
 
-/// SQL for an item of partition `p` whose status matches `cond`.
-fn item_exists(cond: &str) -> String {
-    format!("EXISTS (SELECT 1 FROM feed_items r WHERE r.partition_id = p.id AND {cond})")
+/// SQL for an item of the partition whose id is `partition` matching `cond`
+/// (the item aliased `i`).
+fn item_exists(cond: &str, partition: &str) -> String {
+    format!("EXISTS (SELECT 1 FROM feed_items i WHERE i.partition_id = {partition} AND {cond})")
+}
+
+/// SQL for "an item of the partition whose id is `partition` is still
+/// open" (neither `complete` nor `cancelled`): three range probes on the
+/// item index, whatever the statuses in between.
+fn open_items(partition: &str) -> String {
+    let [_, cancelled, complete, _] = KNOWN;
+    [
+        format!("i.status < '{cancelled}'"),
+        format!("i.status > '{cancelled}' AND i.status < '{complete}'"),
+        format!("i.status > '{complete}'"),
+    ]
+    .iter()
+    .map(|c| item_exists(c, partition))
+    .collect::<Vec<_>>()
+    .join(" OR ")
 }
 
 /// The probe's `verdict` column for a partition aliased `p`. The first
@@ -100,21 +117,15 @@ fn item_exists(cond: &str) -> String {
 /// ids (with stale statistics PostgreSQL would otherwise read every held
 /// partition through the owner index and filter the ids).
 fn verdict_column() -> String {
-    let [available, cancelled, complete, failed] = KNOWN;
-    let open = [
-        item_exists(&format!("r.status < '{cancelled}'")),
-        item_exists(&format!(
-            "r.status > '{cancelled}' AND r.status < '{complete}'"
-        )),
-        item_exists(&format!("r.status > '{complete}'")),
-    ];
+    let [available, _, _, failed] = KNOWN;
+    let on_p = |cond: &str| item_exists(cond, "p.id");
     let mut unknown = vec![
-        item_exists(&format!("r.status < '{available}'")),
-        item_exists(&format!("r.status > '{failed}'")),
+        on_p(&format!("i.status < '{available}'")),
+        on_p(&format!("i.status > '{failed}'")),
     ];
     for w in KNOWN.windows(2) {
-        unknown.push(item_exists(&format!(
-            "r.status > '{}' AND r.status < '{}'",
+        unknown.push(on_p(&format!(
+            "i.status > '{}' AND i.status < '{}'",
             w[0], w[1]
         )));
     }
@@ -125,15 +136,15 @@ fn verdict_column() -> String {
          WHEN {below} OR {unknown} THEN 'unrunnable' \
          WHEN p.on_failure <> 'continue' AND {blocked} THEN 'blocked' \
          ELSE 'next' END ELSE 'lost' END AS verdict",
-        open = open.join(" OR "),
-        waiting = item_exists("r.status = 'available' AND r.gate = p.gate"),
-        ready = item_exists(
-            "r.status = 'available' AND r.gate = p.gate \
-             AND (r.not_before IS NULL OR r.not_before <= {now})"
+        open = open_items("p.id"),
+        waiting = on_p("i.status = 'available' AND i.gate = p.gate"),
+        ready = on_p(
+            "i.status = 'available' AND i.gate = p.gate \
+             AND (i.not_before IS NULL OR i.not_before <= {now})"
         ),
-        below = item_exists("r.status = 'available' AND r.gate < p.gate"),
+        below = on_p("i.status = 'available' AND i.gate < p.gate"),
         unknown = unknown.join(" OR "),
-        blocked = item_exists("r.status = 'failed'"),
+        blocked = on_p("i.status = 'failed'"),
     )
 }
 
@@ -242,19 +253,36 @@ impl Store {
     /// (re-checked in the same statement); returns the ids closed. One
     /// statement per [`CLOSE_CHUNK`] partitions.
     pub async fn close_partitions(&self, parts: &[HeldPartition], me: &str) -> Result<Vec<String>> {
+        let parts: Vec<(String, i64)> = parts.iter().map(|p| (p.id.clone(), p.version)).collect();
+        let guard = format!("NOT {}", item_exists("i.status = 'available'", "feed_partitions.id"));
+        self.close_where(&parts, me, &guard).await
+    }
+
+    /// Closes, without reading them first, the held partitions among
+    /// `parts` (ids at the versions last seen) that close by themselves and
+    /// whose every item is `complete` or `cancelled`: the common end of a
+    /// small partition costs one statement shared with many others. The
+    /// rest are left as they are, for a full check.
+    pub(crate) async fn close_finished(&self, parts: &[(String, i64)], me: &str) -> Result<Vec<String>> {
+        let guard = format!("auto_close AND status = 'available' AND NOT ({})", open_items("feed_partitions.id"));
+        self.close_where(parts, me, &guard).await
+    }
+
+    /// Closes and releases the partitions among `parts` still owned by `me`
+    /// at those versions for which `guard` holds; returns the ids closed.
+    async fn close_where(&self, parts: &[(String, i64)], me: &str, guard: &str) -> Result<Vec<String>> {
         let mut closed = Vec::new();
         for chunk in parts.chunks(CLOSE_CHUNK) {
             let versions = " WHEN ? THEN ?".repeat(chunk.len());
             let mut values: Vec<Value> = vec![me.into()];
-            values.extend(chunk.iter().map(|p| Value::from(p.id.clone())));
-            for p in chunk {
-                values.extend([p.id.clone().into(), p.version.into()]);
+            values.extend(chunk.iter().map(|(id, _)| Value::from(id.clone())));
+            for (id, version) in chunk {
+                values.extend([id.clone().into(), (*version).into()]);
             }
             let update = format!(
                 "UPDATE feed_partitions SET status = 'complete', owner = NULL, version = version + 1, \
                  updated_at = {{now}} WHERE owner = ? AND id IN ({ids}) AND version = CASE id{versions} END \
-                 AND NOT EXISTS (SELECT 1 FROM feed_items i WHERE i.partition_id = feed_partitions.id \
-                 AND i.status = 'available')",
+                 AND {guard}",
                 ids = marks(chunk.len())
             );
             if update_returning(self.backend) {
@@ -268,9 +296,9 @@ impl Store {
             }
             // No RETURNING: read back in the same transaction, which holds
             // the rows it changed, so no later change can hide a close.
-            let mut after: Vec<Value> = chunk.iter().map(|p| Value::from(p.id.clone())).collect();
-            for p in chunk {
-                after.extend([p.id.clone().into(), (p.version + 1).into()]);
+            let mut after: Vec<Value> = chunk.iter().map(|(id, _)| Value::from(id.clone())).collect();
+            for (id, version) in chunk {
+                after.extend([id.clone().into(), (version + 1).into()]);
             }
             let read = stmt(
                 self.backend,

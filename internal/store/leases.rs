@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use sea_orm::{DbBackend, FromQueryResult, Value};
 
-use super::dialect::{marks, update_returning};
+use super::dialect::{marks, skip_locked, update_returning};
 use super::{Store, get, ms};
 use crate::{Error, Result};
 
@@ -49,8 +49,6 @@ pub struct LeaseCounts {
     pub capped: i64,
     /// Partitions with status `available`, up to [`COUNT_CAP`].
     pub active: i64,
-    /// Of those, owned by this session.
-    pub mine: i64,
     /// Available items in the partitions this session holds, up to [`COUNT_CAP`].
     pub backlog: i64,
     /// Of the slice of `complete` partitions probed this cycle, those that
@@ -116,7 +114,6 @@ impl Store {
                      (SELECT COUNT(*) FROM feed_processors WHERE heartbeat_at >= {{now}} - ? AND max_partitions IS NOT NULL) AS capped, \
                      (SELECT COUNT(*) FROM (SELECT 1 AS x FROM feed_partitions WHERE status = 'available' \
                       ORDER BY status, owner, id LIMIT ?) a) AS active, \
-                     (SELECT COUNT(*) FROM feed_partitions WHERE status = 'available' AND owner = ?) AS mine, \
                      (SELECT COUNT(*) FROM (SELECT 1 AS x FROM feed_partitions p JOIN feed_items i ON i.partition_id = p.id \
                       WHERE p.owner = ? AND p.status = 'available' AND i.status = 'available' LIMIT ?) b) AS backlog, \
                      c.stranded, c.stranded_slice, c.stranded_end \
@@ -128,7 +125,6 @@ impl Store {
                     e.into(),
                     e.into(),
                     COUNT_CAP.into(),
-                    me.into(),
                     me.into(),
                     (if backlog { COUNT_CAP } else { 0 }).into(),
                     stranded_after.into(),
@@ -212,6 +208,51 @@ impl Store {
             .await?;
         rows.iter()
             .map(|r| Ok(FreeRow::from_query_result(r, "")?))
+            .collect()
+    }
+
+    /// Leases up to `limit` active partitions nobody live holds with ids
+    /// after `after`, in id order: a page of a large backlog. Where an
+    /// `UPDATE` can say which rows it changed, the page is picked and taken
+    /// in one statement (rows another transaction is changing are passed
+    /// over, and each row's owner is tested again as it is written, so
+    /// two processors never both take one); elsewhere it is read, then
+    /// leased by OCC as [`Store::lease_many`]. Returns the ids taken with
+    /// their new versions.
+    pub(crate) async fn lease_page(
+        &self,
+        expiry: Duration,
+        after: &str,
+        limit: usize,
+        me: &str,
+    ) -> Result<Vec<(String, i64)>> {
+        if !update_returning(self.backend) {
+            let free = self.free_page(expiry, after, limit).await?;
+            let pick: Vec<(String, i64)> = free.into_iter().map(|f| (f.id, f.version)).collect();
+            return self.lease_many(&pick, me).await;
+        }
+        let rows = self
+            .query(
+                &format!(
+                    "UPDATE feed_partitions SET owner = ?, version = version + 1, updated_at = {{now}} \
+                     WHERE id IN (SELECT p.id FROM feed_partitions p \
+                     WHERE p.status = 'available' AND (p.owner IS NULL OR p.owner NOT IN {LIVE}) \
+                     AND p.id > ? ORDER BY p.id LIMIT ?{}) \
+                     AND status = 'available' AND (owner IS NULL OR owner NOT IN {LIVE}) \
+                     RETURNING id, version",
+                    skip_locked(self.backend)
+                ),
+                vec![
+                    me.into(),
+                    ms(expiry).into(),
+                    after.into(),
+                    (limit as i64).into(),
+                    ms(expiry).into(),
+                ],
+            )
+            .await?;
+        rows.iter()
+            .map(|r| Ok((get(r, "id")?, get(r, "version")?)))
             .collect()
     }
 
