@@ -204,7 +204,7 @@ async fn full(
     // The backlog gauge is counted once per sweep: it is the costliest
     // count (up to COUNT_CAP rows) and only informs.
     let counts = store
-        .lease_counts(me, expiry, &c.stranded, sweep_starts)
+        .lease_counts(me, held as i64, expiry, &c.stranded, sweep_starts)
         .await?;
     // What this session holds is known here: a partition lost to someone
     // else (stolen, cancelled, closed by hand) is found missing from its
@@ -325,7 +325,13 @@ impl Held {
 
     /// Drops the held partitions in the range a slice covers that it did
     /// not return (reported in `out.lost`).
-    fn lost_from(&mut self, slice: &[HeldRow], swept: &Swept, out: &mut Balanced, metrics: &Metrics) {
+    fn lost_from(
+        &mut self,
+        slice: &[HeldRow],
+        swept: &Swept,
+        out: &mut Balanced,
+        metrics: &Metrics,
+    ) {
         let seen: HashSet<&str> = slice.iter().map(|r| r.id.as_str()).collect();
         let dirty = &mut self.dirty;
         self.versions.retain(|id, _| {
@@ -364,15 +370,26 @@ async fn take_free(shared: &Context, me: &str, out: &mut Cycle, want: usize) -> 
     let mut n = 0;
     while n < want {
         let page = LEASE_CHUNK.min(want - n);
-        let leased = store
-            .lease_page(expiry, &out.cursors.cursor, page, me)
-            .await?;
+        let leased = store.lease_page(&out.cursors.cursor, page, me).await?;
         if let Some(last) = leased.iter().map(|(id, _)| id).max() {
             out.cursors.cursor = last.clone();
         }
         let got = leased.len();
         n += took(out, leased);
         if got < page {
+            break;
+        }
+    }
+    // Nothing unowned is left: partitions of sessions that died holding
+    // them, a page at a time.
+    while n < want {
+        let page = LEASE_CHUNK.min(want - n);
+        let orphans = store.orphan_page(expiry, page).await?;
+        let got = orphans.len();
+        let leased = store.lease_many(&orphans, me).await?;
+        let stop = got < page || leased.is_empty();
+        n += took(out, leased);
+        if stop {
             break;
         }
     }

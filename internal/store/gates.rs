@@ -254,8 +254,11 @@ impl Store {
     /// statement per [`CLOSE_CHUNK`] partitions.
     pub async fn close_partitions(&self, parts: &[HeldPartition], me: &str) -> Result<Vec<String>> {
         let parts: Vec<(String, i64)> = parts.iter().map(|p| (p.id.clone(), p.version)).collect();
-        let guard = format!("NOT {}", item_exists("i.status = 'available'", "feed_partitions.id"));
-        self.close_where(&parts, me, &guard).await
+        let guard = format!(
+            "NOT {}",
+            item_exists("i.status = 'available'", "feed_partitions.id")
+        );
+        self.close_where(&parts, me, "version", &guard).await
     }
 
     /// Closes, without reading them first, the held partitions among
@@ -263,14 +266,33 @@ impl Store {
     /// whose every item is `complete` or `cancelled`: the common end of a
     /// small partition costs one statement shared with many others. The
     /// rest are left as they are, for a full check.
-    pub(crate) async fn close_finished(&self, parts: &[(String, i64)], me: &str) -> Result<Vec<String>> {
-        let guard = format!("auto_close AND status = 'available' AND NOT ({})", open_items("feed_partitions.id"));
-        self.close_where(parts, me, &guard).await
+    pub(crate) async fn close_finished(
+        &self,
+        parts: &[(String, i64)],
+        me: &str,
+    ) -> Result<Vec<String>> {
+        // Status and auto_close are tested inside the version's test, so that
+        // the rows can only be found by their ids (as in `lease_many`).
+        let guard = format!("NOT ({})", open_items("feed_partitions.id"));
+        self.close_where(
+            parts,
+            me,
+            "CASE WHEN status = 'available' AND auto_close THEN version END",
+            &guard,
+        )
+        .await
     }
 
     /// Closes and releases the partitions among `parts` still owned by `me`
-    /// at those versions for which `guard` holds; returns the ids closed.
-    async fn close_where(&self, parts: &[(String, i64)], me: &str, guard: &str) -> Result<Vec<String>> {
+    /// whose `version` (an expression) is theirs there and for which
+    /// `guard` holds; returns the ids closed.
+    async fn close_where(
+        &self,
+        parts: &[(String, i64)],
+        me: &str,
+        version: &str,
+        guard: &str,
+    ) -> Result<Vec<String>> {
         let mut closed = Vec::new();
         for chunk in parts.chunks(CLOSE_CHUNK) {
             let versions = " WHEN ? THEN ?".repeat(chunk.len());
@@ -281,7 +303,7 @@ impl Store {
             }
             let update = format!(
                 "UPDATE feed_partitions SET status = 'complete', owner = NULL, version = version + 1, \
-                 updated_at = {{now}} WHERE owner = ? AND id IN ({ids}) AND version = CASE id{versions} END \
+                 updated_at = {{now}} WHERE owner = ? AND id IN ({ids}) AND {version} = CASE id{versions} END \
                  AND {guard}",
                 ids = marks(chunk.len())
             );
@@ -296,7 +318,10 @@ impl Store {
             }
             // No RETURNING: read back in the same transaction, which holds
             // the rows it changed, so no later change can hide a close.
-            let mut after: Vec<Value> = chunk.iter().map(|(id, _)| Value::from(id.clone())).collect();
+            let mut after: Vec<Value> = chunk
+                .iter()
+                .map(|(id, _)| Value::from(id.clone()))
+                .collect();
             for (id, version) in chunk {
                 after.extend([id.clone().into(), (version + 1).into()]);
             }

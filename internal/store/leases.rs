@@ -47,7 +47,9 @@ pub struct LeaseCounts {
     pub sessions: i64,
     /// Of those, sessions with a `--max-partitions` cap.
     pub capped: i64,
-    /// Partitions with status `available`, up to [`COUNT_CAP`].
+    /// Partitions with status `available`, up to [`COUNT_CAP`]: those this
+    /// session holds (as it knows them) and the others, counted up to what
+    /// the cap leaves.
     pub active: i64,
     /// Available items in the partitions this session holds, up to [`COUNT_CAP`].
     pub backlog: i64,
@@ -88,12 +90,16 @@ pub struct FreeRow {
 impl Store {
     /// Everything one balancing decision needs, in one statement, each
     /// part bounded: capped counts, and one slice of `complete` partitions
-    /// (ids after `stranded_after`) probed for stranded items. The backlog
+    /// (ids after `stranded_after`) probed for stranded items. The active
+    /// partitions are the `held` ones plus the others, which are counted
+    /// in the index ranges around this session's own, so a processor that
+    /// holds many reads only as many more as the cap leaves. The backlog
     /// (a metric only, and the costliest count) is counted only when
     /// `backlog` is set; otherwise it reads 0.
     pub(crate) async fn lease_counts(
         &self,
         me: &str,
+        held: i64,
         expiry: Duration,
         stranded_after: &str,
         backlog: bool,
@@ -106,14 +112,25 @@ impl Store {
         // status index and sorted them (0.36 s per slice at 300,000).
         let complete = "(SELECT id FROM feed_partitions WHERE status = 'complete' AND owner IS NULL \
                         AND id > ? ORDER BY status, owner, id LIMIT ?)";
+        let others = |cond: &str| {
+            format!(
+                "(SELECT COUNT(*) FROM (SELECT 1 AS x FROM feed_partitions WHERE status = 'available' \
+                 AND {cond} ORDER BY status, owner, id LIMIT ?) o)"
+            )
+        };
+        let (unowned, below, above) = (
+            others("owner IS NULL"),
+            others("owner < ?"),
+            others("owner > ?"),
+        );
+        let left = (COUNT_CAP - held).max(0);
         let rows = self
             .query(
                 &format!(
                     "SELECT \
                      (SELECT COUNT(*) FROM feed_processors WHERE heartbeat_at >= {{now}} - ?) AS sessions, \
                      (SELECT COUNT(*) FROM feed_processors WHERE heartbeat_at >= {{now}} - ? AND max_partitions IS NOT NULL) AS capped, \
-                     (SELECT COUNT(*) FROM (SELECT 1 AS x FROM feed_partitions WHERE status = 'available' \
-                      ORDER BY status, owner, id LIMIT ?) a) AS active, \
+                     ? + {unowned} + {below} + {above} AS active, \
                      (SELECT COUNT(*) FROM (SELECT 1 AS x FROM feed_partitions p JOIN feed_items i ON i.partition_id = p.id \
                       WHERE p.owner = ? AND p.status = 'available' AND i.status = 'available' LIMIT ?) b) AS backlog, \
                      c.stranded, c.stranded_slice, c.stranded_end \
@@ -124,7 +141,12 @@ impl Store {
                 vec![
                     e.into(),
                     e.into(),
-                    COUNT_CAP.into(),
+                    held.into(),
+                    left.into(),
+                    me.into(),
+                    left.into(),
+                    me.into(),
+                    left.into(),
                     me.into(),
                     (if backlog { COUNT_CAP } else { 0 }).into(),
                     stranded_after.into(),
@@ -135,7 +157,9 @@ impl Store {
         let row = rows
             .first()
             .ok_or_else(|| Error::NotFound("lease counts".into()))?;
-        Ok(LeaseCounts::from_query_result(row, "")?)
+        let mut counts = LeaseCounts::from_query_result(row, "")?;
+        counts.active = counts.active.min(COUNT_CAP);
+        Ok(counts)
     }
 
     /// Active partitions nobody live holds that have work ready now, up to
@@ -188,67 +212,69 @@ impl Store {
             .collect()
     }
 
-    /// Up to `limit` active partitions nobody live holds with ids after
-    /// `after`, in id order: a page of a large backlog to lease.
-    pub(crate) async fn free_page(
-        &self,
-        expiry: Duration,
-        after: &str,
-        limit: usize,
-    ) -> Result<Vec<FreeRow>> {
-        let rows = self
-            .query(
-                &format!(
-                    "SELECT p.id, p.version, FALSE AS ready FROM feed_partitions p \
-                     WHERE p.status = 'available' AND (p.owner IS NULL OR p.owner NOT IN {LIVE}) \
-                     AND p.id > ? ORDER BY p.id LIMIT ?"
-                ),
-                vec![ms(expiry).into(), after.into(), (limit as i64).into()],
-            )
-            .await?;
-        rows.iter()
-            .map(|r| Ok(FreeRow::from_query_result(r, "")?))
-            .collect()
-    }
-
-    /// Leases up to `limit` active partitions nobody live holds with ids
-    /// after `after`, in id order: a page of a large backlog. Where an
-    /// `UPDATE` can say which rows it changed, the page is picked and taken
-    /// in one statement (rows another transaction is changing are passed
-    /// over, and each row's owner is tested again as it is written, so
-    /// two processors never both take one); elsewhere it is read, then
-    /// leased by OCC as [`Store::lease_many`]. Returns the ids taken with
-    /// their new versions.
+    /// Leases up to `limit` active partitions that nobody holds with ids
+    /// after `after`, in id order: a page of a large backlog, one range of
+    /// the `(status, owner, id)` index however many partitions are held or
+    /// finished. Where an `UPDATE` can say which rows it changed, the page
+    /// is picked and taken in one statement (rows another transaction is
+    /// changing are passed over, and each row's owner is tested again as it
+    /// is written, so two processors never both take one); elsewhere it is
+    /// read, then leased by OCC as [`Store::lease_many`]. Returns the ids
+    /// taken with their new versions.
     pub(crate) async fn lease_page(
         &self,
-        expiry: Duration,
         after: &str,
         limit: usize,
         me: &str,
     ) -> Result<Vec<(String, i64)>> {
+        let page = "SELECT p.id FROM feed_partitions p WHERE p.status = 'available' \
+                    AND p.owner IS NULL AND p.id > ? ORDER BY p.status, p.owner, p.id LIMIT ?";
         if !update_returning(self.backend) {
-            let free = self.free_page(expiry, after, limit).await?;
-            let pick: Vec<(String, i64)> = free.into_iter().map(|f| (f.id, f.version)).collect();
+            let rows = self
+                .query(
+                    &page.replace("SELECT p.id", "SELECT p.id, p.version"),
+                    vec![after.into(), (limit as i64).into()],
+                )
+                .await?;
+            let pick = rows
+                .iter()
+                .map(|r| Ok((get(r, "id")?, get(r, "version")?)))
+                .collect::<Result<Vec<(String, i64)>>>()?;
             return self.lease_many(&pick, me).await;
         }
         let rows = self
             .query(
                 &format!(
                     "UPDATE feed_partitions SET owner = ?, version = version + 1, updated_at = {{now}} \
-                     WHERE id IN (SELECT p.id FROM feed_partitions p \
-                     WHERE p.status = 'available' AND (p.owner IS NULL OR p.owner NOT IN {LIVE}) \
-                     AND p.id > ? ORDER BY p.id LIMIT ?{}) \
-                     AND status = 'available' AND (owner IS NULL OR owner NOT IN {LIVE}) \
+                     WHERE id IN ({page}{}) AND status = 'available' AND owner IS NULL \
                      RETURNING id, version",
                     skip_locked(self.backend)
                 ),
-                vec![
-                    me.into(),
-                    ms(expiry).into(),
-                    after.into(),
-                    (limit as i64).into(),
-                    ms(expiry).into(),
-                ],
+                vec![me.into(), after.into(), (limit as i64).into()],
+            )
+            .await?;
+        rows.iter()
+            .map(|r| Ok((get(r, "id")?, get(r, "version")?)))
+            .collect()
+    }
+
+    /// Up to `limit` active partitions whose owner is a session no longer
+    /// live (it died holding them), by owner and id. Asked only once no
+    /// partition is left unowned, it reads the held partitions' range of
+    /// the `(status, owner, id)` index up to the dead owners' ones.
+    pub(crate) async fn orphan_page(
+        &self,
+        expiry: Duration,
+        limit: usize,
+    ) -> Result<Vec<(String, i64)>> {
+        let rows = self
+            .query(
+                &format!(
+                    "SELECT p.id, p.version FROM feed_partitions p WHERE p.status = 'available' \
+                     AND p.owner IS NOT NULL AND p.owner NOT IN {LIVE} \
+                     ORDER BY p.status, p.owner, p.id LIMIT ?"
+                ),
+                vec![ms(expiry).into(), (limit as i64).into()],
             )
             .await?;
         rows.iter()
