@@ -75,6 +75,35 @@ async fn many_one_item_partitions_drain(db: TestDb) {
     assert_eq!(count(&db, owned).await, 0, "closed partitions are released");
 }
 
+on_all_backends!(partitions_of_a_dead_session_are_leased_in_pages);
+/// 1,200 partitions left owned by a session that died (more than one
+/// lease page, and none unowned): a new processor takes them all in pages
+/// and every item runs once.
+async fn partitions_of_a_dead_session_are_leased_in_pages(db: TestDb) {
+    many_partitions(&db, "o", 1_200, true, true).await;
+    db.sql("INSERT INTO feed_processors (id, heartbeat_at) VALUES ('dead', 0)")
+        .await;
+    db.sql("UPDATE feed_partitions SET owner = 'dead'").await;
+    let scene = Scene::start(&db, &[], |_| done()).await;
+    all_complete(&db).await;
+    let calls = scene.0.calls();
+    let items: HashSet<&str> = calls.iter().map(|c| c.item.as_str()).collect();
+    assert_eq!(items.len(), 1_200, "every item was called");
+    assert_eq!(calls.len(), 1_200, "no item was called twice");
+    let log = strip_ansi(&scene.1.log());
+    let pages = log
+        .lines()
+        .filter(|l| l.contains("leased partitions"))
+        .filter_map(|l| l.split("partitions=").nth(1))
+        .filter_map(|rest| rest.split_whitespace().next()?.parse::<usize>().ok())
+        .collect::<Vec<_>>();
+    assert!(pages.iter().sum::<usize>() >= 1_200, "leased: {pages:?}");
+    assert!(
+        pages.iter().all(|n| *n <= 500),
+        "pages of at most 500: {pages:?}"
+    );
+}
+
 on_all_backends!(one_big_partition_fans_in);
 /// One partition of 1,500 items at gate 0 and 500 at gate 1: gate 1 runs
 /// only after every gate-0 item is done, and the partition closes.
@@ -182,9 +211,11 @@ async fn acquire_cycle_costs_the_same_at_any_size(db: TestDb) {
 
 on_all_backends!(batched_leasing_races_a_second_processor);
 /// Two processors lease 3,000 free partitions in batches. The first
-/// partition's row is held locked (PostgreSQL, MariaDB) until both
-/// processors' batched leases wait on it, so both batches name the same
-/// rows; no partition is then leased by both, and every item runs once.
+/// partition's row is held locked until both processors' leases wait on
+/// it: on MariaDB their batches, read before they lease, name the same
+/// rows; on PostgreSQL each page is picked and taken in one statement that
+/// passes over locked rows, so both race for the held one once the rest
+/// are taken. No partition is leased by both, and every item runs once.
 async fn batched_leasing_races_a_second_processor(db: TestDb) {
     many_partitions(&db, "r", 3_000, true, true).await;
     let txn = db.store.connection().begin().await.unwrap();
