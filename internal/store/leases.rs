@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use sea_orm::{DbBackend, FromQueryResult, Value};
 
-use super::dialect::{marks, skip_locked, update_returning};
+use super::dialect::{marks, picked, update_returning};
 use super::{Store, get, ms};
 use crate::{Error, Result};
 
@@ -246,9 +246,8 @@ impl Store {
             .query(
                 &format!(
                     "UPDATE feed_partitions SET owner = ?, version = version + 1, updated_at = {{now}} \
-                     WHERE id IN ({page}{}) AND status = 'available' AND owner IS NULL \
-                     RETURNING id, version",
-                    skip_locked(self.backend)
+                     WHERE {} AND status = 'available' AND owner IS NULL RETURNING id, version",
+                    picked(self.backend, page)
                 ),
                 vec![me.into(), after.into(), (limit as i64).into()],
             )
