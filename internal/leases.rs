@@ -44,10 +44,10 @@ const TAKE_PER_STEP: usize = 2_000;
 /// again (another processor may have started meanwhile).
 const TAKE_PER_CYCLE: usize = 20_000;
 
-/// For this long after its first cycle a processor looks at the statistics
-/// every cycle: PostgreSQL publishes a table's change counts up to a
-/// second late, so a look right after a bulk load can miss it.
-const STATISTICS_FIRST: Duration = Duration::from_secs(10);
+/// For its first this many full cycles a processor looks at the statistics
+/// every time: PostgreSQL publishes a table's change counts up to a second
+/// late, so a look right after a bulk load can miss it.
+const STATISTICS_FIRST: u32 = 5;
 
 /// How often the acquire cycle looks whether PostgreSQL's statistics lag
 /// behind a bulk load (first at the first cycle).
@@ -83,8 +83,9 @@ pub struct Cursors {
     /// Where the next step's page of free partitions starts (ids in order),
     /// so that steps do not read again past the ones already leased.
     cursor: String,
-    /// When the planner's statistics were first and last looked at.
-    statistics: Option<(Instant, Instant)>,
+    /// When the planner's statistics were last looked at, and how many
+    /// times.
+    statistics: Option<(Instant, u32)>,
 }
 
 /// What an acquire cycle found and did, for the dispatch loop to take in.
@@ -187,12 +188,11 @@ async fn full(
     // operator control), run on one slice per cycle, so every partition is
     // seen within SWEEP_CYCLES cycles.
     let c = &mut out.cursors;
-    let now = Instant::now();
-    let first = c.statistics.map_or(now, |(first, _)| first);
-    if c.statistics.is_none_or(|(first, last)| {
-        first.elapsed() < STATISTICS_FIRST || last.elapsed() >= STATISTICS_EVERY
-    }) {
-        c.statistics = Some((first, now));
+    let looks = c.statistics.map_or(0, |(_, n)| n);
+    if c.statistics
+        .is_none_or(|(last, n)| n < STATISTICS_FIRST || last.elapsed() >= STATISTICS_EVERY)
+    {
+        c.statistics = Some((Instant::now(), looks.saturating_add(1)));
         if store.refresh_statistics().await? {
             tracing::info!(
                 "analyzed feed_partitions and feed_items: the planner's statistics lagged far behind their rows (a bulk load)"

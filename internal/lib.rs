@@ -9,7 +9,7 @@
 //! operator controls and read models), [`Config`], [`run`](run()) and
 //! [`run_with`], the [`Handler`] trait with [`Job`] and [`Outcome`], and
 //! these modules:
-//! - [`store`]: all SQL (one place per dialect difference) and the types its operations take and return;
+//! - [`store`]: all SQL (backend differences in one driver per database) and the types its operations take and return;
 //! - [`handler`]: the [`Handler`] trait and the HTTP handler protocol (signatures included);
 //! - [`run`](mod@run): start-up and graceful shutdown;
 //! - [`console`]: the web dashboard and its JSON API (operator controls);

@@ -9,7 +9,6 @@
 
 use sea_orm::{ConnectionTrait, FromQueryResult, Value};
 
-use super::dialect::{self, stmt};
 use super::{Retried, RetryScope, Store, get};
 use crate::{Error, Result, validate};
 
@@ -37,7 +36,7 @@ impl Store {
 
     /// Wakes PostgreSQL listeners after a control that makes work runnable.
     async fn wake(&self) -> Result<()> {
-        if let Some(notify) = dialect::notify(self.backend()) {
+        if let Some(notify) = self.driver.notify() {
             self.exec(notify, vec![]).await?;
         }
         Ok(())
@@ -116,12 +115,10 @@ impl Store {
     /// items cancelled now.
     pub async fn cancel(&self, id: &str) -> Result<u64> {
         validate::filter("partition id", id)?;
-        let b = self.backend();
+        let b = self.driver;
         let txn = self.begin_write().await?;
         let n = self.bounded(txn
-            .execute_raw(stmt(
-                b,
-                "UPDATE feed_partitions SET status = 'cancelled', owner = NULL, version = version + 1, \
+            .execute_raw(b.stmt("UPDATE feed_partitions SET status = 'cancelled', owner = NULL, version = version + 1, \
                  updated_at = {now} WHERE id = ? AND status <> 'complete'",
                 vec![id.into()],
             )))
@@ -136,9 +133,7 @@ impl Store {
             )));
         }
         let items = self.bounded(txn
-            .execute_raw(stmt(
-                b,
-                "UPDATE feed_items SET status = 'cancelled', version = version + 1, updated_at = {now} \
+            .execute_raw(b.stmt("UPDATE feed_items SET status = 'cancelled', version = version + 1, updated_at = {now} \
                  WHERE partition_id = ? AND status = 'available'",
                 vec![id.into()],
             )))

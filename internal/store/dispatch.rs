@@ -8,7 +8,6 @@
 
 use sea_orm::Value;
 
-use super::dialect::{data_column, seq};
 use super::{Store, get};
 use crate::Result;
 
@@ -47,7 +46,7 @@ impl Store {
         after: Option<i64>,
         limit: usize,
     ) -> Result<(Vec<String>, i64)> {
-        let seq = seq(self.backend);
+        let seq = self.driver.seq();
         let Some(after) = after else {
             let rows = self
                 .query(&format!("SELECT MAX({seq}) AS s FROM feed_items"), vec![])
@@ -88,8 +87,8 @@ impl Store {
         // sorts all of a partition's ready items instead of reading the
         // first few in index order (a filesort per refill).
         let n = want.len().next_power_of_two();
-        let data = data_column(self.backend, "i");
-        let seq = seq(self.backend);
+        let data = self.driver.data_column("i");
+        let seq = self.driver.seq();
         let branches: Vec<String> = (0..n)
             .map(|b| {
                 format!(

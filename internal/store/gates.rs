@@ -3,9 +3,9 @@
 
 use std::collections::HashMap;
 
-use sea_orm::{ConnectionTrait, DbBackend, FromQueryResult, TransactionTrait, Value};
+use sea_orm::{ConnectionTrait, FromQueryResult, TransactionTrait, Value};
 
-use super::dialect::{concat, marks, stmt, update_returning};
+use super::driver::{Driver, marks};
 use super::producer::OnFailure;
 use super::{Store, get};
 use crate::Result;
@@ -307,7 +307,7 @@ impl Store {
                  AND {guard}",
                 ids = marks(chunk.len())
             );
-            if update_returning(self.backend) {
+            if self.driver.update_returning() {
                 let rows = self
                     .query(&format!("{update} RETURNING id"), values)
                     .await?;
@@ -325,8 +325,7 @@ impl Store {
             for (id, version) in chunk {
                 after.extend([id.clone().into(), (version + 1).into()]);
             }
-            let read = stmt(
-                self.backend,
+            let read = self.driver.stmt(
                 &format!(
                     "SELECT id FROM feed_partitions WHERE id IN ({}) AND status = 'complete' \
                      AND owner IS NULL AND version = CASE id{versions} END",
@@ -334,7 +333,7 @@ impl Store {
                 ),
                 after,
             );
-            let update = stmt(self.backend, &update, values);
+            let update = self.driver.stmt(&update, values);
             let rows = self
                 .retry(|| async {
                     let txn = self.db.begin().await?;
@@ -396,7 +395,7 @@ impl Store {
                     "UPDATE feed_items SET last_error = {}, status = 'failed', version = version + 1, \
                      updated_at = {{now}} WHERE partition_id = ? \
                      AND status NOT IN ('available', 'complete', 'failed', 'cancelled') AND {owned}",
-                    unknown_status_message(self.backend)
+                    unknown_status_message(self.driver)
                 ),
                 vec![p.id.clone().into(), p.id.clone().into(), me.into()],
             )
@@ -406,13 +405,10 @@ impl Store {
 }
 
 /// `last_error` for an item with a status Feed does not know, naming it.
-fn unknown_status_message(backend: DbBackend) -> String {
-    concat(
-        backend,
-        &[
-            "'unknown status '''",
-            "status",
-            "'''; use available, complete, failed or cancelled, then run `processor retry`'",
-        ],
-    )
+fn unknown_status_message(driver: Driver) -> String {
+    driver.concat(&[
+        "'unknown status '''",
+        "status",
+        "'''; use available, complete, failed or cancelled, then run `processor retry`'",
+    ])
 }

@@ -9,7 +9,7 @@ use sea_orm::{FromQueryResult, QueryResult, Value};
 use serde::Serialize;
 
 use super::Store;
-use super::dialect::{Int, data_column, id_starts, marks};
+use super::driver::{Int, marks};
 use crate::{Error, Result, validate};
 
 /// Most rows one page returns.
@@ -227,7 +227,7 @@ impl Store {
             // comparison makes case count on every backend.
             sql.push_str(&format!(
                 " AND id LIKE ? ESCAPE '!' AND {}",
-                id_starts(self.backend)
+                self.driver.id_starts()
             ));
             values.push(format!("{escaped}%").into());
             values.push((p.chars().count() as i32).into());
@@ -347,7 +347,7 @@ impl Store {
         filter: &str,
         values: Vec<Value>,
     ) -> Result<Vec<ItemView>> {
-        let data = data_column(self.backend(), "i");
+        let data = self.driver.data_column("i");
         let sql = format!(
             "SELECT i.id, i.partition_id, i.gate, i.status, i.attempts, i.last_error, i.not_before, \
              i.version, i.updated_at, LENGTH({data}) AS data_bytes, \

@@ -1,13 +1,13 @@
 //! All of Feed's SQL: connecting, plus one file per concern (sessions,
 //! leases, dispatch, results, gates, producer operations, status).
 //!
-//! Nothing outside this module writes SQL. Dialect differences live in
-//! `dialect`. Operator controls live in `controls`, the console's read
+//! Nothing outside this module writes SQL. What differs between databases
+//! lives in `driver`, one file per database. Operator controls live in `controls`, the console's read
 //! models in [`listing`], retention in [`prune`].
 
 mod controls;
-mod dialect;
 mod dispatch;
+pub mod driver;
 mod gates;
 mod leases;
 pub mod listing;
@@ -30,10 +30,9 @@ use sea_orm::{
     Value,
 };
 
-pub(crate) use dialect::is_transient;
-use dialect::stmt;
-pub use dialect::stmt as statement;
 pub(crate) use dispatch::{Fence, ReadyItem};
+pub use driver::Driver;
+pub(crate) use driver::is_transient;
 pub(crate) use gates::GateProbe;
 pub use gates::HeldPartition;
 pub(crate) use leases::{HeldRow, LEASE_CHUNK, LeaseCounts, STRANDED_SLICE};
@@ -45,11 +44,20 @@ pub use timeout::DEFAULT_STATEMENT_TIMEOUT;
 use crate::backoff::Backoff;
 use crate::{Error, Result};
 
+/// Builds a statement for `backend` from SQL written with `?` placeholders
+/// and `{now}` for the database clock, as every store operation does.
+pub fn statement(backend: DbBackend, sql: &str, values: Vec<Value>) -> sea_orm::Statement {
+    match Driver::of(backend) {
+        Some(driver) => driver.stmt(sql, values),
+        None => sea_orm::Statement::from_sql_and_values(backend, sql, values),
+    }
+}
+
 /// A connection pool plus the backend it talks to.
 #[derive(Clone, Debug)]
 pub struct Store {
     db: DatabaseConnection,
-    backend: DbBackend,
+    driver: Driver,
     /// Statements issued through this store (all clones), exported as
     /// `feed_statements_total` so benchmarks can report statements per item.
     statements: Counter,
@@ -142,7 +150,7 @@ impl Store {
             .set_application_name("feed-processor")
             .sqlx_logging(false);
         if scheme == "sqlite" {
-            opts.map_sqlx_sqlite_opts(dialect::sqlite);
+            opts.map_sqlx_sqlite_opts(driver::sqlite::connect_options);
         }
         let limit = statement_timeout;
         opts.map_sqlx_postgres_pool_opts(move |o| {
@@ -164,9 +172,15 @@ impl Store {
             reason: e.to_string().replace(&url, &redact(&url)),
         })?;
         let backend = db.get_database_backend();
+        let driver = Driver::of(backend).ok_or_else(|| {
+            Error::DatabaseUrl(format!(
+                "{}: Feed does not run on {backend:?}",
+                redact(&url)
+            ))
+        })?;
         Ok(Store {
             db,
-            backend,
+            driver,
             statements: Counter::default(),
             bound: Arc::new(Bound::new(statement_timeout)),
             timeouts: Counter::default(),
@@ -197,7 +211,12 @@ impl Store {
 
     /// The backend this store talks to.
     pub fn backend(&self) -> DbBackend {
-        self.backend
+        self.driver.backend()
+    }
+
+    /// The driver of the database this store talks to.
+    pub fn driver(&self) -> Driver {
+        self.driver
     }
 
     /// The underlying sea-orm connection, for callers that need their own queries.
@@ -228,7 +247,7 @@ impl Store {
         self.retry(|| async {
             self.count(1);
             self.db
-                .execute_raw(stmt(self.backend, sql, values.clone()))
+                .execute_raw(self.driver.stmt(sql, values.clone()))
                 .await
                 .map(|r| r.rows_affected())
         })
@@ -239,7 +258,7 @@ impl Store {
         self.retry(|| async {
             self.count(1);
             self.db
-                .query_all_raw(stmt(self.backend, sql, values.clone()))
+                .query_all_raw(self.driver.stmt(sql, values.clone()))
                 .await
         })
         .await
@@ -247,7 +266,7 @@ impl Store {
 
     /// Whether processors on this database are woken by LISTEN/NOTIFY.
     pub(crate) fn listens(&self) -> bool {
-        dialect::notify(self.backend).is_some()
+        self.driver.notify().is_some()
     }
 
     /// The database clock, in epoch milliseconds.

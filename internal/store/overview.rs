@@ -8,7 +8,6 @@ use sea_orm::FromQueryResult;
 use serde::Serialize;
 
 use super::Store;
-use super::dialect::add_to_minute;
 use super::status::ProcessorStatus;
 use crate::Result;
 
@@ -49,7 +48,7 @@ impl Store {
     pub(crate) async fn add_completions(&self, items: u64) -> Result<()> {
         let sql = format!(
             "INSERT INTO feed_completions (minute, items) VALUES ({{now}} - ({{now}} % 60000), ?){}",
-            add_to_minute(self.backend)
+            self.driver.add_to_minute()
         );
         self.exec(&sql, vec![(items as i64).into()]).await?;
         Ok(())

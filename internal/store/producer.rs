@@ -1,11 +1,11 @@
 //! Producer operations: enqueue items (one transaction), retry failed items.
 
 use sea_orm::{
-    ConnectionTrait, DatabaseTransaction, DbBackend, SqliteTransactionMode, TransactionOptions,
+    ConnectionTrait, DatabaseTransaction, SqliteTransactionMode, TransactionOptions,
     TransactionTrait, Value,
 };
 
-use super::dialect::{concat, for_update, is_transient, keep_existing, notify, stmt};
+use super::driver::{Driver, is_transient};
 use super::{Store, get};
 use crate::backoff::Backoff;
 use crate::{Error, Result, validate};
@@ -162,16 +162,14 @@ impl Store {
         spec: &PartitionSpec,
         items: &[NewItem],
     ) -> Result<Enqueued> {
-        let b = self.backend();
+        let b = self.driver;
         let txn = self.begin_write().await?;
         // Upsert, then lock: producers creating the same partition at once
         // all succeed (a lock on a row that does not exist yet locks nothing).
         let created = self.bounded(txn
-            .execute_raw(stmt(
-                b,
-                &format!(
+            .execute_raw(b.stmt(&format!(
                     "INSERT INTO feed_partitions (id, auto_close, manual_checkpoint, on_failure) VALUES (?, ?, ?, ?){}",
-                    keep_existing(b)
+                    b.keep_existing()
                 ),
                 vec![
                     partition.into(),
@@ -184,11 +182,10 @@ impl Store {
             .rows_affected()
             == 1;
         let rows = self
-            .bounded(txn.query_all_raw(stmt(
-                b,
+            .bounded(txn.query_all_raw(b.stmt(
                 &format!(
                     "SELECT gate, status FROM feed_partitions WHERE id = ?{}",
-                    for_update(b)
+                    b.for_update()
                 ),
                 vec![partition.into()],
             )))
@@ -210,9 +207,7 @@ impl Store {
         }
         // Bumping the version makes a holder re-check the partition's gate,
         // and makes any advance or close it computed before this fail.
-        self.bounded(txn.execute_raw(stmt(
-            b,
-            "UPDATE feed_partitions SET status = CASE WHEN status = 'complete' THEN 'available' ELSE status END, \
+        self.bounded(txn.execute_raw(b.stmt("UPDATE feed_partitions SET status = CASE WHEN status = 'complete' THEN 'available' ELSE status END, \
              version = version + 1, updated_at = {now} WHERE id = ?",
             vec![partition.into()],
         )))
@@ -244,7 +239,7 @@ impl Store {
     /// # Ok(()) }
     /// ```
     pub async fn retry_failed(&self, scope: RetryScope<'_>) -> Result<Retried> {
-        let b = self.backend();
+        let b = self.driver;
         let txn = self.begin_write().await?;
         let (filter, values): (&str, Vec<Value>) = match scope {
             RetryScope::All => ("", vec![]),
@@ -256,9 +251,7 @@ impl Store {
             "{filter} AND partition_id NOT IN (SELECT c.id FROM feed_partitions c WHERE c.status = 'cancelled')"
         );
         // Partitions first, then items: the lock order of every writer.
-        self.bounded(txn.execute_raw(stmt(
-            b,
-            &format!(
+        self.bounded(txn.execute_raw(b.stmt(&format!(
                 "UPDATE feed_partitions SET status = 'available', version = version + 1, updated_at = {{now}} \
                  WHERE status <> 'cancelled' AND id IN (SELECT partition_id FROM feed_items WHERE status = 'failed'{filter})"
             ),
@@ -266,19 +259,15 @@ impl Store {
         )))
         .await?;
         let gate = "(SELECT p.gate FROM feed_partitions p WHERE p.id = feed_items.partition_id)";
-        let note = concat(
-            b,
-            &[
-                "'moved up from gate '",
-                "gate",
-                "' to its partition''s current gate by retry; previous error: '",
-                "COALESCE(last_error, '')",
-            ],
-        );
+        let note = b.concat(&[
+            "'moved up from gate '",
+            "gate",
+            "' to its partition''s current gate by retry; previous error: '",
+            "COALESCE(last_error, '')",
+        ]);
         // `last_error` first: MySQL's later assignments see earlier ones.
         let moved = self
-            .bounded(txn.execute_raw(stmt(
-                b,
+            .bounded(txn.execute_raw(b.stmt(
                 &format!(
                     "UPDATE feed_items SET last_error = {note}, gate = {gate} \
                      WHERE status = 'failed' AND gate < {gate}{filter}"
@@ -288,8 +277,7 @@ impl Store {
             .await?
             .rows_affected();
         let n = self
-            .bounded(txn.execute_raw(stmt(
-                b,
+            .bounded(txn.execute_raw(b.stmt(
                 &format!(
                     "UPDATE feed_items SET status = 'available', attempts = 0, not_before = NULL, \
                      version = version + 1, updated_at = {{now}} WHERE status = 'failed'{filter}"
@@ -298,7 +286,7 @@ impl Store {
             )))
             .await?
             .rows_affected();
-        if let Some(notify) = notify(b)
+        if let Some(notify) = b.notify()
             && n > 0
         {
             self.bounded(txn.execute_unprepared(notify)).await?;
@@ -310,7 +298,7 @@ impl Store {
 
 async fn insert_items(
     txn: &DatabaseTransaction,
-    b: DbBackend,
+    b: Driver,
     partition: &str,
     gate: i64,
     items: &[NewItem],
@@ -332,7 +320,7 @@ async fn insert_items(
         values.push(item.data.clone().into());
     }
     let sql = format!("INSERT INTO feed_items (id, partition_id, gate, data) VALUES {rows}");
-    txn.execute_raw(stmt(b, &sql, values)).await.map_err(|e| {
+    txn.execute_raw(b.stmt(&sql, values)).await.map_err(|e| {
         if matches!(e.sql_err(), Some(sea_orm::SqlErr::UniqueConstraintViolation(_))) {
             Error::Invalid(format!(
                 "an item id already exists (ids are unique across all partitions); nothing was written: {e}"

@@ -15,10 +15,10 @@
 
 use std::time::Duration;
 
-use sea_orm::{DbBackend, FromQueryResult, Value};
+use sea_orm::{FromQueryResult, Value};
 use serde::Serialize;
 
-use super::dialect::marks;
+use super::driver::marks;
 use super::{Store, get, ms};
 use crate::Result;
 
@@ -116,7 +116,10 @@ impl Store {
     /// Deletes the finished items of a page of partitions, [`ITEM_BATCH`]
     /// per statement, until a statement finds fewer.
     async fn prune_items(&self, page: &[String], age: i64) -> Result<u64> {
-        let sql = item_delete(self.backend, page.len());
+        let partition_ok = format!("p.{FINISHED} AND p.updated_at < {{now}} - ?");
+        let sql = self
+            .driver
+            .item_delete(page.len(), &partition_ok, ITEM_BATCH);
         let values = page_values(page, age);
         let mut deleted = 0;
         loop {
@@ -169,39 +172,6 @@ impl Store {
             )
             .await?;
         Ok(n == 1)
-    }
-}
-
-/// Deletes up to [`ITEM_BATCH`] items of `n` partitions (bound first, then
-/// the age) that are not `available` and whose partition is still finished
-/// and old. Each backend in the form its planner runs through the indexes:
-/// PostgreSQL picks row addresses partition by partition (a lateral
-/// sub-select, which it cannot turn into a scan of the whole table);
-/// MySQL and MariaDB cannot limit a sub-select on the table being deleted
-/// from but have `DELETE … LIMIT` (ordered, so that it is the same rows on
-/// a replica); SQLite, built without that, picks rowids.
-fn item_delete(backend: DbBackend, n: usize) -> String {
-    let page = marks(n);
-    let partition_ok = format!("p.{FINISHED} AND p.updated_at < {{now}} - ?");
-    match backend {
-        DbBackend::Postgres => format!(
-            "DELETE FROM feed_items WHERE ctid = ANY(ARRAY(SELECT i.ctid FROM feed_partitions p \
-             CROSS JOIN LATERAL (SELECT ctid FROM feed_items WHERE partition_id = p.id \
-             AND status <> 'available' LIMIT {ITEM_BATCH}) i \
-             WHERE p.id IN ({page}) AND {partition_ok} LIMIT {ITEM_BATCH})) \
-             AND status <> 'available'"
-        ),
-        DbBackend::MySql => format!(
-            "DELETE FROM feed_items WHERE partition_id IN ({page}) AND status <> 'available' \
-             AND EXISTS (SELECT 1 FROM feed_partitions p WHERE p.id = feed_items.partition_id \
-             AND {partition_ok}) ORDER BY partition_id, id LIMIT {ITEM_BATCH}"
-        ),
-        _ => format!(
-            "DELETE FROM feed_items WHERE rowid IN (SELECT i.rowid FROM feed_items i \
-             JOIN feed_partitions p ON p.id = i.partition_id WHERE i.partition_id IN ({page}) \
-             AND i.status <> 'available' AND {partition_ok} LIMIT {ITEM_BATCH}) \
-             AND status <> 'available'"
-        ),
     }
 }
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use sea_orm::{ConnectionTrait, DbErr, Statement, TransactionTrait, Value};
 
-use super::dialect::{ResultBatch, fence_lock, marks, result_batch, stmt, values_source};
+use super::driver::{ResultBatch, marks};
 use super::{Fence, Store, ms};
 use crate::{Error, Result};
 
@@ -147,10 +147,10 @@ impl Store {
     }
 
     async fn write_chunk(&self, acks: &[Ack], expiry: Duration) -> Result<Vec<bool>> {
-        match (result_batch(self.backend), acks) {
+        match (self.driver.result_batch(), acks) {
             (ResultBatch::Join, _) => self.write_mysql(acks, expiry).await,
-            (ResultBatch::Values, [one]) => self.write_one(one, expiry).await,
-            (ResultBatch::Values, _) => self.write_batch(acks, expiry).await,
+            (ResultBatch::Values(_), [one]) => self.write_one(one, expiry).await,
+            (ResultBatch::Values(source), _) => self.write_batch(acks, expiry, source).await,
         }
     }
 
@@ -172,7 +172,12 @@ impl Store {
     /// PostgreSQL and SQLite: every result of the batch in one fenced
     /// `UPDATE … FROM (VALUES …) RETURNING id` (one round trip). RETURNING
     /// says which rows passed the fence.
-    async fn write_batch(&self, acks: &[Ack], expiry: Duration) -> Result<Vec<bool>> {
+    async fn write_batch(
+        &self,
+        acks: &[Ack],
+        expiry: Duration,
+        source: fn(usize, &[&str]) -> (String, &'static str),
+    ) -> Result<Vec<bool>> {
         let n = bucket(acks.len());
         let cols = [
             "id",
@@ -188,7 +193,7 @@ impl Store {
             "last_error",
             "bump",
         ];
-        let (source, returning) = values_source(self.backend, n, &cols);
+        let (source, returning) = source(n, &cols);
         let sql = format!(
             "UPDATE feed_items AS i SET status = v.status, gate = v.gate, data = COALESCE(v.data, i.data), \
              not_before = CASE WHEN v.delay IS NULL THEN NULL ELSE {{now}} + v.delay END, \
@@ -198,7 +203,7 @@ impl Store {
              AND EXISTS (SELECT 1 FROM feed_partitions p JOIN feed_processors s ON s.id = p.owner \
              WHERE p.id = v.partition_id AND p.owner = v.session AND s.heartbeat_at >= {{now}} - ?{lock}) \
              RETURNING {returning}",
-            lock = fence_lock(self.backend)
+            lock = self.driver.fence_lock()
         );
         // The values are built per attempt, not cloned from a kept copy:
         // a result's data may be megabytes, and each copy counts.
@@ -207,9 +212,7 @@ impl Store {
                 self.count(1);
                 let mut values = padded_values(acks);
                 values.push(ms(expiry).into());
-                self.db
-                    .query_all_raw(stmt(self.backend, &sql, values))
-                    .await
+                self.db.query_all_raw(self.driver.stmt(&sql, values)).await
             })
             .await?;
         let written: HashSet<String> = rows
@@ -232,8 +235,7 @@ impl Store {
             .collect::<HashSet<_>>()
             .into_iter()
             .collect();
-        let lock = stmt(
-            self.backend,
+        let lock = self.driver.stmt(
             &format!(
                 "SELECT id FROM feed_partitions WHERE id IN ({}) LOCK IN SHARE MODE",
                 marks(partitions.len())
@@ -296,7 +298,7 @@ impl Store {
              WHERE i.version = v.old_version AND i.attempts = v.old_attempts \
              AND p.owner = v.session AND s.heartbeat_at >= {{now}} - ?"
         );
-        stmt(self.backend, &sql, values)
+        self.driver.stmt(&sql, values)
     }
 
     /// One fenced UPDATE: it changes the row only if the item's version and
@@ -335,9 +337,9 @@ impl Store {
              WHERE id = ? AND version = ? AND attempts = ? AND EXISTS (SELECT 1 FROM feed_partitions p \
              JOIN feed_processors s ON s.id = p.owner WHERE p.id = ? AND p.owner = ? \
              AND s.heartbeat_at >= {{now}} - ?{lock})",
-            lock = fence_lock(self.backend)
+            lock = self.driver.fence_lock()
         );
-        stmt(self.backend, &sql, values)
+        self.driver.stmt(&sql, values)
     }
 }
 

@@ -139,7 +139,7 @@ impl Store {
         validate::filter("item id", id)?;
         let sql = format!(
             "SELECT {} AS data FROM feed_items i WHERE i.id = ?",
-            super::dialect::data_column(self.backend(), "i")
+            self.driver.data_column("i")
         );
         let rows = self.query(&sql, vec![id.into()]).await?;
         let row = rows

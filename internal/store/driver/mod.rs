@@ -1,0 +1,286 @@
+//! What differs between the databases Feed runs on: one driver per
+//! database (`sqlite`, `postgres`, `mysql`), each a table of the SQL and
+//! behaviour that is its own, behind the one [`Driver`] enum. Every match
+//! over a `Driver` names all three, so a new database is a new variant and
+//! a new file that the compiler walks through; see docs/design.md, "Adding
+//! a backend".
+
+mod mysql;
+mod postgres;
+pub(crate) mod sqlite;
+
+use sea_orm::{DbBackend, Statement, Value};
+
+/// The database a store talks to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Driver {
+    /// SQLite (the embedded default).
+    Sqlite,
+    /// PostgreSQL.
+    Postgres,
+    /// MySQL and MariaDB.
+    MySql,
+}
+
+/// How a batch of fenced results is written: one `UPDATE … FROM (VALUES …)
+/// RETURNING` on PostgreSQL and SQLite; MariaDB has neither an `UPDATE …
+/// FROM` nor `RETURNING` on `UPDATE`, so a multi-table `UPDATE … JOIN`.
+#[derive(Clone, Copy, Debug)]
+pub enum ResultBatch {
+    /// `UPDATE … FROM (VALUES …) RETURNING`, with the `VALUES` source of
+    /// `n` rows of the columns and the column `RETURNING` names the id by.
+    Values(fn(usize, &[&str]) -> (String, &'static str)),
+    /// `UPDATE … JOIN` in a transaction.
+    Join,
+}
+
+/// One driver's SQL and behaviour: everything Feed writes differently for
+/// one database.
+pub(crate) struct Dialect {
+    /// The database clock as integer epoch milliseconds. Every time
+    /// comparison goes through this, never through a processor's clock.
+    now: &'static str,
+    /// Placeholders are numbered (`$1, $2, …`) rather than `?`.
+    numbered: bool,
+    /// `data` as bytes, for an item aliased by the argument.
+    data_column: fn(&str) -> String,
+    /// The column that orders a partition's items as they were written.
+    seq: &'static str,
+    /// Appended to an `INSERT` of a partition so that an existing one stays
+    /// (producers creating the same partition at once all succeed); the
+    /// statement affects exactly 1 row only when it created the partition.
+    keep_existing: &'static str,
+    /// Appended to an `INSERT INTO feed_completions (minute, items)` so
+    /// that the minute's existing row is added to.
+    add_to_minute: &'static str,
+    /// The first `?` characters of `id` compared to `?` byte for byte.
+    id_starts: &'static str,
+    /// Appended to a sub-select of a result write so that the fence holds
+    /// at commit.
+    fence_lock: &'static str,
+    /// A row lock taken by a `SELECT` inside a transaction.
+    for_update: &'static str,
+    /// The statement that wakes LISTENing processors, where there is one.
+    notify: Option<&'static str>,
+    /// SQL expressions joined into one string.
+    concat: fn(&[&str]) -> String,
+    /// A test that `id` is one of the rows a `SELECT id …` picks, for an
+    /// `UPDATE` that takes them in one statement; None where the pick must
+    /// be read first.
+    picked: Option<fn(&str) -> String>,
+    /// `UPDATE … RETURNING` says which rows an update changed.
+    update_returning: bool,
+    /// How a batch of results is written.
+    result_batch: ResultBatch,
+    /// Deletes up to the batch of items of `n` partitions that are not
+    /// `available` and whose partition is still finished and old.
+    item_delete: fn(usize, &str, i64) -> String,
+    /// Counts Feed's tables whose planner statistics lag far behind their
+    /// rows (binds: the least change, the factor), where the database
+    /// keeps such counts.
+    stale_statistics: Option<&'static str>,
+    /// Whether the server runs without autovacuum, where it has one.
+    autovacuum_off: Option<&'static str>,
+}
+
+impl Driver {
+    /// The driver for a sea-orm backend; None for one Feed does not support.
+    pub fn of(backend: DbBackend) -> Option<Driver> {
+        match backend {
+            DbBackend::Sqlite => Some(Driver::Sqlite),
+            DbBackend::Postgres => Some(Driver::Postgres),
+            DbBackend::MySql => Some(Driver::MySql),
+            // sea-orm may add backends; Feed runs on none of them.
+            _ => None,
+        }
+    }
+
+    /// The sea-orm backend.
+    pub fn backend(self) -> DbBackend {
+        match self {
+            Driver::Sqlite => DbBackend::Sqlite,
+            Driver::Postgres => DbBackend::Postgres,
+            Driver::MySql => DbBackend::MySql,
+        }
+    }
+
+    fn dialect(self) -> &'static Dialect {
+        match self {
+            Driver::Sqlite => &sqlite::DIALECT,
+            Driver::Postgres => &postgres::DIALECT,
+            Driver::MySql => &mysql::DIALECT,
+        }
+    }
+
+    /// Builds a statement from SQL written with `?` placeholders and
+    /// `{now}` for the database clock. Feed's SQL never has a literal `?`
+    /// inside a string.
+    pub fn stmt(self, sql: &str, values: Vec<Value>) -> Statement {
+        let d = self.dialect();
+        let sql = sql.replace("{now}", d.now);
+        let sql = if d.numbered {
+            let mut out = String::with_capacity(sql.len() + 16);
+            let mut n = 0;
+            for c in sql.chars() {
+                if c == '?' {
+                    n += 1;
+                    out.push('$');
+                    out.push_str(&n.to_string());
+                } else {
+                    out.push(c);
+                }
+            }
+            out
+        } else {
+            sql
+        };
+        Statement::from_sql_and_values(self.backend(), sql, values)
+    }
+
+    /// `data` as bytes for an item aliased `alias`.
+    pub(crate) fn data_column(self, alias: &str) -> String {
+        (self.dialect().data_column)(alias)
+    }
+
+    /// The column that orders a partition's items as they were written.
+    pub(crate) fn seq(self) -> &'static str {
+        self.dialect().seq
+    }
+
+    /// See [`Dialect::keep_existing`].
+    pub(crate) fn keep_existing(self) -> &'static str {
+        self.dialect().keep_existing
+    }
+
+    /// See [`Dialect::add_to_minute`].
+    pub(crate) fn add_to_minute(self) -> &'static str {
+        self.dialect().add_to_minute
+    }
+
+    /// See [`Dialect::id_starts`].
+    pub(crate) fn id_starts(self) -> &'static str {
+        self.dialect().id_starts
+    }
+
+    /// See [`Dialect::fence_lock`].
+    pub(crate) fn fence_lock(self) -> &'static str {
+        self.dialect().fence_lock
+    }
+
+    /// See [`Dialect::for_update`].
+    pub(crate) fn for_update(self) -> &'static str {
+        self.dialect().for_update
+    }
+
+    /// See [`Dialect::notify`].
+    pub(crate) fn notify(self) -> Option<&'static str> {
+        self.dialect().notify
+    }
+
+    /// SQL expressions joined into one string.
+    pub(crate) fn concat(self, parts: &[&str]) -> String {
+        (self.dialect().concat)(parts)
+    }
+
+    /// See [`Dialect::picked`].
+    pub(crate) fn picked(self, pick: &str) -> Option<String> {
+        self.dialect().picked.map(|f| f(pick))
+    }
+
+    /// See [`Dialect::update_returning`].
+    pub(crate) fn update_returning(self) -> bool {
+        self.dialect().update_returning
+    }
+
+    /// See [`Dialect::result_batch`].
+    pub(crate) fn result_batch(self) -> ResultBatch {
+        self.dialect().result_batch
+    }
+
+    /// See [`Dialect::item_delete`]: `partition_ok` tests the partition
+    /// aliased `p`, `batch` bounds the rows.
+    pub(crate) fn item_delete(self, n: usize, partition_ok: &str, batch: i64) -> String {
+        (self.dialect().item_delete)(n, partition_ok, batch)
+    }
+
+    /// See [`Dialect::stale_statistics`].
+    pub(crate) fn stale_statistics(self) -> Option<&'static str> {
+        self.dialect().stale_statistics
+    }
+
+    /// See [`Dialect::autovacuum_off`].
+    pub(crate) fn autovacuum_off(self) -> Option<&'static str> {
+        self.dialect().autovacuum_off
+    }
+}
+
+/// `?, ?, ?` for an `IN (…)` list of `n` values.
+pub fn marks(n: usize) -> String {
+    vec!["?"; n].join(", ")
+}
+
+/// `rows` rows of `cols` `?` placeholders each, for a `VALUES` list.
+fn value_rows(n: usize, cols: usize) -> String {
+    let row = format!("({})", marks(cols));
+    vec![row.as_str(); n].join(", ")
+}
+
+/// Whether an error is transient and the statement should be retried:
+/// a dropped or unavailable connection, or a conflict the database asks
+/// the client to retry. Read from the driver's error kind and codes, never
+/// from message text: each driver says which of its codes are transient.
+pub fn is_transient(err: &sea_orm::DbErr) -> bool {
+    use sea_orm::sqlx::Error as Sqlx;
+    use sea_orm::{DbErr, RuntimeErr};
+    let e = match err {
+        DbErr::ConnectionAcquire(_) => return true,
+        DbErr::Conn(RuntimeErr::SqlxError(e))
+        | DbErr::Exec(RuntimeErr::SqlxError(e))
+        | DbErr::Query(RuntimeErr::SqlxError(e)) => e,
+        _ => return false,
+    };
+    match e.as_ref() {
+        Sqlx::Io(_) | Sqlx::PoolTimedOut | Sqlx::PoolClosed | Sqlx::WorkerCrashed => true,
+        Sqlx::Database(d) => mysql::transient(d.as_ref())
+            .or_else(|| sqlite::transient(d.as_ref()))
+            .or_else(|| postgres::transient(d.as_ref()))
+            .unwrap_or(false),
+        _ => false,
+    }
+}
+
+/// An integer column whose type differs by backend (PostgreSQL's
+/// `LENGTH(…)` is 4-byte, the others' 8-byte): read as whichever fits.
+pub struct Int(pub i64);
+
+impl sea_orm::TryGetable for Int {
+    fn try_get_by<I: sea_orm::ColIdx>(
+        res: &sea_orm::QueryResult,
+        index: I,
+    ) -> std::result::Result<Self, sea_orm::TryGetError> {
+        i64::try_get_by(res, index)
+            .or_else(|_| i32::try_get_by(res, index).map(i64::from))
+            .map(Int)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn postgres_placeholders_are_numbered() {
+        let s = Driver::Postgres.stmt("a = ? AND b = ?", vec![1.into(), 2.into()]);
+        assert_eq!(s.sql, "a = $1 AND b = $2");
+        let s = Driver::Sqlite.stmt("a = ? AND b = ?", vec![1.into(), 2.into()]);
+        assert_eq!(s.sql, "a = ? AND b = ?");
+    }
+
+    #[test]
+    fn every_driver_has_its_clock() {
+        for d in [Driver::Sqlite, Driver::Postgres, Driver::MySql] {
+            assert_eq!(Driver::of(d.backend()), Some(d));
+            assert!(!d.stmt("SELECT {now}", vec![]).sql.contains("{now}"));
+        }
+    }
+}

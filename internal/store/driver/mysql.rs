@@ -1,0 +1,50 @@
+//! MySQL and MariaDB: `ON DUPLICATE KEY`, `CONCAT`, binary comparison for
+//! id prefixes, `UPDATE … JOIN` for result batches (no `UPDATE … FROM`
+//! and no `RETURNING` on `UPDATE`), and `DELETE … LIMIT`.
+
+use sea_orm::sqlx::error::DatabaseError;
+
+use super::{Dialect, ResultBatch, marks};
+
+pub(super) const DIALECT: Dialect = Dialect {
+    now: "CAST(FLOOR(UNIX_TIMESTAMP(NOW(3)) * 1000) AS SIGNED)",
+    numbered: false,
+    data_column: |alias| format!("{alias}.data"),
+    seq: "seq",
+    // MySQL counts an updated duplicate as 2 rows, a new one as 1.
+    keep_existing: " ON DUPLICATE KEY UPDATE version = version + 1",
+    add_to_minute: " ON DUPLICATE KEY UPDATE items = items + VALUES(items)",
+    // `=` ignores case under MariaDB's usual collations.
+    id_starts: "BINARY SUBSTR(id, 1, ?) = ?",
+    // Result writes lock the partition in a statement of their own.
+    fence_lock: "",
+    for_update: " FOR UPDATE",
+    notify: None,
+    concat: |parts| format!("CONCAT({})", parts.join(", ")),
+    // MariaDB cannot `LIMIT` a subquery of the table it updates, nor say
+    // which rows an `UPDATE` changed: a pick is read, then taken by its ids.
+    picked: None,
+    update_returning: false,
+    result_batch: ResultBatch::Join,
+    item_delete,
+    stale_statistics: None,
+    autovacuum_off: None,
+};
+
+/// A sub-select on the table being deleted from cannot be limited, but
+/// `DELETE … LIMIT` can (ordered, so that it is the same rows on a replica).
+fn item_delete(n: usize, partition_ok: &str, batch: i64) -> String {
+    format!(
+        "DELETE FROM feed_items WHERE partition_id IN ({}) AND status <> 'available' \
+         AND EXISTS (SELECT 1 FROM feed_partitions p WHERE p.id = feed_items.partition_id \
+         AND {partition_ok}) ORDER BY partition_id, id LIMIT {batch}",
+        marks(n)
+    )
+}
+
+/// Deadlock (1213) and lock wait timeout (1205); None for another
+/// driver's error.
+pub(super) fn transient(d: &dyn DatabaseError) -> Option<bool> {
+    let my = d.try_downcast_ref::<sea_orm::sqlx::mysql::MySqlDatabaseError>()?;
+    Some(matches!(my.number(), 1213 | 1205))
+}
