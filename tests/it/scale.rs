@@ -58,6 +58,14 @@ async fn count(db: &TestDb, sql: &str) -> i64 {
     rows[0].0
 }
 
+/// Asserts that the handler was called exactly once for each of `n` items.
+fn each_item_called_once(handler: &Handler, n: usize) {
+    let calls = handler.calls();
+    let items: HashSet<&str> = calls.iter().map(|c| c.item.as_str()).collect();
+    assert_eq!(items.len(), n, "every item was called");
+    assert_eq!(calls.len(), n, "no item was called twice");
+}
+
 on_all_backends!(many_one_item_partitions_drain);
 /// 2,000 partitions of one item each: every item runs once, every
 /// partition closes, nothing is left behind.
@@ -65,10 +73,7 @@ async fn many_one_item_partitions_drain(db: TestDb) {
     many_partitions(&db, "p", 2_000, true, true).await;
     let scene = Scene::start(&db, &[], |_| done()).await;
     all_complete(&db).await;
-    let calls = scene.0.calls();
-    let items: HashSet<&str> = calls.iter().map(|c| c.item.as_str()).collect();
-    assert_eq!(items.len(), 2_000, "every item was called");
-    assert_eq!(calls.len(), 2_000, "no item was called twice");
+    each_item_called_once(&scene.0, 2_000);
     let open = "SELECT COUNT(*) AS n FROM feed_items WHERE status <> 'complete'";
     assert_eq!(count(&db, open).await, 0, "no item left open");
     let owned = "SELECT COUNT(*) AS n FROM feed_partitions WHERE owner IS NOT NULL";
@@ -86,10 +91,7 @@ async fn partitions_of_a_dead_session_are_leased_in_pages(db: TestDb) {
     db.sql("UPDATE feed_partitions SET owner = 'dead'").await;
     let scene = Scene::start(&db, &[], |_| done()).await;
     all_complete(&db).await;
-    let calls = scene.0.calls();
-    let items: HashSet<&str> = calls.iter().map(|c| c.item.as_str()).collect();
-    assert_eq!(items.len(), 1_200, "every item was called");
-    assert_eq!(calls.len(), 1_200, "no item was called twice");
+    each_item_called_once(&scene.0, 1_200);
     let log = strip_ansi(&scene.1.log());
     let pages = log
         .lines()
