@@ -71,6 +71,9 @@ metrics! {
     /// Deliveries that found the handler unreachable (no attempt counted).
     handler_unreachable: Counter = Counter::default(), "handler_unreachable",
         "Deliveries that could not reach the handler (no attempt counted)";
+    /// SQL statements issued through the store (all its clones).
+    statements: Counter = Counter::default(), "statements",
+        "SQL statements issued by this processor";
     /// Database statement attempts cut off by `--statement-timeout`.
     statement_timeouts: Counter = Counter::default(), "statement_timeouts",
         "Database statements cut off by --statement-timeout (their connections are closed)";

@@ -85,12 +85,6 @@ pub async fn run_with(
     }
     let mut registry = Registry::default();
     let metrics = Metrics::new(&mut registry);
-    let statements = prometheus_client::metrics::counter::Counter::default();
-    registry.register(
-        "feed_statements",
-        "SQL statements issued by this processor",
-        statements.clone(),
-    );
     let health = Arc::new(Health::default());
     let server = match &config.listen {
         Some(addr) => Some(listen(addr, health.clone(), registry, &config, cancel.clone()).await?),
@@ -100,7 +94,7 @@ pub async fn run_with(
     let Some(mut store) = connect(&config, &cancel).await? else {
         return Ok(());
     };
-    store.set_statement_counter(statements);
+    store.set_statement_counter(metrics.statements.clone());
     store.set_timeout_counter(metrics.statement_timeouts.clone());
     health
         .database

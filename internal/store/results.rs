@@ -7,12 +7,35 @@ use std::time::Duration;
 
 use sea_orm::{ConnectionTrait, DbErr, Statement, TransactionTrait, Value};
 
-use super::driver::{ResultBatch, marks};
+use super::driver::{ResultBatch, ValuesSource, marks};
 use super::{Fence, Store, ms};
 use crate::{Error, Result};
 
-/// Rows per batched UPDATE (12 parameters each: well under every backend's limit).
+/// Rows per batched UPDATE ([`RESULT_COLUMNS`] parameters each: well under
+/// every backend's limit).
 const BATCH_ROWS: usize = 256;
+
+/// The row of a result batch, defined once: each column's name and its SQL
+/// type (PostgreSQL's parameters carry none, so its `VALUES` are cast).
+/// Every batch statement is built from this list, and [`row_values`] gives
+/// the values in its order.
+const RESULT_ROW: [(&str, &str); 12] = [
+    ("id", "text"),
+    ("old_version", "bigint"),
+    ("old_attempts", "int"),
+    ("partition_id", "text"),
+    ("session", "text"),
+    ("status", "text"),
+    ("gate", "bigint"),
+    ("data", "bytea"),
+    ("delay", "bigint"),
+    ("attempts", "int"),
+    ("last_error", "text"),
+    ("bump", "int"),
+];
+
+/// Columns in [`RESULT_ROW`].
+const RESULT_COLUMNS: usize = RESULT_ROW.len();
 
 /// Longest `last_error` stored, in bytes; longer messages are cut and say so.
 pub const MAX_ERROR_BYTES: usize = 8192;
@@ -176,24 +199,9 @@ impl Store {
         &self,
         acks: &[Ack],
         expiry: Duration,
-        source: fn(usize, &[&str]) -> (String, &'static str),
+        source: ValuesSource,
     ) -> Result<Vec<bool>> {
-        let n = bucket(acks.len());
-        let cols = [
-            "id",
-            "old_version",
-            "old_attempts",
-            "partition_id",
-            "session",
-            "status",
-            "gate",
-            "data",
-            "delay",
-            "attempts",
-            "last_error",
-            "bump",
-        ];
-        let (source, returning) = source(n, &cols);
+        let (source, returning) = source(bucket(acks.len()), &RESULT_ROW);
         let sql = format!(
             "UPDATE feed_items AS i SET status = v.status, gate = v.gate, data = COALESCE(v.data, i.data), \
              not_before = CASE WHEN v.delay IS NULL THEN NULL ELSE {{now}} + v.delay END, \
@@ -283,11 +291,14 @@ impl Store {
     }
 
     fn mysql_batch_statement(&self, acks: &[Ack], expiry: Duration) -> Statement {
-        let row = "SELECT ? AS id, ? AS old_version, ? AS old_attempts, ? AS partition_id, ? AS session, \
-                   ? AS status, ? AS gate, ? AS data, ? AS delay, ? AS attempts, ? AS last_error, ? AS bump";
+        let named: Vec<String> = RESULT_ROW
+            .iter()
+            .map(|(c, _)| format!("? AS {c}"))
+            .collect();
+        let row = format!("SELECT {}", named.join(", "));
         let mut values = padded_values(acks);
         values.push(ms(expiry).into());
-        let rows = vec![row; bucket(acks.len())].join(" UNION ALL ");
+        let rows = vec![row.as_str(); bucket(acks.len())].join(" UNION ALL ");
         let sql = format!(
             "UPDATE feed_items i JOIN ({rows}) v ON i.id = v.id \
              JOIN feed_partitions p ON p.id = v.partition_id JOIN feed_processors s ON s.id = p.owner \
@@ -352,21 +363,23 @@ impl From<bool> for Written {
 /// The values of a batch's rows, padded to its size class with rows that
 /// match nothing (a NULL id never matches an item).
 fn padded_values(acks: &[Ack]) -> Vec<Value> {
-    let mut values: Vec<Value> = Vec::with_capacity(bucket(acks.len()) * 12 + 1);
+    let mut values: Vec<Value> = Vec::with_capacity(bucket(acks.len()) * RESULT_COLUMNS + 1);
     for a in acks {
         values.extend(row_values(a));
     }
-    let padding: Vec<Value> = values.iter().take(12).map(Value::as_null).collect();
+    let padding: Vec<Value> = values
+        .iter()
+        .take(RESULT_COLUMNS)
+        .map(Value::as_null)
+        .collect();
     for _ in acks.len()..bucket(acks.len()) {
         values.extend(padding.iter().cloned());
     }
     values
 }
 
-/// One result as the 12 values of a batch row: id, old_version,
-/// old_attempts, partition_id, session, status, gate, data, delay,
-/// attempts, last_error, bump.
-fn row_values(a: &Ack) -> [Value; 12] {
+/// One result as the values of a batch row, in [`RESULT_ROW`]'s order.
+fn row_values(a: &Ack) -> [Value; RESULT_COLUMNS] {
     let (f, w) = (&a.fence, &a.write);
     [
         f.id.clone().into(),

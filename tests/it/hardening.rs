@@ -79,7 +79,7 @@ async fn answers_are_held_within_the_budget(db: TestDb) {
     let p = Proc::start(
         &db,
         &h.url(),
-        &["--concurrency", "64", "--request-timeout", "60s"],
+        &["--concurrency", "64", "--request-timeout", "300s"],
     );
     // A gigabyte of answers parsed by the test profile's unoptimized
     // processor takes most of a minute on a loaded machine.

@@ -28,11 +28,16 @@ pub enum Driver {
 #[derive(Clone, Copy, Debug)]
 pub enum ResultBatch {
     /// `UPDATE … FROM (VALUES …) RETURNING`, with the `VALUES` source of
-    /// `n` rows of the columns and the column `RETURNING` names the id by.
-    Values(fn(usize, &[&str]) -> (String, &'static str)),
+    /// `n` rows of the columns (name, SQL type) and the column `RETURNING`
+    /// names the id by.
+    Values(ValuesSource),
     /// `UPDATE … JOIN` in a transaction.
     Join,
 }
+
+/// Builds the `VALUES` source of a result batch: `n` rows of the columns
+/// (name, SQL type); returns it with the column `RETURNING` names the id by.
+pub type ValuesSource = fn(usize, &[(&str, &str)]) -> (String, &'static str);
 
 /// One driver's SQL and behaviour: everything Feed writes differently for
 /// one database.

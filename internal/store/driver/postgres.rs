@@ -46,10 +46,15 @@ fn picked(pick: &str) -> String {
 }
 
 /// Typed rows (its parameters carry no type), named by an alias list.
-fn values_source(n: usize, cols: &[&str]) -> (String, &'static str) {
-    let row = "(?::text, ?::bigint, ?::int, ?::text, ?::text, ?::text, ?::bigint, ?::bytea, ?::bigint, ?::int, ?::text, ?::int)";
-    let rows = vec![row; n].join(", ");
-    (format!("(VALUES {rows}) AS v({})", cols.join(", ")), "i.id")
+fn values_source(n: usize, cols: &[(&str, &str)]) -> (String, &'static str) {
+    let typed: Vec<String> = cols.iter().map(|(_, t)| format!("?::{t}")).collect();
+    let row = format!("({})", typed.join(", "));
+    let rows = vec![row.as_str(); n].join(", ");
+    let names: Vec<&str> = cols.iter().map(|(c, _)| *c).collect();
+    (
+        format!("(VALUES {rows}) AS v({})", names.join(", ")),
+        "i.id",
+    )
 }
 
 /// Row addresses picked partition by partition (a lateral sub-select,

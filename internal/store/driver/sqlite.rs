@@ -36,11 +36,11 @@ fn data_column(alias: &str) -> String {
 }
 
 /// `VALUES` columns are `column1…`: named through a subquery.
-fn values_source(n: usize, cols: &[&str]) -> (String, &'static str) {
+fn values_source(n: usize, cols: &[(&str, &str)]) -> (String, &'static str) {
     let named: Vec<String> = cols
         .iter()
         .enumerate()
-        .map(|(k, c)| format!("column{} AS {c}", k + 1))
+        .map(|(k, (c, _))| format!("column{} AS {c}", k + 1))
         .collect();
     let rows = value_rows(n, cols.len());
     let source = format!("(SELECT {} FROM (VALUES {rows})) AS v", named.join(", "));
