@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use sea_orm::{FromQueryResult, Value};
+use sea_orm::{FromQueryResult, QueryResult, Value};
 
 use super::driver::marks;
 use super::{Store, get, ms};
@@ -240,10 +240,7 @@ impl Store {
                     vec![after.into(), (limit as i64).into()],
                 )
                 .await?;
-            let pick = rows
-                .iter()
-                .map(|r| Ok((get(r, "id")?, get(r, "version")?)))
-                .collect::<Result<Vec<(String, i64)>>>()?;
+            let pick = id_versions(&rows)?;
             return self.lease_many(&pick, me).await;
         };
         let rows = self
@@ -256,9 +253,7 @@ impl Store {
                 vec![me.into(), after.into(), (limit as i64).into()],
             )
             .await?;
-        rows.iter()
-            .map(|r| Ok((get(r, "id")?, get(r, "version")?)))
-            .collect()
+        id_versions(&rows)
     }
 
     /// Up to `limit` active partitions whose owner is a session no longer
@@ -280,9 +275,7 @@ impl Store {
                 vec![ms(expiry).into(), (limit as i64).into()],
             )
             .await?;
-        rows.iter()
-            .map(|r| Ok((get(r, "id")?, get(r, "version")?)))
-            .collect()
+        id_versions(&rows)
     }
 
     /// Takes a partition by OCC: succeeds only if nobody changed it since it was read.
@@ -340,9 +333,7 @@ impl Store {
                 )
                 .await?
             };
-            for r in &rows {
-                taken.push((get(r, "id")?, get(r, "version")?));
-            }
+            taken.extend(id_versions(&rows)?);
         }
         Ok(taken)
     }
@@ -400,9 +391,7 @@ impl Store {
                 vec![owner.into(), limit.into()],
             )
             .await?;
-        rows.iter()
-            .map(|r| Ok((get(r, "id")?, get(r, "version")?)))
-            .collect()
+        id_versions(&rows)
     }
 
     /// The live session holding the most active partitions, with its count.
@@ -443,6 +432,13 @@ impl Store {
         )
         .await
     }
+}
+
+/// The `id` and `version` of each row.
+fn id_versions(rows: &[QueryResult]) -> Result<Vec<(String, i64)>> {
+    rows.iter()
+        .map(|r| Ok((get(r, "id")?, get(r, "version")?)))
+        .collect()
 }
 
 /// A table whose rows changed since its last analyze more than this many

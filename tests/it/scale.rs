@@ -106,6 +106,31 @@ async fn partitions_of_a_dead_session_are_leased_in_pages(db: TestDb) {
     );
 }
 
+on_all_backends!(a_partition_closed_by_hand_is_dropped_by_the_sweep);
+/// A processor holds five idle partitions; one is closed by hand. It is
+/// not counted in the database any more: the sweep's slice no longer
+/// returns it, so the processor drops it (and says so in its metrics)
+/// and holds the other four.
+async fn a_partition_closed_by_hand_is_dropped_by_the_sweep(db: TestDb) {
+    many_partitions(&db, "x", 5, false, false).await;
+    let handler = Handler::start(|_| done()).await;
+    let p = Proc::start(&db, &handler.url(), &[]);
+    let held = || async { metric(&p.metrics().await, "feed_partitions_held") };
+    wait_for("five partitions held", Duration::from_secs(30), || async {
+        held().await == 5.0
+    })
+    .await;
+    db.sql("UPDATE feed_partitions SET status = 'complete', owner = NULL WHERE id = 'x0'")
+        .await;
+    wait_for(
+        "the closed partition dropped",
+        Duration::from_secs(30),
+        || async { held().await == 4.0 },
+    )
+    .await;
+    assert!(metric(&p.metrics().await, "feed_leases_lost_total") >= 1.0);
+}
+
 on_all_backends!(one_big_partition_fans_in);
 /// One partition of 1,500 items at gate 0 and 500 at gate 1: gate 1 runs
 /// only after every gate-0 item is done, and the partition closes.
