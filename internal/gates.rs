@@ -232,7 +232,6 @@ impl Held {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::OnFailure;
 
     fn part(gate: i64) -> HeldPartition {
         HeldPartition {
@@ -241,7 +240,6 @@ mod tests {
             version: 1,
             auto_close: true,
             manual_checkpoint: false,
-            on_failure: OnFailure::Block,
         }
     }
 

@@ -6,13 +6,12 @@ use std::collections::HashMap;
 use sea_orm::{ConnectionTrait, FromQueryResult, TransactionTrait, Value};
 
 use super::driver::{Driver, marks};
-use super::producer::OnFailure;
 use super::{Store, get};
 use crate::Result;
 
 /// A partition this processor holds, as read for a gate check.
-#[derive(Clone, Debug)]
-pub struct HeldPartition {
+#[derive(Clone, Debug, FromQueryResult)]
+pub(crate) struct HeldPartition {
     /// Partition id.
     pub id: String,
     /// Current gate.
@@ -23,32 +22,6 @@ pub struct HeldPartition {
     pub auto_close: bool,
     /// Never advance the gate automatically.
     pub manual_checkpoint: bool,
-    /// What a failed item does to the partition.
-    pub on_failure: OnFailure,
-}
-
-/// [`HeldPartition`] as stored: `on_failure` is text.
-#[derive(FromQueryResult)]
-struct HeldPartitionRow {
-    id: String,
-    gate: i64,
-    version: i64,
-    auto_close: bool,
-    manual_checkpoint: bool,
-    on_failure: String,
-}
-
-impl From<HeldPartitionRow> for HeldPartition {
-    fn from(r: HeldPartitionRow) -> Self {
-        HeldPartition {
-            id: r.id,
-            gate: r.gate,
-            version: r.version,
-            auto_close: r.auto_close,
-            manual_checkpoint: r.manual_checkpoint,
-            on_failure: OnFailure::from_stored(&r.on_failure),
-        }
-    }
 }
 
 /// What one held partition's items call for at its gate, learned from a
@@ -171,7 +144,7 @@ impl Store {
         }
         let (list, padded) = padded_ids(ids);
         let sql = format!(
-            "SELECT p.id, p.gate, p.version, p.auto_close, p.manual_checkpoint, p.on_failure, {} \
+            "SELECT p.id, p.gate, p.version, p.auto_close, p.manual_checkpoint, {} \
              FROM feed_partitions p WHERE p.id IN ({list})",
             verdict_column(),
         );
@@ -181,7 +154,7 @@ impl Store {
         let mut out = Vec::with_capacity(rows.len());
         let mut later = Vec::new();
         for r in &rows {
-            let p: HeldPartition = HeldPartitionRow::from_query_result(r, "")?.into();
+            let p = HeldPartition::from_query_result(r, "")?;
             let probe = match ProbeRow::from_query_result(r, "")?.verdict.as_str() {
                 "lost" => continue,
                 "waiting" => GateProbe::Waiting,
@@ -229,7 +202,12 @@ impl Store {
     /// Moves a held partition to `gate` (OCC, owner-fenced). The same
     /// statement re-checks that nothing available is left below the new
     /// gate, so an item made available meanwhile is never passed over.
-    pub async fn advance_gate(&self, p: &HeldPartition, me: &str, gate: i64) -> Result<bool> {
+    pub(crate) async fn advance_gate(
+        &self,
+        p: &HeldPartition,
+        me: &str,
+        gate: i64,
+    ) -> Result<bool> {
         let n = self
             .exec(
                 "UPDATE feed_partitions SET gate = ?, version = version + 1, updated_at = {now} \
@@ -252,7 +230,11 @@ impl Store {
     /// version it was read at and only while it has no available item
     /// (re-checked in the same statement); returns the ids closed. One
     /// statement per [`CLOSE_CHUNK`] partitions.
-    pub async fn close_partitions(&self, parts: &[HeldPartition], me: &str) -> Result<Vec<String>> {
+    pub(crate) async fn close_partitions(
+        &self,
+        parts: &[HeldPartition],
+        me: &str,
+    ) -> Result<Vec<String>> {
         let parts: Vec<(String, i64)> = parts.iter().map(|p| (p.id.clone(), p.version)).collect();
         let guard = format!(
             "NOT {}",
@@ -353,7 +335,7 @@ impl Store {
 
     /// Fails a held partition (an item failed for good and blocks fan-in)
     /// and releases it (OCC, owner-fenced).
-    pub async fn fail_partition(&self, p: &HeldPartition, me: &str) -> Result<bool> {
+    pub(crate) async fn fail_partition(&self, p: &HeldPartition, me: &str) -> Result<bool> {
         let n = self
             .exec(
                 "UPDATE feed_partitions SET status = 'failed', owner = NULL, version = version + 1, \

@@ -478,7 +478,7 @@ impl Store {
     /// On PostgreSQL, whether the server runs without autovacuum: Feed's
     /// tables then keep every dead row version and the planner's statistics
     /// from their last analyze, and statements slow down as work goes on.
-    pub async fn autovacuum_off(&self) -> Result<bool> {
+    pub(crate) async fn autovacuum_off(&self) -> Result<bool> {
         let Some(off) = self.driver.autovacuum_off() else {
             return Ok(false);
         };

@@ -20,6 +20,9 @@ mod sessions;
 pub mod status;
 mod timeout;
 
+#[cfg(test)]
+mod conformance;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -34,7 +37,7 @@ pub(crate) use dispatch::{Fence, ReadyItem};
 pub use driver::Driver;
 pub(crate) use driver::is_transient;
 pub(crate) use gates::GateProbe;
-pub use gates::HeldPartition;
+pub(crate) use gates::HeldPartition;
 pub(crate) use leases::{HeldRow, LEASE_CHUNK, LeaseCounts, STRANDED_SLICE};
 pub use producer::{Enqueued, NewItem, OnFailure, PartitionSpec, Retried, RetryScope};
 pub(crate) use results::{Ack, ItemStatus, ItemWrite, Written, sanitize_error};

@@ -163,7 +163,12 @@ impl Store {
     /// Takes or renews the maintenance lease `name` for `holder` for `ttl`;
     /// false while another holder's lease has not expired. One row per
     /// task, written with one conditional update (the database clock decides).
-    pub async fn lease_maintenance(&self, name: &str, holder: &str, ttl: Duration) -> Result<bool> {
+    pub(crate) async fn lease_maintenance(
+        &self,
+        name: &str,
+        holder: &str,
+        ttl: Duration,
+    ) -> Result<bool> {
         let n = self
             .exec(
                 "UPDATE feed_maintenance SET holder = ?, expires_at = {now} + ? \

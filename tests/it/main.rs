@@ -1,6 +1,9 @@
 //! End-to-end tests: the real `processor` binary against real databases
 //! (SQLite, PostgreSQL, MariaDB) and a real HTTP handler served here.
 
+// The tests' futures nest deeply (each backend's fixture, then the test).
+#![recursion_limit = "256"]
+
 mod fairness;
 mod faults;
 mod proxy;

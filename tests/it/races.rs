@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use feed::store::{HeldPartition, NewItem, OnFailure, PartitionSpec, RetryScope};
+use feed::store::{NewItem, PartitionSpec, RetryScope};
 use sea_orm::{ConnectionTrait, TransactionTrait};
 use serde_json::json;
 
@@ -105,44 +105,6 @@ async fn two_producers_create_one_partition(db: TestDb) {
     let r = second.await.unwrap().expect("the second producer succeeds");
     assert!(!r.created && r.items == 1, "{r:?}");
     assert_eq!(db.item_row("i").await.status, "available");
-}
-
-on_all_backends!(advance_and_close_recheck_for_available_items);
-/// An item made available behind the processor's back (no version bump)
-/// is seen by the advance and close statements themselves.
-async fn advance_and_close_recheck_for_available_items(db: TestDb) {
-    db.sql("INSERT INTO feed_processors (id) VALUES ('me')")
-        .await;
-    db.partition("p", true, false, "block").await;
-    db.sql("UPDATE feed_partitions SET owner = 'me' WHERE id = 'p'")
-        .await;
-    let held = HeldPartition {
-        id: "p".into(),
-        gate: 0,
-        version: 0,
-        auto_close: true,
-        manual_checkpoint: false,
-        on_failure: OnFailure::Block,
-    };
-    // Read with nothing left: a close would be decided. An item arrives.
-    db.item("late", "p", 0, json!({})).await;
-    let closed = db
-        .store
-        .close_partitions(std::slice::from_ref(&held), "me")
-        .await;
-    assert!(closed.unwrap().is_empty());
-    assert!(!db.store.advance_gate(&held, "me", 2).await.unwrap());
-    assert_eq!(
-        db.partition_row("p").await,
-        ("available".into(), 0, Some("me".into()))
-    );
-    // Without it both would pass.
-    db.sql("DELETE FROM feed_items WHERE id = 'late'").await;
-    assert!(db.store.advance_gate(&held, "me", 2).await.unwrap());
-    let moved = HeldPartition { version: 1, ..held };
-    let closed = db.store.close_partitions(&[moved], "me").await.unwrap();
-    assert_eq!(closed, vec!["p".to_string()]);
-    assert_eq!(db.partition_row("p").await, ("complete".into(), 2, None));
 }
 
 on_all_backends!(retry_bumps_the_partition_version);

@@ -1,0 +1,214 @@
+//! Fenced result writes: a result is stored only while its item is as it
+//! was delivered (version and attempts) and its partition is held by the
+//! live session that delivered it; each row of a batch is fenced on its
+//! own, and a row the database refuses costs only itself.
+
+use std::time::Duration;
+
+use sea_orm::ConnectionTrait;
+
+use super::{EXPIRY, Kit, conformance};
+use crate::store::{Ack, Fence, ItemStatus, ItemWrite, Written};
+
+conformance!(
+    a_result_is_stored_once,
+    stale_writers_are_refused_one_by_one,
+    a_batch_is_fenced_row_by_row,
+    a_failed_attempt_keeps_the_version,
+    an_expired_session_writes_nothing,
+    a_refused_row_costs_only_itself,
+);
+
+/// The ack of item `id` of `partition`, delivered by `session` at
+/// `version` and `attempts`, completing it with `{"r":1}`.
+fn done(id: &str, partition: &str, session: &str, version: i64, attempts: i32) -> Ack {
+    Ack {
+        fence: Fence {
+            id: id.into(),
+            partition_id: partition.into(),
+            gate: 0,
+            version,
+            attempts,
+        },
+        session: session.into(),
+        write: ItemWrite {
+            status: ItemStatus::Complete,
+            gate: 0,
+            data: Some(bytes::Bytes::from_static(b"{\"r\":1}")),
+            attempts: 0,
+            last_error: None,
+            delay: None,
+            new_step: true,
+        },
+    }
+}
+
+/// Sessions `s1` and `s2`; `p` held by s1 with items a, b, c, e (b's
+/// version and c's attempts moved on since delivery); `q` held by s2 with d.
+async fn scene(k: &Kit) -> Vec<Ack> {
+    k.session("s1").await;
+    k.session("s2").await;
+    k.partition("p", Some("s1")).await;
+    k.partition("q", Some("s2")).await;
+    for id in ["a", "b", "c", "e"] {
+        k.item(id, "p", 0, "available").await;
+    }
+    k.item("d", "q", 0, "available").await;
+    k.sqls(&[
+        "UPDATE feed_items SET version = 5 WHERE id = 'b'",
+        "UPDATE feed_items SET attempts = 2 WHERE id = 'c'",
+    ])
+    .await;
+    vec![
+        done("a", "p", "s1", 0, 0),
+        done("b", "p", "s1", 0, 0),
+        done("c", "p", "s1", 0, 0),
+        done("d", "q", "s1", 0, 0),
+        done("e", "p", "s1", 0, 0),
+    ]
+}
+
+/// Session `s1` holding `p` with one available item, `x`.
+async fn lone_item(k: &Kit) {
+    k.session("s1").await;
+    k.partition("p", Some("s1")).await;
+    k.item("x", "p", 0, "available").await;
+}
+
+async fn write(k: &Kit, acks: &[Ack]) -> Vec<Written> {
+    k.store.write_results(acks, EXPIRY).await.unwrap()
+}
+
+/// What the scene's rows must be after its acks were written.
+async fn scene_after(k: &Kit) {
+    assert_eq!(k.item_row("a").await, ("complete".into(), 0, 1, 0));
+    assert_eq!(k.item_row("b").await, ("available".into(), 0, 5, 0));
+    assert_eq!(k.item_row("c").await, ("available".into(), 0, 0, 2));
+    assert_eq!(k.item_row("d").await, ("available".into(), 0, 0, 0));
+    assert_eq!(k.item_row("e").await, ("complete".into(), 0, 1, 0));
+}
+
+async fn a_result_is_stored_once(k: Kit) {
+    lone_item(&k).await;
+    let ack = done("x", "p", "s1", 0, 0);
+    let w = write(&k, std::slice::from_ref(&ack)).await;
+    assert_eq!(w, vec![Written::Yes]);
+    assert_eq!(k.item_row("x").await, ("complete".into(), 0, 1, 0));
+    assert_eq!(k.store.item_data("x").await.unwrap(), b"{\"r\":1}");
+    // The same delivery again (a duplicate answer): the version moved on.
+    let w = write(&k, &[ack]).await;
+    assert_eq!(w, vec![Written::Stale]);
+    assert_eq!(k.item_row("x").await, ("complete".into(), 0, 1, 0));
+}
+
+async fn stale_writers_are_refused_one_by_one(k: Kit) {
+    let acks = scene(&k).await;
+    let mut got = Vec::new();
+    for ack in acks {
+        got.extend(write(&k, &[ack]).await);
+    }
+    use Written::{Stale, Yes};
+    assert_eq!(got, vec![Yes, Stale, Stale, Stale, Yes]);
+    scene_after(&k).await;
+}
+
+async fn a_batch_is_fenced_row_by_row(k: Kit) {
+    let acks = scene(&k).await;
+    let got = write(&k, &acks).await;
+    use Written::{Stale, Yes};
+    assert_eq!(got, vec![Yes, Stale, Stale, Stale, Yes]);
+    scene_after(&k).await;
+}
+
+/// A failed attempt bumps `attempts`, not `version` (the idempotency key
+/// stays), sets the backoff, and fences out the delivery before it.
+async fn a_failed_attempt_keeps_the_version(k: Kit) {
+    lone_item(&k).await;
+    let mut retry = done("x", "p", "s1", 0, 0);
+    retry.write = ItemWrite {
+        status: ItemStatus::Available,
+        gate: 0,
+        data: None,
+        attempts: 1,
+        last_error: Some("HTTP 500".into()),
+        delay: Some(Duration::from_secs(3600)),
+        new_step: false,
+    };
+    let w = write(&k, std::slice::from_ref(&retry)).await;
+    assert_eq!(w, vec![Written::Yes]);
+    assert_eq!(k.item_row("x").await, ("available".into(), 0, 0, 1));
+    let waiting: Vec<(String,)> = k
+        .rows(
+            "SELECT last_error FROM feed_items WHERE id = 'x' AND not_before > {now} + 3500000",
+            &["last_error"],
+        )
+        .await;
+    assert_eq!(waiting, vec![("HTTP 500".to_string(),)]);
+    assert_eq!(k.store.item_data("x").await.unwrap(), b"{}", "data kept");
+    // The first delivery's answer arriving late: attempts moved on.
+    let late = done("x", "p", "s1", 0, 0);
+    let w = write(&k, &[late]).await;
+    assert_eq!(w, vec![Written::Stale]);
+    let second = done("x", "p", "s1", 0, 1);
+    let w = write(&k, &[second]).await;
+    assert_eq!(w, vec![Written::Yes]);
+    assert_eq!(k.item_row("x").await, ("complete".into(), 0, 1, 0));
+}
+
+/// A session whose heartbeat is older than the expiry has lost its
+/// leases: its results are stale until it heartbeats again.
+async fn an_expired_session_writes_nothing(k: Kit) {
+    lone_item(&k).await;
+    k.sql("UPDATE feed_processors SET heartbeat_at = heartbeat_at - 3600000")
+        .await;
+    let ack = done("x", "p", "s1", 0, 0);
+    let w = write(&k, std::slice::from_ref(&ack)).await;
+    assert_eq!(w, vec![Written::Stale]);
+    assert_eq!(k.item_row("x").await, ("available".into(), 0, 0, 0));
+    assert!(k.store.heartbeat("s1").await.unwrap());
+    let w = write(&k, &[ack]).await;
+    assert_eq!(w, vec![Written::Yes]);
+}
+
+/// A row the database refuses (here a trigger the test installs) is
+/// reported with the database's reason; the rest of its batch is stored.
+async fn a_refused_row_costs_only_itself(k: Kit) {
+    use testkit::Backend;
+    let trigger: &[&str] = match k.backend {
+        Backend::Sqlite => &[
+            "CREATE TRIGGER refuse BEFORE UPDATE ON feed_items WHEN NEW.last_error = 'refuse me' \
+             BEGIN SELECT RAISE(ABORT, 'refused by the test'); END",
+        ],
+        Backend::Postgres => &[
+            "CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
+             IF NEW.last_error = 'refuse me' THEN RAISE EXCEPTION 'refused by the test'; END IF; \
+             RETURN NEW; END $$",
+            "CREATE TRIGGER refuse BEFORE UPDATE ON feed_items FOR EACH ROW EXECUTE FUNCTION refuse()",
+        ],
+        Backend::Mysql => &[
+            "CREATE TRIGGER refuse BEFORE UPDATE ON feed_items FOR EACH ROW \
+             IF NEW.last_error = 'refuse me' THEN \
+             SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'refused by the test'; END IF",
+        ],
+    };
+    for sql in trigger {
+        k.store.connection().execute_unprepared(sql).await.unwrap();
+    }
+    k.session("s1").await;
+    k.partition("p", Some("s1")).await;
+    for id in ["a", "b", "c"] {
+        k.item(id, "p", 0, "available").await;
+    }
+    let mut bad = done("b", "p", "s1", 0, 0);
+    bad.write.last_error = Some("refuse me".into());
+    let acks = [done("a", "p", "s1", 0, 0), bad, done("c", "p", "s1", 0, 0)];
+    let got = write(&k, &acks).await;
+    assert_eq!((&got[0], &got[2]), (&Written::Yes, &Written::Yes));
+    match &got[1] {
+        Written::Refused(why) => assert!(why.contains("refused by the test"), "{why}"),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    assert_eq!(k.item_row("a").await.0, "complete");
+    assert_eq!(k.item_row("b").await, ("available".into(), 0, 0, 0));
+    assert_eq!(k.item_row("c").await.0, "complete");
+}

@@ -1,0 +1,229 @@
+//! Gate checks: the probe says what each held partition's items call for;
+//! advance, close and fail are OCC writes fenced by the owner, and advance
+//! and close re-check in the same statement that nothing available was
+//! added behind the processor's back.
+
+use std::collections::HashMap;
+
+use super::{Kit, conformance};
+use crate::store::{GateProbe, HeldPartition};
+
+conformance!(
+    probes_say_what_each_partition_needs,
+    advance_and_fail_are_occ_and_owner_fenced,
+    advance_and_close_recheck_for_available_items,
+    close_finished_closes_only_finished_partitions,
+    unrunnable_items_fail_with_a_reason,
+);
+
+/// `id` as a gate check reads it (held by `me`).
+async fn held(k: &Kit, me: &str, id: &str) -> HeldPartition {
+    let mut found = k
+        .store
+        .partitions_for_check(me, &[id.to_string()])
+        .await
+        .unwrap();
+    assert_eq!(found.len(), 1, "{id} is held by {me}");
+    found.remove(0).0
+}
+
+async fn probes_say_what_each_partition_needs(k: Kit) {
+    k.session("s1").await;
+    k.session("s2").await;
+    let me = Some("s1");
+    let cases: [(&str, &[(i64, &str)]); 10] = [
+        ("waiting", &[(0, "available")]),
+        ("paused", &[(0, "available")]),
+        ("backoff", &[(0, "available")]),
+        ("below", &[(1, "available"), (2, "complete")]),
+        ("unknown", &[(0, "weird")]),
+        ("blocked", &[(0, "failed"), (1, "available")]),
+        ("continues", &[(0, "failed")]),
+        (
+            "next",
+            &[(0, "complete"), (3, "available"), (5, "available")],
+        ),
+        ("done", &[(0, "complete"), (0, "cancelled")]),
+        ("lost", &[(0, "available")]),
+    ];
+    for (id, items) in cases {
+        k.partition(id, if id == "lost" { Some("s2") } else { me })
+            .await;
+        for (n, (gate, status)) in items.iter().enumerate() {
+            k.item(&format!("{id}/{n}"), id, *gate, status).await;
+        }
+    }
+    k.sqls(&[
+        "UPDATE feed_partitions SET paused = TRUE WHERE id = 'paused'",
+        "UPDATE feed_items SET not_before = {now} + 3600000 WHERE partition_id = 'backoff'",
+        "UPDATE feed_partitions SET gate = 2 WHERE id = 'below'",
+        "UPDATE feed_partitions SET on_failure = 'continue' WHERE id = 'continues'",
+    ])
+    .await;
+    let ids: Vec<String> = cases.iter().map(|(id, _)| id.to_string()).collect();
+    let got: HashMap<String, GateProbe> = k
+        .store
+        .partitions_for_check("s1", &ids)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(p, probe)| (p.id, probe))
+        .collect();
+    let want: HashMap<String, GateProbe> = [
+        ("waiting", GateProbe::Waiting),
+        ("paused", GateProbe::Idle),
+        ("backoff", GateProbe::Idle),
+        ("below", GateProbe::Unrunnable),
+        ("unknown", GateProbe::Unrunnable),
+        ("blocked", GateProbe::Blocked),
+        ("continues", GateProbe::Next(None)),
+        ("next", GateProbe::Next(Some(3))),
+        ("done", GateProbe::Next(None)),
+    ]
+    .into_iter()
+    .map(|(id, p)| (id.to_string(), p))
+    .collect();
+    assert_eq!(got, want, "`lost` is held by another session and left out");
+}
+
+async fn advance_and_fail_are_occ_and_owner_fenced(k: Kit) {
+    k.session("s1").await;
+    k.partition("p", Some("s1")).await;
+    k.item("x", "p", 3, "available").await;
+    let p = held(&k, "s1", "p").await;
+    assert!(
+        !k.store.advance_gate(&p, "s2", 3).await.unwrap(),
+        "not the owner"
+    );
+    let stale = HeldPartition {
+        version: p.version + 1,
+        ..p.clone()
+    };
+    assert!(
+        !k.store.advance_gate(&stale, "s1", 3).await.unwrap(),
+        "stale version"
+    );
+    assert_eq!(
+        k.partition_row("p").await,
+        ("available".into(), 0, 0, Some("s1".into()))
+    );
+    assert!(k.store.advance_gate(&p, "s1", 3).await.unwrap());
+    assert_eq!(
+        k.partition_row("p").await,
+        ("available".into(), 3, 1, Some("s1".into()))
+    );
+    // `p` as read before the advance: its failure decision is stale.
+    assert!(!k.store.fail_partition(&p, "s1").await.unwrap());
+    let p = held(&k, "s1", "p").await;
+    assert!(!k.store.fail_partition(&p, "s2").await.unwrap());
+    assert!(k.store.fail_partition(&p, "s1").await.unwrap());
+    assert_eq!(k.partition_row("p").await, ("failed".into(), 3, 2, None));
+}
+
+/// An item made available behind the processor's back (no version bump)
+/// is seen by the advance and close statements themselves.
+async fn advance_and_close_recheck_for_available_items(k: Kit) {
+    k.session("me").await;
+    k.partition("p", Some("me")).await;
+    let p = HeldPartition {
+        id: "p".into(),
+        gate: 0,
+        version: 0,
+        auto_close: true,
+        manual_checkpoint: false,
+    };
+    // Read with nothing left: a close would be decided. An item arrives.
+    k.item("late", "p", 0, "available").await;
+    let closed = k
+        .store
+        .close_partitions(std::slice::from_ref(&p), "me")
+        .await;
+    assert!(closed.unwrap().is_empty());
+    assert!(!k.store.advance_gate(&p, "me", 2).await.unwrap());
+    assert_eq!(
+        k.partition_row("p").await,
+        ("available".into(), 0, 0, Some("me".into()))
+    );
+    // Without it both pass.
+    k.sql("DELETE FROM feed_items WHERE id = 'late'").await;
+    assert!(k.store.advance_gate(&p, "me", 2).await.unwrap());
+    let moved = HeldPartition { version: 1, ..p };
+    let closed = k.store.close_partitions(&[moved], "me").await.unwrap();
+    assert_eq!(closed, vec!["p".to_string()]);
+    assert_eq!(k.partition_row("p").await, ("complete".into(), 2, 2, None));
+}
+
+/// Closing unread: only partitions that close by themselves, are still at
+/// the version last seen, and whose every item is complete or cancelled;
+/// more than one statement's worth at once.
+async fn close_finished_closes_only_finished_partitions(k: Kit) {
+    k.session("s1").await;
+    let many = k.partitions("f", 600).await;
+    k.sql("UPDATE feed_partitions SET owner = 's1'").await;
+    for (n, id) in many.iter().enumerate() {
+        let status = if n % 2 == 0 { "complete" } else { "cancelled" };
+        k.item(&format!("{id}/0"), id, 0, status).await;
+    }
+    for id in ["open", "manual", "stale", "failed", "other"] {
+        k.partition(id, Some("s1")).await;
+        k.item(&format!("{id}/0"), id, 0, "complete").await;
+    }
+    k.item("open/1", "open", 0, "available").await;
+    k.item("failed/1", "failed", 0, "failed").await;
+    k.sqls(&[
+        "UPDATE feed_partitions SET auto_close = FALSE WHERE id = 'manual'",
+        "UPDATE feed_partitions SET version = 7 WHERE id = 'stale'",
+        "UPDATE feed_partitions SET owner = NULL WHERE id = 'other'",
+    ])
+    .await;
+    let mut parts: Vec<(String, i64)> = many.iter().map(|id| (id.clone(), 0)).collect();
+    for id in ["open", "manual", "stale", "failed", "other"] {
+        parts.push((id.into(), 0));
+    }
+    let mut closed = k.store.close_finished(&parts, "s1").await.unwrap();
+    closed.sort();
+    assert_eq!(closed, many);
+    let left = k
+        .ids("SELECT id FROM feed_partitions WHERE status = 'available' ORDER BY id")
+        .await;
+    assert_eq!(left, ["failed", "manual", "open", "other", "stale"]);
+    assert_eq!(
+        k.partition_row("f000").await,
+        ("complete".into(), 0, 1, None)
+    );
+}
+
+/// Items no gate can ever run (available below the partition's gate, or
+/// a status Feed does not know) fail with a `last_error` saying what to do;
+/// only in a partition the caller holds.
+async fn unrunnable_items_fail_with_a_reason(k: Kit) {
+    k.session("s1").await;
+    k.partition("p", Some("s1")).await;
+    k.sql("UPDATE feed_partitions SET gate = 2 WHERE id = 'p'")
+        .await;
+    k.items(&[
+        ("low", "p", 1, "available"),
+        ("odd", "p", 2, "weird"),
+        ("ok", "p", 2, "available"),
+    ])
+    .await;
+    let p = held(&k, "s1", "p").await;
+    assert_eq!(k.store.fail_unrunnable(&p, "s2").await.unwrap(), 0);
+    assert_eq!(k.store.fail_unrunnable(&p, "s1").await.unwrap(), 2);
+    let errors: Vec<(String, String, String)> = k
+        .rows(
+            "SELECT id, status, last_error FROM feed_items WHERE last_error IS NOT NULL ORDER BY id",
+            &["id", "status", "last_error"],
+        )
+        .await;
+    let want = [
+        ("low", "below its partition's gate 2"),
+        ("odd", "unknown status 'weird'"),
+    ];
+    assert_eq!(errors.len(), want.len(), "{errors:?}");
+    for ((id, status, error), (want_id, says)) in errors.iter().zip(want) {
+        assert_eq!((id.as_str(), status.as_str()), (want_id, "failed"));
+        assert!(error.contains(says), "{error}");
+    }
+    assert_eq!(k.item_row("ok").await.0, "available");
+}

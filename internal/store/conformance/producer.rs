@@ -1,0 +1,159 @@
+//! Producer rules: an enqueue is one transaction (all or nothing), items
+//! default to the partition's gate and may not go below it, adding to a
+//! complete partition reopens it, and a retry bumps the version of every
+//! partition it touches so that no decision made before it can pass.
+
+use super::{Kit, conformance};
+use crate::Error;
+use crate::store::{NewItem, OnFailure, PartitionSpec, RetryScope};
+
+conformance!(
+    enqueue_creates_extends_and_reopens,
+    a_refused_enqueue_writes_nothing,
+    retry_puts_failed_items_back_at_the_current_gate,
+);
+
+fn item(id: &str, gate: Option<i64>) -> NewItem {
+    NewItem {
+        id: Some(id.into()),
+        gate,
+        data: br#"{"n":1}"#.to_vec(),
+    }
+}
+
+async fn enqueue_creates_extends_and_reopens(k: Kit) {
+    let spec = PartitionSpec {
+        auto_close: false,
+        manual_checkpoint: true,
+        on_failure: OnFailure::Continue,
+    };
+    let r = k
+        .store
+        .enqueue("p", &spec, vec![item("a", None), item("b", Some(4))])
+        .await
+        .unwrap();
+    assert_eq!((r.items, r.created, r.reopened), (2, true, false));
+    let settings: Vec<(bool, bool, String)> = k
+        .rows(
+            "SELECT auto_close, manual_checkpoint, on_failure FROM feed_partitions WHERE id = 'p'",
+            &["auto_close", "manual_checkpoint", "on_failure"],
+        )
+        .await;
+    assert_eq!(settings, [(false, true, "continue".to_string())]);
+    assert_eq!(k.item_row("b").await, ("available".into(), 4, 0, 0));
+    // The spec applies only when the partition is created.
+    k.sql("UPDATE feed_partitions SET gate = 2, status = 'complete' WHERE id = 'p'")
+        .await;
+    let before = k.partition_row("p").await.2;
+    let r = k
+        .store
+        .enqueue("p", &PartitionSpec::default(), vec![item("c", None)])
+        .await
+        .unwrap();
+    assert_eq!((r.items, r.created, r.reopened), (1, false, true));
+    assert_eq!(k.item_row("c").await.1, 2, "the partition's current gate");
+    let (status, gate, version, _) = k.partition_row("p").await;
+    assert_eq!((status.as_str(), gate), ("available", 2));
+    assert!(version > before, "adding items bumps the version");
+    assert_eq!(k.store.item_data("c").await.unwrap(), br#"{"n":1}"#);
+    // An id may be left to Feed.
+    let anon = NewItem {
+        id: None,
+        gate: None,
+        data: b"{}".to_vec(),
+    };
+    assert_eq!(
+        k.store
+            .enqueue("p", &PartitionSpec::default(), vec![anon])
+            .await
+            .unwrap()
+            .items,
+        1
+    );
+}
+
+async fn a_refused_enqueue_writes_nothing(k: Kit) {
+    k.store
+        .enqueue("p", &PartitionSpec::default(), vec![item("a", None)])
+        .await
+        .unwrap();
+    k.sql("UPDATE feed_partitions SET gate = 3").await;
+    let before = k.partition_row("p").await;
+    let below = k
+        .store
+        .enqueue(
+            "p",
+            &PartitionSpec::default(),
+            vec![item("b", Some(3)), item("c", Some(2))],
+        )
+        .await;
+    assert!(
+        matches!(&below, Err(Error::Invalid(m)) if m.contains("item c has gate 2, below partition p's current gate 3")),
+        "{below:?}"
+    );
+    let taken = k
+        .store
+        .enqueue(
+            "q",
+            &PartitionSpec::default(),
+            vec![item("d", None), item("a", None)],
+        )
+        .await;
+    assert!(
+        matches!(&taken, Err(Error::Invalid(m)) if m.contains("already exists")),
+        "{taken:?}"
+    );
+    let bad = k.store.enqueue("", &PartitionSpec::default(), vec![]).await;
+    assert!(matches!(bad, Err(Error::Invalid(_))), "{bad:?}");
+    assert_eq!(k.ids("SELECT id FROM feed_items ORDER BY id").await, ["a"]);
+    assert_eq!(k.ids("SELECT id FROM feed_partitions").await, ["p"]);
+    assert_eq!(k.partition_row("p").await, before);
+}
+
+async fn retry_puts_failed_items_back_at_the_current_gate(k: Kit) {
+    for p in ["p", "c"] {
+        k.partition(p, None).await;
+    }
+    k.sqls(&[
+        "UPDATE feed_partitions SET gate = 2, status = 'failed' WHERE id = 'p'",
+        "UPDATE feed_partitions SET status = 'cancelled' WHERE id = 'c'",
+    ])
+    .await;
+    k.items(&[
+        ("old", "p", 1, "failed"),
+        ("now", "p", 2, "failed"),
+        ("done", "p", 2, "complete"),
+        ("kept", "c", 0, "failed"),
+    ])
+    .await;
+    k.sql("UPDATE feed_items SET attempts = 5, last_error = 'boom' WHERE status = 'failed'")
+        .await;
+    let r = k.store.retry_failed(RetryScope::Item("now")).await.unwrap();
+    assert_eq!((r.items, r.moved), (1, 0));
+    assert_eq!(k.partition_row("p").await, ("available".into(), 2, 1, None));
+    let r = k.store.retry_failed(RetryScope::All).await.unwrap();
+    assert_eq!((r.items, r.moved), (1, 1));
+    assert_eq!(k.item_row("old").await, ("available".into(), 2, 1, 0));
+    let (note,): (String,) = k
+        .rows(
+            "SELECT last_error FROM feed_items WHERE id = 'old'",
+            &["last_error"],
+        )
+        .await
+        .remove(0);
+    assert!(
+        note.contains("moved up from gate 1") && note.ends_with("boom"),
+        "{note}"
+    );
+    assert_eq!(
+        k.partition_row("p").await.2,
+        2,
+        "each retry bumps the version"
+    );
+    assert_eq!(
+        k.item_row("kept").await.0,
+        "failed",
+        "cancelled partitions stay"
+    );
+    assert_eq!(k.partition_row("c").await.0, "cancelled");
+}

@@ -1,0 +1,122 @@
+//! Retention: only finished (`complete`, `cancelled`) partitions older
+//! than the cutoff go, with their items; each delete re-checks its guard,
+//! so an available item (added by hand to a finished partition) keeps
+//! itself and its partition. The maintenance lease has one holder at a time.
+
+use std::time::Duration;
+
+use super::{Kit, conformance};
+use crate::store::prune::Pruned;
+
+conformance!(
+    prune_deletes_only_old_finished_work,
+    the_maintenance_lease_has_one_holder,
+);
+
+const HOUR: Duration = Duration::from_secs(3600);
+
+async fn prune_deletes_only_old_finished_work(k: Kit) {
+    let cases = [
+        ("old-complete", "complete", true),
+        ("old-cancelled", "cancelled", true),
+        ("old-failed", "failed", true),
+        ("old-available", "available", true),
+        ("new-complete", "complete", false),
+        ("stray", "complete", true),
+    ];
+    for (id, status, old) in cases {
+        k.partition(id, None).await;
+        k.item(
+            &format!("{id}/0"),
+            id,
+            0,
+            if status == "available" {
+                "available"
+            } else {
+                "complete"
+            },
+        )
+        .await;
+        k.exec(
+            "UPDATE feed_partitions SET status = ?, updated_at = CASE WHEN ? THEN 0 ELSE updated_at END WHERE id = ?",
+            vec![status.into(), old.into(), id.into()],
+        )
+        .await;
+    }
+    k.item("stray/1", "stray", 0, "available").await;
+    let would = k.store.prune(HOUR, true).await.unwrap();
+    assert_eq!(
+        would,
+        Pruned {
+            partitions: 3,
+            items: 4
+        }
+    );
+    let done = k.store.prune(HOUR, false).await.unwrap();
+    assert_eq!(
+        done,
+        Pruned {
+            partitions: 2,
+            items: 3
+        },
+        "the stray item keeps its partition"
+    );
+    let left = k.ids("SELECT id FROM feed_partitions ORDER BY id").await;
+    assert_eq!(
+        left,
+        ["new-complete", "old-available", "old-failed", "stray"]
+    );
+    assert_eq!(
+        k.ids("SELECT id FROM feed_items WHERE partition_id = 'stray'")
+            .await,
+        ["stray/1"]
+    );
+    assert_eq!(
+        k.store.prune(HOUR, true).await.unwrap(),
+        Pruned {
+            partitions: 1,
+            items: 1
+        }
+    );
+}
+
+async fn the_maintenance_lease_has_one_holder(k: Kit) {
+    let store = &k.store;
+    assert!(
+        store
+            .lease_maintenance("retention", "a", HOUR)
+            .await
+            .unwrap()
+    );
+    assert!(
+        store
+            .lease_maintenance("retention", "a", HOUR)
+            .await
+            .unwrap(),
+        "renewed"
+    );
+    assert!(
+        !store
+            .lease_maintenance("retention", "b", HOUR)
+            .await
+            .unwrap()
+    );
+    k.sql("UPDATE feed_maintenance SET expires_at = 0").await;
+    assert!(
+        store
+            .lease_maintenance("retention", "b", HOUR)
+            .await
+            .unwrap(),
+        "taken over once expired"
+    );
+    assert!(
+        !store
+            .lease_maintenance("retention", "a", HOUR)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store.lease_maintenance("unknown", "a", HOUR).await.unwrap(),
+        "one row per task"
+    );
+}
