@@ -9,8 +9,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::sync::{Mutex, mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
 
 use crate::store::{Ack, ItemStatus, Store, Written};
+use crate::tasks::Tasks;
 
 /// Most results written in one batch.
 const MAX_BATCH: usize = 256;
@@ -51,15 +53,23 @@ pub struct Completer {
 }
 
 impl Completer {
-    /// Starts the completer task; it ends when every handle is dropped.
-    pub fn start(store: Store, expiry: Duration) -> Completer {
+    /// Starts the completer's workers and its counter in `tasks`; they
+    /// stop with the group, once the results queued by then are written.
+    pub fn start(tasks: &Tasks, store: Store, expiry: Duration) -> Completer {
         let (tx, rx) = mpsc::unbounded_channel();
         let rx = Arc::new(Mutex::new(rx));
         let completed = Arc::new(AtomicU64::new(0));
         for _ in 0..WORKERS {
-            tokio::spawn(run(store.clone(), expiry, rx.clone(), completed.clone()));
+            let worker = run(
+                store.clone(),
+                expiry,
+                rx.clone(),
+                completed.clone(),
+                tasks.token(),
+            );
+            tasks.spawn("completer", worker);
         }
-        tokio::spawn(count(store, completed, tx.downgrade()));
+        tasks.spawn("completion count", count(store, completed, tasks.token()));
         Completer { tx }
     }
 
@@ -78,11 +88,19 @@ async fn run(
     expiry: Duration,
     rx: Arc<Mutex<mpsc::UnboundedReceiver<(Ack, Reply)>>>,
     completed: Arc<AtomicU64>,
+    stop: CancellationToken,
 ) {
     loop {
         let mut rx = rx.lock().await;
         let batch = {
-            let Some(first) = rx.recv().await else { return };
+            // Queued results first: a stop ends the worker only once the
+            // queue is empty.
+            let first = tokio::select! {
+                biased;
+                first = rx.recv() => first,
+                _ = stop.cancelled() => rx.try_recv().ok(),
+            };
+            let Some(first) = first else { return };
             let size = |(a, _): &(Ack, Reply)| a.write.data.as_ref().map_or(0, |d| d.len());
             let mut bytes = size(&first);
             let mut batch = vec![first];
@@ -126,20 +144,17 @@ async fn run(
 }
 
 /// Adds the items completed since the last tick to the overview's count,
-/// once every [`COUNT_EVERY`], until the completer's handles are gone (one
-/// last time then). Only the overview's chart reads this count: a failed
+/// once every [`COUNT_EVERY`], until `stop` (one last time then). Only the overview's chart reads this count: a failed
 /// write is tried again at the next tick, and a processor that dies loses
 /// at most its last second of it, never a result.
-async fn count(
-    store: Store,
-    completed: Arc<AtomicU64>,
-    alive: mpsc::WeakUnboundedSender<(Ack, Reply)>,
-) {
+async fn count(store: Store, completed: Arc<AtomicU64>, stop: CancellationToken) {
     let mut tick = tokio::time::interval(COUNT_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        tick.tick().await;
-        let stopping = alive.upgrade().is_none();
+        let stopping = tokio::select! {
+            _ = tick.tick() => false,
+            _ = stop.cancelled() => true,
+        };
         let n = completed.swap(0, Ordering::Relaxed);
         if n > 0
             && let Err(e) = store.add_completions(n).await

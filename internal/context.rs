@@ -13,6 +13,7 @@ use crate::handler::Handler;
 use crate::metrics::Metrics;
 use crate::server::Health;
 use crate::store::Store;
+use crate::tasks::Tasks;
 
 /// What the tasks of one running processor share.
 pub struct Context {
@@ -32,6 +33,9 @@ pub struct Context {
     pub completer: Completer,
     /// Wakes the dispatch loop when new work may be ready (PostgreSQL NOTIFY).
     pub wake: Arc<tokio::sync::Notify>,
+    /// The group the dispatch loop's side tasks (refills, gate checks,
+    /// acquire cycles) are started in, stopped at shutdown.
+    pub tasks: Tasks,
 }
 
 /// The current session id and when it was last heartbeated successfully.

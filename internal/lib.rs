@@ -52,6 +52,7 @@ pub mod run;
 pub mod server;
 pub(crate) mod session;
 pub mod store;
+pub(crate) mod tasks;
 pub mod validate;
 
 pub use config::Config;

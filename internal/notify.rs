@@ -22,38 +22,36 @@ use crate::store::redact;
 /// The channel the migration's trigger notifies.
 pub const CHANNEL: &str = "feed_items";
 
-/// Listens in the background until `cancel`, reconnecting with backoff.
-pub fn listen(config: &Config, wake: Arc<Notify>, cancel: CancellationToken) {
-    let url = config.database_url.clone();
+/// Listens until `cancel`, reconnecting with backoff.
+pub async fn listen(config: Config, wake: Arc<Notify>, cancel: CancellationToken) {
+    let url = config.database_url;
     let limit = config.statement_timeout;
     let every = config.session_expiry;
-    tokio::spawn(async move {
-        let mut backoff = Backoff::new(Duration::from_millis(500), Duration::from_secs(30));
-        loop {
-            match tokio::time::timeout(limit, open(&url)).await {
-                Ok(Ok(listener)) => {
-                    backoff.reset();
-                    let stop = serve(listener, &wake, &cancel, limit, every).await;
-                    if stop {
-                        return;
-                    }
-                    // Work may have arrived while the connection was dead.
-                    wake.notify_one();
+    let mut backoff = Backoff::new(Duration::from_millis(500), Duration::from_secs(30));
+    loop {
+        match tokio::time::timeout(limit, open(&url)).await {
+            Ok(Ok(listener)) => {
+                backoff.reset();
+                let stop = serve(listener, &wake, &cancel, limit, every).await;
+                if stop {
+                    return;
                 }
-                Ok(Err(e)) => {
-                    let e = e.to_string().replace(&url, &redact(&url));
-                    tracing::warn!(error = %e, "cannot open a LISTEN connection; polling only");
-                }
-                Err(_) => {
-                    tracing::warn!(limit = ?limit, "opening a LISTEN connection timed out; polling only")
-                }
+                // Work may have arrived while the connection was dead.
+                wake.notify_one();
             }
-            tokio::select! {
-                _ = cancel.cancelled() => return,
-                _ = backoff.wait() => {}
+            Ok(Err(e)) => {
+                let e = e.to_string().replace(&url, &redact(&url));
+                tracing::warn!(error = %e, "cannot open a LISTEN connection; polling only");
+            }
+            Err(_) => {
+                tracing::warn!(limit = ?limit, "opening a LISTEN connection timed out; polling only")
             }
         }
-    });
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = backoff.wait() => {}
+        }
+    }
 }
 
 async fn open(url: &str) -> Result<PgListener, sqlx::Error> {

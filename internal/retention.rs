@@ -18,28 +18,29 @@ pub const INTERVAL: Duration = Duration::from_secs(300);
 /// holder keeps it, short enough that a dead holder is replaced soon.
 const LEASE: Duration = Duration::from_secs(600);
 
-/// Starts the retention loop when `older_than` (`config.retention`) is set;
-/// it takes the lease and prunes in `store` under the current id of `session`.
-pub fn spawn(
+/// Prunes partitions finished more than `older_than` ago every
+/// [`INTERVAL`] while this processor holds the lease (taken under the
+/// current id of `session`), until `cancel`. A round cut short by `cancel`
+/// loses nothing: each of its statements is a transaction of its own.
+pub async fn run(
     store: Store,
     session: Arc<Session>,
-    older_than: Option<Duration>,
+    older_than: Duration,
     cancel: CancellationToken,
 ) {
-    let Some(older_than) = older_than else {
-        return;
-    };
-    tokio::spawn(async move {
-        loop {
-            if let Err(e) = round(&store, &session, older_than).await {
-                tracing::warn!(error = %e, "retention round failed; trying again later");
-            }
-            tokio::select! {
-                _ = cancel.cancelled() => return,
-                _ = tokio::time::sleep(INTERVAL) => {}
-            }
+    loop {
+        let r = tokio::select! {
+            _ = cancel.cancelled() => return,
+            r = round(&store, &session, older_than) => r,
+        };
+        if let Err(e) = r {
+            tracing::warn!(error = %e, "retention round failed; trying again later");
         }
-    });
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tokio::time::sleep(INTERVAL) => {}
+        }
+    }
 }
 
 async fn round(store: &Store, session: &Session, older_than: Duration) -> crate::Result<()> {

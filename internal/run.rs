@@ -2,16 +2,24 @@
 //! migrate, register a session, run the loops, and on shutdown drain,
 //! release every partition and delete the session so others take over at once.
 //!
+//! Every task is started in one of two groups (see `tasks`): `work`
+//! (dispatch and its side tasks, the notification listener, retention, the
+//! health listener) stops at the signal; `session` (the keeper and the
+//! completer) goes on through the drain, so that results are still written
+//! under a live session, and stops after it.
+//!
 //! Shutdown is bounded whatever the database does: in-flight work gets
-//! `--drain-timeout` from the signal, then releasing partitions, deleting the
-//! session and stopping the listener get [`RELEASE_BOUND`] together (best
+//! `--drain-timeout` from the signal, then stopping every task, releasing
+//! partitions and deleting the session get [`RELEASE_BOUND`] together (best
 //! effort: what does not finish frees up when the session expires).
 
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use prometheus_client::registry::Registry;
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::backoff::Backoff;
@@ -22,7 +30,8 @@ use crate::metrics::Metrics;
 use crate::server::Health;
 use crate::session;
 use crate::store::{Store, redact};
-use crate::{Config, Error, Result, dispatch};
+use crate::tasks::Tasks;
+use crate::{Config, Error, Result, dispatch, retention};
 
 /// How long releasing partitions, deleting the session and stopping the
 /// health listener may take, together, after the drain.
@@ -74,119 +83,174 @@ pub async fn run_with(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
     config.validate()?;
-    let cancel = CancellationToken::new();
-    {
-        let cancel = cancel.clone();
-        tokio::spawn(async move {
-            shutdown.await;
-            tracing::info!("shutdown requested: no new work; draining");
-            cancel.cancel();
-        });
+    // Two groups: `work` stops at the signal; `session` (heartbeats and
+    // result writes) goes on through the drain and stops after it.
+    let (work, session) = (Tasks::default(), Tasks::default());
+    let stop = work.token();
+    work.spawn("signal", async move {
+        tokio::select! {
+            () = shutdown => tracing::info!("shutdown requested: no new work; draining"),
+            () = stop.cancelled() => return,
+        }
+        stop.cancel();
+    });
+    let ran = start(&work, &session, config, handler).await;
+    let shared = ran.as_ref().ok().cloned().flatten();
+    if let Some(shared) = &shared {
+        let dispatch = work.spawn("dispatch", dispatch::run(shared.clone(), work.token()));
+        drain(dispatch, &work.token(), shared.config.drain_timeout).await;
     }
+    shut_down(&work, &session, shared.as_deref()).await;
+    ran.map(drop)
+}
+
+/// Starts everything but dispatch: the listener, the store, the session
+/// and the tasks beside dispatch. None when shutdown came first.
+async fn start(
+    work: &Tasks,
+    session: &Tasks,
+    config: Config,
+    handler: Arc<dyn Handler>,
+) -> Result<Option<Arc<Context>>> {
     let mut registry = Registry::default();
     let metrics = Metrics::new(&mut registry);
     let health = Arc::new(Health::default());
-    let server = match &config.listen {
-        Some(addr) => Some(listen(addr, health.clone(), registry, &config, cancel.clone()).await?),
-        None => None,
-    };
-
-    let Some(mut store) = connect(&config, &cancel).await? else {
-        return Ok(());
-    };
-    store.set_statement_counter(metrics.statements.clone());
-    store.set_timeout_counter(metrics.statement_timeouts.clone());
-    health
-        .database
-        .store(true, std::sync::atomic::Ordering::Relaxed);
-    if config.migrate {
-        tokio::select! {
-            _ = cancel.cancelled() => return Ok(()),
-            r = store.migrate() => r?,
-        }
+    if let Some(addr) = &config.listen {
+        let app = crate::server::app(health.clone(), Arc::new(registry), &config);
+        work.spawn("listener", serve(bind(addr).await?, app, work.token()));
     }
+    let Some(store) = open(&config, &metrics, &health, &work.token()).await? else {
+        return Ok(None);
+    };
     let id = session::new_id();
-    let completer = Completer::start(store.clone(), config.session_expiry);
-    let wake = Arc::new(tokio::sync::Notify::new());
-    if store.listens() {
-        crate::notify::listen(&config, wake.clone(), cancel.clone());
-    }
     let shared = Arc::new(Context {
-        wake,
-        completer,
+        wake: Arc::new(tokio::sync::Notify::new()),
+        completer: Completer::start(session, store.clone(), config.session_expiry),
         config,
         store,
         session: Arc::new(Session::new(id.clone())),
         metrics,
-        health: health.clone(),
+        health,
         handler,
+        tasks: work.clone(),
     });
-    if !register(&shared.store, &shared.config, &id, &cancel).await? {
-        return Ok(());
+    if !register(&shared.store, &shared.config, &id, &work.token()).await? {
+        return Ok(None);
     }
-    health
-        .session
-        .store(true, std::sync::atomic::Ordering::Relaxed);
-    health
-        .handler
-        .store(true, std::sync::atomic::Ordering::Relaxed);
-    tracing::info!(session = %id, database = %redact(&shared.config.database_url), handler = %redact(&shared.config.handler_url), "processor started");
+    started(&shared).await;
+    session.spawn("keeper", session::keep(keeper(&shared), session.token()));
+    if shared.store.listens() {
+        let listen =
+            crate::notify::listen(shared.config.clone(), shared.wake.clone(), work.token());
+        work.spawn("notifications", listen);
+    }
+    if let Some(age) = shared.config.retention {
+        let prune = retention::run(
+            shared.store.clone(),
+            shared.session.clone(),
+            age,
+            work.token(),
+        );
+        work.spawn("retention", prune);
+    }
+    Ok(Some(shared))
+}
+
+/// Marks the processor healthy and says what it runs against, warning when
+/// the database will slow it down.
+async fn started(shared: &Context) {
+    for flag in [&shared.health.session, &shared.health.handler] {
+        flag.store(true, Ordering::Relaxed);
+    }
+    tracing::info!(session = %shared.session.id(), database = %redact(&shared.config.database_url), handler = %redact(&shared.config.handler_url), "processor started");
     if shared.store.autovacuum_off().await.unwrap_or(false) {
         tracing::warn!(
             "autovacuum is off on this PostgreSQL server: feed_items and feed_partitions keep every dead row version and stale planner statistics, and statements slow down as work goes on; turn autovacuum on (Feed's tables carry their own settings for it) or run VACUUM ANALYZE on them often"
         );
     }
+}
 
-    // Heartbeats go on through the drain (results need a live session); the
-    // keeper is aborted after it.
-    let keeper = session::Keeper {
+fn keeper(shared: &Context) -> session::Keeper {
+    session::Keeper {
         store: shared.store.clone(),
         session: shared.session.clone(),
-        health: health.clone(),
+        health: shared.health.clone(),
         sessions_lost: shared.metrics.sessions_lost.clone(),
         config: shared.config.clone(),
-    };
-    let keeper = tokio::spawn(session::keep(keeper, CancellationToken::new()));
-    crate::retention::spawn(
-        shared.store.clone(),
-        shared.session.clone(),
-        shared.config.retention,
-        cancel.clone(),
-    );
-    let drain_timeout = shared.config.drain_timeout;
+    }
+}
+
+/// Waits for the dispatch loop, which drains by itself once `stop` is
+/// cancelled; at `drain_timeout` after that it is aborted even when stuck
+/// in a statement, abandoning its deliveries (their items stay available).
+async fn drain(mut dispatch: JoinHandle<()>, stop: &CancellationToken, drain_timeout: Duration) {
     let deadline = async {
-        cancel.cancelled().await;
+        stop.cancelled().await;
         tokio::time::sleep(drain_timeout).await;
     };
-    // The loop drains by itself; this bounds it even when it is stuck in a
-    // statement at the signal. Dropping it abandons its deliveries.
     tokio::select! {
-        () = dispatch::run(shared.clone(), cancel.clone()) => {}
-        () = deadline => tracing::warn!(drain_timeout = ?drain_timeout, "shutdown: work still running at the drain timeout is abandoned; its items stay available"),
+        _ = &mut dispatch => {}
+        () = deadline => {
+            tracing::warn!(drain_timeout = ?drain_timeout, "shutdown: work still running at the drain timeout is abandoned; its items stay available");
+            dispatch.abort();
+        }
     }
-    keeper.abort();
+}
 
-    // Hand over at once: release partitions, then delete the session.
-    let me = shared.session.id();
-    let finish = async {
-        match shared.store.release_all(&me).await {
-            Ok(n) => tracing::info!(partitions = n, "released partitions"),
-            Err(e) => {
-                tracing::warn!(error = %e, "could not release partitions; they free up when the session expires")
-            }
-        }
-        if let Err(e) = shared.store.delete_session(&me).await {
-            tracing::warn!(error = %e, "could not delete the session row; it expires by itself");
-        }
-        if let Some(server) = server {
-            let _ = server.await;
-        }
-    };
-    if tokio::time::timeout(RELEASE_BOUND, finish).await.is_err() {
-        tracing::warn!(bound = ?RELEASE_BOUND, "shutdown: releasing partitions and the session did not finish in time; they free up when the session expires");
+/// Stops every task, then hands the session's partitions over at once,
+/// within [`RELEASE_BOUND`] in all. Tasks first: the keeper must not
+/// heartbeat a session being deleted, nor an acquire cycle lease a
+/// partition after the release. Tasks still running at half the bound are
+/// left to end on their own, so that the hand-over gets its turn.
+async fn shut_down(work: &Tasks, session: &Tasks, shared: Option<&Context>) {
+    let half = RELEASE_BOUND / 2;
+    let (worked, kept) = tokio::join!(work.stopped(half), session.stopped(half));
+    if !(worked && kept) {
+        tracing::warn!(bound = ?half, "shutdown: some tasks did not stop in time; handing over anyway");
     }
-    tracing::info!(session = %me, "processor stopped");
-    Ok(())
+    let Some(shared) = shared else { return };
+    if tokio::time::timeout(half, hand_over(shared)).await.is_err() {
+        tracing::warn!(bound = ?half, "shutdown: releasing partitions and the session did not finish in time; they free up when the session expires");
+    }
+    tracing::info!(session = %shared.session.id(), "processor stopped");
+}
+
+/// Releases every partition, then deletes the session row, so that others
+/// take over at once (best effort: both free up when the session expires).
+async fn hand_over(shared: &Context) {
+    let me = shared.session.id();
+    match shared.store.release_all(&me).await {
+        Ok(n) => tracing::info!(partitions = n, "released partitions"),
+        Err(e) => {
+            tracing::warn!(error = %e, "could not release partitions; they free up when the session expires")
+        }
+    }
+    if let Err(e) = shared.store.delete_session(&me).await {
+        tracing::warn!(error = %e, "could not delete the session row; it expires by itself");
+    }
+}
+
+/// Connects (waiting for the database), counts statements into `metrics`
+/// and migrates when asked; None when shutdown came first.
+async fn open(
+    config: &Config,
+    metrics: &Metrics,
+    health: &Health,
+    cancel: &CancellationToken,
+) -> Result<Option<Store>> {
+    let Some(mut store) = connect(config, cancel).await? else {
+        return Ok(None);
+    };
+    store.set_statement_counter(metrics.statements.clone());
+    store.set_timeout_counter(metrics.statement_timeouts.clone());
+    health.database.store(true, Ordering::Relaxed);
+    if config.migrate {
+        tokio::select! {
+            _ = cancel.cancelled() => return Ok(None),
+            r = store.migrate() => r?,
+        }
+    }
+    Ok(Some(store))
 }
 
 /// Registers the session, retrying with backoff while the database does not
@@ -246,24 +310,20 @@ async fn connect(config: &Config, cancel: &CancellationToken) -> Result<Option<S
     }
 }
 
-async fn listen(
-    addr: &str,
-    health: Arc<Health>,
-    registry: Registry,
-    config: &Config,
-    cancel: CancellationToken,
-) -> Result<tokio::task::JoinHandle<()>> {
-    let listener = tokio::net::TcpListener::bind(addr)
+/// Binds the health and metrics listener (`--listen`).
+async fn bind(addr: &str) -> Result<tokio::net::TcpListener> {
+    tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|source| Error::Listen {
             addr: addr.to_string(),
             source,
-        })?;
-    let app = crate::server::app(health, Arc::new(registry), config);
-    Ok(tokio::spawn(async move {
-        let stop = async move { cancel.cancelled().await };
-        if let Err(e) = crate::server::serve(listener, app, stop).await {
-            tracing::warn!(error = %e, "health listener stopped");
-        }
-    }))
+        })
+}
+
+/// Serves the health and metrics listener until `stop`.
+async fn serve(listener: tokio::net::TcpListener, app: axum::Router, stop: CancellationToken) {
+    if let Err(e) = crate::server::serve(listener, app, async move { stop.cancelled().await }).await
+    {
+        tracing::warn!(error = %e, "health listener stopped");
+    }
 }

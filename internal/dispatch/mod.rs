@@ -249,7 +249,7 @@ impl Dispatcher {
         let cursors = std::mem::take(&mut self.held.cursors);
         let held = self.held.versions.len();
         let busy = self.busy_partitions();
-        self.upkeep = Some(tokio::spawn(async move {
+        self.upkeep = Some(self.shared.tasks.spawn("acquire cycle", async move {
             let cycle = leases::cycle(&shared, &me, cursors, held, &busy).await;
             Upkeep::Cycle(me, cycle)
         }));
@@ -267,7 +267,7 @@ impl Dispatcher {
         }
         let shared = self.shared.clone();
         let me = self.me.clone();
-        self.upkeep = Some(tokio::spawn(async move {
+        self.upkeep = Some(self.shared.tasks.spawn("gate check", async move {
             let checked = gates::check(&shared, &me, ids).await;
             Upkeep::Check(me, checked)
         }));

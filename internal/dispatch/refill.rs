@@ -56,7 +56,7 @@ impl Dispatcher {
         let now = Instant::now();
         if self.rotation.needs_discovery(now) {
             let mark = self.rotation.mark;
-            self.refilling = Some(tokio::spawn(async move {
+            self.refilling = Some(self.shared.tasks.spawn("refill", async move {
                 let found = shared.store.written_since(mark, DISCOVER).await;
                 Fetched::Discovered { me, found }
             }));
@@ -92,7 +92,7 @@ impl Dispatcher {
             })
             .collect();
         self.fetching = parts.into_iter().collect();
-        self.refilling = Some(tokio::spawn(async move {
+        self.refilling = Some(self.shared.tasks.spawn("refill", async move {
             let items = shared.store.ready_items(&me, &asks).await;
             Fetched::Items {
                 me,

@@ -30,10 +30,6 @@ async fn ids(db: &TestDb, sql: &str) -> Vec<(String, String, i64)> {
     db.rows(sql, &["id", "pid", "gate"]).await
 }
 
-async fn count(db: &TestDb, sql: &str) -> i64 {
-    db.query(sql, vec![]).await[0].try_get("", "n").unwrap()
-}
-
 on_all_backends!(hand_changes_during_chaos_strand_nothing);
 async fn hand_changes_during_chaos_strand_nothing(db: TestDb) {
     for p in 0..PARTITIONS {
@@ -105,8 +101,8 @@ async fn hand_changes_during_chaos_strand_nothing(db: TestDb) {
     }
     // Whatever happened: with processors running, everything settles.
     wait_for("every partition finished, nothing available left", Duration::from_secs(90), || async {
-        count(&db, "SELECT COUNT(*) AS n FROM feed_partitions WHERE status NOT IN ('complete', 'failed')").await == 0
-            && count(&db, "SELECT COUNT(*) AS n FROM feed_items WHERE status = 'available'").await == 0
+        db.count("SELECT COUNT(*) AS n FROM feed_partitions WHERE status NOT IN ('complete', 'failed')").await == 0
+            && db.count("SELECT COUNT(*) AS n FROM feed_items WHERE status = 'available'").await == 0
     })
     .await;
     for id in &added {

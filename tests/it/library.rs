@@ -76,6 +76,12 @@ async fn in_process_processor(db: TestDb) {
         st.processors.is_empty(),
         "the session row is deleted at shutdown"
     );
+    // Every task has stopped by the time `run_with` returns: the
+    // completer's counter made its last write before, not after.
+    let counted = db
+        .count("SELECT CAST(COALESCE(SUM(items), 0) AS BIGINT) AS n FROM feed_completions")
+        .await;
+    assert_eq!(counted, 5, "the five completed items are counted");
     let r = db
         .store
         .retry_failed(feed::store::RetryScope::Partition("lib"))

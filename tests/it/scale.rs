@@ -48,14 +48,9 @@ async fn all_complete(db: &TestDb) {
     wait_for(
         "every partition complete",
         Duration::from_secs(120),
-        || async { count(db, open).await == 0 },
+        || async { db.count(open).await == 0 },
     )
     .await;
-}
-
-async fn count(db: &TestDb, sql: &str) -> i64 {
-    let rows: Vec<(i64,)> = db.rows(sql, &["n"]).await;
-    rows[0].0
 }
 
 /// Asserts that the handler was called exactly once for each of `n` items.
@@ -75,9 +70,9 @@ async fn many_one_item_partitions_drain(db: TestDb) {
     all_complete(&db).await;
     each_item_called_once(&scene.0, 2_000);
     let open = "SELECT COUNT(*) AS n FROM feed_items WHERE status <> 'complete'";
-    assert_eq!(count(&db, open).await, 0, "no item left open");
+    assert_eq!(db.count(open).await, 0, "no item left open");
     let owned = "SELECT COUNT(*) AS n FROM feed_partitions WHERE owner IS NOT NULL";
-    assert_eq!(count(&db, owned).await, 0, "closed partitions are released");
+    assert_eq!(db.count(owned).await, 0, "closed partitions are released");
 }
 
 on_all_backends!(partitions_of_a_dead_session_are_leased_in_pages);
@@ -334,7 +329,7 @@ async fn a_failed_check_is_checked_again(db: TestDb) {
     wait_for(
         "every partition leased",
         Duration::from_secs(60),
-        || async { count(&db, owned).await == 600 },
+        || async { db.count(owned).await == 600 },
     )
     .await;
     let txn = db.store.connection().begin().await.unwrap();
@@ -357,7 +352,7 @@ async fn a_failed_check_is_checked_again(db: TestDb) {
     .await;
     let closed = "SELECT COUNT(*) AS n FROM feed_partitions WHERE status = 'complete'";
     assert!(
-        count(&db, closed).await < 600,
+        db.count(closed).await < 600,
         "the locked partition cannot have closed"
     );
     txn.commit().await.unwrap();

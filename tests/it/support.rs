@@ -79,6 +79,11 @@ impl TestDb {
             .unwrap_or_else(|e| panic!("{sql}: {e}"))
     }
 
+    /// The `n` column of a one-row query.
+    pub async fn count(&self, sql: &str) -> i64 {
+        self.query(sql, vec![]).await[0].try_get("", "n").unwrap()
+    }
+
     /// The rows of `sql`, each as the tuple of the columns `cols`.
     pub async fn rows<T: TryGetableMany>(&self, sql: &str, cols: &[&str]) -> Vec<T> {
         let cols: Vec<String> = cols.iter().map(|c| c.to_string()).collect();
