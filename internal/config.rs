@@ -18,7 +18,7 @@ pub struct Config {
     pub heartbeat_interval: Duration,
     /// A session silent for this long is dead and its partitions are free.
     pub session_expiry: Duration,
-    /// How often leases are balanced.
+    /// How often an acquire cycle runs (leasing, balancing, stealing).
     pub acquire_interval: Duration,
     /// Cap on partitions held by this processor.
     pub max_partitions: Option<usize>,

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use crate::Config;
 use crate::completer::Completer;
 use crate::handler::Handler;
+use crate::ids::SessionId;
 use crate::metrics::Metrics;
 use crate::server::Health;
 use crate::store::Store;
@@ -46,13 +47,13 @@ pub struct Session {
 
 #[derive(Debug)]
 struct State {
-    id: String,
+    id: SessionId,
     last_ok: Instant,
 }
 
 impl Session {
     /// A session that was just registered.
-    pub fn new(id: String) -> Self {
+    pub fn new(id: SessionId) -> Self {
         Self {
             state: RwLock::new(State {
                 id,
@@ -62,7 +63,7 @@ impl Session {
     }
 
     /// The session id leases and results are fenced with.
-    pub fn id(&self) -> String {
+    pub fn id(&self) -> SessionId {
         self.state.read().expect("session lock").id.clone()
     }
 
@@ -76,7 +77,7 @@ impl Session {
         self.state.write().expect("session lock").last_ok = Instant::now();
     }
 
-    pub(crate) fn replace(&self, id: String) {
+    pub(crate) fn replace(&self, id: SessionId) {
         *self.state.write().expect("session lock") = State {
             id,
             last_ok: Instant::now(),

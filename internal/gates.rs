@@ -13,6 +13,7 @@ use std::collections::HashSet;
 
 use crate::Result;
 use crate::context::Context;
+use crate::ids::SessionId;
 use crate::leases::Held;
 use crate::metrics::Metrics;
 use crate::store::{GateProbe, HeldPartition};
@@ -78,7 +79,7 @@ fn decide(p: &HeldPartition, probe: GateProbe) -> Decision {
 /// (those with items in flight here, being fetched, or still waiting in
 /// the rotation: a check would only find work at their gate).
 pub fn due(held: &Held, skip: impl Fn(&str) -> bool) -> Vec<(String, i64)> {
-    held.dirty
+    held.marked
         .iter()
         .filter(|id| !skip(id))
         .take(CHECK_CHUNK)
@@ -89,29 +90,34 @@ pub fn due(held: &Held, skip: impl Fn(&str) -> bool) -> Vec<(String, i64)> {
 
 /// Checks the partitions `due` (from [`due`], with the versions last seen)
 /// of session `me`.
-pub async fn check(shared: &Context, me: &str, due: Vec<(String, i64)>) -> Checked {
+pub async fn check(ctx: &Context, me: &SessionId, due: Vec<(String, i64)>) -> Checked {
     let mut out = Checked {
         more: due.len() == CHECK_CHUNK,
         ..Checked::default()
     };
-    if let Err(e) = run(shared, me, &due, &mut out).await {
+    if let Err(e) = run(ctx, me, &due, &mut out).await {
         out.error = Some(e);
     }
     out
 }
 
-async fn run(shared: &Context, me: &str, due: &[(String, i64)], out: &mut Checked) -> Result<()> {
+async fn run(
+    ctx: &Context,
+    me: &SessionId,
+    due: &[(String, i64)],
+    out: &mut Checked,
+) -> Result<()> {
     if due.is_empty() {
         return Ok(());
     }
-    let store = &shared.store;
+    let store = &ctx.store;
     // Partitions whose every item is done close first, unread: what most
     // checks of small partitions come to. Until a partition's check has
     // succeeded its mark stays: an error anywhere below returns with the
     // remaining marks intact.
     let finished: HashSet<String> = store.close_finished(due, me).await?.into_iter().collect();
     for id in &finished {
-        closed(shared, id, out);
+        closed(ctx, id, out);
     }
     let ids: Vec<String> = due
         .iter()
@@ -131,7 +137,7 @@ async fn run(shared: &Context, me: &str, due: &[(String, i64)], out: &mut Checke
     let mut closing = Vec::new();
     for (p, probe) in &parts {
         let decision = decide(p, *probe);
-        if apply(shared, me, p, decision, out, &mut closing).await? {
+        if apply(ctx, me, p, decision, out, &mut closing).await? {
             out.settled.push(p.id.clone());
         }
         // Otherwise someone changed it meanwhile (OCC), items were just
@@ -139,14 +145,14 @@ async fn run(shared: &Context, me: &str, due: &[(String, i64)], out: &mut Checke
     }
     // Closes are the common end of small partitions: one statement for all.
     for id in store.close_partitions(&closing, me).await? {
-        closed(shared, &id, out);
+        closed(ctx, &id, out);
     }
     Ok(())
 }
 
-fn closed(shared: &Context, id: &str, out: &mut Checked) {
+fn closed(ctx: &Context, id: &str, out: &mut Checked) {
     tracing::info!(partition = %id, "partition complete");
-    shared.metrics.partitions_closed.inc();
+    ctx.metrics.partitions_closed.inc();
     out.ended.push(id.to_string());
 }
 
@@ -154,15 +160,15 @@ fn closed(shared: &Context, id: &str, out: &mut Checked) {
 /// caller closes them all at once); true when the partition needs no new
 /// look.
 async fn apply(
-    shared: &Context,
-    me: &str,
+    ctx: &Context,
+    me: &SessionId,
     p: &HeldPartition,
     decision: Decision,
     out: &mut Checked,
     closing: &mut Vec<HeldPartition>,
 ) -> Result<bool> {
-    let store = &shared.store;
-    let metrics = &shared.metrics;
+    let store = &ctx.store;
+    let metrics = &ctx.metrics;
     match decision {
         Decision::Wait => {
             out.ready.push(p.id.clone());
@@ -205,17 +211,17 @@ impl Held {
     /// that join the rotation and whether more marked ones wait.
     pub fn checked(&mut self, c: Checked, metrics: &Metrics) -> (Vec<String>, bool) {
         for id in &c.missing {
-            self.dirty.remove(id);
+            self.marked.remove(id);
             if self.versions.remove(id).is_some() {
                 tracing::info!(partition = %id, "lost partition (taken by another processor, released or closed by someone else)");
                 metrics.leases_lost.inc();
             }
         }
         for id in &c.settled {
-            self.dirty.remove(id);
+            self.marked.remove(id);
         }
         for id in &c.ended {
-            self.dirty.remove(id);
+            self.marked.remove(id);
             self.versions.remove(id);
         }
         for (id, version) in c.advanced {

@@ -24,6 +24,7 @@ use rand::seq::{IndexedRandom, SliceRandom};
 
 use crate::Result;
 use crate::context::Context;
+use crate::ids::SessionId;
 use crate::metrics::Metrics;
 use crate::store::{HeldRow, LEASE_CHUNK, LeaseCounts, STRANDED_SLICE};
 
@@ -65,7 +66,7 @@ pub struct Held {
     /// Partitions whose gate must be checked: run dry in a refill, written
     /// to while out of the rotation, changed by someone else, or found
     /// stuck by the acquire cycle.
-    pub dirty: HashSet<String>,
+    pub marked: HashSet<String>,
     /// Where the acquire cycle stands; taken by a cycle while it runs.
     pub cursors: Cursors,
 }
@@ -127,7 +128,7 @@ impl Swept {
 
 /// What an acquire cycle changed, as the dispatch loop acts on it.
 #[derive(Debug, Default)]
-pub struct Balanced {
+pub struct Applied {
     /// More free partitions wait than one cycle takes: run the next soon.
     pub more: bool,
     /// Partitions that join the rotation: those just leased (a refill
@@ -146,8 +147,8 @@ pub struct Balanced {
 /// One acquire cycle for session `me`, which holds `held` partitions;
 /// `idle` may be given back at the cap (held, nothing here in flight).
 pub async fn cycle(
-    shared: &Context,
-    me: &str,
+    ctx: &Context,
+    me: &SessionId,
     cursors: Cursors,
     held: usize,
     busy: &HashSet<String>,
@@ -157,9 +158,9 @@ pub async fn cycle(
         ..Cycle::default()
     };
     let done = if out.cursors.steps > 0 {
-        step(shared, me, &mut out).await
+        step(ctx, me, &mut out).await
     } else {
-        full(shared, me, held, busy, &mut out).await
+        full(ctx, me, held, busy, &mut out).await
     };
     out.error = done.err();
     out
@@ -167,14 +168,14 @@ pub async fn cycle(
 
 /// A full cycle: reap, probe a slice, count, then lease, release or steal.
 async fn full(
-    shared: &Context,
-    me: &str,
+    ctx: &Context,
+    me: &SessionId,
     held: usize,
     busy: &HashSet<String>,
     out: &mut Cycle,
 ) -> Result<()> {
-    let store = &shared.store;
-    let cfg = &shared.config;
+    let store = &ctx.store;
+    let cfg = &ctx.config;
     let expiry = cfg.session_expiry;
     let reaped = store.reap_sessions(expiry).await?;
     if reaped > 0 {
@@ -220,9 +221,9 @@ async fn full(
     // slice within one sweep, and meanwhile only makes this session take
     // a little less.
     let mut mine = held as i64;
-    shared.metrics.sessions_alive.set(counts.sessions);
+    ctx.metrics.sessions_alive.set(counts.sessions);
     if sweep_starts {
-        shared.metrics.backlog.set(counts.backlog);
+        ctx.metrics.backlog.set(counts.backlog);
     }
     let end = counts.stranded_end.clone().unwrap_or_default();
     if counts.stranded > 0 {
@@ -269,7 +270,7 @@ async fn full(
     if want > 0 {
         out.cursors.cursor.clear();
         let allowed = (want as usize).min(TAKE_PER_STEP);
-        let took = take_free(shared, me, out, allowed).await?;
+        let took = take_free(ctx, me, out, allowed).await?;
         want -= took as i64;
         mine += took as i64;
         if took == allowed && want > 0 {
@@ -278,15 +279,15 @@ async fn full(
         }
     }
     if want > 0 && !out.more {
-        steal_one(shared, me, mine, out).await?;
+        steal_one(ctx, me, mine, out).await?;
     }
     Ok(())
 }
 
 /// One step of a large lease: takes the next free partitions, nothing else.
-async fn step(shared: &Context, me: &str, out: &mut Cycle) -> Result<()> {
+async fn step(ctx: &Context, me: &SessionId, out: &mut Cycle) -> Result<()> {
     let allowed = out.cursors.steps.min(TAKE_PER_STEP);
-    let took = take_free(shared, me, out, allowed).await;
+    let took = take_free(ctx, me, out, allowed).await;
     let all = took.as_ref().is_ok_and(|n| *n == allowed);
     out.cursors.steps = if all { out.cursors.steps - allowed } else { 0 };
     // The last step is followed at once by a full cycle, which counts
@@ -298,11 +299,11 @@ async fn step(shared: &Context, me: &str, out: &mut Cycle) -> Result<()> {
 impl Held {
     /// Takes in what an acquire cycle found and did; `busy` are the
     /// partitions with items in flight or buffered here now.
-    pub fn apply(&mut self, cycle: Cycle, busy: &HashSet<String>, metrics: &Metrics) -> Balanced {
+    pub fn apply(&mut self, cycle: Cycle, busy: &HashSet<String>, metrics: &Metrics) -> Applied {
         self.cursors = cycle.cursors;
-        let mut out = Balanced {
+        let mut out = Applied {
             more: cycle.more,
-            ..Balanced::default()
+            ..Applied::default()
         };
         if let Some(swept) = &cycle.swept {
             self.lost_from(&cycle.slice, swept, &mut out, metrics);
@@ -310,11 +311,11 @@ impl Held {
         for r in &cycle.slice {
             if self.versions.get(&r.id) != Some(&r.version) {
                 self.versions.insert(r.id.clone(), r.version);
-                self.dirty.insert(r.id.clone());
+                self.marked.insert(r.id.clone());
                 out.changed.push(r.id.clone());
             }
             if r.stuck && !busy.contains(&r.id) {
-                self.dirty.insert(r.id.clone());
+                self.marked.insert(r.id.clone());
             }
             if r.ready {
                 out.ready.push(r.id.clone());
@@ -322,7 +323,7 @@ impl Held {
         }
         for id in cycle.released {
             self.versions.remove(&id);
-            self.dirty.remove(&id);
+            self.marked.remove(&id);
         }
         for (id, version) in cycle.took {
             self.versions.insert(id.clone(), version);
@@ -338,17 +339,17 @@ impl Held {
         &mut self,
         slice: &[HeldRow],
         swept: &Swept,
-        out: &mut Balanced,
+        out: &mut Applied,
         metrics: &Metrics,
     ) {
         let seen: HashSet<&str> = slice.iter().map(|r| r.id.as_str()).collect();
-        let dirty = &mut self.dirty;
+        let marked = &mut self.marked;
         self.versions.retain(|id, _| {
             let kept = !swept.covers(id) || seen.contains(id.as_str());
             if !kept {
                 tracing::info!(partition = %id, "lost partition (taken by another processor, released or closed by someone else)");
                 metrics.leases_lost.inc();
-                dirty.remove(id);
+                marked.remove(id);
                 out.lost.push(id.clone());
             }
             kept
@@ -361,9 +362,9 @@ impl Held {
 /// processors racing for them spread out); many are leased page by page in
 /// id order, [`LEASE_CHUNK`] per statement, so every statement stays
 /// bounded.
-async fn take_free(shared: &Context, me: &str, out: &mut Cycle, want: usize) -> Result<usize> {
-    let store = &shared.store;
-    let expiry = shared.config.session_expiry;
+async fn take_free(ctx: &Context, me: &SessionId, out: &mut Cycle, want: usize) -> Result<usize> {
+    let store = &ctx.store;
+    let expiry = ctx.config.session_expiry;
     if want <= LEASE_CHUNK {
         let mut free = store.free_partitions(expiry, want * 2 + 8).await?;
         free.shuffle(&mut rand::rng());
@@ -452,12 +453,12 @@ fn target(counts: &LeaseCounts, caps: &[i64], cap: Option<i64>) -> i64 {
 /// flight, and every steal turned into rejected results and redeliveries
 /// (the chaos test measured 35–55 duplicate deliveries per 1,000 steps that
 /// way, 5–11 with a random pick).
-async fn steal_one(shared: &Context, me: &str, mine: i64, out: &mut Cycle) -> Result<()> {
-    let store = &shared.store;
-    let Some((owner, n)) = store.most_loaded(shared.config.session_expiry).await? else {
+async fn steal_one(ctx: &Context, me: &SessionId, mine: i64, out: &mut Cycle) -> Result<()> {
+    let store = &ctx.store;
+    let Some((owner, n)) = store.most_loaded(ctx.config.session_expiry).await? else {
         return Ok(());
     };
-    if owner == me || n < mine + 2 {
+    if owner == *me || n < mine + 2 {
         return Ok(());
     }
     let pick = store
@@ -469,7 +470,7 @@ async fn steal_one(shared: &Context, me: &str, mine: i64, out: &mut Cycle) -> Re
         && store.lease(&id, version, me).await?
     {
         tracing::info!(partition = %id, from = %owner, "stole partition to balance load");
-        shared.metrics.steals.inc();
+        ctx.metrics.steals.inc();
         out.took.push((id, version + 1));
     }
     Ok(())

@@ -40,6 +40,7 @@ pub(crate) mod dispatch;
 pub mod error;
 pub(crate) mod gates;
 pub mod handler;
+pub mod ids;
 pub(crate) mod leases;
 pub mod lines;
 pub(crate) mod metrics;

@@ -63,7 +63,7 @@ metrics! {
     /// Times this processor's session was found dead.
     sessions_lost: Counter = Counter::default(), "sessions_lost",
         "Times this processor's session was found dead";
-    /// Live sessions, as of the last balance.
+    /// Live sessions, as of the last acquire cycle.
     sessions_alive: Gauge = Gauge::default(), "sessions_alive", "Live processor sessions";
     /// Available items in held partitions, counted once per sweep.
     backlog: Gauge = Gauge::default(), "backlog_items",

@@ -26,6 +26,7 @@ use crate::backoff::Backoff;
 use crate::completer::Completer;
 use crate::context::{Context, Session};
 use crate::handler::{Handler, HttpHandler};
+use crate::ids::SessionId;
 use crate::metrics::Metrics;
 use crate::server::Health;
 use crate::session;
@@ -95,12 +96,12 @@ pub async fn run_with(
         stop.cancel();
     });
     let ran = start(&work, &session, config, handler).await;
-    let shared = ran.as_ref().ok().cloned().flatten();
-    if let Some(shared) = &shared {
-        let dispatch = work.spawn("dispatch", dispatch::run(shared.clone(), work.token()));
-        drain(dispatch, &work.token(), shared.config.drain_timeout).await;
+    let ctx = ran.as_ref().ok().cloned().flatten();
+    if let Some(ctx) = &ctx {
+        let dispatch = work.spawn("dispatch", dispatch::run(ctx.clone(), work.token()));
+        drain(dispatch, &work.token(), ctx.config.drain_timeout).await;
     }
-    shut_down(&work, &session, shared.as_deref()).await;
+    shut_down(&work, &session, ctx.as_deref()).await;
     ran.map(drop)
 }
 
@@ -122,8 +123,8 @@ async fn start(
     let Some(store) = open(&config, &metrics, &health, &work.token()).await? else {
         return Ok(None);
     };
-    let id = session::new_id();
-    let shared = Arc::new(Context {
+    let id = SessionId::random();
+    let ctx = Arc::new(Context {
         wake: Arc::new(tokio::sync::Notify::new()),
         completer: Completer::start(session, store.clone(), config.session_expiry),
         config,
@@ -134,49 +135,43 @@ async fn start(
         handler,
         tasks: work.clone(),
     });
-    if !register(&shared.store, &shared.config, &id, &work.token()).await? {
+    if !register(&ctx.store, &ctx.config, &id, &work.token()).await? {
         return Ok(None);
     }
-    started(&shared).await;
-    session.spawn("keeper", session::keep(keeper(&shared), session.token()));
-    if shared.store.listens() {
-        let listen =
-            crate::notify::listen(shared.config.clone(), shared.wake.clone(), work.token());
+    started(&ctx).await;
+    session.spawn("keeper", session::keep(keeper(&ctx), session.token()));
+    if ctx.store.listens() {
+        let listen = crate::notify::listen(ctx.config.clone(), ctx.wake.clone(), work.token());
         work.spawn("notifications", listen);
     }
-    if let Some(age) = shared.config.retention {
-        let prune = retention::run(
-            shared.store.clone(),
-            shared.session.clone(),
-            age,
-            work.token(),
-        );
+    if let Some(age) = ctx.config.retention {
+        let prune = retention::run(ctx.store.clone(), ctx.session.clone(), age, work.token());
         work.spawn("retention", prune);
     }
-    Ok(Some(shared))
+    Ok(Some(ctx))
 }
 
 /// Marks the processor healthy and says what it runs against, warning when
 /// the database will slow it down.
-async fn started(shared: &Context) {
-    for flag in [&shared.health.session, &shared.health.handler] {
+async fn started(ctx: &Context) {
+    for flag in [&ctx.health.session, &ctx.health.handler] {
         flag.store(true, Ordering::Relaxed);
     }
-    tracing::info!(session = %shared.session.id(), database = %redact(&shared.config.database_url), handler = %redact(&shared.config.handler_url), "processor started");
-    if shared.store.autovacuum_off().await.unwrap_or(false) {
+    tracing::info!(session = %ctx.session.id(), database = %redact(&ctx.config.database_url), handler = %redact(&ctx.config.handler_url), "processor started");
+    if ctx.store.autovacuum_off().await.unwrap_or(false) {
         tracing::warn!(
             "autovacuum is off on this PostgreSQL server: feed_items and feed_partitions keep every dead row version and stale planner statistics, and statements slow down as work goes on; turn autovacuum on (Feed's tables carry their own settings for it) or run VACUUM ANALYZE on them often"
         );
     }
 }
 
-fn keeper(shared: &Context) -> session::Keeper {
+fn keeper(ctx: &Context) -> session::Keeper {
     session::Keeper {
-        store: shared.store.clone(),
-        session: shared.session.clone(),
-        health: shared.health.clone(),
-        sessions_lost: shared.metrics.sessions_lost.clone(),
-        config: shared.config.clone(),
+        store: ctx.store.clone(),
+        session: ctx.session.clone(),
+        health: ctx.health.clone(),
+        sessions_lost: ctx.metrics.sessions_lost.clone(),
+        config: ctx.config.clone(),
     }
 }
 
@@ -202,30 +197,30 @@ async fn drain(mut dispatch: JoinHandle<()>, stop: &CancellationToken, drain_tim
 /// heartbeat a session being deleted, nor an acquire cycle lease a
 /// partition after the release. Tasks still running at half the bound are
 /// left to end on their own, so that the hand-over gets its turn.
-async fn shut_down(work: &Tasks, session: &Tasks, shared: Option<&Context>) {
+async fn shut_down(work: &Tasks, session: &Tasks, ctx: Option<&Context>) {
     let half = RELEASE_BOUND / 2;
     let (worked, kept) = tokio::join!(work.stopped(half), session.stopped(half));
     if !(worked && kept) {
         tracing::warn!(bound = ?half, "shutdown: some tasks did not stop in time; handing over anyway");
     }
-    let Some(shared) = shared else { return };
-    if tokio::time::timeout(half, hand_over(shared)).await.is_err() {
+    let Some(ctx) = ctx else { return };
+    if tokio::time::timeout(half, hand_over(ctx)).await.is_err() {
         tracing::warn!(bound = ?half, "shutdown: releasing partitions and the session did not finish in time; they free up when the session expires");
     }
-    tracing::info!(session = %shared.session.id(), "processor stopped");
+    tracing::info!(session = %ctx.session.id(), "processor stopped");
 }
 
 /// Releases every partition, then deletes the session row, so that others
 /// take over at once (best effort: both free up when the session expires).
-async fn hand_over(shared: &Context) {
-    let me = shared.session.id();
-    match shared.store.release_all(&me).await {
+async fn hand_over(ctx: &Context) {
+    let me = ctx.session.id();
+    match ctx.store.release_all(&me).await {
         Ok(n) => tracing::info!(partitions = n, "released partitions"),
         Err(e) => {
             tracing::warn!(error = %e, "could not release partitions; they free up when the session expires")
         }
     }
-    if let Err(e) = shared.store.delete_session(&me).await {
+    if let Err(e) = ctx.store.delete_session(&me).await {
         tracing::warn!(error = %e, "could not delete the session row; it expires by itself");
     }
 }
@@ -259,7 +254,7 @@ async fn open(
 async fn register(
     store: &Store,
     config: &Config,
-    id: &str,
+    id: &SessionId,
     cancel: &CancellationToken,
 ) -> Result<bool> {
     let mut backoff = Backoff::new(Duration::from_millis(250), Duration::from_secs(5));

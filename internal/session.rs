@@ -18,16 +18,12 @@ use tokio_util::sync::CancellationToken;
 
 use crate::Config;
 use crate::context::Session;
+use crate::ids::SessionId;
 use crate::server::Health;
 use crate::store::Store;
 
-/// A new session id.
-pub fn new_id() -> String {
-    uuid::Uuid::new_v4().to_string()
-}
-
 /// Registers a session row (transient failures are retried), within half the expiry.
-pub async fn register(store: &Store, config: &Config, id: &str) -> crate::Result<()> {
+pub async fn register(store: &Store, config: &Config, id: &SessionId) -> crate::Result<()> {
     let host = gethostname::gethostname().to_string_lossy().into_owned();
     store
         .within(
@@ -99,7 +95,7 @@ pub async fn keep(keeper: Keeper, cancel: CancellationToken) {
             Ok(false) => {
                 tracing::warn!(session = %id, "session row is gone (declared dead): every lease is lost; registering a new session");
                 sessions_lost.inc();
-                let new = new_id();
+                let new = SessionId::random();
                 match register(&store, &config, &new).await {
                     Ok(()) => {
                         session.replace(new.clone());

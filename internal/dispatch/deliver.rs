@@ -11,6 +11,7 @@ use tracing::Instrument;
 
 use crate::context::Context;
 use crate::handler::{Job, Outcome};
+use crate::ids::SessionId;
 use crate::policy::{Label, Policy};
 use crate::store::{Ack, Fence, ItemWrite, ReadyItem, Written};
 
@@ -34,8 +35,8 @@ pub(super) type Answered = mpsc::UnboundedSender<tokio::task::Id>;
 /// is above 1), reports the answer on `answered`, then writes each item's
 /// fenced result. Runs as its own task.
 pub(super) async fn deliver(
-    shared: &Context,
-    me: &str,
+    ctx: &Context,
+    me: &SessionId,
     items: Vec<ReadyItem>,
     answered: &Answered,
 ) -> Vec<(String, Delivery)> {
@@ -61,15 +62,14 @@ pub(super) async fn deliver(
             })
             .unzip();
         let started = std::time::Instant::now();
-        let mut outcomes = if shared.config.batch_size == 1 {
-            vec![shared.handler.handle(&jobs[0]).await]
+        let mut outcomes = if ctx.config.batch_size == 1 {
+            vec![ctx.handler.handle(&jobs[0]).await]
         } else {
-            shared.handler.handle_batch(&jobs).await
+            ctx.handler.handle_batch(&jobs).await
         };
         let _ = answered.send(tokio::task::id());
         drop(jobs);
-        shared
-            .metrics
+        ctx.metrics
             .handler_seconds
             .observe(started.elapsed().as_secs_f64());
         if outcomes.len() != fences.len() {
@@ -86,15 +86,15 @@ pub(super) async fn deliver(
             };
             outcomes = vec![failed; fences.len()];
         }
-        let policy = Policy::from(&shared.config);
+        let policy = Policy::from(&ctx.config);
         let each = fences.into_iter().zip(outcomes).map(|(fence, outcome)| {
             let span = (!single).then(|| item_span(&fence));
             let id = fence.id.clone();
             let done = async move {
                 match policy.decide(&fence, outcome) {
-                    Some((write, label)) => record(shared, me, fence, write, label).await,
+                    Some((write, label)) => record(ctx, me, fence, write, label).await,
                     None => {
-                        shared.metrics.handler_unreachable.inc();
+                        ctx.metrics.handler_unreachable.inc();
                         tracing::debug!("handler unreachable");
                         Delivery::Unreachable
                     }
@@ -128,30 +128,30 @@ fn item_span(f: &Fence) -> tracing::Span {
 /// recorded instead as a failed attempt that says why (with a backoff), so
 /// that nothing is fetched again without an attempt counted.
 pub(super) async fn record(
-    shared: &Context,
-    me: &str,
+    ctx: &Context,
+    me: &SessionId,
     fence: Fence,
     write: ItemWrite,
     label: Label,
 ) -> Delivery {
-    let cfg = &shared.config;
+    let cfg = &ctx.config;
     let policy = Policy::from(cfg);
     let cool = policy.delay(attempt(&fence));
     let (mut write, mut label, mut fallback) = (write, label, false);
     loop {
-        if shared.session.id() != me || !shared.session.live(cfg.session_expiry) {
+        if ctx.session.id() != *me || !ctx.session.live(cfg.session_expiry) {
             tracing::warn!("result not written: this processor's session is no longer live");
-            shared.metrics.outcome(Label::Rejected.as_str());
+            ctx.metrics.outcome(Label::Rejected.as_str());
             return Delivery::Finished;
         }
         let ack = Ack {
             fence: fence.clone(),
-            session: me.to_string(),
+            session: me.clone(),
             write: write.clone(),
         };
-        match shared.completer.write(ack).await {
+        match ctx.completer.write(ack).await {
             Ok(Written::Yes) => {
-                shared.metrics.outcome(label.as_str());
+                ctx.metrics.outcome(label.as_str());
                 let error = write.last_error.as_deref().unwrap_or("");
                 match label {
                     Label::Failed => {
@@ -167,7 +167,7 @@ pub(super) async fn record(
                 return Delivery::Finished;
             }
             Ok(Written::Stale) => {
-                shared.metrics.outcome(Label::Rejected.as_str());
+                ctx.metrics.outcome(Label::Rejected.as_str());
                 tracing::warn!(
                     "stale result rejected: the item changed or its partition is no longer held by this session"
                 );

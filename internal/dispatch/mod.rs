@@ -1,4 +1,4 @@
-//! The dispatch loop: poll, deliver, write fenced results, check gates, balance.
+//! The dispatch loop: poll, deliver, write fenced results, check gates, run acquire cycles.
 //!
 //! The loop owns all state and never waits on a statement itself: refills,
 //! gate checks and acquire cycles run as tasks beside it, and the loop takes
@@ -18,7 +18,7 @@
 //! next refills, until their results are written.
 
 mod deliver;
-mod pause;
+mod outage;
 mod refill;
 
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -34,12 +34,13 @@ use tokio_util::sync::CancellationToken;
 use crate::context::Context;
 use crate::gates::{self, Checked};
 use crate::handler::Outcome;
+use crate::ids::SessionId;
 use crate::leases::{self, Cycle, Held};
 use crate::policy::Policy;
 use crate::rotation::Rotation;
 use crate::store::{Fence, ReadyItem};
 use deliver::{Delivery, deliver, record};
-use pause::Pause;
+use outage::Outage;
 use refill::Fetched;
 
 /// Items in flight (called or being written) per request slot and batch
@@ -47,11 +48,11 @@ use refill::Fetched;
 /// are still being written.
 const IN_FLIGHT_PER_SLOT: usize = 2;
 
-/// The loop's state: what is held, what is in flight, whether the handler is paused.
+/// The loop's state: what is held, what is in flight, whether the handler is out.
 struct Dispatcher {
-    shared: Arc<Context>,
+    ctx: Arc<Context>,
     /// Session id the held set belongs to; a new id means every lease was lost.
-    me: String,
+    me: SessionId,
     held: Held,
     /// Item id → the item as delivered, for items being delivered.
     in_flight: HashMap<String, Fence>,
@@ -78,7 +79,7 @@ struct Dispatcher {
     answers: mpsc::UnboundedReceiver<tokio::task::Id>,
     /// Since when a partial batch has waited for more items.
     partial_since: Option<Instant>,
-    pause: Pause,
+    outage: Outage,
     /// The refill running beside the loop.
     refilling: Option<JoinHandle<Fetched>>,
     /// The partitions it fetches from (out of the rotation meanwhile).
@@ -98,8 +99,8 @@ struct Dispatcher {
 /// What a gate check or an acquire cycle brings back, with the session it
 /// ran for (a result for a replaced session is dropped).
 enum Upkeep {
-    Cycle(String, Cycle),
-    Check(String, Checked),
+    Cycle(SessionId, Cycle),
+    Check(SessionId, Checked),
 }
 
 /// Waits for the task in `slot` (only polled while there is one).
@@ -108,11 +109,11 @@ async fn join<T>(slot: &mut Option<JoinHandle<T>>) -> std::result::Result<T, Joi
 }
 
 /// Runs until `cancel`, then drains in-flight deliveries up to the drain timeout.
-pub async fn run(shared: Arc<Context>, cancel: CancellationToken) {
+pub async fn run(ctx: Arc<Context>, cancel: CancellationToken) {
     let (answered, answers) = mpsc::unbounded_channel();
     let mut d = Dispatcher {
-        me: shared.session.id(),
-        shared: shared.clone(),
+        me: ctx.session.id(),
+        ctx: ctx.clone(),
         held: Held::default(),
         in_flight: HashMap::new(),
         buffer: VecDeque::new(),
@@ -126,14 +127,14 @@ pub async fn run(shared: Arc<Context>, cancel: CancellationToken) {
         answered,
         answers,
         partial_since: None,
-        pause: Pause::default(),
+        outage: Outage::default(),
         refilling: None,
         fetching: HashSet::new(),
         settled: HashSet::new(),
         refill_at: Instant::now(),
         upkeep: None,
     };
-    let cfg = shared.config.clone();
+    let cfg = ctx.config.clone();
     let mut acquire = tokio::time::interval(cfg.acquire_interval);
     acquire.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut next_poll = Instant::now();
@@ -183,7 +184,7 @@ pub async fn run(shared: Arc<Context>, cancel: CancellationToken) {
                 match done {
                     Ok(Upkeep::Cycle(me, cycle)) if me == d.me => d.cycled(cycle, &mut acquire),
                     Ok(Upkeep::Check(me, checked)) if me == d.me => {
-                        let (ready, more) = d.held.checked(checked, &shared.metrics);
+                        let (ready, more) = d.held.checked(checked, &ctx.metrics);
                         // A full chunk: the next one is checked at once.
                         if more {
                             next_check = Instant::now();
@@ -201,7 +202,7 @@ pub async fn run(shared: Arc<Context>, cancel: CancellationToken) {
                 next_poll = Instant::now();
             }
             _ = acquire.tick() => acquire_due = true,
-            _ = shared.wake.notified() => {
+            _ = ctx.wake.notified() => {
                 d.rotation.rediscover();
                 d.refill_at = Instant::now();
                 next_poll = Instant::now();
@@ -213,7 +214,7 @@ pub async fn run(shared: Arc<Context>, cancel: CancellationToken) {
             if acquire_due {
                 acquire_due = false;
                 d.start_cycle();
-            } else if (!full || Instant::now() >= next_check) && !d.held.dirty.is_empty() {
+            } else if (!full || Instant::now() >= next_check) && !d.held.marked.is_empty() {
                 next_check = Instant::now() + cfg.poll_interval;
                 d.start_check();
             }
@@ -228,29 +229,29 @@ pub async fn run(shared: Arc<Context>, cancel: CancellationToken) {
 impl Dispatcher {
     /// Adopts a new session id: every lease of the old one is gone.
     fn sync_session(&mut self) {
-        let id = self.shared.session.id();
+        let id = self.ctx.session.id();
         if id != self.me {
             let lost = self.held.versions.len();
             tracing::warn!(old = %self.me, new = %id, partitions = lost, "session replaced; dropping every partition");
-            self.shared.metrics.leases_lost.inc_by(lost as u64);
+            self.ctx.metrics.leases_lost.inc_by(lost as u64);
             self.me = id;
             self.held = Held::default();
             self.buffer.clear();
             self.partial_since = None;
-            self.shared.metrics.partitions_held.set(0);
+            self.ctx.metrics.partitions_held.set(0);
         }
     }
 
     /// Starts an acquire cycle beside the loop.
     fn start_cycle(&mut self) {
-        self.shared.metrics.acquire_cycles.inc();
-        let shared = self.shared.clone();
+        self.ctx.metrics.acquire_cycles.inc();
+        let ctx = self.ctx.clone();
         let me = self.me.clone();
         let cursors = std::mem::take(&mut self.held.cursors);
         let held = self.held.versions.len();
         let busy = self.busy_partitions();
-        self.upkeep = Some(self.shared.tasks.spawn("acquire cycle", async move {
-            let cycle = leases::cycle(&shared, &me, cursors, held, &busy).await;
+        self.upkeep = Some(self.ctx.tasks.spawn("acquire cycle", async move {
+            let cycle = leases::cycle(&ctx, &me, cursors, held, &busy).await;
             Upkeep::Cycle(me, cycle)
         }));
     }
@@ -265,10 +266,10 @@ impl Dispatcher {
         if ids.is_empty() {
             return;
         }
-        let shared = self.shared.clone();
+        let ctx = self.ctx.clone();
         let me = self.me.clone();
-        self.upkeep = Some(self.shared.tasks.spawn("gate check", async move {
-            let checked = gates::check(&shared, &me, ids).await;
+        self.upkeep = Some(self.ctx.tasks.spawn("gate check", async move {
+            let checked = gates::check(&ctx, &me, ids).await;
             Upkeep::Check(me, checked)
         }));
     }
@@ -276,11 +277,11 @@ impl Dispatcher {
     /// Takes in what an acquire cycle found and did.
     fn cycled(&mut self, mut cycle: Cycle, acquire: &mut tokio::time::Interval) {
         if let Some(e) = cycle.error.take() {
-            tracing::warn!(error = %e, "balancing leases failed; will retry");
+            tracing::warn!(error = %e, "an acquire cycle failed; will retry");
         }
         let busy = self.busy_partitions();
-        let b = self.held.apply(cycle, &busy, &self.shared.metrics);
-        self.balanced(b, acquire);
+        let b = self.held.apply(cycle, &busy, &self.ctx.metrics);
+        self.act_on_cycle(b, acquire);
         let now = Instant::now();
         self.cooling.retain(|_, (_, until)| *until > now);
         if !self.rotation.is_empty() {
@@ -289,7 +290,7 @@ impl Dispatcher {
     }
 
     /// Acts on what an acquire cycle changed.
-    fn balanced(&mut self, b: leases::Balanced, acquire: &mut tokio::time::Interval) {
+    fn act_on_cycle(&mut self, b: leases::Applied, acquire: &mut tokio::time::Interval) {
         // More free partitions wait: the next step follows at once (it
         // runs beside dispatch, taking turns with gate checks).
         if b.more {
@@ -323,10 +324,10 @@ impl Dispatcher {
     /// runs low; returns when to poll next and whether more work was ready
     /// than slots.
     fn poll(&mut self) -> (Instant, bool) {
-        let shared = self.shared.clone();
-        let cfg = &shared.config;
+        let ctx = self.ctx.clone();
+        let cfg = &ctx.config;
         let now = Instant::now();
-        if let Some(until) = self.pause.until {
+        if let Some(until) = self.outage.until {
             if now < until {
                 return (until, false);
             }
@@ -334,12 +335,12 @@ impl Dispatcher {
                 return (now + cfg.poll_interval, false);
             }
         }
-        if !self.shared.session.live(cfg.session_expiry) {
+        if !self.ctx.session.live(cfg.session_expiry) {
             return (now + cfg.poll_interval, false);
         }
         let batch = cfg.batch_size;
         // One probe delivery of one item while the handler is down.
-        let (calls, per_call, mut room) = if self.pause.until.is_some() {
+        let (calls, per_call, mut room) = if self.outage.until.is_some() {
             (1, 1, 1)
         } else {
             let cap = cfg.concurrency * batch * IN_FLIGHT_PER_SLOT;
@@ -366,8 +367,8 @@ impl Dispatcher {
             }
             self.partial_since = None;
             let items: Vec<ReadyItem> = self.buffer.drain(..n).collect();
-            if self.pause.until.is_some() {
-                self.pause.probe = Some(items[0].fence.id.clone());
+            if self.outage.until.is_some() {
+                self.outage.probe = Some(items[0].fence.id.clone());
             }
             room -= n;
             self.start(items);
@@ -391,16 +392,13 @@ impl Dispatcher {
             self.in_flight
                 .insert(item.fence.id.clone(), item.fence.clone());
         }
-        self.shared
-            .metrics
-            .in_flight
-            .set(self.in_flight.len() as i64);
-        let shared = self.shared.clone();
+        self.ctx.metrics.in_flight.set(self.in_flight.len() as i64);
+        let ctx = self.ctx.clone();
         let me = self.me.clone();
         let answered = self.answered.clone();
         let task = self
             .tasks
-            .spawn(async move { deliver(&shared, &me, items, &answered).await });
+            .spawn(async move { deliver(&ctx, &me, items, &answered).await });
         self.calling.insert(task.id());
         self.task_items.insert(task.id(), ids);
     }
@@ -418,8 +416,8 @@ impl Dispatcher {
         let Some(ids) = self.task_items.remove(&task) else {
             return;
         };
-        let shared = self.shared.clone();
-        let health = &shared.health.handler;
+        let ctx = self.ctx.clone();
+        let health = &ctx.health.handler;
         for id in ids {
             let Some(fence) = self.in_flight.remove(&id) else {
                 continue;
@@ -430,7 +428,7 @@ impl Dispatcher {
             // A partition still in the rotation is checked once a refill
             // finds it dry; one out of it may have run out of work.
             if !self.rotation.contains(&fence.partition_id) {
-                self.held.dirty.insert(fence.partition_id.clone());
+                self.held.marked.insert(fence.partition_id.clone());
             }
             let Some(deliveries) = &deliveries else {
                 self.record_panic(fence);
@@ -440,13 +438,13 @@ impl Dispatcher {
             match deliveries.get(&id).unwrap_or(&Delivery::Finished) {
                 Delivery::Unreachable => {
                     health.store(false, Ordering::Relaxed);
-                    if self.pause.unreachable(&id, Instant::now()) {
-                        tracing::warn!(pause = ?self.pause.delay, "handler unreachable: pausing dispatch (no attempts are counted)");
+                    if self.outage.unreachable(&id, Instant::now()) {
+                        tracing::warn!(hold_off = ?self.outage.delay, "handler unreachable: dispatch holds off (no attempts are counted)");
                     }
                 }
                 Delivery::Finished => {
                     health.store(true, Ordering::Relaxed);
-                    if self.pause.reachable() {
+                    if self.outage.reachable() {
                         tracing::info!("handler reachable again: resuming dispatch");
                     }
                 }
@@ -456,10 +454,7 @@ impl Dispatcher {
                 }
             }
         }
-        self.shared
-            .metrics
-            .in_flight
-            .set(self.in_flight.len() as i64);
+        self.ctx.metrics.in_flight.set(self.in_flight.len() as i64);
     }
 
     /// Logs a delivery task that did not return; None = it panicked (the
@@ -494,12 +489,12 @@ impl Dispatcher {
         let id = fence.id.clone();
         self.in_flight.insert(id.clone(), fence.clone());
         let item = id.clone();
-        let shared = self.shared.clone();
+        let ctx = self.ctx.clone();
         let me = self.me.clone();
         let task = self.tasks.spawn(async move {
-            let policy = Policy::from(&shared.config);
+            let policy = Policy::from(&ctx.config);
             let delivery = match policy.decide(&fence, outcome) {
-                Some((write, label)) => record(&shared, &me, fence, write, label).await,
+                Some((write, label)) => record(&ctx, &me, fence, write, label).await,
                 None => Delivery::Finished,
             };
             vec![(id, delivery)]

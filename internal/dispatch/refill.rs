@@ -8,6 +8,7 @@ use tokio::time::Instant;
 
 use super::Dispatcher;
 use crate::Result;
+use crate::ids::SessionId;
 use crate::store::ReadyItem;
 
 /// Partitions served by one refill at most; the rotation still visits
@@ -51,13 +52,13 @@ impl Dispatcher {
     /// as a task beside dispatch (or, when new items are due to be looked
     /// for, that look first). Nothing starts when no partition waits.
     pub(super) fn start_refill(&mut self, want: usize) {
-        let shared = self.shared.clone();
+        let ctx = self.ctx.clone();
         let me = self.me.clone();
         let now = Instant::now();
         if self.rotation.needs_discovery(now) {
             let mark = self.rotation.mark;
-            self.refilling = Some(self.shared.tasks.spawn("refill", async move {
-                let found = shared.store.written_since(mark, DISCOVER).await;
+            self.refilling = Some(self.ctx.tasks.spawn("refill", async move {
+                let found = ctx.store.written_since(mark, DISCOVER).await;
                 Fetched::Discovered { me, found }
             }));
             return;
@@ -66,7 +67,7 @@ impl Dispatcher {
         // batch may mix partitions, so batches draw on several. When the
         // last refill's partitions ran dry, serve as many as its yield
         // says are needed to fill the buffer.
-        let base = if shared.config.batch_size > 1 {
+        let base = if ctx.config.batch_size > 1 {
             MAX_BRANCHES
         } else {
             1
@@ -78,7 +79,7 @@ impl Dispatcher {
         }
         let known = self.known_per_partition();
         let share = want.div_ceil(parts.len());
-        let cap = shared.config.max_in_flight_per_partition;
+        let cap = ctx.config.max_in_flight_per_partition;
         // Each partition's first `share + known` ready items hold at least
         // `share` that are not known here: those in flight, buffered or
         // cooling are among its ready items and are filtered out when the
@@ -92,8 +93,8 @@ impl Dispatcher {
             })
             .collect();
         self.fetching = parts.into_iter().collect();
-        self.refilling = Some(self.shared.tasks.spawn("refill", async move {
-            let items = shared.store.ready_items(&me, &asks).await;
+        self.refilling = Some(self.ctx.tasks.spawn("refill", async move {
+            let items = ctx.store.ready_items(&me, &asks).await;
             Fetched::Items {
                 me,
                 asks,
@@ -123,7 +124,7 @@ impl Dispatcher {
                     let next = if ids.len() >= DISCOVER {
                         now
                     } else {
-                        now + self.shared.config.poll_interval
+                        now + self.ctx.config.poll_interval
                     };
                     let held = &self.held.versions;
                     let ids = ids.into_iter().filter(|p| held.contains_key(p));
@@ -192,7 +193,7 @@ impl Dispatcher {
             } else {
                 // Out of ready work at its gate: a gate check finds out
                 // why (advance, close, or wait) once nothing is in flight.
-                self.held.dirty.insert(p.clone());
+                self.held.marked.insert(p.clone());
                 dry = true;
             }
         }
@@ -228,12 +229,12 @@ pub(super) enum Fetched {
     /// A look at the items written since the last one: their partitions
     /// and the new mark.
     Discovered {
-        me: String,
+        me: SessionId,
         found: Result<(Vec<String>, i64)>,
     },
     /// Ready items of the partitions asked (with how many of each).
     Items {
-        me: String,
+        me: SessionId,
         asks: Vec<(String, usize)>,
         want: usize,
         items: Result<Vec<ReadyItem>>,

@@ -10,6 +10,7 @@ use sea_orm::Value;
 
 use super::{Store, get};
 use crate::Result;
+use crate::ids::SessionId;
 
 /// An item ready to be sent to the handler.
 #[derive(Clone, Debug)]
@@ -75,7 +76,7 @@ impl Store {
     /// for partitions `me` holds; one statement for all of them.
     pub(crate) async fn ready_items(
         &self,
-        me: &str,
+        me: &SessionId,
         want: &[(String, usize)],
     ) -> Result<Vec<ReadyItem>> {
         if want.is_empty() {

@@ -8,6 +8,7 @@ use sea_orm::{ConnectionTrait, FromQueryResult, TransactionTrait, Value};
 use super::driver::{Driver, marks};
 use super::{Store, get};
 use crate::Result;
+use crate::ids::SessionId;
 
 /// A partition this processor holds, as read for a gate check.
 #[derive(Clone, Debug, FromQueryResult)]
@@ -136,7 +137,7 @@ impl Store {
     /// one more for the partitions whose next gate must be found.
     pub(crate) async fn partitions_for_check(
         &self,
-        me: &str,
+        me: &SessionId,
         ids: &[String],
     ) -> Result<Vec<(HeldPartition, GateProbe)>> {
         if ids.is_empty() {
@@ -205,7 +206,7 @@ impl Store {
     pub(crate) async fn advance_gate(
         &self,
         p: &HeldPartition,
-        me: &str,
+        me: &SessionId,
         gate: i64,
     ) -> Result<bool> {
         let n = self
@@ -233,7 +234,7 @@ impl Store {
     pub(crate) async fn close_partitions(
         &self,
         parts: &[HeldPartition],
-        me: &str,
+        me: &SessionId,
     ) -> Result<Vec<String>> {
         let parts: Vec<(String, i64)> = parts.iter().map(|p| (p.id.clone(), p.version)).collect();
         let guard = format!(
@@ -251,7 +252,7 @@ impl Store {
     pub(crate) async fn close_finished(
         &self,
         parts: &[(String, i64)],
-        me: &str,
+        me: &SessionId,
     ) -> Result<Vec<String>> {
         // Status and auto_close are tested inside the version's test, so that
         // the rows can only be found by their ids (as in `lease_many`).
@@ -271,7 +272,7 @@ impl Store {
     async fn close_where(
         &self,
         parts: &[(String, i64)],
-        me: &str,
+        me: &SessionId,
         version: &str,
         guard: &str,
     ) -> Result<Vec<String>> {
@@ -335,7 +336,7 @@ impl Store {
 
     /// Fails a held partition (an item failed for good and blocks fan-in)
     /// and releases it (OCC, owner-fenced).
-    pub(crate) async fn fail_partition(&self, p: &HeldPartition, me: &str) -> Result<bool> {
+    pub(crate) async fn fail_partition(&self, p: &HeldPartition, me: &SessionId) -> Result<bool> {
         let n = self
             .exec(
                 "UPDATE feed_partitions SET status = 'failed', owner = NULL, version = version + 1, \
@@ -349,7 +350,7 @@ impl Store {
     /// Fails items whose status Feed cannot act on in a held partition:
     /// available below the partition's gate (they could never run) or an
     /// unknown status. Each gets a `last_error` that says what to do.
-    pub(crate) async fn fail_unrunnable(&self, p: &HeldPartition, me: &str) -> Result<u64> {
+    pub(crate) async fn fail_unrunnable(&self, p: &HeldPartition, me: &SessionId) -> Result<u64> {
         let below = format!(
             "item gate is below its partition's gate {}; it can never run. \
              Run `processor retry` to run it at the partition's gate",

@@ -7,6 +7,7 @@ use sea_orm::{FromQueryResult, QueryResult, Value};
 
 use super::driver::marks;
 use super::{Store, get, ms};
+use crate::ids::SessionId;
 use crate::{Error, Result};
 
 /// A test, for a partition aliased `p`, that it has an item ready to run
@@ -98,7 +99,7 @@ impl Store {
     /// `backlog` is set; otherwise it reads 0.
     pub(crate) async fn lease_counts(
         &self,
-        me: &str,
+        me: &SessionId,
         held: i64,
         expiry: Duration,
         stranded_after: &str,
@@ -225,7 +226,7 @@ impl Store {
         &self,
         after: &str,
         limit: usize,
-        me: &str,
+        me: &SessionId,
     ) -> Result<Vec<(String, i64)>> {
         let page = "SELECT p.id FROM feed_partitions p WHERE p.status = 'available' \
                     AND p.owner IS NULL AND p.id > ? ORDER BY p.status, p.owner, p.id LIMIT ?";
@@ -279,7 +280,7 @@ impl Store {
     }
 
     /// Takes a partition by OCC: succeeds only if nobody changed it since it was read.
-    pub(crate) async fn lease(&self, id: &str, version: i64, me: &str) -> Result<bool> {
+    pub(crate) async fn lease(&self, id: &str, version: i64, me: &SessionId) -> Result<bool> {
         let n = self
             .exec(
                 "UPDATE feed_partitions SET owner = ?, version = version + 1, updated_at = {now} \
@@ -296,7 +297,7 @@ impl Store {
     pub(crate) async fn lease_many(
         &self,
         rows: &[(String, i64)],
-        me: &str,
+        me: &SessionId,
     ) -> Result<Vec<(String, i64)>> {
         let mut taken = Vec::new();
         for chunk in rows.chunks(LEASE_CHUNK) {
@@ -339,7 +340,7 @@ impl Store {
     }
 
     /// Gives one held partition back (OCC, owner-fenced), to make room.
-    pub(crate) async fn release(&self, id: &str, version: i64, me: &str) -> Result<bool> {
+    pub(crate) async fn release(&self, id: &str, version: i64, me: &SessionId) -> Result<bool> {
         let n = self
             .exec(
                 "UPDATE feed_partitions SET owner = NULL, version = version + 1, updated_at = {now} \
@@ -357,7 +358,7 @@ impl Store {
     /// costs the same however many partitions are held.
     pub(crate) async fn held_slice(
         &self,
-        me: &str,
+        me: &SessionId,
         after: &str,
         limit: usize,
     ) -> Result<Vec<HeldRow>> {
@@ -381,7 +382,7 @@ impl Store {
     /// Up to `limit` active partitions owned by `owner`, with their versions.
     pub(crate) async fn partitions_of(
         &self,
-        owner: &str,
+        owner: &SessionId,
         limit: i64,
     ) -> Result<Vec<(String, i64)>> {
         let rows = self
@@ -395,7 +396,7 @@ impl Store {
     }
 
     /// The live session holding the most active partitions, with its count.
-    pub(crate) async fn most_loaded(&self, expiry: Duration) -> Result<Option<(String, i64)>> {
+    pub(crate) async fn most_loaded(&self, expiry: Duration) -> Result<Option<(SessionId, i64)>> {
         let rows = self
             .query(
                 "SELECT p.owner AS owner, COUNT(*) AS n FROM feed_partitions p \
@@ -411,7 +412,7 @@ impl Store {
     }
 
     /// Releases every partition owned by `me` so others can take them at once.
-    pub(crate) async fn release_all(&self, me: &str) -> Result<u64> {
+    pub(crate) async fn release_all(&self, me: &SessionId) -> Result<u64> {
         self.exec(
             "UPDATE feed_partitions SET owner = NULL, version = version + 1, updated_at = {now} \
              WHERE owner = ?",

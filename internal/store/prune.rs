@@ -21,6 +21,7 @@ use serde::Serialize;
 use super::driver::marks;
 use super::{Store, get, ms};
 use crate::Result;
+use crate::ids::SessionId;
 
 /// Partitions per page: few enough to bind in one statement everywhere.
 const PARTITION_BATCH: i64 = 1000;
@@ -166,7 +167,7 @@ impl Store {
     pub(crate) async fn lease_maintenance(
         &self,
         name: &str,
-        holder: &str,
+        holder: &SessionId,
         ttl: Duration,
     ) -> Result<bool> {
         let n = self

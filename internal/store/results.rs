@@ -9,6 +9,7 @@ use sea_orm::{ConnectionTrait, DbErr, Statement, TransactionTrait, Value};
 
 use super::driver::{ResultBatch, ValuesSource, marks};
 use super::{Fence, Store, ms};
+use crate::ids::SessionId;
 use crate::{Error, Result};
 
 /// Rows per batched UPDATE ([`RESULT_COLUMNS`] parameters each: well under
@@ -91,7 +92,7 @@ pub struct Ack {
     /// The item as delivered.
     pub fence: Fence,
     /// The session that held the partition when the item was delivered.
-    pub session: String,
+    pub session: SessionId,
     /// The new state.
     pub write: ItemWrite,
 }

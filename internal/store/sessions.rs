@@ -4,13 +4,14 @@ use std::time::Duration;
 
 use super::{Store, ms};
 use crate::Result;
+use crate::ids::SessionId;
 
 impl Store {
     /// Registers a session row for a starting processor; `max_partitions`
     /// is its cap, so that others can take up the share it cannot.
     pub(crate) async fn register_session(
         &self,
-        id: &str,
+        id: &SessionId,
         hostname: &str,
         pid: u32,
         max_partitions: Option<usize>,
@@ -32,7 +33,7 @@ impl Store {
 
     /// Heartbeats a session; false when the row is gone (the session was
     /// declared dead and every lease it had is lost).
-    pub(crate) async fn heartbeat(&self, id: &str) -> Result<bool> {
+    pub(crate) async fn heartbeat(&self, id: &SessionId) -> Result<bool> {
         let n = self
             .exec(
                 "UPDATE feed_processors SET heartbeat_at = {now} WHERE id = ?",
@@ -52,7 +53,7 @@ impl Store {
     }
 
     /// Deletes a session row (graceful shutdown).
-    pub(crate) async fn delete_session(&self, id: &str) -> Result<()> {
+    pub(crate) async fn delete_session(&self, id: &SessionId) -> Result<()> {
         self.exec("DELETE FROM feed_processors WHERE id = ?", vec![id.into()])
             .await?;
         Ok(())

@@ -63,12 +63,12 @@ async fn a_panicked_delivery_is_retried(db: TestDb) {
     assert_eq!(handler.0.load(Ordering::SeqCst), 2);
 }
 
-on_all_backends!(pause_starts_at_its_base);
+on_all_backends!(an_outage_hold_off_starts_at_its_base);
 /// The handler is down for about a second while 64 items are in flight:
-/// the pause starts at its base and doubles per failed probe only, so the
+/// the hold-off starts at its base and doubles per failed probe only, so the
 /// first call after the handler is back comes within a few seconds (it
 /// used to jump to its 10 s cap at once).
-async fn pause_starts_at_its_base(db: TestDb) {
+async fn an_outage_hold_off_starts_at_its_base(db: TestDb) {
     db.partition_of("p", true, false, "block", &numbered("i", 100))
         .await;
     let (handler, p) = DownHandler::start(&db, &[]);

@@ -28,10 +28,23 @@ async fn pause_stops_dispatch_and_keeps_the_lease(k: Kit) {
         .await;
     k.item("x", "p", 0, "available").await;
     let want = [("p".to_string(), 10)];
-    assert_eq!(k.store.ready_items("s1", &want).await.unwrap().len(), 1);
+    assert_eq!(
+        k.store
+            .ready_items(&"s1".into(), &want)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
     k.store.pause("p").await.unwrap();
     k.store.pause("p").await.unwrap();
-    assert!(k.store.ready_items("s1", &want).await.unwrap().is_empty());
+    assert!(
+        k.store
+            .ready_items(&"s1".into(), &want)
+            .await
+            .unwrap()
+            .is_empty()
+    );
     assert_eq!(
         k.partition_row("p").await.3.as_deref(),
         Some("s1"),
@@ -43,7 +56,14 @@ async fn pause_stops_dispatch_and_keeps_the_lease(k: Kit) {
         Err(Error::NotFound(_))
     ));
     k.store.resume("p").await.unwrap();
-    assert_eq!(k.store.ready_items("s1", &want).await.unwrap().len(), 1);
+    assert_eq!(
+        k.store
+            .ready_items(&"s1".into(), &want)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
     assert_eq!(
         k.store.pause_all().await.unwrap(),
         1,
@@ -63,7 +83,7 @@ async fn cancel_releases_and_fences_out_late_results(k: Kit) {
     .await;
     let delivered = k
         .store
-        .ready_items("s1", &[("p".to_string(), 1)])
+        .ready_items(&"s1".into(), &[("p".to_string(), 1)])
         .await
         .unwrap()
         .remove(0);

@@ -33,7 +33,7 @@ async fn ready_items_come_in_write_order_per_partition(k: Kit) {
         ("q".to_string(), 5),
         ("other".to_string(), 5),
     ];
-    let got = k.store.ready_items("s1", &want).await.unwrap();
+    let got = k.store.ready_items(&"s1".into(), &want).await.unwrap();
     let mut ids: Vec<(&str, &str)> = got
         .iter()
         .map(|r| (r.fence.partition_id.as_str(), r.fence.id.as_str()))

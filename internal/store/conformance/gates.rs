@@ -20,7 +20,7 @@ conformance!(
 async fn held(k: &Kit, me: &str, id: &str) -> HeldPartition {
     let mut found = k
         .store
-        .partitions_for_check(me, &[id.to_string()])
+        .partitions_for_check(&me.into(), &[id.to_string()])
         .await
         .unwrap();
     assert_eq!(found.len(), 1, "{id} is held by {me}");
@@ -63,7 +63,7 @@ async fn probes_say_what_each_partition_needs(k: Kit) {
     let ids: Vec<String> = cases.iter().map(|(id, _)| id.to_string()).collect();
     let got: HashMap<String, GateProbe> = k
         .store
-        .partitions_for_check("s1", &ids)
+        .partitions_for_check(&"s1".into(), &ids)
         .await
         .unwrap()
         .into_iter()
@@ -92,7 +92,7 @@ async fn advance_and_fail_are_occ_and_owner_fenced(k: Kit) {
     k.item("x", "p", 3, "available").await;
     let p = held(&k, "s1", "p").await;
     assert!(
-        !k.store.advance_gate(&p, "s2", 3).await.unwrap(),
+        !k.store.advance_gate(&p, &"s2".into(), 3).await.unwrap(),
         "not the owner"
     );
     let stale = HeldPartition {
@@ -100,23 +100,23 @@ async fn advance_and_fail_are_occ_and_owner_fenced(k: Kit) {
         ..p.clone()
     };
     assert!(
-        !k.store.advance_gate(&stale, "s1", 3).await.unwrap(),
+        !k.store.advance_gate(&stale, &"s1".into(), 3).await.unwrap(),
         "stale version"
     );
     assert_eq!(
         k.partition_row("p").await,
         ("available".into(), 0, 0, Some("s1".into()))
     );
-    assert!(k.store.advance_gate(&p, "s1", 3).await.unwrap());
+    assert!(k.store.advance_gate(&p, &"s1".into(), 3).await.unwrap());
     assert_eq!(
         k.partition_row("p").await,
         ("available".into(), 3, 1, Some("s1".into()))
     );
     // `p` as read before the advance: its failure decision is stale.
-    assert!(!k.store.fail_partition(&p, "s1").await.unwrap());
+    assert!(!k.store.fail_partition(&p, &"s1".into()).await.unwrap());
     let p = held(&k, "s1", "p").await;
-    assert!(!k.store.fail_partition(&p, "s2").await.unwrap());
-    assert!(k.store.fail_partition(&p, "s1").await.unwrap());
+    assert!(!k.store.fail_partition(&p, &"s2".into()).await.unwrap());
+    assert!(k.store.fail_partition(&p, &"s1".into()).await.unwrap());
     assert_eq!(k.partition_row("p").await, ("failed".into(), 3, 2, None));
 }
 
@@ -136,19 +136,23 @@ async fn advance_and_close_recheck_for_available_items(k: Kit) {
     k.item("late", "p", 0, "available").await;
     let closed = k
         .store
-        .close_partitions(std::slice::from_ref(&p), "me")
+        .close_partitions(std::slice::from_ref(&p), &"me".into())
         .await;
     assert!(closed.unwrap().is_empty());
-    assert!(!k.store.advance_gate(&p, "me", 2).await.unwrap());
+    assert!(!k.store.advance_gate(&p, &"me".into(), 2).await.unwrap());
     assert_eq!(
         k.partition_row("p").await,
         ("available".into(), 0, 0, Some("me".into()))
     );
     // Without it both pass.
     k.sql("DELETE FROM feed_items WHERE id = 'late'").await;
-    assert!(k.store.advance_gate(&p, "me", 2).await.unwrap());
+    assert!(k.store.advance_gate(&p, &"me".into(), 2).await.unwrap());
     let moved = HeldPartition { version: 1, ..p };
-    let closed = k.store.close_partitions(&[moved], "me").await.unwrap();
+    let closed = k
+        .store
+        .close_partitions(&[moved], &"me".into())
+        .await
+        .unwrap();
     assert_eq!(closed, vec!["p".to_string()]);
     assert_eq!(k.partition_row("p").await, ("complete".into(), 2, 2, None));
 }
@@ -180,7 +184,7 @@ async fn close_finished_closes_only_finished_partitions(k: Kit) {
     for id in ["open", "manual", "stale", "failed", "other"] {
         parts.push((id.into(), 0));
     }
-    let mut closed = k.store.close_finished(&parts, "s1").await.unwrap();
+    let mut closed = k.store.close_finished(&parts, &"s1".into()).await.unwrap();
     closed.sort();
     assert_eq!(closed, many);
     let left = k
@@ -208,8 +212,8 @@ async fn unrunnable_items_fail_with_a_reason(k: Kit) {
     ])
     .await;
     let p = held(&k, "s1", "p").await;
-    assert_eq!(k.store.fail_unrunnable(&p, "s2").await.unwrap(), 0);
-    assert_eq!(k.store.fail_unrunnable(&p, "s1").await.unwrap(), 2);
+    assert_eq!(k.store.fail_unrunnable(&p, &"s2".into()).await.unwrap(), 0);
+    assert_eq!(k.store.fail_unrunnable(&p, &"s1".into()).await.unwrap(), 2);
     let errors: Vec<(String, String, String)> = k
         .rows(
             "SELECT id, status, last_error FROM feed_items WHERE last_error IS NOT NULL ORDER BY id",

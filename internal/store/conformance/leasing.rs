@@ -9,6 +9,7 @@ use std::time::Duration;
 use sea_orm::{ConnectionTrait, TransactionTrait};
 
 use super::{EXPIRY, Kit, conformance};
+use crate::ids::SessionId;
 use crate::store::LEASE_CHUNK;
 
 conformance!(
@@ -26,9 +27,9 @@ async fn lease_and_release_are_occ(k: Kit) {
     k.session("s1").await;
     k.session("s2").await;
     k.partition("p", None).await;
-    assert!(k.store.lease("p", 0, "s1").await.unwrap());
+    assert!(k.store.lease("p", 0, &"s1".into()).await.unwrap());
     assert!(
-        !k.store.lease("p", 0, "s2").await.unwrap(),
+        !k.store.lease("p", 0, &"s2".into()).await.unwrap(),
         "read before s1 took it"
     );
     assert_eq!(
@@ -36,19 +37,19 @@ async fn lease_and_release_are_occ(k: Kit) {
         ("available".into(), 0, 1, Some("s1".into()))
     );
     assert!(
-        !k.store.release("p", 0, "s1").await.unwrap(),
+        !k.store.release("p", 0, &"s1".into()).await.unwrap(),
         "stale version"
     );
     assert!(
-        !k.store.release("p", 1, "s2").await.unwrap(),
+        !k.store.release("p", 1, &"s2".into()).await.unwrap(),
         "not the owner"
     );
-    assert!(k.store.release("p", 1, "s1").await.unwrap());
+    assert!(k.store.release("p", 1, &"s1".into()).await.unwrap());
     assert_eq!(k.partition_row("p").await, ("available".into(), 0, 2, None));
     k.sql("UPDATE feed_partitions SET status = 'complete'")
         .await;
     assert!(
-        !k.store.lease("p", 2, "s1").await.unwrap(),
+        !k.store.lease("p", 2, &"s1".into()).await.unwrap(),
         "only available partitions"
     );
 }
@@ -64,7 +65,7 @@ async fn lease_many_takes_only_rows_unchanged_since_read(k: Kit) {
     ])
     .await;
     let read: Vec<(String, i64)> = ids.iter().map(|id| (id.clone(), 0)).collect();
-    let mut taken = k.store.lease_many(&read, "s1").await.unwrap();
+    let mut taken = k.store.lease_many(&read, &"s1".into()).await.unwrap();
     taken.sort();
     let want: Vec<(String, i64)> = ids
         .iter()
@@ -84,17 +85,23 @@ async fn pages_are_taken_in_id_order(k: Kit) {
         "UPDATE feed_partitions SET status = 'complete' WHERE id = 'p002'",
     ])
     .await;
-    let mut first = k.store.lease_page("", 3, "s1").await.unwrap();
+    let mut first = k.store.lease_page("", 3, &"s1".into()).await.unwrap();
     first.sort();
     assert_eq!(
         first,
         [("p000".into(), 1), ("p003".into(), 1), ("p004".into(), 1)]
     );
-    let rest = k.store.lease_page("p004", 100, "s1").await.unwrap();
+    let rest = k.store.lease_page("p004", 100, &"s1".into()).await.unwrap();
     let mut rest: Vec<&str> = rest.iter().map(|(id, _)| id.as_str()).collect();
     rest.sort();
     assert_eq!(rest, &ids[5..]);
-    assert!(k.store.lease_page("", 100, "s1").await.unwrap().is_empty());
+    assert!(
+        k.store
+            .lease_page("", 100, &"s1".into())
+            .await
+            .unwrap()
+            .is_empty()
+    );
 }
 
 /// Two sessions take pages at the same moment until nothing is left: every
@@ -108,7 +115,7 @@ async fn concurrent_pages_never_share_a_partition(k: Kit) {
         async move {
             let mut mine = Vec::new();
             loop {
-                let page = store.lease_page("", 50, me).await.unwrap();
+                let page = store.lease_page("", 50, &me.into()).await.unwrap();
                 if page.is_empty() {
                     return mine;
                 }
@@ -138,15 +145,18 @@ async fn a_page_passes_over_a_partition_being_changed(k: Kit) {
     txn.execute_unprepared("UPDATE feed_partitions SET updated_at = 1 WHERE id = 'p000'")
         .await
         .unwrap();
-    let mut page = tokio::time::timeout(Duration::from_secs(10), k.store.lease_page("", 10, "s1"))
-        .await
-        .expect("the page does not wait for the held row")
-        .unwrap();
+    let mut page = tokio::time::timeout(
+        Duration::from_secs(10),
+        k.store.lease_page("", 10, &"s1".into()),
+    )
+    .await
+    .expect("the page does not wait for the held row")
+    .unwrap();
     page.sort();
     assert_eq!(page, [("p001".into(), 1), ("p002".into(), 1)]);
     txn.rollback().await.unwrap();
     assert_eq!(
-        k.store.lease_page("", 10, "s1").await.unwrap(),
+        k.store.lease_page("", 10, &"s1".into()).await.unwrap(),
         [("p000".into(), 1)]
     );
 }
@@ -171,7 +181,7 @@ async fn partitions_of_dead_sessions_are_found(k: Kit) {
         Some(("live".into(), 1))
     );
     assert_eq!(k.store.reap_sessions(EXPIRY).await.unwrap(), 1);
-    assert_eq!(k.store.release_all("live").await.unwrap(), 1);
+    assert_eq!(k.store.release_all(&"live".into()).await.unwrap(), 1);
     assert_eq!(k.partition_row("b").await, ("available".into(), 0, 1, None));
 }
 
@@ -204,7 +214,7 @@ async fn a_held_slice_says_what_each_partition_needs(k: Kit) {
         "UPDATE feed_partitions SET manual_checkpoint = TRUE WHERE id = 'f-manual'",
     ])
     .await;
-    let slice = k.store.held_slice("s1", "", 100).await.unwrap();
+    let slice = k.store.held_slice(&"s1".into(), "", 100).await.unwrap();
     let got: Vec<(&str, bool, bool)> = slice
         .iter()
         .map(|r| (r.id.as_str(), r.ready, r.stuck))
@@ -220,16 +230,21 @@ async fn a_held_slice_says_what_each_partition_needs(k: Kit) {
             ("f-manual", false, false),
         ]
     );
-    let page = k.store.held_slice("s1", "b-paused", 2).await.unwrap();
+    let page = k
+        .store
+        .held_slice(&"s1".into(), "b-paused", 2)
+        .await
+        .unwrap();
     let ids: Vec<&str> = page.iter().map(|r| r.id.as_str()).collect();
     assert_eq!(ids, ["c-done", "d-backoff"]);
 }
 
 async fn counts_cover_sessions_partitions_and_strays(k: Kit) {
+    let m = SessionId::from("m");
     k.session("m").await;
     k.session("a").await;
     k.store
-        .register_session("z", "host", 1, Some(5))
+        .register_session(&"z".into(), "host", 1, Some(5))
         .await
         .unwrap();
     k.dead_session("dead").await;
@@ -257,7 +272,7 @@ async fn counts_cover_sessions_partitions_and_strays(k: Kit) {
         .await;
     k.item("c2/0", "c2", 0, "available").await;
     let counts =
-        |after: &'static str, backlog: bool| k.store.lease_counts("m", 2, EXPIRY, after, backlog);
+        |after: &'static str, backlog: bool| k.store.lease_counts(&m, 2, EXPIRY, after, backlog);
     let n = counts("", true).await.unwrap();
     assert_eq!((n.sessions, n.capped), (3, 1));
     assert_eq!(n.active, 7, "2 held + 5 others");

@@ -76,7 +76,7 @@ impl Kit {
     /// A live session.
     async fn session(&self, id: &str) {
         self.store
-            .register_session(id, "host", 1, None)
+            .register_session(&id.into(), "host", 1, None)
             .await
             .unwrap();
     }

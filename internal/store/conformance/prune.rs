@@ -84,39 +84,42 @@ async fn the_maintenance_lease_has_one_holder(k: Kit) {
     let store = &k.store;
     assert!(
         store
-            .lease_maintenance("retention", "a", HOUR)
+            .lease_maintenance("retention", &"a".into(), HOUR)
             .await
             .unwrap()
     );
     assert!(
         store
-            .lease_maintenance("retention", "a", HOUR)
+            .lease_maintenance("retention", &"a".into(), HOUR)
             .await
             .unwrap(),
         "renewed"
     );
     assert!(
         !store
-            .lease_maintenance("retention", "b", HOUR)
+            .lease_maintenance("retention", &"b".into(), HOUR)
             .await
             .unwrap()
     );
     k.sql("UPDATE feed_maintenance SET expires_at = 0").await;
     assert!(
         store
-            .lease_maintenance("retention", "b", HOUR)
+            .lease_maintenance("retention", &"b".into(), HOUR)
             .await
             .unwrap(),
         "taken over once expired"
     );
     assert!(
         !store
-            .lease_maintenance("retention", "a", HOUR)
+            .lease_maintenance("retention", &"a".into(), HOUR)
             .await
             .unwrap()
     );
     assert!(
-        !store.lease_maintenance("unknown", "a", HOUR).await.unwrap(),
+        !store
+            .lease_maintenance("unknown", &"a".into(), HOUR)
+            .await
+            .unwrap(),
         "one row per task"
     );
 }

@@ -1,0 +1,88 @@
+//! The ids that cross modules, each its own type, so that a session id is
+//! never passed where a partition id is meant. Each is text in the
+//! database and reads and binds as text.
+
+use std::borrow::Borrow;
+use std::fmt;
+use std::sync::Arc;
+
+use sea_orm::{ColIdx, QueryResult, TryGetError, TryGetable, Value};
+
+macro_rules! id {
+    ($(#[$doc:meta])* $name:ident($inner:ty)) => {
+        $(#[$doc])*
+        #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub struct $name($inner);
+
+        impl $name {
+            /// The id as text.
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl Borrow<str> for $name {
+            fn borrow(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl From<&str> for $name {
+            fn from(id: &str) -> Self {
+                Self(id.into())
+            }
+        }
+
+        impl From<String> for $name {
+            fn from(id: String) -> Self {
+                Self(id.into())
+            }
+        }
+
+        impl From<&$name> for Value {
+            fn from(id: &$name) -> Value {
+                Value::from(id.as_str())
+            }
+        }
+
+        impl From<$name> for Value {
+            fn from(id: $name) -> Value {
+                Value::from(id.as_str())
+            }
+        }
+
+        impl TryGetable for $name {
+            fn try_get_by<I: ColIdx>(res: &QueryResult, index: I) -> Result<Self, TryGetError> {
+                String::try_get_by(res, index).map(Self::from)
+            }
+        }
+    };
+}
+
+id!(
+    /// A processor's session: what leases and results are fenced with.
+    /// Cheap to clone, as every task asks for it often.
+    SessionId(Arc<str>)
+);
+id!(
+    /// A partition.
+    PartitionId(String)
+);
+id!(
+    /// An item (unique across all partitions).
+    ItemId(String)
+);
+
+impl SessionId {
+    /// A new session id (a random UUID): each start, and each
+    /// re-registration after the session was lost, gets its own.
+    pub fn random() -> Self {
+        Self::from(uuid::Uuid::new_v4().to_string())
+    }
+}
