@@ -11,7 +11,8 @@ use std::time::Duration;
 use tokio::sync::{Mutex, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use crate::store::{Ack, ItemStatus, Store, Written};
+use crate::status::Status;
+use crate::store::{Ack, Store, Written};
 use crate::tasks::Tasks;
 
 /// Most results written in one batch.
@@ -126,7 +127,7 @@ async fn run(
                 let n = acks
                     .iter()
                     .zip(&written)
-                    .filter(|(a, w)| a.write.status == ItemStatus::Complete && **w == Written::Yes)
+                    .filter(|(a, w)| a.write.status == Status::Complete && **w == Written::Yes)
                     .count();
                 completed.fetch_add(n as u64, Ordering::Relaxed);
                 for (reply, w) in replies.into_iter().zip(written) {

@@ -5,6 +5,7 @@ use std::time::Duration;
 /// How a processor runs. `cmd/processor` fills it from flags and `FEED_*`
 /// variables; Rust programs build it with [`Config::new`] and adjust fields.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct Config {
     /// sqlite, postgres or mysql URL; may carry a password, so never log it raw.
     pub database_url: String,

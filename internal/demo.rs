@@ -99,18 +99,16 @@ async fn run_in(url: &str, resumes: usize, progress: &mut impl FnMut(&str)) -> R
                 "years": rand::random::<u64>() % 15,
                 "skills": skills,
             });
-            NewItem {
-                id: Some(format!("resume-{i:03}")),
-                gate: Some(0),
-                data: data.to_string().into_bytes(),
-            }
+            NewItem::new(data.to_string().into_bytes())
+                .with_id(format!("resume-{i:03}"))
+                .at_gate(0)
         })
         .collect();
-    items.push(NewItem {
-        id: Some("ranking".into()),
-        gate: Some(1),
-        data: json!({"pick": 10}).to_string().into_bytes(),
-    });
+    items.push(
+        NewItem::new(json!({"pick": 10}).to_string().into_bytes())
+            .with_id("ranking")
+            .at_gate(1),
+    );
     store
         .enqueue(PARTITION, &PartitionSpec::default(), items)
         .await?;

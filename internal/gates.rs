@@ -13,7 +13,7 @@ use std::collections::HashSet;
 
 use crate::Result;
 use crate::context::Context;
-use crate::ids::SessionId;
+use crate::ids::{PartitionId, SessionId};
 use crate::leases::Held;
 use crate::metrics::Metrics;
 use crate::store::{GateProbe, HeldPartition};
@@ -28,17 +28,17 @@ const CHECK_CHUNK: usize = 500;
 pub struct Checked {
     /// Partitions with work at their gate (found waiting, or just
     /// advanced): they join the rotation, and the loop polls at once.
-    pub ready: Vec<String>,
+    pub ready: Vec<PartitionId>,
     /// The check read a full chunk: more partitions may wait for one.
     pub more: bool,
     /// Checked partitions that need no new look.
-    settled: Vec<String>,
+    settled: Vec<PartitionId>,
     /// Partitions this session no longer holds.
-    missing: Vec<String>,
+    missing: Vec<PartitionId>,
     /// Partitions that ended here (closed, failed).
-    ended: Vec<String>,
+    ended: Vec<PartitionId>,
     /// Partitions moved to a new gate, with their new versions.
-    advanced: Vec<(String, i64)>,
+    advanced: Vec<(PartitionId, i64)>,
     /// The statement that cut the check short; its remaining partitions
     /// stay marked and are checked again.
     pub error: Option<crate::Error>,
@@ -78,7 +78,7 @@ fn decide(p: &HeldPartition, probe: GateProbe) -> Decision {
 /// The next partitions to check: marked in `held`, and not `skip`ped
 /// (those with items in flight here, being fetched, or still waiting in
 /// the rotation: a check would only find work at their gate).
-pub fn due(held: &Held, skip: impl Fn(&str) -> bool) -> Vec<(String, i64)> {
+pub fn due(held: &Held, skip: impl Fn(&str) -> bool) -> Vec<(PartitionId, i64)> {
     held.marked
         .iter()
         .filter(|id| !skip(id))
@@ -90,7 +90,7 @@ pub fn due(held: &Held, skip: impl Fn(&str) -> bool) -> Vec<(String, i64)> {
 
 /// Checks the partitions `due` (from [`due`], with the versions last seen)
 /// of session `me`.
-pub async fn check(ctx: &Context, me: &SessionId, due: Vec<(String, i64)>) -> Checked {
+pub async fn check(ctx: &Context, me: &SessionId, due: Vec<(PartitionId, i64)>) -> Checked {
     let mut out = Checked {
         more: due.len() == CHECK_CHUNK,
         ..Checked::default()
@@ -104,7 +104,7 @@ pub async fn check(ctx: &Context, me: &SessionId, due: Vec<(String, i64)>) -> Ch
 async fn run(
     ctx: &Context,
     me: &SessionId,
-    due: &[(String, i64)],
+    due: &[(PartitionId, i64)],
     out: &mut Checked,
 ) -> Result<()> {
     if due.is_empty() {
@@ -115,11 +115,11 @@ async fn run(
     // checks of small partitions come to. Until a partition's check has
     // succeeded its mark stays: an error anywhere below returns with the
     // remaining marks intact.
-    let finished: HashSet<String> = store.close_finished(due, me).await?.into_iter().collect();
+    let finished: HashSet<PartitionId> = store.close_finished(due, me).await?.into_iter().collect();
     for id in &finished {
         closed(ctx, id, out);
     }
-    let ids: Vec<String> = due
+    let ids: Vec<PartitionId> = due
         .iter()
         .filter(|(id, _)| !finished.contains(id))
         .map(|(id, _)| id.clone())
@@ -150,10 +150,10 @@ async fn run(
     Ok(())
 }
 
-fn closed(ctx: &Context, id: &str, out: &mut Checked) {
+fn closed(ctx: &Context, id: &PartitionId, out: &mut Checked) {
     tracing::info!(partition = %id, "partition complete");
     ctx.metrics.partitions_closed.inc();
-    out.ended.push(id.to_string());
+    out.ended.push(id.clone());
 }
 
 /// Carries out one decision, except that a close joins `closing` (the
@@ -209,7 +209,7 @@ async fn apply(
 impl Held {
     /// Takes in what a gate check found and did; returns the partitions
     /// that join the rotation and whether more marked ones wait.
-    pub fn checked(&mut self, c: Checked, metrics: &Metrics) -> (Vec<String>, bool) {
+    pub fn checked(&mut self, c: Checked, metrics: &Metrics) -> (Vec<PartitionId>, bool) {
         for id in &c.missing {
             self.marked.remove(id);
             if self.versions.remove(id).is_some() {

@@ -1,6 +1,7 @@
 //! The ids that cross modules, each its own type, so that a session id is
 //! never passed where a partition id is meant. Each is text in the
-//! database and reads and binds as text.
+//! database, reads and binds as text, and reads as `&str` where text is
+//! wanted (SQL, logs); only the other way needs saying.
 
 use std::borrow::Borrow;
 use std::fmt;
@@ -11,7 +12,7 @@ use sea_orm::{ColIdx, QueryResult, TryGetError, TryGetable, Value};
 macro_rules! id {
     ($(#[$doc:meta])* $name:ident($inner:ty)) => {
         $(#[$doc])*
-        #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
         pub struct $name($inner);
 
         impl $name {
@@ -24,6 +25,14 @@ macro_rules! id {
         impl fmt::Display for $name {
             fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str(&self.0)
+            }
+        }
+
+        impl std::ops::Deref for $name {
+            type Target = str;
+
+            fn deref(&self) -> &str {
+                &self.0
             }
         }
 
@@ -42,6 +51,18 @@ macro_rules! id {
         impl From<String> for $name {
             fn from(id: String) -> Self {
                 Self(id.into())
+            }
+        }
+
+        impl PartialEq<str> for $name {
+            fn eq(&self, other: &str) -> bool {
+                &*self.0 == other
+            }
+        }
+
+        impl PartialEq<&str> for $name {
+            fn eq(&self, other: &&str) -> bool {
+                &*self.0 == *other
             }
         }
 

@@ -24,7 +24,7 @@ use rand::seq::{IndexedRandom, SliceRandom};
 
 use crate::Result;
 use crate::context::Context;
-use crate::ids::SessionId;
+use crate::ids::{PartitionId, SessionId};
 use crate::metrics::Metrics;
 use crate::store::{HeldRow, LEASE_CHUNK, LeaseCounts, STRANDED_SLICE};
 
@@ -62,11 +62,11 @@ const STEAL_PICK: i64 = 1_000;
 #[derive(Debug, Default)]
 pub struct Held {
     /// Partition id → version as last seen.
-    pub versions: HashMap<String, i64>,
+    pub versions: HashMap<PartitionId, i64>,
     /// Partitions whose gate must be checked: run dry in a refill, written
     /// to while out of the rotation, changed by someone else, or found
     /// stuck by the acquire cycle.
-    pub marked: HashSet<String>,
+    pub marked: HashSet<PartitionId>,
     /// Where the acquire cycle stands; taken by a cycle while it runs.
     pub cursors: Cursors,
 }
@@ -75,15 +75,15 @@ pub struct Held {
 #[derive(Debug, Default)]
 pub struct Cursors {
     /// Where the next slice of the probe sweep starts (ids in order, wrapping).
-    sweep: String,
+    sweep: PartitionId,
     /// Where the next slice of the stranded sweep over `complete`
     /// partitions starts.
-    stranded: String,
+    stranded: PartitionId,
     /// Free partitions the last full cycle still wants to take, in steps.
     steps: usize,
     /// Where the next step's page of free partitions starts (ids in order),
     /// so that steps do not read again past the ones already leased.
-    cursor: String,
+    cursor: PartitionId,
     /// When the planner's statistics were last looked at, and how many
     /// times.
     statistics: Option<(Instant, u32)>,
@@ -102,9 +102,9 @@ pub struct Cycle {
     /// The id range that slice covers (None: the slice was not read).
     swept: Option<Swept>,
     /// Idle partitions given back to make room.
-    released: Vec<String>,
+    released: Vec<PartitionId>,
     /// Partitions leased (free ones, or one stolen), with their new versions.
-    took: Vec<(String, i64)>,
+    took: Vec<(PartitionId, i64)>,
     /// More free partitions wait than one cycle takes: run the next soon.
     more: bool,
     /// The statement that cut the cycle short.
@@ -116,8 +116,8 @@ pub struct Cycle {
 /// not return is no longer held.
 #[derive(Debug, Default)]
 struct Swept {
-    after: String,
-    through: Option<String>,
+    after: PartitionId,
+    through: Option<PartitionId>,
 }
 
 impl Swept {
@@ -136,12 +136,12 @@ pub struct Applied {
     /// checked once it leaves the rotation), and held partitions of this
     /// cycle's slice with work ready now (work that no event announced,
     /// such as a retry whose backoff ended, is found this way).
-    pub ready: Vec<String>,
+    pub ready: Vec<PartitionId>,
     /// Held partitions someone else changed: items fetched before are not
     /// delivered.
-    pub changed: Vec<String>,
+    pub changed: Vec<PartitionId>,
     /// Partitions no longer held.
-    pub lost: Vec<String>,
+    pub lost: Vec<PartitionId>,
 }
 
 /// One acquire cycle for session `me`, which holds `held` partitions;
@@ -151,7 +151,7 @@ pub async fn cycle(
     me: &SessionId,
     cursors: Cursors,
     held: usize,
-    busy: &HashSet<String>,
+    busy: &HashSet<PartitionId>,
 ) -> Cycle {
     let mut out = Cycle {
         cursors,
@@ -171,7 +171,7 @@ async fn full(
     ctx: &Context,
     me: &SessionId,
     held: usize,
-    busy: &HashSet<String>,
+    busy: &HashSet<PartitionId>,
     out: &mut Cycle,
 ) -> Result<()> {
     let store = &ctx.store;
@@ -237,7 +237,7 @@ async fn full(
     c.stranded = if counts.stranded_slice >= STRANDED_SLICE {
         end
     } else {
-        String::new()
+        PartitionId::default()
     };
     let caps = if counts.capped > 0 {
         store.session_caps(expiry).await?
@@ -268,7 +268,7 @@ async fn full(
         }
     }
     if want > 0 {
-        out.cursors.cursor.clear();
+        out.cursors.cursor = PartitionId::default();
         let allowed = (want as usize).min(TAKE_PER_STEP);
         let took = take_free(ctx, me, out, allowed).await?;
         want -= took as i64;
@@ -299,7 +299,12 @@ async fn step(ctx: &Context, me: &SessionId, out: &mut Cycle) -> Result<()> {
 impl Held {
     /// Takes in what an acquire cycle found and did; `busy` are the
     /// partitions with items in flight or buffered here now.
-    pub fn apply(&mut self, cycle: Cycle, busy: &HashSet<String>, metrics: &Metrics) -> Applied {
+    pub fn apply(
+        &mut self,
+        cycle: Cycle,
+        busy: &HashSet<PartitionId>,
+        metrics: &Metrics,
+    ) -> Applied {
         self.cursors = cycle.cursors;
         let mut out = Applied {
             more: cycle.more,
@@ -369,7 +374,7 @@ async fn take_free(ctx: &Context, me: &SessionId, out: &mut Cycle, want: usize) 
         let mut free = store.free_partitions(expiry, want * 2 + 8).await?;
         free.shuffle(&mut rand::rng());
         free.sort_by_key(|f| !f.ready);
-        let pick: Vec<(String, i64)> = free
+        let pick: Vec<(PartitionId, i64)> = free
             .into_iter()
             .take(want)
             .map(|f| (f.id, f.version))
@@ -407,7 +412,7 @@ async fn take_free(ctx: &Context, me: &SessionId, out: &mut Cycle, want: usize) 
 }
 
 /// Adds partitions just leased to `out.took`; returns how many.
-fn took(out: &mut Cycle, leased: Vec<(String, i64)>) -> usize {
+fn took(out: &mut Cycle, leased: Vec<(PartitionId, i64)>) -> usize {
     if !leased.is_empty() {
         tracing::info!(partitions = leased.len(), "leased partitions");
     }

@@ -52,6 +52,7 @@ pub(crate) mod rotation;
 pub mod run;
 pub mod server;
 pub(crate) mod session;
+pub mod status;
 pub mod store;
 pub(crate) mod tasks;
 pub mod validate;

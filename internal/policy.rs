@@ -8,7 +8,8 @@ use std::time::Duration;
 use crate::Config;
 use crate::backoff;
 use crate::handler::Outcome;
-use crate::store::{Fence, ItemStatus, ItemWrite, sanitize_error};
+use crate::status::Status;
+use crate::store::{Fence, ItemWrite, sanitize_error};
 
 /// Longest `Retry-After` honoured.
 const MAX_RETRY_AFTER: Duration = Duration::from_secs(86_400);
@@ -72,9 +73,9 @@ impl Policy {
         // version moves) or retried after `delay` (same step, same key).
         let attempt_failed = |message: String, delay: Option<Duration>| ItemWrite {
             status: if delay.is_some() {
-                ItemStatus::Available
+                Status::Available
             } else {
-                ItemStatus::Failed
+                Status::Failed
             },
             gate: item.gate,
             data: None,
@@ -95,9 +96,9 @@ impl Policy {
             Outcome::Step { gate, done, data } => {
                 let w = ItemWrite {
                     status: if done {
-                        ItemStatus::Complete
+                        Status::Complete
                     } else {
-                        ItemStatus::Available
+                        Status::Available
                     },
                     gate: gate.unwrap_or(item.gate),
                     data,
@@ -187,14 +188,14 @@ mod tests {
         assert_eq!(l, Label::Stepped);
         assert_eq!(
             (w.status, w.gate, w.attempts, w.new_step),
-            (ItemStatus::Available, 4, 0, true)
+            (Status::Available, 4, 0, true)
         );
         let (w, l) = p.decide(&item(1, 0), step(None, true, Some(b"x"))).unwrap();
         assert_eq!(l, Label::Done);
-        assert_eq!((w.status, w.gate, w.attempts), (ItemStatus::Complete, 1, 1));
+        assert_eq!((w.status, w.gate, w.attempts), (Status::Complete, 1, 1));
         assert_eq!(w.data.as_deref(), Some(&b"x"[..]));
         let (w, l) = p.decide(&item(2, 0), step(Some(1), false, None)).unwrap();
-        assert_eq!((l, w.status), (Label::Failed, ItemStatus::Failed));
+        assert_eq!((l, w.status), (Label::Failed, Status::Failed));
         assert!(
             w.last_error
                 .unwrap()
@@ -208,7 +209,7 @@ mod tests {
         let (w, l) = p.decide(&item(0, 0), fail(true, None)).unwrap();
         assert_eq!(
             (l, w.status, w.attempts, w.new_step),
-            (Label::Retried, ItemStatus::Available, 1, false)
+            (Label::Retried, Status::Available, 1, false)
         );
         let d = w.delay.unwrap();
         assert!(d >= Duration::from_millis(500) && d <= Duration::from_secs(1));

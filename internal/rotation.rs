@@ -14,11 +14,13 @@ use std::collections::{HashSet, VecDeque};
 
 use tokio::time::Instant;
 
+use crate::ids::PartitionId;
+
 /// Partitions with ready work, in the order they are served.
 #[derive(Debug, Default)]
 pub struct Rotation {
-    queue: VecDeque<String>,
-    members: HashSet<String>,
+    queue: VecDeque<PartitionId>,
+    members: HashSet<PartitionId>,
     /// The write position up to which new items have been looked at; None
     /// until the first look.
     pub mark: Option<i64>,
@@ -39,7 +41,12 @@ impl Rotation {
 
     /// Records a look at new items: their partitions (those held) join the
     /// rotation, the mark moves to `mark`, and the next look is due at `next`.
-    pub fn discovered(&mut self, ids: impl IntoIterator<Item = String>, mark: i64, next: Instant) {
+    pub fn discovered(
+        &mut self,
+        ids: impl IntoIterator<Item = PartitionId>,
+        mark: i64,
+        next: Instant,
+    ) {
         for id in ids {
             self.offer(id);
         }
@@ -48,9 +55,9 @@ impl Rotation {
     }
 
     /// Takes up to `n` partitions from the front, to serve now.
-    pub fn take(&mut self, n: usize) -> Vec<String> {
+    pub fn take(&mut self, n: usize) -> Vec<PartitionId> {
         let n = n.min(self.queue.len());
-        let taken: Vec<String> = self.queue.drain(..n).collect();
+        let taken: Vec<PartitionId> = self.queue.drain(..n).collect();
         for id in &taken {
             self.members.remove(id);
         }
@@ -59,7 +66,7 @@ impl Rotation {
 
     /// Puts a partition that has (or may have) work at the end, unless it
     /// is already waiting.
-    pub fn offer(&mut self, id: String) {
+    pub fn offer(&mut self, id: PartitionId) {
         if self.members.insert(id.clone()) {
             self.queue.push_back(id);
         }
@@ -92,7 +99,7 @@ mod tests {
         let mut r = Rotation::default();
         assert!(r.needs_discovery(now));
         r.discovered(
-            ["a", "b", "c", "a"].map(String::from),
+            ["a", "b", "c", "a"].map(PartitionId::from),
             7,
             now + std::time::Duration::from_secs(1),
         );

@@ -68,7 +68,7 @@ pub async fn run(
 /// #[async_trait::async_trait]
 /// impl Handler for Done {
 ///     async fn handle(&self, _job: &Job) -> Outcome {
-///         Outcome::Step { gate: None, done: true, data: None }
+///         Outcome::done()
 ///     }
 /// }
 ///

@@ -141,11 +141,7 @@ pub(crate) async fn enqueue_backlog(
             for k in (t..partitions).step_by(parallel) {
                 let count = items / partitions + usize::from(k < items % partitions);
                 let batch = (0..count)
-                    .map(|j| NewItem {
-                        id: None,
-                        gate: None,
-                        data: item_body(j * partitions + k, multistep),
-                    })
+                    .map(|j| NewItem::new(item_body(j * partitions + k, multistep)))
                     .collect();
                 store
                     .enqueue(&format!("p-{k:05}"), &PartitionSpec::default(), batch)

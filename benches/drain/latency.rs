@@ -26,10 +26,8 @@ pub(crate) async fn pickup(db: &Db, args: &Args, handler: &Handler) -> Result<Pi
     }
     // Let the first gate checks of the new leases settle.
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let open = PartitionSpec {
-        auto_close: false,
-        ..PartitionSpec::default()
-    };
+    let mut open = PartitionSpec::default();
+    open.auto_close = false;
     let (mut lat, mut enq) = (Vec::new(), Vec::new());
     let mut missed = 0;
     for i in 0..args.trickle {
@@ -42,11 +40,7 @@ pub(crate) async fn pickup(db: &Db, args: &Args, handler: &Handler) -> Result<Pi
             .enqueue(
                 &partition,
                 &open,
-                vec![NewItem {
-                    id: Some(id.clone()),
-                    gate: None,
-                    data: item_body(i, false),
-                }],
+                vec![NewItem::new(item_body(i, false)).with_id(id.clone())],
             )
             .await?;
         enq.push(t0.elapsed().as_secs_f64() * 1e3);

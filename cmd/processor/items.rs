@@ -60,11 +60,10 @@ pub async fn enqueue(a: EnqueueArgs) -> anyhow::Result<()> {
     let items = feed::lines::read(reader, a.raw, || bar.inc(1))?;
     bar.set_message(format!("writing {} items in one transaction", items.len()));
     let store = connect(&a.db).await?;
-    let spec = PartitionSpec {
-        auto_close: !a.no_auto_close,
-        manual_checkpoint: a.manual_checkpoint,
-        on_failure: a.on_failure,
-    };
+    let mut spec = PartitionSpec::default();
+    spec.auto_close = !a.no_auto_close;
+    spec.manual_checkpoint = a.manual_checkpoint;
+    spec.on_failure = a.on_failure;
     let r = store.enqueue(&a.partition, &spec, items).await?;
     bar.finish_and_clear();
     let what = if r.created {

@@ -147,39 +147,37 @@ fn header_file(path: &str) -> Result<HeaderFile, String> {
 pub async fn run(a: RunArgs) -> anyhow::Result<()> {
     let shutdown = shutdown_signal().context("installing signal handlers")?;
     init_logs(a.log_format, super::LOGS);
-    let c = Config {
-        concurrency: a.concurrency,
-        poll_interval: a.poll_interval.into(),
-        heartbeat_interval: a.heartbeat_interval.into(),
-        session_expiry: a.session_expiry.into(),
-        acquire_interval: a.acquire_interval.into(),
-        max_partitions: a.max_partitions,
-        max_in_flight_per_partition: a.max_in_flight_per_partition,
-        request_timeout: a.request_timeout.into(),
-        max_attempts: a.max_attempts,
-        backoff_base: a.backoff_base.into(),
-        backoff_max: a.backoff_max.into(),
-        headers: a
-            .headers
-            .into_iter()
-            .chain(a.header_file.map(|f| f.0).unwrap_or_default())
-            .collect(),
-        signing_secret: a.signing_secret.value(),
-        content_type: a.content_type,
-        signature_v1: a.signature_v1,
-        max_response_bytes: a.max_response_bytes,
-        response_budget_bytes: a.response_budget_bytes,
-        listen: (a.listen != "off").then_some(a.listen),
-        drain_timeout: a.drain_timeout.into(),
-        statement_timeout: a.statement_timeout.into(),
-        migrate: !a.no_migrate,
-        ui: a.ui,
-        admin_token: a.token.token()?,
-        allowed_hosts: a.allowed_hosts,
-        retention: a.retention.map(Into::into),
-        batch_size: a.batch_size,
-        batch_wait: a.batch_wait.into(),
-        ..Config::new(a.db.url(), a.handler_url)
-    };
+    let mut c = Config::new(a.db.url(), a.handler_url);
+    c.concurrency = a.concurrency;
+    c.poll_interval = a.poll_interval.into();
+    c.heartbeat_interval = a.heartbeat_interval.into();
+    c.session_expiry = a.session_expiry.into();
+    c.acquire_interval = a.acquire_interval.into();
+    c.max_partitions = a.max_partitions;
+    c.max_in_flight_per_partition = a.max_in_flight_per_partition;
+    c.request_timeout = a.request_timeout.into();
+    c.max_attempts = a.max_attempts;
+    c.backoff_base = a.backoff_base.into();
+    c.backoff_max = a.backoff_max.into();
+    c.headers = a
+        .headers
+        .into_iter()
+        .chain(a.header_file.map(|f| f.0).unwrap_or_default())
+        .collect();
+    c.signing_secret = a.signing_secret.value();
+    c.content_type = a.content_type;
+    c.signature_v1 = a.signature_v1;
+    c.max_response_bytes = a.max_response_bytes;
+    c.response_budget_bytes = a.response_budget_bytes;
+    c.listen = (a.listen != "off").then_some(a.listen);
+    c.drain_timeout = a.drain_timeout.into();
+    c.statement_timeout = a.statement_timeout.into();
+    c.migrate = !a.no_migrate;
+    c.ui = a.ui;
+    c.admin_token = a.token.token()?;
+    c.allowed_hosts = a.allowed_hosts;
+    c.retention = a.retention.map(Into::into);
+    c.batch_size = a.batch_size;
+    c.batch_wait = a.batch_wait.into();
     Ok(feed::run(c, shutdown).await?)
 }

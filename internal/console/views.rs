@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 
 use maud::{DOCTYPE, Markup, html};
 
+use crate::status::Status;
 use crate::store::listing::{ItemView, Page, PartitionView};
 use crate::store::overview::Overview;
 use crate::store::status::ProcessorStatus;
@@ -14,10 +15,20 @@ use crate::store::status::ProcessorStatus;
 const DATA_CHARS: usize = 200;
 /// Characters of `last_error` shown in a table.
 const ERROR_CHARS: usize = 300;
-/// Item statuses, in the order bars and tables show them.
-pub const ITEM_STATUSES: [&str; 4] = ["complete", "failed", "cancelled", "available"];
+/// Item statuses, in the order bars and tables show them (finished first).
+pub const ITEM_STATUSES: [&str; 4] = [
+    Status::Complete.as_str(),
+    Status::Failed.as_str(),
+    Status::Cancelled.as_str(),
+    Status::Available.as_str(),
+];
 /// Partition statuses, for filters and counts.
-pub const PARTITION_STATUSES: [&str; 4] = ["available", "complete", "failed", "cancelled"];
+pub const PARTITION_STATUSES: [&str; 4] = [
+    Status::Available.as_str(),
+    Status::Complete.as_str(),
+    Status::Failed.as_str(),
+    Status::Cancelled.as_str(),
+];
 
 /// What the viewer may do.
 #[derive(Clone, Debug)]

@@ -11,7 +11,7 @@ use tracing::Instrument;
 
 use crate::context::Context;
 use crate::handler::{Job, Outcome};
-use crate::ids::SessionId;
+use crate::ids::{ItemId, SessionId};
 use crate::policy::{Label, Policy};
 use crate::store::{Ack, Fence, ItemWrite, ReadyItem, Written};
 
@@ -39,7 +39,7 @@ pub(super) async fn deliver(
     me: &SessionId,
     items: Vec<ReadyItem>,
     answered: &Answered,
-) -> Vec<(String, Delivery)> {
+) -> Vec<(ItemId, Delivery)> {
     let span = match items.as_slice() {
         [one] => item_span(&one.fence),
         many => tracing::info_span!("batch", items = many.len()),
@@ -50,8 +50,8 @@ pub(super) async fn deliver(
             .into_iter()
             .map(|ReadyItem { fence, data }| {
                 let job = Job {
-                    item_id: fence.id.clone(),
-                    partition_id: fence.partition_id.clone(),
+                    item_id: fence.id.to_string(),
+                    partition_id: fence.partition_id.to_string(),
                     gate: fence.gate,
                     attempt: attempt(&fence),
                     idempotency_key: format!("{}:{}", fence.id, fence.version),

@@ -34,7 +34,7 @@ use tokio_util::sync::CancellationToken;
 use crate::context::Context;
 use crate::gates::{self, Checked};
 use crate::handler::Outcome;
-use crate::ids::SessionId;
+use crate::ids::{ItemId, PartitionId, SessionId};
 use crate::leases::{self, Cycle, Held};
 use crate::policy::Policy;
 use crate::rotation::Rotation;
@@ -55,7 +55,7 @@ struct Dispatcher {
     me: SessionId,
     held: Held,
     /// Item id → the item as delivered, for items being delivered.
-    in_flight: HashMap<String, Fence>,
+    in_flight: HashMap<ItemId, Fence>,
     /// Fetched, not yet started: a prefetch buffer so that the next
     /// completions start work without a query each.
     buffer: VecDeque<ReadyItem>,
@@ -68,10 +68,10 @@ struct Dispatcher {
     spread: usize,
     /// Items whose result could not be stored, with their partition, kept
     /// from being fetched again until the instant.
-    cooling: HashMap<String, (String, Instant)>,
-    tasks: JoinSet<Vec<(String, Delivery)>>,
+    cooling: HashMap<ItemId, (PartitionId, Instant)>,
+    tasks: JoinSet<Vec<(ItemId, Delivery)>>,
     /// Task id → item ids, to clean up after a delivery that panicked.
-    task_items: HashMap<tokio::task::Id, Vec<String>>,
+    task_items: HashMap<tokio::task::Id, Vec<ItemId>>,
     /// Tasks whose handler call has not answered yet: the busy slots.
     calling: HashSet<tokio::task::Id>,
     /// Where delivery tasks report that their call has answered.
@@ -83,10 +83,10 @@ struct Dispatcher {
     /// The refill running beside the loop.
     refilling: Option<JoinHandle<Fetched>>,
     /// The partitions it fetches from (out of the rotation meanwhile).
-    fetching: HashSet<String>,
+    fetching: HashSet<PartitionId>,
     /// Items whose delivery ended while the refill ran: it may have read
     /// them before their results were written, so they are not taken from it.
-    settled: HashSet<String>,
+    settled: HashSet<ItemId>,
     /// The next refill starts no sooner: after a failed refill, or one
     /// whose partitions were only held back by their in-flight cap, until
     /// the poll interval or something changes (an answer, a result, new
@@ -303,7 +303,7 @@ impl Dispatcher {
                 .changed
                 .iter()
                 .chain(&b.lost)
-                .map(String::as_str)
+                .map(PartitionId::as_str)
                 .collect();
             self.buffer
                 .retain(|i| !gone.contains(i.fence.partition_id.as_str()));
@@ -316,7 +316,7 @@ impl Dispatcher {
     }
 
     /// Partitions with items in flight, buffered or cooling down here.
-    fn busy_partitions(&self) -> HashSet<String> {
+    fn busy_partitions(&self) -> HashSet<PartitionId> {
         self.known_per_partition().into_keys().collect()
     }
 
@@ -387,7 +387,7 @@ impl Dispatcher {
 
     /// Starts one handler call for `items` (a batch, or one item).
     fn start(&mut self, items: Vec<ReadyItem>) {
-        let ids: Vec<String> = items.iter().map(|i| i.fence.id.clone()).collect();
+        let ids: Vec<ItemId> = items.iter().map(|i| i.fence.id.clone()).collect();
         for item in &items {
             self.in_flight
                 .insert(item.fence.id.clone(), item.fence.clone());
@@ -405,7 +405,7 @@ impl Dispatcher {
 
     fn finished(
         &mut self,
-        joined: Result<(tokio::task::Id, Vec<(String, Delivery)>), tokio::task::JoinError>,
+        joined: Result<(tokio::task::Id, Vec<(ItemId, Delivery)>), tokio::task::JoinError>,
     ) {
         // None = the task panicked: every item records a failed attempt.
         let (task, deliveries) = match joined {
@@ -459,7 +459,7 @@ impl Dispatcher {
 
     /// Logs a delivery task that did not return; None = it panicked (the
     /// caller records a failed attempt per item), or it was aborted at shutdown.
-    fn panicked(&self, e: tokio::task::JoinError) -> Option<HashMap<String, Delivery>> {
+    fn panicked(&self, e: tokio::task::JoinError) -> Option<HashMap<ItemId, Delivery>> {
         if !e.is_panic() {
             return Some(HashMap::new());
         }

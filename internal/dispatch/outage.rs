@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::ids::ItemId;
+
 /// The hold-off while the handler is unreachable: it starts at
 /// [`HOLD_OFF_BASE`] and doubles once per failed probe, up to
 /// [`HOLD_OFF_MAX`]. Deliveries that were already in flight when it began
@@ -18,7 +20,7 @@ pub(super) struct Outage {
     /// The current hold-off.
     pub(super) delay: Duration,
     /// The item sent as the probe.
-    pub(super) probe: Option<String>,
+    pub(super) probe: Option<ItemId>,
 }
 
 /// First hold-off after the handler is found unreachable.

@@ -8,7 +8,7 @@ use tokio::time::Instant;
 
 use super::Dispatcher;
 use crate::Result;
-use crate::ids::SessionId;
+use crate::ids::{ItemId, PartitionId, SessionId};
 use crate::store::ReadyItem;
 
 /// Partitions served by one refill at most; the rotation still visits
@@ -33,8 +33,8 @@ const DISCOVER: usize = 1_000;
 
 impl Dispatcher {
     /// How many items of each partition are in flight, buffered or cooling.
-    pub(super) fn known_per_partition(&self) -> HashMap<String, usize> {
-        let mut known: HashMap<String, usize> = HashMap::new();
+    pub(super) fn known_per_partition(&self) -> HashMap<PartitionId, usize> {
+        let mut known: HashMap<PartitionId, usize> = HashMap::new();
         let partitions = self
             .in_flight
             .values()
@@ -84,7 +84,7 @@ impl Dispatcher {
         // `share` that are not known here: those in flight, buffered or
         // cooling are among its ready items and are filtered out when the
         // fetch is taken in.
-        let asks: Vec<(String, usize)> = parts
+        let asks: Vec<(PartitionId, usize)> = parts
             .iter()
             .map(|p| {
                 let k = known.get(p).copied().unwrap_or(0);
@@ -158,15 +158,15 @@ impl Dispatcher {
     /// fetched (an acquire cycle took it out) is left to its gate check.
     fn take_in(
         &mut self,
-        parts: &HashSet<String>,
-        settled: &HashSet<String>,
-        asks: &[(String, usize)],
+        parts: &HashSet<PartitionId>,
+        settled: &HashSet<ItemId>,
+        asks: &[(PartitionId, usize)],
         want: usize,
         items: Vec<ReadyItem>,
     ) -> bool {
-        let buffered: HashSet<String> = self.buffer.iter().map(|i| i.fence.id.clone()).collect();
-        let mut by_partition: HashMap<String, VecDeque<ReadyItem>> = HashMap::new();
-        let mut rows: HashMap<String, usize> = HashMap::new();
+        let buffered: HashSet<ItemId> = self.buffer.iter().map(|i| i.fence.id.clone()).collect();
+        let mut by_partition: HashMap<PartitionId, VecDeque<ReadyItem>> = HashMap::new();
+        let mut rows: HashMap<PartitionId, usize> = HashMap::new();
         for item in items {
             *rows.entry(item.fence.partition_id.clone()).or_default() += 1;
             let id = &item.fence.id;
@@ -230,12 +230,12 @@ pub(super) enum Fetched {
     /// and the new mark.
     Discovered {
         me: SessionId,
-        found: Result<(Vec<String>, i64)>,
+        found: Result<(Vec<PartitionId>, i64)>,
     },
     /// Ready items of the partitions asked (with how many of each).
     Items {
         me: SessionId,
-        asks: Vec<(String, usize)>,
+        asks: Vec<(PartitionId, usize)>,
         want: usize,
         items: Result<Vec<ReadyItem>>,
     },

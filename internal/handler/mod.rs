@@ -13,8 +13,10 @@ mod http;
 pub use answer::{SIGNED_HEADERS, signature, signature_header, signature_v2};
 pub use http::HttpHandler;
 
-/// One delivery of an item to a handler.
+/// One delivery of an item to a handler. Fields may be added: read them,
+/// do not build one.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct Job {
     /// Item id (`Feed-Item-Id`).
     pub item_id: String,
@@ -32,11 +34,16 @@ pub struct Job {
     pub data: Vec<u8>,
 }
 
-/// What a handler made of one delivery.
+/// What a handler made of one delivery. Variants and their fields may be
+/// added: build one with the constructors ([`Outcome::step`],
+/// [`Outcome::done`], [`Outcome::retry`], [`Outcome::fail`]) and match
+/// with `..`.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub enum Outcome {
     /// A valid answer: the next gate (None = unchanged), whether the item
     /// is done, and its new data (None = unchanged).
+    #[non_exhaustive]
     Step {
         /// Next gate.
         gate: Option<i64>,
@@ -47,6 +54,7 @@ pub enum Outcome {
         data: Option<bytes::Bytes>,
     },
     /// A failed attempt.
+    #[non_exhaustive]
     Failed {
         /// What went wrong, stored in `last_error`.
         message: String,
@@ -56,7 +64,8 @@ pub enum Outcome {
         retry_after: Option<Duration>,
     },
     /// The handler could not be reached at all: no attempt is counted and
-    /// dispatch pauses until it is back.
+    /// dispatch holds off until it is back.
+    #[non_exhaustive]
     Unreachable {
         /// Why (connection refused, DNS…).
         message: String,
@@ -64,12 +73,52 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// A valid answer: the next gate (None = unchanged), whether the item
+    /// is done, and its new data (None = unchanged).
+    pub fn step(gate: Option<i64>, done: bool, data: Option<bytes::Bytes>) -> Outcome {
+        Outcome::Step { gate, done, data }
+    }
+
     /// Done, data unchanged: the answer `null`, `{}` or an empty body.
     pub fn done() -> Outcome {
-        Outcome::Step {
-            gate: None,
-            done: true,
-            data: None,
+        Outcome::step(None, true, None)
+    }
+
+    /// A failed attempt, retried after the backoff while attempts are left.
+    pub fn retry(message: impl Into<String>) -> Outcome {
+        Outcome::Failed {
+            message: message.into(),
+            retry: true,
+            retry_after: None,
+        }
+    }
+
+    /// A failed attempt that fails the item now, whatever attempts are left.
+    pub fn fail(message: impl Into<String>) -> Outcome {
+        Outcome::Failed {
+            message: message.into(),
+            retry: false,
+            retry_after: None,
+        }
+    }
+
+    /// This failed attempt's retry waits at least `delay` (a `Retry-After`);
+    /// other outcomes are returned unchanged.
+    pub fn after(self, delay: Duration) -> Outcome {
+        match self {
+            Outcome::Failed { message, retry, .. } => Outcome::Failed {
+                message,
+                retry,
+                retry_after: Some(delay),
+            },
+            other => other,
+        }
+    }
+
+    /// The handler could not be reached at all (no attempt is counted).
+    pub fn unreachable(message: impl Into<String>) -> Outcome {
+        Outcome::Unreachable {
+            message: message.into(),
         }
     }
 }
@@ -87,7 +136,7 @@ impl Outcome {
 /// impl Handler for Upper {
 ///     async fn handle(&self, job: &Job) -> Outcome {
 ///         let text = String::from_utf8_lossy(&job.data).to_uppercase();
-///         Outcome::Step { gate: None, done: true, data: Some(text.into_bytes().into()) }
+///         Outcome::step(None, true, Some(text.into_bytes().into()))
 ///     }
 /// }
 /// ```

@@ -10,7 +10,7 @@ use sea_orm::Value;
 
 use super::{Store, get};
 use crate::Result;
-use crate::ids::SessionId;
+use crate::ids::{ItemId, PartitionId, SessionId};
 
 /// An item ready to be sent to the handler.
 #[derive(Clone, Debug)]
@@ -26,9 +26,9 @@ pub struct ReadyItem {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Fence {
     /// Item id.
-    pub id: String,
+    pub id: ItemId,
     /// Its partition.
-    pub partition_id: String,
+    pub partition_id: PartitionId,
     /// The item's gate, equal to its partition's gate when fetched.
     pub gate: i64,
     /// OCC version when fetched.
@@ -46,7 +46,7 @@ impl Store {
         &self,
         after: Option<i64>,
         limit: usize,
-    ) -> Result<(Vec<String>, i64)> {
+    ) -> Result<(Vec<PartitionId>, i64)> {
         let seq = self.driver.seq();
         let Some(after) = after else {
             let rows = self
@@ -77,7 +77,7 @@ impl Store {
     pub(crate) async fn ready_items(
         &self,
         me: &SessionId,
-        want: &[(String, usize)],
+        want: &[(PartitionId, usize)],
     ) -> Result<Vec<ReadyItem>> {
         if want.is_empty() {
             return Ok(vec![]);

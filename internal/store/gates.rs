@@ -8,13 +8,14 @@ use sea_orm::{ConnectionTrait, FromQueryResult, TransactionTrait, Value};
 use super::driver::{Driver, marks};
 use super::{Store, get};
 use crate::Result;
-use crate::ids::SessionId;
+use crate::ids::{PartitionId, SessionId};
+use crate::status::Status;
 
 /// A partition this processor holds, as read for a gate check.
 #[derive(Clone, Debug, FromQueryResult)]
 pub(crate) struct HeldPartition {
     /// Partition id.
-    pub id: String,
+    pub id: PartitionId,
     /// Current gate.
     pub gate: i64,
     /// OCC version.
@@ -55,10 +56,15 @@ struct ProbeRow {
     verdict: String,
 }
 
-/// The statuses Feed writes, in sorting order: any other status lies in one
+/// The statuses Feed writes, in text order: any other status lies in one
 /// of the open ranges between them, so "an unknown status" is five range
 /// probes on the index rather than a scan of the partition's items.
-const KNOWN: [&str; 4] = ["available", "cancelled", "complete", "failed"];
+const KNOWN: [&str; 4] = [
+    Status::TEXT_ORDER[0].as_str(),
+    Status::TEXT_ORDER[1].as_str(),
+    Status::TEXT_ORDER[2].as_str(),
+    Status::TEXT_ORDER[3].as_str(),
+];
 
 /// SQL for an item of the partition whose id is `partition` matching `cond`
 /// (the item aliased `i`).
@@ -124,7 +130,7 @@ fn verdict_column() -> String {
 
 /// `?` marks for `ids` padded with NULLs (which match nothing) to a power
 /// of two, so a statement is prepared and planned once per size class.
-fn padded_ids(ids: &[String]) -> (String, Vec<Value>) {
+fn padded_ids(ids: &[PartitionId]) -> (String, Vec<Value>) {
     let n = ids.len().next_power_of_two();
     let mut values: Vec<Value> = ids.iter().map(|i| Value::from(i.clone())).collect();
     values.resize(n, Value::String(None));
@@ -138,7 +144,7 @@ impl Store {
     pub(crate) async fn partitions_for_check(
         &self,
         me: &SessionId,
-        ids: &[String],
+        ids: &[PartitionId],
     ) -> Result<Vec<(HeldPartition, GateProbe)>> {
         if ids.is_empty() {
             return Ok(vec![]);
@@ -183,7 +189,7 @@ impl Store {
 
     /// The lowest gate above each partition's own with available items
     /// (None: nothing available is left), by one index probe each.
-    async fn next_gates(&self, ids: &[String]) -> Result<HashMap<String, Option<i64>>> {
+    async fn next_gates(&self, ids: &[PartitionId]) -> Result<HashMap<PartitionId, Option<i64>>> {
         let (list, values) = padded_ids(ids);
         let rows = self
             .query(
@@ -235,8 +241,9 @@ impl Store {
         &self,
         parts: &[HeldPartition],
         me: &SessionId,
-    ) -> Result<Vec<String>> {
-        let parts: Vec<(String, i64)> = parts.iter().map(|p| (p.id.clone(), p.version)).collect();
+    ) -> Result<Vec<PartitionId>> {
+        let parts: Vec<(PartitionId, i64)> =
+            parts.iter().map(|p| (p.id.clone(), p.version)).collect();
         let guard = format!(
             "NOT {}",
             item_exists("i.status = 'available'", "feed_partitions.id")
@@ -251,9 +258,9 @@ impl Store {
     /// rest are left as they are, for a full check.
     pub(crate) async fn close_finished(
         &self,
-        parts: &[(String, i64)],
+        parts: &[(PartitionId, i64)],
         me: &SessionId,
-    ) -> Result<Vec<String>> {
+    ) -> Result<Vec<PartitionId>> {
         // Status and auto_close are tested inside the version's test, so that
         // the rows can only be found by their ids (as in `lease_many`).
         let guard = format!("NOT ({})", open_items("feed_partitions.id"));
@@ -271,11 +278,11 @@ impl Store {
     /// `guard` holds; returns the ids closed.
     async fn close_where(
         &self,
-        parts: &[(String, i64)],
+        parts: &[(PartitionId, i64)],
         me: &SessionId,
         version: &str,
         guard: &str,
-    ) -> Result<Vec<String>> {
+    ) -> Result<Vec<PartitionId>> {
         let mut closed = Vec::new();
         for chunk in parts.chunks(CLOSE_CHUNK) {
             let versions = " WHEN ? THEN ?".repeat(chunk.len());

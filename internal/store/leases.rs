@@ -7,7 +7,7 @@ use sea_orm::{FromQueryResult, QueryResult, Value};
 
 use super::driver::marks;
 use super::{Store, get, ms};
-use crate::ids::SessionId;
+use crate::ids::{PartitionId, SessionId};
 use crate::{Error, Result};
 
 /// A test, for a partition aliased `p`, that it has an item ready to run
@@ -61,14 +61,14 @@ pub struct LeaseCounts {
     /// was the last, and the sweep wraps.
     pub stranded_slice: i64,
     /// The last id of that slice; None when the slice was empty.
-    pub stranded_end: Option<String>,
+    pub stranded_end: Option<PartitionId>,
 }
 
 /// A partition this session holds, as one acquire cycle sees it.
 #[derive(Clone, Debug, FromQueryResult)]
 pub struct HeldRow {
     /// Partition id.
-    pub id: String,
+    pub id: PartitionId,
     /// OCC version; a change means someone else wrote the partition.
     pub version: i64,
     /// It has an item ready to run now.
@@ -81,7 +81,7 @@ pub struct HeldRow {
 #[derive(Clone, Debug, FromQueryResult)]
 pub struct FreeRow {
     /// Partition id.
-    pub id: String,
+    pub id: PartitionId,
     /// OCC version to lease it with.
     pub version: i64,
     /// It has an item ready to run now.
@@ -227,7 +227,7 @@ impl Store {
         after: &str,
         limit: usize,
         me: &SessionId,
-    ) -> Result<Vec<(String, i64)>> {
+    ) -> Result<Vec<(PartitionId, i64)>> {
         let page = "SELECT p.id FROM feed_partitions p WHERE p.status = 'available' \
                     AND p.owner IS NULL AND p.id > ? ORDER BY p.status, p.owner, p.id LIMIT ?";
         // The pick's own test is repeated on each row as it is written,
@@ -265,7 +265,7 @@ impl Store {
         &self,
         expiry: Duration,
         limit: usize,
-    ) -> Result<Vec<(String, i64)>> {
+    ) -> Result<Vec<(PartitionId, i64)>> {
         let rows = self
             .query(
                 &format!(
@@ -296,9 +296,9 @@ impl Store {
     /// [`LEASE_CHUNK`]; returns the ids taken with their new versions.
     pub(crate) async fn lease_many(
         &self,
-        rows: &[(String, i64)],
+        rows: &[(PartitionId, i64)],
         me: &SessionId,
-    ) -> Result<Vec<(String, i64)>> {
+    ) -> Result<Vec<(PartitionId, i64)>> {
         let mut taken = Vec::new();
         for chunk in rows.chunks(LEASE_CHUNK) {
             let ids = marks(chunk.len());
@@ -384,7 +384,7 @@ impl Store {
         &self,
         owner: &SessionId,
         limit: i64,
-    ) -> Result<Vec<(String, i64)>> {
+    ) -> Result<Vec<(PartitionId, i64)>> {
         let rows = self
             .query(
                 "SELECT id, version FROM feed_partitions WHERE owner = ? AND status = 'available' \
@@ -436,7 +436,7 @@ impl Store {
 }
 
 /// The `id` and `version` of each row.
-fn id_versions(rows: &[QueryResult]) -> Result<Vec<(String, i64)>> {
+fn id_versions(rows: &[QueryResult]) -> Result<Vec<(PartitionId, i64)>> {
     rows.iter()
         .map(|r| Ok((get(r, "id")?, get(r, "version")?)))
         .collect()

@@ -21,6 +21,7 @@ pub const ERROR_CHARS: usize = 2000;
 
 /// One page of a listing.
 #[derive(Debug, Serialize)]
+#[non_exhaustive]
 pub struct Page<T> {
     /// The rows, in id order.
     pub data: Vec<T>,
@@ -30,6 +31,7 @@ pub struct Page<T> {
 
 /// A partition with its item counts.
 #[derive(Debug, Serialize, FromQueryResult)]
+#[non_exhaustive]
 pub struct PartitionView {
     /// Partition id.
     pub id: String,
@@ -63,6 +65,7 @@ pub struct PartitionView {
 
 /// An item, with its data cut to a preview.
 #[derive(Debug, Serialize)]
+#[non_exhaustive]
 pub struct ItemView {
     /// Item id.
     pub id: String,
@@ -100,6 +103,7 @@ struct ItemCount {
 
 /// Filters of [`Store::partitions`].
 #[derive(Clone, Debug, Default)]
+#[non_exhaustive]
 pub struct PartitionFilter {
     /// Only this status.
     pub status: Option<String>,
@@ -113,6 +117,7 @@ pub struct PartitionFilter {
 
 /// Filters of [`Store::items`].
 #[derive(Clone, Debug, Default)]
+#[non_exhaustive]
 pub struct ItemFilter {
     /// Only this gate.
     pub gate: Option<i64>,

@@ -13,6 +13,7 @@ use crate::Result;
 
 /// What the overview page shows.
 #[derive(Debug, Serialize)]
+#[non_exhaustive]
 pub struct Overview {
     /// Partitions per status.
     pub partitions_by_status: BTreeMap<String, i64>,

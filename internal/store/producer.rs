@@ -13,6 +13,7 @@ use std::time::Duration;
 
 /// What to do with a partition when one of its items fails for good.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+#[non_exhaustive]
 pub enum OnFailure {
     /// The partition becomes `failed`; fan-in cannot pass a failed item.
     #[default]
@@ -42,6 +43,7 @@ impl OnFailure {
 
 /// Which failed items [`Store::retry_failed`] puts back.
 #[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
 pub enum RetryScope<'a> {
     /// Every failed item.
     All,
@@ -53,6 +55,7 @@ pub enum RetryScope<'a> {
 
 /// What [`Store::retry_failed`] did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Retried {
     /// Items put back to available with fresh attempts.
     pub items: u64,
@@ -63,6 +66,7 @@ pub struct Retried {
 
 /// Settings of a partition created by [`Store::enqueue`].
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct PartitionSpec {
     /// Close when nothing is left (default true).
     pub auto_close: bool,
@@ -84,6 +88,7 @@ impl Default for PartitionSpec {
 
 /// One item to add.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct NewItem {
     /// Item id; None = a new UUID.
     pub id: Option<String>,
@@ -93,8 +98,32 @@ pub struct NewItem {
     pub data: Vec<u8>,
 }
 
+impl NewItem {
+    /// An item of `data` with a new UUID as its id, at the partition's gate.
+    pub fn new(data: impl Into<Vec<u8>>) -> Self {
+        Self {
+            id: None,
+            gate: None,
+            data: data.into(),
+        }
+    }
+
+    /// The same item with its own id.
+    pub fn with_id(mut self, id: impl Into<String>) -> Self {
+        self.id = Some(id.into());
+        self
+    }
+
+    /// The same item at `gate` (not below the partition's current gate).
+    pub fn at_gate(mut self, gate: i64) -> Self {
+        self.gate = Some(gate);
+        self
+    }
+}
+
 /// What [`Store::enqueue`] did.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Enqueued {
     /// Items inserted.
     pub items: usize,
@@ -127,7 +156,7 @@ impl Store {
     /// use feed::store::{NewItem, PartitionSpec};
     /// let store = feed::Store::connect("sqlite://feed.db?mode=rwc", 4).await?;
     /// store.migrate().await?;
-    /// let items = vec![NewItem { id: None, gate: None, data: br#"{"resume": 1}"#.to_vec() }];
+    /// let items = vec![NewItem::new(br#"{"resume": 1}"#.to_vec())];
     /// store.enqueue("folder-1", &PartitionSpec::default(), items).await?;
     /// # Ok(()) }
     /// ```

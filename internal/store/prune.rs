@@ -32,6 +32,7 @@ const FINISHED: &str = "status IN ('complete', 'cancelled')";
 
 /// What [`Store::prune`] deleted (or, in a dry run, would delete).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct Pruned {
     /// Partitions.
     pub partitions: u64,

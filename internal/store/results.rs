@@ -9,7 +9,8 @@ use sea_orm::{ConnectionTrait, DbErr, Statement, TransactionTrait, Value};
 
 use super::driver::{ResultBatch, ValuesSource, marks};
 use super::{Fence, Store, ms};
-use crate::ids::SessionId;
+use crate::ids::{PartitionId, SessionId};
+use crate::status::Status;
 use crate::{Error, Result};
 
 /// Rows per batched UPDATE ([`RESULT_COLUMNS`] parameters each: well under
@@ -41,33 +42,11 @@ const RESULT_COLUMNS: usize = RESULT_ROW.len();
 /// Longest `last_error` stored, in bytes; longer messages are cut and say so.
 pub const MAX_ERROR_BYTES: usize = 8192;
 
-/// An item status Feed writes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ItemStatus {
-    /// Waiting to run (now or after `not_before`).
-    Available,
-    /// Reached its terminal state.
-    Complete,
-    /// Exhausted its attempts, or failed for good.
-    Failed,
-}
-
-impl ItemStatus {
-    /// The stored text.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ItemStatus::Available => "available",
-            ItemStatus::Complete => "complete",
-            ItemStatus::Failed => "failed",
-        }
-    }
-}
-
 /// The new state of an item after a handler call, written under the fence.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ItemWrite {
     /// New status.
-    pub status: ItemStatus,
+    pub status: Status,
     /// Next gate.
     pub gate: i64,
     /// New data; None keeps the stored bytes.
@@ -228,7 +207,10 @@ impl Store {
             .iter()
             .filter_map(|r| r.try_get::<String>("", "id").ok())
             .collect();
-        Ok(acks.iter().map(|a| written.contains(&a.fence.id)).collect())
+        Ok(acks
+            .iter()
+            .map(|a| written.contains(a.fence.id.as_str()))
+            .collect())
     }
 
     /// MySQL/MariaDB (no UPDATE … RETURNING), in one transaction: lock the
@@ -238,7 +220,7 @@ impl Store {
     /// rejected the batch is rolled back and the rows are written one by
     /// one to learn which (rejections are rare: a lease change mid-call).
     async fn write_mysql(&self, acks: &[Ack], expiry: Duration) -> Result<Vec<bool>> {
-        let partitions: Vec<String> = acks
+        let partitions: Vec<PartitionId> = acks
             .iter()
             .map(|a| a.fence.partition_id.clone())
             .collect::<HashSet<_>>()

@@ -14,6 +14,7 @@ pub const LIST_LIMIT: usize = 500;
 
 /// A snapshot of the queue. The JSON form is stable: fields are only added.
 #[derive(Debug, Serialize)]
+#[non_exhaustive]
 pub struct Status {
     /// Number of partitions per status.
     pub partitions_by_status: BTreeMap<String, i64>,
@@ -27,6 +28,7 @@ pub struct Status {
 
 /// A processor session.
 #[derive(Debug, Serialize, FromQueryResult)]
+#[non_exhaustive]
 pub struct ProcessorStatus {
     /// Session id.
     pub id: String,

@@ -77,16 +77,13 @@ async fn dashboard_drives_a_running_processor() {
     enqueue(&db, "fails", false, &[("x/1", 0), ("x/2", 0)]).await;
     enqueue(&db, "doomed", false, &[("d/1", 0), ("d/2", 0)]).await;
     enqueue(&db, "manual", true, &[("m/1", 0), ("m/2", 1)]).await;
-    let hold = PartitionSpec {
-        auto_close: false,
-        ..Default::default()
-    };
+    let mut hold = PartitionSpec::default();
+    hold.auto_close = false;
     db.store.enqueue("hold", &hold, vec![]).await.unwrap();
-    let hostile = vec![NewItem {
-        id: Some("evil".into()),
-        gate: None,
-        data: serde_json::to_vec(&json!({ "html": HOSTILE })).unwrap(),
-    }];
+    let hostile = vec![
+        NewItem::new(serde_json::to_vec(&json!({ "html": HOSTILE })).unwrap())
+            .with_id("evil"),
+    ];
     db.store.enqueue(HOSTILE, &hold, hostile).await.unwrap();
     let token_path = token_file.path().to_str().unwrap();
     let proc = Proc::start(

@@ -25,16 +25,14 @@ pub async fn serve(store: feed::Store, token: Option<&str>) -> String {
 }
 
 pub async fn enqueue(db: &TestDb, partition: &str, manual: bool, items: &[(&str, i64)]) {
-    let spec = PartitionSpec {
-        manual_checkpoint: manual,
-        ..Default::default()
-    };
+    let mut spec = PartitionSpec::default();
+    spec.manual_checkpoint = manual;
     let items = items
         .iter()
-        .map(|(id, gate)| NewItem {
-            id: Some(id.to_string()),
-            gate: Some(*gate),
-            data: serde_json::to_vec(&json!({ "n": id })).unwrap(),
+        .map(|(id, gate)| {
+            NewItem::new(serde_json::to_vec(&json!({ "n": id })).unwrap())
+                .with_id(id.to_string())
+                .at_gate(*gate)
         })
         .collect();
     db.store.enqueue(partition, &spec, items).await.unwrap();

@@ -15,11 +15,7 @@ use crate::support::{Handler, Proc, Scene, TestDb, done, json as reply, wait_for
 
 async fn enqueue(db: &TestDb, partition: &str, ids: impl Iterator<Item = String>) {
     let items: Vec<NewItem> = ids
-        .map(|id| NewItem {
-            id: Some(id),
-            gate: None,
-            data: b"{}".to_vec(),
-        })
+        .map(|id| NewItem::new(b"{}".to_vec()).with_id(id))
         .collect();
     db.store
         .enqueue(partition, &PartitionSpec::default(), items)

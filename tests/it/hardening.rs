@@ -194,10 +194,9 @@ on_all_backends!(entrances_refuse_what_feed_cannot_serve);
 /// nothing is written.
 async fn entrances_refuse_what_feed_cannot_serve(db: TestDb) {
     use feed::store::{NewItem, PartitionSpec};
-    let item = |id: &str, gate: Option<i64>| NewItem {
-        id: Some(id.to_string()),
-        gate,
-        data: b"{}".to_vec(),
+    let item = |id: &str, gate: Option<i64>| {
+        let item = NewItem::new(b"{}".to_vec()).with_id(id);
+        gate.map_or(item.clone(), |g| item.at_gate(g))
     };
     let spec = PartitionSpec::default();
     let long = "x".repeat(256);
@@ -219,10 +218,8 @@ async fn entrances_refuse_what_feed_cannot_serve(db: TestDb) {
         );
     }
     assert_eq!(crate::retention::count(&db, "feed_partitions").await, 0);
-    let manual = PartitionSpec {
-        manual_checkpoint: true,
-        ..PartitionSpec::default()
-    };
+    let mut manual = PartitionSpec::default();
+    manual.manual_checkpoint = true;
     db.store
         .enqueue("m", &manual, vec![item("m/1", None)])
         .await

@@ -17,38 +17,21 @@ impl Handler for Doubler {
     async fn handle(&self, job: &Job) -> Outcome {
         let n: i64 = serde_json::from_slice(&job.data).unwrap_or(0);
         if n < 0 {
-            return Outcome::Failed {
-                message: "negative".into(),
-                retry: false,
-                retry_after: None,
-            };
+            return Outcome::fail("negative");
         }
-        Outcome::Step {
-            gate: Some(job.gate + 1),
-            done: job.gate == 1,
-            data: Some((n * 2).to_string().into_bytes().into()),
-        }
+        let data = (n * 2).to_string().into_bytes();
+        Outcome::step(Some(job.gate + 1), job.gate == 1, Some(data.into()))
     }
 }
 
 backend_tests!(in_process_processor: sqlite => Sqlite);
 async fn in_process_processor(db: TestDb) {
     let items = (0..5)
-        .map(|i| NewItem {
-            id: Some(format!("n{i}")),
-            gate: None,
-            data: i.to_string().into_bytes(),
-        })
-        .chain([NewItem {
-            id: Some("neg".into()),
-            gate: None,
-            data: b"-1".to_vec(),
-        }])
+        .map(|i| NewItem::new(i.to_string().into_bytes()).with_id(format!("n{i}")))
+        .chain([NewItem::new(b"-1".to_vec()).with_id("neg")])
         .collect();
-    let spec = PartitionSpec {
-        on_failure: feed::store::OnFailure::Continue,
-        ..Default::default()
-    };
+    let mut spec = PartitionSpec::default();
+    spec.on_failure = feed::store::OnFailure::Continue;
     let r = db.store.enqueue("lib", &spec, items).await.unwrap();
     assert!(r.created && r.items == 6);
     let mut config = Config::new(db.url.clone(), "http://unused.invalid/");

@@ -185,11 +185,7 @@ async fn enqueue(db: &TestDb, prefix: &str, partitions: usize, items: usize) -> 
     for p in 0..partitions {
         let pid = format!("{prefix}{p}");
         let new = (0..items)
-            .map(|i| NewItem {
-                id: Some(format!("{pid}-{i}")),
-                gate: None,
-                data: br#"{"n": 0}"#.to_vec(),
-            })
+            .map(|i| NewItem::new(br#"{"n": 0}"#.to_vec()).with_id(format!("{pid}-{i}")))
             .collect();
         db.store
             .enqueue(&pid, &PartitionSpec::default(), new)

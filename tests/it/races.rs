@@ -84,11 +84,7 @@ async fn two_producers_create_one_partition(db: TestDb) {
     .unwrap();
     let store = db.store.clone();
     let second = tokio::spawn(async move {
-        let item = NewItem {
-            id: Some("i".into()),
-            gate: None,
-            data: b"{}".to_vec(),
-        };
+        let item = NewItem::new(b"{}".to_vec()).with_id("i");
         store
             .enqueue("p", &PartitionSpec::default(), vec![item])
             .await

@@ -20,11 +20,7 @@ impl feed::Handler for PanicsOnce {
         if job.item_id == "boom" && self.0.fetch_add(1, Ordering::SeqCst) == 0 {
             panic!("the handler code had a bug");
         }
-        Outcome::Step {
-            gate: None,
-            done: true,
-            data: None,
-        }
+        Outcome::done()
     }
 }
 
@@ -34,11 +30,7 @@ on_all_backends!(a_panicked_delivery_is_retried);
 async fn a_panicked_delivery_is_retried(db: TestDb) {
     let items = ["boom", "calm"]
         .iter()
-        .map(|id| NewItem {
-            id: Some(id.to_string()),
-            gate: None,
-            data: b"{}".to_vec(),
-        })
+        .map(|id| NewItem::new(b"{}".to_vec()).with_id(id.to_string()))
         .collect();
     db.store
         .enqueue("p", &PartitionSpec::default(), items)
@@ -75,7 +67,7 @@ async fn an_outage_hold_off_starts_at_its_base(db: TestDb) {
     wait_for(
         "the handler found unreachable",
         Duration::from_secs(30),
-        || async { p.log().contains("pausing dispatch") },
+        || async { p.log().contains("dispatch holds off") },
     )
     .await;
     tokio::time::sleep(Duration::from_secs(1)).await;

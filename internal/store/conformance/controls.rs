@@ -4,7 +4,9 @@
 
 use super::{EXPIRY, Kit, conformance};
 use crate::Error;
-use crate::store::{Ack, ItemStatus, ItemWrite, Written};
+use crate::ids::PartitionId;
+use crate::status::Status;
+use crate::store::{Ack, ItemWrite, Written};
 
 conformance!(
     pause_stops_dispatch_and_keeps_the_lease,
@@ -27,7 +29,7 @@ async fn pause_stops_dispatch_and_keeps_the_lease(k: Kit) {
     k.sql("UPDATE feed_partitions SET status = 'complete' WHERE id = 'done'")
         .await;
     k.item("x", "p", 0, "available").await;
-    let want = [("p".to_string(), 10)];
+    let want = [(PartitionId::from("p"), 10)];
     assert_eq!(
         k.store
             .ready_items(&"s1".into(), &want)
@@ -83,7 +85,7 @@ async fn cancel_releases_and_fences_out_late_results(k: Kit) {
     .await;
     let delivered = k
         .store
-        .ready_items(&"s1".into(), &[("p".to_string(), 1)])
+        .ready_items(&"s1".into(), &[("p".into(), 1)])
         .await
         .unwrap()
         .remove(0);
@@ -94,7 +96,7 @@ async fn cancel_releases_and_fences_out_late_results(k: Kit) {
         fence: delivered.fence,
         session: "s1".into(),
         write: ItemWrite {
-            status: ItemStatus::Complete,
+            status: Status::Complete,
             gate: 0,
             data: None,
             attempts: 0,

@@ -3,6 +3,7 @@
 //! partitions the caller holds; and the positions of new writes.
 
 use super::{Kit, conformance};
+use crate::ids::PartitionId;
 
 conformance!(
     ready_items_come_in_write_order_per_partition,
@@ -28,11 +29,7 @@ async fn ready_items_come_in_write_order_per_partition(k: Kit) {
     .await;
     k.sql("UPDATE feed_items SET not_before = {now} + 3600000 WHERE id = 'p8'")
         .await;
-    let want = [
-        ("p".to_string(), 2),
-        ("q".to_string(), 5),
-        ("other".to_string(), 5),
-    ];
+    let want = [("p", 2), ("q", 5), ("other", 5)].map(|(p, n)| (PartitionId::from(p), n));
     let got = k.store.ready_items(&"s1".into(), &want).await.unwrap();
     let mut ids: Vec<(&str, &str)> = got
         .iter()

@@ -8,7 +8,8 @@ use std::time::Duration;
 use sea_orm::ConnectionTrait;
 
 use super::{EXPIRY, Kit, conformance};
-use crate::store::{Ack, Fence, ItemStatus, ItemWrite, Written};
+use crate::status::Status;
+use crate::store::{Ack, Fence, ItemWrite, Written};
 
 conformance!(
     a_result_is_stored_once,
@@ -32,7 +33,7 @@ fn done(id: &str, partition: &str, session: &str, version: i64, attempts: i32) -
         },
         session: session.into(),
         write: ItemWrite {
-            status: ItemStatus::Complete,
+            status: Status::Complete,
             gate: 0,
             data: Some(bytes::Bytes::from_static(b"{\"r\":1}")),
             attempts: 0,
@@ -126,7 +127,7 @@ async fn a_failed_attempt_keeps_the_version(k: Kit) {
     lone_item(&k).await;
     let mut retry = done("x", "p", "s1", 0, 0);
     retry.write = ItemWrite {
-        status: ItemStatus::Available,
+        status: Status::Available,
         gate: 0,
         data: None,
         attempts: 1,

@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 
 use super::{Kit, conformance};
+use crate::ids::PartitionId;
 use crate::store::{GateProbe, HeldPartition};
 
 conformance!(
@@ -20,7 +21,7 @@ conformance!(
 async fn held(k: &Kit, me: &str, id: &str) -> HeldPartition {
     let mut found = k
         .store
-        .partitions_for_check(&me.into(), &[id.to_string()])
+        .partitions_for_check(&me.into(), &[id.into()])
         .await
         .unwrap();
     assert_eq!(found.len(), 1, "{id} is held by {me}");
@@ -60,14 +61,14 @@ async fn probes_say_what_each_partition_needs(k: Kit) {
         "UPDATE feed_partitions SET on_failure = 'continue' WHERE id = 'continues'",
     ])
     .await;
-    let ids: Vec<String> = cases.iter().map(|(id, _)| id.to_string()).collect();
+    let ids: Vec<PartitionId> = cases.iter().map(|(id, _)| PartitionId::from(*id)).collect();
     let got: HashMap<String, GateProbe> = k
         .store
         .partitions_for_check(&"s1".into(), &ids)
         .await
         .unwrap()
         .into_iter()
-        .map(|(p, probe)| (p.id, probe))
+        .map(|(p, probe)| (p.id.to_string(), probe))
         .collect();
     let want: HashMap<String, GateProbe> = [
         ("waiting", GateProbe::Waiting),
@@ -153,7 +154,7 @@ async fn advance_and_close_recheck_for_available_items(k: Kit) {
         .close_partitions(&[moved], &"me".into())
         .await
         .unwrap();
-    assert_eq!(closed, vec!["p".to_string()]);
+    assert_eq!(closed, ["p"]);
     assert_eq!(k.partition_row("p").await, ("complete".into(), 2, 2, None));
 }
 
@@ -180,7 +181,7 @@ async fn close_finished_closes_only_finished_partitions(k: Kit) {
         "UPDATE feed_partitions SET owner = NULL WHERE id = 'other'",
     ])
     .await;
-    let mut parts: Vec<(String, i64)> = many.iter().map(|id| (id.clone(), 0)).collect();
+    let mut parts: Vec<(PartitionId, i64)> = many.iter().map(|id| (id.clone(), 0)).collect();
     for id in ["open", "manual", "stale", "failed", "other"] {
         parts.push((id.into(), 0));
     }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use sea_orm::{ConnectionTrait, TransactionTrait};
 
 use super::{EXPIRY, Kit, conformance};
-use crate::ids::SessionId;
+use crate::ids::{PartitionId, SessionId};
 use crate::store::LEASE_CHUNK;
 
 conformance!(
@@ -64,10 +64,10 @@ async fn lease_many_takes_only_rows_unchanged_since_read(k: Kit) {
         "UPDATE feed_partitions SET status = 'complete' WHERE id = 'p002'",
     ])
     .await;
-    let read: Vec<(String, i64)> = ids.iter().map(|id| (id.clone(), 0)).collect();
+    let read: Vec<(PartitionId, i64)> = ids.iter().map(|id| (id.clone(), 0)).collect();
     let mut taken = k.store.lease_many(&read, &"s1".into()).await.unwrap();
     taken.sort();
-    let want: Vec<(String, i64)> = ids
+    let want: Vec<(PartitionId, i64)> = ids
         .iter()
         .filter(|id| *id != "p001" && *id != "p002")
         .map(|id| (id.clone(), 1))
@@ -92,7 +92,7 @@ async fn pages_are_taken_in_id_order(k: Kit) {
         [("p000".into(), 1), ("p003".into(), 1), ("p004".into(), 1)]
     );
     let rest = k.store.lease_page("p004", 100, &"s1".into()).await.unwrap();
-    let mut rest: Vec<&str> = rest.iter().map(|(id, _)| id.as_str()).collect();
+    let mut rest: Vec<PartitionId> = rest.into_iter().map(|(id, _)| id).collect();
     rest.sort();
     assert_eq!(rest, &ids[5..]);
     assert!(
@@ -119,7 +119,7 @@ async fn concurrent_pages_never_share_a_partition(k: Kit) {
                 if page.is_empty() {
                     return mine;
                 }
-                mine.extend(page.into_iter().map(|(id, _)| id));
+                mine.extend(page.into_iter().map(|(id, _)| id.to_string()));
             }
         }
     };

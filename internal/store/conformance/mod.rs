@@ -20,6 +20,7 @@ use sea_orm::{TryGetableMany, Value};
 use testkit::{Backend, Database};
 
 use super::Store;
+use crate::ids::PartitionId;
 
 /// Session expiry used by the suite: long enough that a test's sessions
 /// stay live unless it makes one stale on purpose.
@@ -101,8 +102,8 @@ impl Kit {
     }
 
     /// Partitions `{prefix}000` … held by nobody, in one statement.
-    async fn partitions(&self, prefix: &str, n: usize) -> Vec<String> {
-        let ids: Vec<String> = (0..n).map(|i| format!("{prefix}{i:03}")).collect();
+    async fn partitions(&self, prefix: &str, n: usize) -> Vec<PartitionId> {
+        let ids: Vec<PartitionId> = (0..n).map(|i| format!("{prefix}{i:03}").into()).collect();
         for chunk in ids.chunks(500) {
             let rows = vec!["(?)"; chunk.len()].join(", ");
             let values = chunk.iter().map(|id| Value::from(id.as_str())).collect();

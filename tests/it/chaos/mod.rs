@@ -115,12 +115,11 @@ async fn many_processors(db: TestDb) {
             .map(|i| {
                 let gates = plan(p, i);
                 plans.insert(item_id(p, i), (partition_id(p), gates.clone()));
-                feed::store::NewItem {
-                    id: Some(item_id(p, i)),
-                    gate: Some(0),
-                    data: serde_json::to_vec(&json!({"plan": gates, "step": 0, "history": []}))
-                        .unwrap(),
-                }
+                feed::store::NewItem::new(
+                    serde_json::to_vec(&json!({"plan": gates, "step": 0, "history": []})).unwrap(),
+                )
+                .with_id(item_id(p, i))
+                .at_gate(0)
             })
             .collect();
         db.store
