@@ -81,8 +81,7 @@ async fn dashboard_drives_a_running_processor() {
     hold.auto_close = false;
     db.store.enqueue("hold", &hold, vec![]).await.unwrap();
     let hostile = vec![
-        NewItem::new(serde_json::to_vec(&json!({ "html": HOSTILE })).unwrap())
-            .with_id("evil"),
+        NewItem::new(serde_json::to_vec(&json!({ "html": HOSTILE })).unwrap()).with_id("evil"),
     ];
     db.store.enqueue(HOSTILE, &hold, hostile).await.unwrap();
     let token_path = token_file.path().to_str().unwrap();
