@@ -29,24 +29,18 @@ async fn pause_stops_dispatch_and_keeps_the_lease(k: Kit) {
     k.sql("UPDATE feed_partitions SET status = 'complete' WHERE id = 'done'")
         .await;
     k.item("x", "p", 0, "available").await;
-    let want = [(PartitionId::from("p"), 10)];
-    assert_eq!(
+    let ready = || async {
+        let want = [(PartitionId::from("p"), 10)];
         k.store
             .ready_items(&"s1".into(), &want)
             .await
             .unwrap()
-            .len(),
-        1
-    );
+            .len()
+    };
+    assert_eq!(ready().await, 1);
     k.store.pause("p").await.unwrap();
     k.store.pause("p").await.unwrap();
-    assert!(
-        k.store
-            .ready_items(&"s1".into(), &want)
-            .await
-            .unwrap()
-            .is_empty()
-    );
+    assert_eq!(ready().await, 0, "a paused partition dispatches nothing");
     assert_eq!(
         k.partition_row("p").await.3.as_deref(),
         Some("s1"),
@@ -58,14 +52,7 @@ async fn pause_stops_dispatch_and_keeps_the_lease(k: Kit) {
         Err(Error::NotFound(_))
     ));
     k.store.resume("p").await.unwrap();
-    assert_eq!(
-        k.store
-            .ready_items(&"s1".into(), &want)
-            .await
-            .unwrap()
-            .len(),
-        1
-    );
+    assert_eq!(ready().await, 1);
     assert_eq!(
         k.store.pause_all().await.unwrap(),
         1,
