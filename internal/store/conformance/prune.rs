@@ -82,44 +82,17 @@ async fn prune_deletes_only_old_finished_work(k: Kit) {
 
 async fn the_maintenance_lease_has_one_holder(k: Kit) {
     let store = &k.store;
-    assert!(
+    let lease = |name: &'static str, holder: &'static str| async move {
         store
-            .lease_maintenance("retention", &"a".into(), HOUR)
+            .lease_maintenance(name, &holder.into(), HOUR)
             .await
             .unwrap()
-    );
-    assert!(
-        store
-            .lease_maintenance("retention", &"a".into(), HOUR)
-            .await
-            .unwrap(),
-        "renewed"
-    );
-    assert!(
-        !store
-            .lease_maintenance("retention", &"b".into(), HOUR)
-            .await
-            .unwrap()
-    );
+    };
+    assert!(lease("retention", "a").await);
+    assert!(lease("retention", "a").await, "renewed");
+    assert!(!lease("retention", "b").await);
     k.sql("UPDATE feed_maintenance SET expires_at = 0").await;
-    assert!(
-        store
-            .lease_maintenance("retention", &"b".into(), HOUR)
-            .await
-            .unwrap(),
-        "taken over once expired"
-    );
-    assert!(
-        !store
-            .lease_maintenance("retention", &"a".into(), HOUR)
-            .await
-            .unwrap()
-    );
-    assert!(
-        !store
-            .lease_maintenance("unknown", &"a".into(), HOUR)
-            .await
-            .unwrap(),
-        "one row per task"
-    );
+    assert!(lease("retention", "b").await, "taken over once expired");
+    assert!(!lease("retention", "a").await);
+    assert!(!lease("unknown", "a").await, "one row per task");
 }
