@@ -1,7 +1,6 @@
 //! The small HTTP listener: `/healthz`, `/readyz` and `/metrics`, plus the
 //! console (dashboard and JSON API) with `--ui`.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -15,6 +14,8 @@ use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tower::ServiceExt;
+
+use crate::console::ClientAddr;
 
 /// What `/readyz` reports, kept current by the session and dispatch loops.
 #[derive(Debug, Default)]
@@ -93,10 +94,6 @@ const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A request (its body included) must be handled within this time.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// The address a request came from, for logs and throttles.
-#[derive(Clone, Copy, Debug)]
-pub struct ClientAddr(pub SocketAddr);
 
 /// Serves `app` on `listener` until `stop` resolves, then lets requests
 /// in progress finish (up to [`REQUEST_TIMEOUT`]). Unlike a bare

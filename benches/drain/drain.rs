@@ -5,13 +5,13 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use anyhow::{Result, bail};
+use serde::Serialize;
 use testkit::{Backend, Outcomes};
 
 use crate::Args;
 use crate::cpu::{CpuSnap, CpuUse, clk_tck, pid_ticks};
 use crate::fixture::{Db, Proc, enqueue_backlog, insert_backlog};
 use crate::handler::Handler;
-use crate::report::DrainRun;
 
 /// How the backlog is written before the processor starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -239,4 +239,48 @@ pub(crate) async fn drain_on(
         ceiling_posts_per_s: None,
         cpu,
     })
+}
+
+/// One drain: one fresh database, one or more processors.
+#[derive(Debug, Clone, Default, Serialize)]
+pub(crate) struct DrainRun {
+    pub(crate) items: usize,
+    /// Items complete when the drain ended (`items` unless it timed out).
+    pub(crate) finished: usize,
+    pub(crate) partitions: usize,
+    pub(crate) processors: usize,
+    pub(crate) steps_per_item: u32,
+    /// Writing the whole backlog (before the processor starts).
+    pub(crate) enqueue_s: f64,
+    /// Processor spawn → first POST at the handler.
+    pub(crate) startup_s: f64,
+    /// First POST → every partition complete (as seen by polling the database).
+    pub(crate) drain_s: f64,
+    pub(crate) items_per_s: f64,
+    pub(crate) posts: u64,
+    pub(crate) posts_per_s: f64,
+    /// feed_statements_total and feed_items_total by outcome, summed over
+    /// the processors when the drain was seen complete.
+    #[serde(flatten)]
+    pub(crate) outcomes: Outcomes,
+    pub(crate) statements_per_item: f64,
+    /// Items done per processor (multi-processor runs).
+    pub(crate) done_per_processor: Vec<u64>,
+    /// Highest VmHWM of the processors, MiB.
+    pub(crate) peak_rss_mib: Option<f64>,
+    /// The drain did not finish within --timeout; rates are partial.
+    pub(crate) timed_out: bool,
+    /// Spawn → every partition leased at least once (or the drain done);
+    /// None if the drain timed out first.
+    pub(crate) leasing_s: Option<f64>,
+    /// Partitions leased at least once when last counted.
+    pub(crate) leased: usize,
+    /// HTTP-only ceiling measured right after this run (single-step drains).
+    pub(crate) ceiling_posts_per_s: Option<f64>,
+    /// Where the CPU went from spawn to done (Linux only).
+    pub(crate) cpu: Option<CpuUse>,
+}
+
+pub(crate) fn mib(v: Option<f64>) -> String {
+    v.map_or_else(|| "n/a".into(), |m| format!("{m:.1} MiB"))
 }

@@ -10,10 +10,9 @@ use serde::Serialize;
 use testkit::Backend;
 
 use crate::Args;
-use crate::drain::{Backlog, Workload, drain_on};
+use crate::drain::{Backlog, DrainRun, Workload, drain_on};
 use crate::fixture::Db;
 use crate::handler::Handler;
-use crate::report::DrainRun;
 
 /// The window the first and last rates are taken over, at most.
 const WINDOW: usize = 1_000_000;

@@ -60,13 +60,13 @@ use clap::{Parser, ValueEnum};
 use serde::Serialize;
 use testkit::{Backend, Servers, Stats};
 
-use crate::drain::{Workload, drain_once};
+use crate::drain::{Workload, drain_once, mib};
 use crate::fixture::{Db, processor_bin};
 use crate::handler::{Handler, ceiling};
 use crate::history::history;
 use crate::latency::{idle, pickup};
 use crate::report::{
-    BackendReport, Machine, Report, Scenario, describe, describe_history, mib, print_ratios,
+    BackendReport, Machine, Report, Scenario, describe, describe_history, print_ratios,
     print_shapes, print_tables, scenario, share,
 };
 use crate::shapes::{ALL_SHAPES, ShapeSel, shape_sel, shapes};

@@ -2,53 +2,14 @@
 
 use comfy_table::{Table, presets::ASCII_MARKDOWN};
 use serde::Serialize;
-use testkit::{Outcomes, Stats};
+use testkit::Stats;
 
 use crate::Args;
 use crate::cpu::CpuUse;
+use crate::drain::{DrainRun, mib};
 use crate::history::History;
 use crate::peer::{GRAPHILE_WORKER, PeerRun};
 use crate::shapes::{Shapes, describe_prune, label, leasing};
-
-/// One drain: one fresh database, one or more processors.
-#[derive(Debug, Clone, Default, Serialize)]
-pub(crate) struct DrainRun {
-    pub(crate) items: usize,
-    /// Items complete when the drain ended (`items` unless it timed out).
-    pub(crate) finished: usize,
-    pub(crate) partitions: usize,
-    pub(crate) processors: usize,
-    pub(crate) steps_per_item: u32,
-    /// Writing the whole backlog (before the processor starts).
-    pub(crate) enqueue_s: f64,
-    /// Processor spawn → first POST at the handler.
-    pub(crate) startup_s: f64,
-    /// First POST → every partition complete (as seen by polling the database).
-    pub(crate) drain_s: f64,
-    pub(crate) items_per_s: f64,
-    pub(crate) posts: u64,
-    pub(crate) posts_per_s: f64,
-    /// feed_statements_total and feed_items_total by outcome, summed over
-    /// the processors when the drain was seen complete.
-    #[serde(flatten)]
-    pub(crate) outcomes: Outcomes,
-    pub(crate) statements_per_item: f64,
-    /// Items done per processor (multi-processor runs).
-    pub(crate) done_per_processor: Vec<u64>,
-    /// Highest VmHWM of the processors, MiB.
-    pub(crate) peak_rss_mib: Option<f64>,
-    /// The drain did not finish within --timeout; rates are partial.
-    pub(crate) timed_out: bool,
-    /// Spawn → every partition leased at least once (or the drain done);
-    /// None if the drain timed out first.
-    pub(crate) leasing_s: Option<f64>,
-    /// Partitions leased at least once when last counted.
-    pub(crate) leased: usize,
-    /// HTTP-only ceiling measured right after this run (single-step drains).
-    pub(crate) ceiling_posts_per_s: Option<f64>,
-    /// Where the CPU went from spawn to done (Linux only).
-    pub(crate) cpu: Option<CpuUse>,
-}
 
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct Scenario {
@@ -206,10 +167,6 @@ pub(crate) fn cpu_cell(runs: &[DrainRun]) -> String {
         (Some(p), Some(d), Some(h), Some(m)) => format!("{p:.0} / {d:.0} / {h:.0} / {m:.0}"),
         _ => "n/a".into(),
     }
-}
-
-pub(crate) fn mib(v: Option<f64>) -> String {
-    v.map_or_else(|| "n/a".into(), |m| format!("{m:.1} MiB"))
 }
 
 pub(crate) fn stats_cell(s: Option<Stats>) -> String {

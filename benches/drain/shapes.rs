@@ -10,10 +10,9 @@ use serde::Serialize;
 use testkit::Backend;
 
 use crate::Args;
-use crate::drain::{Backlog, Workload, drain_on};
+use crate::drain::{Backlog, DrainRun, Workload, drain_on, mib};
 use crate::fixture::{Db, Proc, insert_backlog};
 use crate::handler::Handler;
-use crate::report::{DrainRun, mib};
 
 /// The shape every other is compared with: 100 partitions of N/100 items.
 pub(crate) const REFERENCE: usize = 100;

@@ -10,8 +10,8 @@ use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
 use serde::Deserialize;
 
+use super::ClientAddr;
 use super::{Console, api_error, auth, json_error, json_errors};
-use crate::server::ClientAddr;
 use crate::store::listing::{ItemFilter, PartitionFilter};
 
 /// A control on one partition.

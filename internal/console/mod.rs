@@ -23,8 +23,12 @@ use tokio::sync::OnceCell;
 
 pub use auth::AdminToken;
 
-use crate::server::ClientAddr;
 use crate::{Error, Store};
+
+/// The address a request came from, for logs and throttles (the server
+/// puts it on each request).
+#[derive(Clone, Copy, Debug)]
+pub struct ClientAddr(pub std::net::SocketAddr);
 
 /// What the console's handlers share.
 #[derive(Clone)]

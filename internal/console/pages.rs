@@ -11,10 +11,10 @@ use axum::{Extension, Form, Router};
 use maud::Markup;
 use serde::Deserialize;
 
+use super::ClientAddr;
 use super::api::Action;
 use super::views::{self, Viewer, enc};
 use super::{Console, Guarded, auth, public};
-use crate::server::ClientAddr;
 use crate::store::listing::{ItemFilter, PartitionFilter};
 
 const STYLE: &str = include_str!("assets/style.css");
