@@ -557,11 +557,14 @@ async fn main() -> Result<()> {
         {
             Ok(Some(p)) => {
                 println!(
-                    "  graphile-worker: {:.0} jobs/s, drain {:.2}s, worker CPU {:.1}s, host busy {:.0} %",
+                    "  graphile-worker: {:.0} jobs/s, enqueue {:.1}s, drain {:.2}s, worker CPU {:.1}s ({:.0} µs/job), host busy {:.0} %\n  settings: {}",
                     p.jobs_per_s,
+                    p.enqueue_s,
                     p.drain_s,
                     p.cpu_s,
-                    p.busy_share * 100.0
+                    p.cpu_s * 1e6 / p.jobs.max(1) as f64,
+                    p.busy_share * 100.0,
+                    p.settings
                 );
                 peer = Some(p);
             }

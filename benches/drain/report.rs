@@ -502,10 +502,11 @@ pub(crate) fn print_ratios(report: &Report) {
     }
     match (&report.peer, &report.peer_note) {
         (Some(p), _) => println!(
-            "  graphile-worker {GRAPHILE_WORKER}: {:.0} jobs/s, {:.0} µs CPU/job (Node.js worker), host busy {:.0} %",
+            "  graphile-worker {GRAPHILE_WORKER}: {:.0} jobs/s, {:.0} µs CPU/job (Node.js worker), host busy {:.0} %; settings {}",
             p.jobs_per_s,
             p.cpu_s * 1e6 / p.jobs.max(1) as f64,
-            p.busy_share * 100.0
+            p.busy_share * 100.0,
+            p.settings
         ),
         (None, Some(note)) => println!("  graphile-worker: {note}"),
         (None, None) => {}

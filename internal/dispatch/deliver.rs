@@ -42,7 +42,7 @@ pub(super) async fn deliver(
 ) -> Vec<(ItemId, Delivery)> {
     let span = match items.as_slice() {
         [one] => item_span(&one.fence),
-        many => tracing::info_span!("batch", items = many.len()),
+        many => tracing::debug_span!("batch", items = many.len()),
     };
     let single = items.len() == 1;
     async move {
@@ -119,9 +119,11 @@ fn attempt(fence: &Fence) -> u32 {
     u32::try_from(fence.attempts).unwrap_or(0) + 1
 }
 
-/// The span of one item's delivery.
+/// The span of one item's delivery, for debugging: a span at the default
+/// level would cost every item its fields formatted, so the events that
+/// report on an item (below) carry its fields themselves.
 fn item_span(f: &Fence) -> tracing::Span {
-    tracing::info_span!("delivery", partition = %f.partition_id, item = %f.id, gate = f.gate, attempt = attempt(f))
+    tracing::debug_span!("delivery", partition = %f.partition_id, item = %f.id, gate = f.gate, attempt = attempt(f))
 }
 
 /// Writes one result through the completer. A row the database refuses is
@@ -139,8 +141,10 @@ pub(super) async fn record(
     let cool = policy.delay(attempt(&fence));
     let (mut write, mut label, mut fallback) = (write, label, false);
     loop {
+        let (partition, item, gate, attempt) =
+            (&fence.partition_id, &fence.id, fence.gate, attempt(&fence));
         if ctx.session.id() != *me || !ctx.session.live(cfg.session_expiry) {
-            tracing::warn!("result not written: this processor's session is no longer live");
+            tracing::warn!(%partition, %item, gate, attempt, "result not written: this processor's session is no longer live");
             ctx.metrics.outcome(Label::Rejected.as_str());
             return Delivery::Finished;
         }
@@ -155,9 +159,11 @@ pub(super) async fn record(
                 let error = write.last_error.as_deref().unwrap_or("");
                 match label {
                     Label::Failed => {
-                        tracing::warn!(attempts = write.attempts, error, "item failed")
+                        tracing::warn!(%partition, %item, gate, attempts = write.attempts, error, "item failed")
                     }
-                    Label::Retried => tracing::info!(error, "attempt failed; will retry"),
+                    Label::Retried => {
+                        tracing::info!(%partition, %item, gate, attempt, error, "attempt failed; will retry")
+                    }
                     _ => tracing::debug!(
                         next_gate = write.gate,
                         outcome = label.as_str(),
@@ -169,12 +175,13 @@ pub(super) async fn record(
             Ok(Written::Stale) => {
                 ctx.metrics.outcome(Label::Rejected.as_str());
                 tracing::warn!(
+                    %partition, %item, gate, attempt,
                     "stale result rejected: the item changed or its partition is no longer held by this session"
                 );
                 return Delivery::Finished;
             }
             Ok(Written::Refused(why)) if !fallback => {
-                tracing::error!(error = %why, "the database refused the result; recording a failed attempt instead");
+                tracing::error!(%partition, %item, gate, attempt, error = %why, "the database refused the result; recording a failed attempt instead");
                 let outcome = Outcome::Failed {
                     message: format!("the database refused the handler's result: {why}"),
                     retry: true,
@@ -186,11 +193,11 @@ pub(super) async fn record(
                 (write, label, fallback) = (w, l, true);
             }
             Ok(Written::Refused(why)) => {
-                tracing::error!(error = %why, retry_in = ?cool, "the database refused even the failed attempt; the item waits here before it runs again");
+                tracing::error!(%partition, %item, gate, attempt, error = %why, retry_in = ?cool, "the database refused even the failed attempt; the item waits here before it runs again");
                 return Delivery::Unwritten(cool);
             }
             Err(e) => {
-                tracing::error!(error = %e, retry_in = ?cool, "could not write the result; the item waits here before it runs again");
+                tracing::error!(%partition, %item, gate, attempt, error = %e, retry_in = ?cool, "could not write the result; the item waits here before it runs again");
                 return Delivery::Unwritten(cool);
             }
         }
