@@ -93,6 +93,10 @@ impl HttpHandler {
             .timeout(config.request_timeout)
             .connect_timeout(config.request_timeout.min(Duration::from_secs(10)))
             .redirect(reqwest::redirect::Policy::none())
+            // Feed retries with a stored attempt and a backoff; the client
+            // must never replay a POST by itself, nor copy every request
+            // in case it might.
+            .retry(reqwest::retry::never().max_retries_per_request(0))
             .pool_max_idle_per_host(config.concurrency)
             .build()
             .map_err(|e| Error::Config(format!("cannot build the HTTP client: {e}")))?;

@@ -15,6 +15,7 @@ mod m20261123_000004_controls;
 mod m20261124_000005_autovacuum;
 mod m20261124_000006_scale;
 mod m20261124_000007_completions;
+mod m20261125_000008_failed_items;
 
 /// Applies Feed's migrations in order.
 pub struct Migrator;
@@ -30,6 +31,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261124_000005_autovacuum::Migration),
             Box::new(m20261124_000006_scale::Migration),
             Box::new(m20261124_000007_completions::Migration),
+            Box::new(m20261125_000008_failed_items::Migration),
         ]
     }
 

@@ -1,12 +1,14 @@
-//! The autovacuum migration: PostgreSQL's per-table storage settings are
-//! set by `up` and restored to the server defaults by `down`; the other
-//! backends are untouched.
+//! Migrations tested up and down from the schema before them, with data:
+//! the autovacuum settings (PostgreSQL's per-table storage settings, set by
+//! `up` and restored to the server defaults by `down`; the other backends
+//! are untouched) and the failed items' own index.
 
 use migration::{Migrator, MigratorTrait};
 use sea_orm::DbBackend;
+use serde_json::json;
 
 use crate::on_all_backends;
-use crate::support::TestDb;
+use crate::support::{Backend, TestDb};
 
 /// `reloptions` of `table`, sorted (empty when at the defaults).
 async fn options(db: &TestDb, table: &str) -> Vec<String> {
@@ -54,9 +56,9 @@ async fn autovacuum_settings_up_and_down(db: TestDb) {
             ]
         );
     }
-    // Down past it (the two migrations after it, then it) and up again,
+    // Down past it (the three migrations after it, then it) and up again,
     // on every backend.
-    Migrator::down(conn, Some(3)).await.unwrap();
+    Migrator::down(conn, Some(4)).await.unwrap();
     if postgres {
         assert!(options(&db, "feed_items").await.is_empty());
         assert!(options(&db, "feed_partitions").await.is_empty());
@@ -65,4 +67,76 @@ async fn autovacuum_settings_up_and_down(db: TestDb) {
     if postgres {
         assert_eq!(options(&db, "feed_partitions").await.len(), 4);
     }
+}
+
+/// The indexes of `feed_items`, sorted.
+async fn item_indexes(db: &TestDb) -> Vec<String> {
+    let sql = match db.backend {
+        Backend::Postgres => "SELECT indexname AS n FROM pg_indexes WHERE tablename = 'feed_items'",
+        Backend::Sqlite => {
+            "SELECT name AS n FROM sqlite_master WHERE type = 'index' AND tbl_name = 'feed_items' \
+             AND name NOT LIKE 'sqlite_%'"
+        }
+        Backend::Mysql => {
+            "SELECT DISTINCT index_name AS n FROM information_schema.statistics \
+             WHERE table_schema = DATABASE() AND table_name = 'feed_items'"
+        }
+    };
+    let mut names: Vec<String> = db
+        .rows::<(String,)>(sql, &["n"])
+        .await
+        .into_iter()
+        .map(|(n,)| n)
+        .collect();
+    names.sort();
+    names
+}
+
+on_all_backends!(failed_items_index_up_and_down);
+/// From the schema before it, with items in every status: where partial
+/// indexes exist, `feed_items_updated` gives way to `feed_items_failed`
+/// (failed items only), and failed items are still listed and retried;
+/// `down` brings the old index back. MySQL/MariaDB keep theirs.
+async fn failed_items_index_up_and_down(db: TestDb) {
+    let conn = db.store.connection();
+    Migrator::down(conn, Some(1)).await.unwrap();
+    let before = item_indexes(&db).await;
+    assert!(
+        before.contains(&"feed_items_updated".to_string()),
+        "{before:?}"
+    );
+    db.partition_of("p", true, false, "block", &["ok", "bad", "open"])
+        .await;
+    db.sql("UPDATE feed_items SET status = 'complete' WHERE id = 'ok'")
+        .await;
+    db.sql("UPDATE feed_items SET status = 'failed', last_error = 'boom' WHERE id = 'bad'")
+        .await;
+    db.store.migrate().await.unwrap();
+    let after = item_indexes(&db).await;
+    let partial = db.backend != Backend::Mysql;
+    assert_eq!(
+        after.contains(&"feed_items_failed".to_string()),
+        partial,
+        "{after:?}"
+    );
+    assert_eq!(
+        after.contains(&"feed_items_updated".to_string()),
+        !partial,
+        "{after:?}"
+    );
+    let status = db.store.status(None).await.unwrap();
+    let failed: Vec<&str> = status.failed_items.iter().map(|f| f.id.as_str()).collect();
+    assert_eq!(failed, ["bad"]);
+    let r = db
+        .store
+        .retry_failed(feed::store::RetryScope::All)
+        .await
+        .unwrap();
+    assert_eq!(r.items, 1);
+    assert_eq!(db.item_row("bad").await.status, "available");
+    assert_eq!(db.item_row("ok").await.data, json!({}));
+    Migrator::down(conn, Some(1)).await.unwrap();
+    assert_eq!(item_indexes(&db).await, before);
+    db.store.migrate().await.unwrap();
+    assert_eq!(item_indexes(&db).await, after);
 }
