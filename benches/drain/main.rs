@@ -198,11 +198,13 @@ pub(crate) struct Args {
     /// Phases to skip, comma-separated: ceiling, pickup, idle, multistep, scale, batch, peer, shapes, history
     #[arg(long, env = "FEED_BENCH_SKIP", value_enum, value_delimiter = ',')]
     pub(crate) skip: Vec<Phase>,
-    /// PostgreSQL server (databases are created and dropped on it)
+    /// PostgreSQL server (databases are created and dropped on it). Without
+    /// TLS by default, as the peer connects (node-postgres asks for TLS only
+    /// when told to; sqlx prefers it when the server offers it)
     #[arg(
         long,
         env = "FEED_BENCH_POSTGRES_URL",
-        default_value = "postgres://postgres@127.0.0.1:5432"
+        default_value = "postgres://postgres@127.0.0.1:5432?sslmode=disable"
     )]
     pub(crate) postgres_url: String,
     /// MariaDB/MySQL server (databases are created and dropped on it)
