@@ -79,11 +79,7 @@ pub(super) async fn deliver(
                 fences.len()
             );
             tracing::error!(%message, "a failed attempt for every item of the batch");
-            let failed = Outcome::Failed {
-                message,
-                retry: true,
-                retry_after: None,
-            };
+            let failed = Outcome::retry(message);
             outcomes = vec![failed; fences.len()];
         }
         let policy = Policy::from(&ctx.config);
@@ -182,11 +178,8 @@ pub(super) async fn record(
             }
             Ok(Written::Refused(why)) if !fallback => {
                 tracing::error!(%partition, %item, gate, attempt, error = %why, "the database refused the result; recording a failed attempt instead");
-                let outcome = Outcome::Failed {
-                    message: format!("the database refused the handler's result: {why}"),
-                    retry: true,
-                    retry_after: None,
-                };
+                let outcome =
+                    Outcome::retry(format!("the database refused the handler's result: {why}"));
                 let Some((w, l)) = policy.decide(&fence, outcome) else {
                     return Delivery::Unwritten(cool);
                 };

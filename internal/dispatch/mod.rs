@@ -481,11 +481,7 @@ impl Dispatcher {
     /// Records a failed attempt for an item whose delivery panicked, so it
     /// is retried after a backoff like any failed attempt.
     fn record_panic(&mut self, fence: Fence) {
-        let outcome = Outcome::Failed {
-            message: "the delivery panicked (see the processor's log); will retry".into(),
-            retry: true,
-            retry_after: None,
-        };
+        let outcome = Outcome::retry("the delivery panicked (see the processor's log); will retry");
         let id = fence.id.clone();
         self.in_flight.insert(id.clone(), fence.clone());
         let item = id.clone();

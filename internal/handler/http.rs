@@ -194,13 +194,11 @@ impl HttpHandler {
 /// header value (a control character in it, written with plain SQL) can
 /// never be sent: the item fails at once instead of being retried.
 fn value(name: &str, text: &str) -> std::result::Result<HeaderValue, Outcome> {
-    HeaderValue::from_str(text).map_err(|_| Outcome::Failed {
-        message: format!(
+    HeaderValue::from_str(text).map_err(|_| {
+        Outcome::fail(format!(
             "handler request failed: {name} {text:?} is not a valid header value, so it can never be sent; \
              give the item an id without control characters"
-        ),
-        retry: false,
-        retry_after: None,
+        ))
     })
 }
 
@@ -262,21 +260,11 @@ impl Handler for HttpHandler {
 /// The outcome of a request that got no HTTP answer.
 fn transport(e: &reqwest::Error) -> Outcome {
     if e.is_connect() {
-        Outcome::Unreachable {
-            message: format!("handler unreachable: {}", error_chain(e)),
-        }
+        Outcome::unreachable(format!("handler unreachable: {}", error_chain(e)))
     } else if e.is_timeout() {
-        Outcome::Failed {
-            message: "handler did not answer within --request-timeout".into(),
-            retry: true,
-            retry_after: None,
-        }
+        Outcome::retry("handler did not answer within --request-timeout")
     } else {
-        Outcome::Failed {
-            message: format!("handler request failed: {}", error_chain(e)),
-            retry: true,
-            retry_after: None,
-        }
+        Outcome::retry(format!("handler request failed: {}", error_chain(e)))
     }
 }
 
