@@ -21,27 +21,25 @@ const FAILED: &str = "CREATE INDEX IF NOT EXISTS feed_items_failed ON feed_items
 const UPDATED: &str =
     "CREATE INDEX IF NOT EXISTS feed_items_updated ON feed_items (status, updated_at)";
 
+/// Runs `statements` where the database has partial indexes; MySQL and
+/// MariaDB are left as they are.
+async fn apply(manager: &SchemaManager<'_>, statements: [&str; 2]) -> Result<(), DbErr> {
+    if manager.get_database_backend() == DbBackend::MySql {
+        return Ok(());
+    }
+    for sql in statements {
+        manager.get_connection().execute_unprepared(sql).await?;
+    }
+    Ok(())
+}
+
 #[async_trait::async_trait]
 impl MigrationTrait for Migration {
     async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        if manager.get_database_backend() == DbBackend::MySql {
-            return Ok(());
-        }
-        let db = manager.get_connection();
-        db.execute_unprepared(FAILED).await?;
-        db.execute_unprepared("DROP INDEX IF EXISTS feed_items_updated")
-            .await?;
-        Ok(())
+        apply(manager, [FAILED, "DROP INDEX IF EXISTS feed_items_updated"]).await
     }
 
     async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        if manager.get_database_backend() == DbBackend::MySql {
-            return Ok(());
-        }
-        let db = manager.get_connection();
-        db.execute_unprepared(UPDATED).await?;
-        db.execute_unprepared("DROP INDEX IF EXISTS feed_items_failed")
-            .await?;
-        Ok(())
+        apply(manager, [UPDATED, "DROP INDEX IF EXISTS feed_items_failed"]).await
     }
 }
