@@ -113,34 +113,50 @@ impl Store {
     /// and it is released, so results arriving afterwards are rejected.
     /// Idempotent; a `complete` partition is refused. Returns the number of
     /// items cancelled now.
+    ///
+    /// The partition row is locked first (the lock order of every writer),
+    /// then the items are cancelled, then the partition: its completion
+    /// event, written by the last statement, counts the items as cancelled.
     pub async fn cancel(&self, id: &str) -> Result<u64> {
         validate::filter("partition id", id)?;
         let b = self.driver;
         let txn = self.begin_write().await?;
-        let n = self.bounded(txn
-            .execute_raw(b.stmt("UPDATE feed_partitions SET status = 'cancelled', owner = NULL, version = version + 1, \
-                 updated_at = {now} WHERE id = ? AND status <> 'complete'",
+        let rows = self
+            .bounded(txn.query_all_raw(b.stmt(
+                &format!(
+                    "SELECT status FROM feed_partitions WHERE id = ?{}",
+                    b.for_update()
+                ),
                 vec![id.into()],
             )))
-            .await?
-            .rows_affected();
-        if n == 0 {
+            .await?;
+        let Some(row) = rows.first() else {
             self.bounded(txn.rollback()).await?;
-            let s = self.state(id).await?;
+            return Err(Error::NotFound(format!("partition {id}")));
+        };
+        let status: String = get(row, "status")?;
+        if status == "complete" {
+            self.bounded(txn.rollback()).await?;
             return Err(Error::Conflict(format!(
-                "partition {id} is {}: there is nothing left to cancel",
-                s.status
+                "partition {id} is {status}: there is nothing left to cancel"
             )));
         }
-        let items = self.bounded(txn
-            .execute_raw(b.stmt("UPDATE feed_items SET status = 'cancelled', version = version + 1, updated_at = {now} \
+        let items = self
+            .bounded(txn.execute_raw(b.stmt(
+                "UPDATE feed_items SET status = 'cancelled', version = version + 1, updated_at = {now} \
                  WHERE partition_id = ? AND status = 'available'",
                 vec![id.into()],
             )))
             .await?
             .rows_affected();
+        self.bounded(txn.execute_raw(b.stmt(
+            "UPDATE feed_partitions SET status = 'cancelled', owner = NULL, version = version + 1, \
+             updated_at = {now} WHERE id = ?",
+            vec![id.into()],
+        )))
+        .await?;
         self.bounded(txn.commit()).await?;
-        self.count(2);
+        self.count(3);
         Ok(items)
     }
 

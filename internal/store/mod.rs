@@ -8,6 +8,7 @@
 mod controls;
 mod dispatch;
 pub mod driver;
+pub mod events;
 mod gates;
 mod leases;
 pub mod listing;

@@ -16,6 +16,38 @@ mod m20261124_000005_autovacuum;
 mod m20261124_000006_scale;
 mod m20261124_000007_completions;
 mod m20261125_000008_failed_items;
+mod m20261125_000009_events;
+
+/// Whether `table` has `column`: SQLite and MySQL have no `ADD COLUMN IF
+/// NOT EXISTS`, so a migration that adds one looks first (a racing
+/// processor that adds it in between makes the `ALTER` fail, and `migrate`
+/// retries).
+pub(crate) async fn has_column(
+    manager: &SchemaManager<'_>,
+    table: &str,
+    column: &str,
+) -> Result<bool, DbErr> {
+    use sea_orm_migration::sea_orm::{ConnectionTrait, DbBackend, Statement, Value};
+    let backend = manager.get_database_backend();
+    let sql = match backend {
+        DbBackend::Sqlite => "SELECT COUNT(*) AS n FROM pragma_table_info(?) WHERE name = ?",
+        DbBackend::Postgres => {
+            "SELECT COUNT(*) AS n FROM information_schema.columns \
+             WHERE table_schema = current_schema() AND table_name = $1 AND column_name = $2"
+        }
+        _ => {
+            "SELECT COUNT(*) AS n FROM information_schema.columns \
+             WHERE table_schema = DATABASE() AND table_name = ? AND column_name = ?"
+        }
+    };
+    let values: Vec<Value> = vec![table.into(), column.into()];
+    let row = manager
+        .get_connection()
+        .query_one_raw(Statement::from_sql_and_values(backend, sql, values))
+        .await?;
+    let n: i64 = row.map(|r| r.try_get("", "n")).transpose()?.unwrap_or(0);
+    Ok(n > 0)
+}
 
 /// Applies Feed's migrations in order.
 pub struct Migrator;
@@ -32,6 +64,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261124_000006_scale::Migration),
             Box::new(m20261124_000007_completions::Migration),
             Box::new(m20261125_000008_failed_items::Migration),
+            Box::new(m20261125_000009_events::Migration),
         ]
     }
 

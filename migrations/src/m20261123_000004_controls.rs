@@ -6,7 +6,7 @@
 //! are free text, so it needs no DDL.
 
 use sea_orm_migration::prelude::*;
-use sea_orm_migration::sea_orm::{ConnectionTrait, DbBackend, Statement};
+use sea_orm_migration::sea_orm::{ConnectionTrait, DbBackend};
 
 #[derive(DeriveMigrationName)]
 pub struct Migration;
@@ -38,29 +38,6 @@ fn statements(backend: DbBackend) -> Vec<String> {
     ]
 }
 
-async fn has_paused(manager: &SchemaManager<'_>) -> Result<bool, DbErr> {
-    let db = manager.get_connection();
-    let backend = manager.get_database_backend();
-    let sql = match backend {
-        DbBackend::Sqlite => {
-            "SELECT COUNT(*) AS n FROM pragma_table_info('feed_partitions') WHERE name = 'paused'"
-        }
-        DbBackend::Postgres => {
-            "SELECT COUNT(*) AS n FROM information_schema.columns \
-             WHERE table_schema = current_schema() AND table_name = 'feed_partitions' AND column_name = 'paused'"
-        }
-        _ => {
-            "SELECT COUNT(*) AS n FROM information_schema.columns \
-             WHERE table_schema = DATABASE() AND table_name = 'feed_partitions' AND column_name = 'paused'"
-        }
-    };
-    let row = db
-        .query_one_raw(Statement::from_string(backend, sql))
-        .await?;
-    let n: i64 = row.map(|r| r.try_get("", "n")).transpose()?.unwrap_or(0);
-    Ok(n > 0)
-}
-
 #[async_trait::async_trait]
 impl MigrationTrait for Migration {
     async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
@@ -68,7 +45,7 @@ impl MigrationTrait for Migration {
         let backend = manager.get_database_backend();
         // SQLite has no ADD COLUMN IF NOT EXISTS; a racing processor that
         // adds it first makes this fail, and `migrate` retries.
-        if !has_paused(manager).await? {
+        if !crate::has_column(manager, "feed_partitions", "paused").await? {
             let false_v = if backend == DbBackend::Sqlite {
                 "0"
             } else {
@@ -89,7 +66,7 @@ impl MigrationTrait for Migration {
         let db = manager.get_connection();
         db.execute_unprepared("DROP TABLE IF EXISTS feed_maintenance")
             .await?;
-        if has_paused(manager).await? {
+        if crate::has_column(manager, "feed_partitions", "paused").await? {
             db.execute_unprepared("ALTER TABLE feed_partitions DROP COLUMN paused")
                 .await?;
         }

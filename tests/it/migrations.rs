@@ -3,7 +3,7 @@
 //! `up` and restored to the server defaults by `down`; the other backends
 //! are untouched) and the failed items' own index.
 
-use migration::{Migrator, MigratorTrait};
+use migration::{MigrationName, Migrator, MigratorTrait};
 use sea_orm::DbBackend;
 use serde_json::json;
 
@@ -56,9 +56,9 @@ async fn autovacuum_settings_up_and_down(db: TestDb) {
             ]
         );
     }
-    // Down past it (the three migrations after it, then it) and up again,
-    // on every backend.
-    Migrator::down(conn, Some(4)).await.unwrap();
+    // Down past it (the migrations after it, then it) and up again, on
+    // every backend.
+    down_before(&db, "m20261124_000005").await;
     if postgres {
         assert!(options(&db, "feed_items").await.is_empty());
         assert!(options(&db, "feed_partitions").await.is_empty());
@@ -67,6 +67,19 @@ async fn autovacuum_settings_up_and_down(db: TestDb) {
     if postgres {
         assert_eq!(options(&db, "feed_partitions").await.len(), 4);
     }
+}
+
+/// Migrates down to the schema before the migration named `name…`.
+async fn down_before(db: &TestDb, name: &str) {
+    let all = Migrator::migrations();
+    let at = all
+        .iter()
+        .position(|m| m.name().starts_with(name))
+        .unwrap_or_else(|| panic!("no migration {name}"));
+    let steps = (all.len() - at) as u32;
+    Migrator::down(db.store.connection(), Some(steps))
+        .await
+        .unwrap();
 }
 
 /// The indexes of `feed_items`, sorted.
@@ -98,8 +111,7 @@ on_all_backends!(failed_items_index_up_and_down);
 /// (failed items only), and failed items are still listed and retried;
 /// `down` brings the old index back. MySQL/MariaDB keep theirs.
 async fn failed_items_index_up_and_down(db: TestDb) {
-    let conn = db.store.connection();
-    Migrator::down(conn, Some(1)).await.unwrap();
+    down_before(&db, "m20261125_000008").await;
     let before = item_indexes(&db).await;
     assert!(
         before.contains(&"feed_items_updated".to_string()),
@@ -135,8 +147,46 @@ async fn failed_items_index_up_and_down(db: TestDb) {
     assert_eq!(r.items, 1);
     assert_eq!(db.item_row("bad").await.status, "available");
     assert_eq!(db.item_row("ok").await.data, json!({}));
-    Migrator::down(conn, Some(1)).await.unwrap();
+    down_before(&db, "m20261125_000008").await;
     assert_eq!(item_indexes(&db).await, before);
     db.store.migrate().await.unwrap();
     assert_eq!(item_indexes(&db).await, after);
+}
+
+on_all_backends!(events_up_and_down);
+/// From the schema before it, with partitions and items: `up` adds the
+/// outbox and its trigger (a close of an existing partition writes an
+/// event with its counts); `down` removes them and keeps the work.
+async fn events_up_and_down(db: TestDb) {
+    down_before(&db, "m20261125_000009").await;
+    db.partition_of("p", true, false, "block", &["a", "b"])
+        .await;
+    db.partition_of("q", true, false, "block", &["c"]).await;
+    db.sql("UPDATE feed_items SET status = 'complete' WHERE partition_id = 'p'")
+        .await;
+    db.sql("UPDATE feed_partitions SET status = 'complete' WHERE id = 'q'")
+        .await;
+    db.store.migrate().await.unwrap();
+    assert!(db.store.events(None, None, 10).await.unwrap().is_empty());
+    db.sql("UPDATE feed_partitions SET status = 'complete' WHERE id = 'p'")
+        .await;
+    let events = db.store.events(None, None, 10).await.unwrap();
+    assert_eq!(events.len(), 1);
+    assert_eq!(
+        (events[0].partition_id.as_str(), events[0].kind.as_str()),
+        ("p", "partition.complete")
+    );
+    assert_eq!(events[0].counts.complete, 2);
+    down_before(&db, "m20261125_000009").await;
+    assert!(
+        db.store.events(None, None, 10).await.is_err(),
+        "the table is gone"
+    );
+    db.sql("UPDATE feed_partitions SET status = 'available' WHERE id = 'p'")
+        .await;
+    assert_eq!(db.count("SELECT COUNT(*) AS n FROM feed_items").await, 3);
+    db.store.migrate().await.unwrap();
+    db.sql("UPDATE feed_partitions SET status = 'cancelled' WHERE id = 'p'")
+        .await;
+    assert_eq!(db.store.events(None, None, 10).await.unwrap().len(), 1);
 }

@@ -8,6 +8,7 @@
 
 mod controls;
 mod dispatch;
+mod events;
 mod fence;
 mod gates;
 mod leasing;

@@ -1,0 +1,243 @@
+//! Completion events: the `feed_events` outbox that the database writes
+//! (a trigger on `feed_partitions`, in the statement that closes, fails or
+//! cancels a partition), read here for listings and `wait`, and moved
+//! through delivery (`pending` → `delivered`, or `failed` once delivery
+//! gives up) by the events worker.
+
+use std::time::Duration;
+
+use sea_orm::{FromQueryResult, Value};
+use serde::Serialize;
+
+use super::driver::marks;
+use super::{Store, get};
+use crate::{Error, Result, validate};
+
+/// A partition's items by status, as an event records them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct Counts {
+    /// Items still `available`.
+    pub available: i64,
+    /// Items `complete`.
+    pub complete: i64,
+    /// Items `failed`.
+    pub failed: i64,
+    /// Items `cancelled`.
+    pub cancelled: i64,
+}
+
+/// One row of `feed_events`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct Event {
+    /// Increasing id; the webhook's idempotency key.
+    pub id: i64,
+    /// The partition it is about.
+    pub partition_id: String,
+    /// `partition.complete`, `partition.failed`, `partition.cancelled` or
+    /// `partition.gate`.
+    pub kind: String,
+    /// The partition's gate at the change.
+    pub gate: i64,
+    /// Its items by status at the change.
+    pub counts: Counts,
+    /// Delivery state: `pending`, `delivered` or `failed`.
+    pub status: String,
+    /// Delivery attempts so far.
+    pub attempts: i32,
+    /// Why the last attempt failed.
+    pub last_error: Option<String>,
+    /// When the change happened (epoch ms, database clock).
+    pub created_at: i64,
+}
+
+#[derive(FromQueryResult)]
+struct EventRow {
+    id: i64,
+    partition_id: String,
+    kind: String,
+    gate: i64,
+    items_available: i64,
+    items_complete: i64,
+    items_failed: i64,
+    items_cancelled: i64,
+    status: String,
+    attempts: i32,
+    last_error: Option<String>,
+    created_at: i64,
+}
+
+impl From<EventRow> for Event {
+    fn from(r: EventRow) -> Self {
+        Event {
+            id: r.id,
+            partition_id: r.partition_id,
+            kind: r.kind,
+            gate: r.gate,
+            counts: Counts {
+                available: r.items_available,
+                complete: r.items_complete,
+                failed: r.items_failed,
+                cancelled: r.items_cancelled,
+            },
+            status: r.status,
+            attempts: r.attempts,
+            last_error: r.last_error,
+            created_at: r.created_at,
+        }
+    }
+}
+
+/// Columns read into an [`Event`].
+const COLUMNS: &str = "e.id, e.partition_id, e.kind, e.gate, e.items_available, e.items_complete, \
+     e.items_failed, e.items_cancelled, e.status, e.attempts, e.last_error, e.created_at";
+
+/// Delivery states an event can be listed by.
+const STATES: [&str; 3] = ["pending", "delivered", "failed"];
+
+/// Which events [`Store::retry_events`] puts back to `pending`.
+#[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
+pub enum EventScope<'a> {
+    /// Every failed event.
+    All,
+    /// The failed events of one partition.
+    Partition(&'a str),
+    /// One event (if it failed).
+    Event(i64),
+}
+
+impl Store {
+    /// Events oldest first, of one partition or all, in one delivery state
+    /// or any; at most `limit`.
+    pub async fn events(
+        &self,
+        partition: Option<&str>,
+        status: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<Event>> {
+        let mut sql = format!("SELECT {COLUMNS} FROM feed_events e WHERE 1 = 1");
+        let mut values: Vec<Value> = vec![];
+        if let Some(p) = partition {
+            validate::filter("partition id", p)?;
+            sql.push_str(" AND e.partition_id = ?");
+            values.push(p.into());
+        }
+        if let Some(s) = status {
+            if !STATES.contains(&s) {
+                return Err(Error::Invalid(format!(
+                    "unknown event status {s:?}; use pending, delivered or failed"
+                )));
+            }
+            sql.push_str(" AND e.status = ?");
+            values.push(s.into());
+        }
+        sql.push_str(" ORDER BY e.id LIMIT ?");
+        values.push((limit.min(10_000) as i64).into());
+        self.event_rows(&sql, values).await
+    }
+
+    async fn event_rows(&self, sql: &str, values: Vec<Value>) -> Result<Vec<Event>> {
+        self.query(sql, values)
+            .await?
+            .iter()
+            .map(|r| Ok(EventRow::from_query_result(r, "")?.into()))
+            .collect()
+    }
+
+    /// Events by delivery state (`pending`, `failed`; delivered ones are
+    /// not counted), for `status`, the console and metrics.
+    pub async fn event_backlog(&self) -> Result<(i64, i64)> {
+        let rows = self
+            .query(
+                "SELECT (SELECT COUNT(*) FROM feed_events WHERE status = 'pending') AS pending, \
+                 (SELECT COUNT(*) FROM feed_events WHERE status = 'failed') AS failed",
+                vec![],
+            )
+            .await?;
+        let r = rows
+            .first()
+            .ok_or_else(|| Error::NotFound("counts".into()))?;
+        Ok((get(r, "pending")?, get(r, "failed")?))
+    }
+
+    /// Pending events that may be sent now, oldest first, at most `limit`:
+    /// one whose partition has an earlier event still pending waits for it,
+    /// so a partition's events arrive in the order they happened.
+    pub(crate) async fn deliverable(&self, limit: usize) -> Result<Vec<Event>> {
+        let sql = format!(
+            "SELECT {COLUMNS} FROM feed_events e WHERE e.status = 'pending' \
+             AND (e.not_before IS NULL OR e.not_before <= {{now}}) \
+             AND NOT EXISTS (SELECT 1 FROM feed_events o WHERE o.partition_id = e.partition_id \
+             AND o.id < e.id AND o.status = 'pending') ORDER BY e.id LIMIT ?"
+        );
+        self.event_rows(&sql, vec![(limit as i64).into()]).await
+    }
+
+    /// Marks events as accepted by the receiver.
+    pub(crate) async fn events_delivered(&self, ids: &[i64]) -> Result<()> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let mut values: Vec<Value> = ids.iter().map(|&i| i.into()).collect();
+        values.insert(0, Value::from(None::<String>));
+        self.exec(
+            &format!(
+                "UPDATE feed_events SET status = 'delivered', attempts = attempts + 1, last_error = ?, \
+                 updated_at = {{now}} WHERE id IN ({}) AND status = 'pending'",
+                marks(ids.len())
+            ),
+            values,
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// Stores a failed delivery attempt: tried again after `retry_in`, or,
+    /// with None, `failed` for good (kept, and retried on request).
+    pub(crate) async fn event_attempt_failed(
+        &self,
+        id: i64,
+        error: &str,
+        retry_in: Option<Duration>,
+    ) -> Result<()> {
+        let (status, delay) = match retry_in {
+            Some(d) => ("pending", d.as_millis() as i64),
+            None => ("failed", 0),
+        };
+        self.exec(
+            "UPDATE feed_events SET status = ?, attempts = attempts + 1, last_error = ?, \
+             not_before = {now} + ?, updated_at = {now} WHERE id = ? AND status = 'pending'",
+            vec![
+                status.into(),
+                super::sanitize_error(error).into(),
+                delay.into(),
+                id.into(),
+            ],
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// Puts failed events back to `pending` with fresh attempts, so the
+    /// events worker sends them again; returns how many.
+    pub async fn retry_events(&self, scope: EventScope<'_>) -> Result<u64> {
+        let (filter, values): (&str, Vec<Value>) = match scope {
+            EventScope::All => ("", vec![]),
+            EventScope::Partition(p) => {
+                validate::filter("partition id", p)?;
+                (" AND partition_id = ?", vec![p.into()])
+            }
+            EventScope::Event(id) => (" AND id = ?", vec![id.into()]),
+        };
+        self.exec(
+            &format!(
+                "UPDATE feed_events SET status = 'pending', attempts = 0, not_before = NULL, \
+                 updated_at = {{now}} WHERE status = 'failed'{filter}"
+            ),
+            values,
+        )
+        .await
+    }
+}
