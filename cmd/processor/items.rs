@@ -26,9 +26,17 @@ pub struct EnqueueArgs {
     /// When an item fails for good: block (partition fails) or continue
     #[arg(long, value_enum, default_value_t = OnFailure::Block)]
     pub on_failure: OnFailure,
+    /// Write a partition.gate event each time the partition's gate moves (closes, failures and
+    /// cancellations always write one)
+    #[arg(long)]
+    pub gate_events: bool,
     /// Take each line as the item's data itself, not as {"id", "gate", "data"}
     #[arg(long)]
     pub raw: bool,
+    /// Put this before every item id read (for `export | enqueue` into a new partition: item ids
+    /// are unique across partitions)
+    #[arg(long)]
+    pub id_prefix: Option<String>,
     /// JSON lines file; '-' or absent = standard input
     pub file: Option<String>,
 }
@@ -57,13 +65,19 @@ pub async fn enqueue(a: EnqueueArgs) -> anyhow::Result<()> {
         )),
     };
     let bar = progress();
-    let items = feed::lines::read(reader, a.raw, || bar.inc(1))?;
+    let mut items = feed::lines::read(reader, a.raw, || bar.inc(1))?;
+    if let Some(prefix) = &a.id_prefix {
+        for item in &mut items {
+            item.id = item.id.take().map(|id| format!("{prefix}{id}"));
+        }
+    }
     bar.set_message(format!("writing {} items in one transaction", items.len()));
     let store = connect(&a.db).await?;
     let mut spec = PartitionSpec::default();
     spec.auto_close = !a.no_auto_close;
     spec.manual_checkpoint = a.manual_checkpoint;
     spec.on_failure = a.on_failure;
+    spec.gate_events = a.gate_events;
     let r = store.enqueue(&a.partition, &spec, items).await?;
     bar.finish_and_clear();
     let what = if r.created {

@@ -6,6 +6,7 @@
 mod secret;
 
 mod controls;
+mod events;
 mod items;
 mod run;
 mod status;
@@ -60,6 +61,12 @@ enum Command {
     Prune(controls::PruneArgs),
     /// Serve the web dashboard and its JSON API on its own (no handler needed).
     Ui(controls::UiArgs),
+    /// Block until a partition is finished: exit 0 complete, 1 failed, 2 cancelled, 3 timed out.
+    Wait(events::WaitArgs),
+    /// Write a partition's items as JSON lines, in the order they were written.
+    Export(events::ExportArgs),
+    /// Completion events: list them, send failed ones again.
+    Events(events::EventsArgs),
 }
 
 #[derive(Args, Clone)]
@@ -172,6 +179,9 @@ async fn main() -> ExitCode {
         Command::Resume(args) => controls::pause(args, false).await,
         Command::Cancel(args) => controls::cancel(args).await,
         Command::Prune(args) => controls::prune(args).await,
+        Command::Wait(args) => return events::wait(args).await,
+        Command::Export(args) => events::export(args).await,
+        Command::Events(args) => events::events(args).await,
         Command::Ui(args) => match shutdown_signal() {
             Ok(stop) => {
                 init_logs(LogFormat::Text, LOGS);

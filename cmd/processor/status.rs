@@ -43,7 +43,7 @@ pub struct HealthArgs {
 }
 
 /// An empty table in the status output's style.
-fn table<const N: usize>(header: [&str; N]) -> comfy_table::Table {
+pub(crate) fn table<const N: usize>(header: [&str; N]) -> comfy_table::Table {
     let mut t = comfy_table::Table::new();
     t.load_style(comfy_table::presets::UTF8_BORDERS_ONLY)
         .set_header(header);

@@ -311,7 +311,8 @@ impl Store {
             .ok_or_else(|| Error::NotFound(format!("partition {id}")))
     }
 
-    /// A partition's items in id order, filtered; NotFound for an unknown partition.
+    /// A partition's items in the order they were written, filtered;
+    /// NotFound for an unknown partition.
     pub async fn items(&self, partition: &str, f: &ItemFilter) -> Result<Page<ItemView>> {
         validate::filter("partition id", partition)?;
         check(f.status.as_deref(), f.after.as_deref())?;
@@ -325,11 +326,16 @@ impl Store {
             "i.status",
             f.status.clone().map(Into::into),
         );
+        let seq = self.driver.seq();
         if let Some(a) = &f.after {
-            sql.push_str(" AND i.id > ?");
+            // The cursor is the last item's id; the page goes on after it
+            // in write order.
+            sql.push_str(&format!(
+                " AND i.{seq} > (SELECT a.{seq} FROM feed_items a WHERE a.id = ?)"
+            ));
             values.push(a.clone().into());
         }
-        sql.push_str(" ORDER BY i.id LIMIT ?");
+        sql.push_str(&format!(" ORDER BY i.{seq} LIMIT ?"));
         values.push(((limit + 1) as i64).into());
         let items = self.item_views(&sql, values).await?;
         if items.is_empty() {
@@ -365,7 +371,7 @@ impl Store {
             .collect()
     }
 
-    async fn partition_exists(&self, id: &str) -> Result<()> {
+    pub(super) async fn partition_exists(&self, id: &str) -> Result<()> {
         let rows = self
             .query(
                 "SELECT id FROM feed_partitions WHERE id = ?",

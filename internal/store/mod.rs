@@ -9,6 +9,7 @@ mod controls;
 mod dispatch;
 pub mod driver;
 pub mod events;
+pub mod export;
 mod gates;
 mod leases;
 pub mod listing;
@@ -19,6 +20,7 @@ pub mod prune;
 mod results;
 mod sessions;
 pub mod status;
+pub mod wait;
 mod timeout;
 
 #[cfg(test)]

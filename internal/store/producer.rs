@@ -74,6 +74,9 @@ pub struct PartitionSpec {
     pub manual_checkpoint: bool,
     /// Default `block`.
     pub on_failure: OnFailure,
+    /// Write a `partition.gate` event each time the gate moves (default
+    /// false; closes, failures and cancellations always write one).
+    pub gate_events: bool,
 }
 
 impl Default for PartitionSpec {
@@ -82,6 +85,7 @@ impl Default for PartitionSpec {
             auto_close: true,
             manual_checkpoint: false,
             on_failure: OnFailure::Block,
+            gate_events: false,
         }
     }
 }
@@ -197,7 +201,8 @@ impl Store {
         // all succeed (a lock on a row that does not exist yet locks nothing).
         let created = self.bounded(txn
             .execute_raw(b.stmt(&format!(
-                    "INSERT INTO feed_partitions (id, auto_close, manual_checkpoint, on_failure) VALUES (?, ?, ?, ?){}",
+                    "INSERT INTO feed_partitions (id, auto_close, manual_checkpoint, on_failure, gate_events) \
+                     VALUES (?, ?, ?, ?, ?){}",
                     b.keep_existing()
                 ),
                 vec![
@@ -205,6 +210,7 @@ impl Store {
                     spec.auto_close.into(),
                     spec.manual_checkpoint.into(),
                     spec.on_failure.as_str().into(),
+                    spec.gate_events.into(),
                 ],
             )))
             .await?

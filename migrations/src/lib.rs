@@ -17,6 +17,7 @@ mod m20261124_000006_scale;
 mod m20261124_000007_completions;
 mod m20261125_000008_failed_items;
 mod m20261125_000009_events;
+mod m20261125_000010_written_order;
 
 /// Whether `table` has `column`: SQLite and MySQL have no `ADD COLUMN IF
 /// NOT EXISTS`, so a migration that adds one looks first (a racing
@@ -65,6 +66,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261124_000007_completions::Migration),
             Box::new(m20261125_000008_failed_items::Migration),
             Box::new(m20261125_000009_events::Migration),
+            Box::new(m20261125_000010_written_order::Migration),
         ]
     }
 

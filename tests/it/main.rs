@@ -14,6 +14,7 @@ mod browser;
 mod chaos;
 mod chaos_hands;
 mod cli;
+mod completion;
 mod console_api;
 mod controls;
 mod fencing;

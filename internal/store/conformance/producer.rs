@@ -26,6 +26,7 @@ async fn enqueue_creates_extends_and_reopens(k: Kit) {
         auto_close: false,
         manual_checkpoint: true,
         on_failure: OnFailure::Continue,
+        gate_events: true,
     };
     let r = k
         .store
@@ -33,13 +34,14 @@ async fn enqueue_creates_extends_and_reopens(k: Kit) {
         .await
         .unwrap();
     assert_eq!((r.items, r.created, r.reopened), (2, true, false));
-    let settings: Vec<(bool, bool, String)> = k
+    let settings: Vec<(bool, bool, String, bool)> = k
         .rows(
-            "SELECT auto_close, manual_checkpoint, on_failure FROM feed_partitions WHERE id = 'p'",
-            &["auto_close", "manual_checkpoint", "on_failure"],
+            "SELECT auto_close, manual_checkpoint, on_failure, gate_events FROM feed_partitions \
+             WHERE id = 'p'",
+            &["auto_close", "manual_checkpoint", "on_failure", "gate_events"],
         )
         .await;
-    assert_eq!(settings, [(false, true, "continue".to_string())]);
+    assert_eq!(settings, [(false, true, "continue".to_string(), true)]);
     assert_eq!(k.item_row("b").await, ("available".into(), 4, 0, 0));
     // The spec applies only when the partition is created.
     k.sql("UPDATE feed_partitions SET gate = 2, status = 'complete' WHERE id = 'p'")

@@ -37,7 +37,7 @@ fn item_delete(n: usize, partition_ok: &str, batch: i64) -> String {
     format!(
         "DELETE FROM feed_items WHERE partition_id IN ({}) AND status <> 'available' \
          AND EXISTS (SELECT 1 FROM feed_partitions p WHERE p.id = feed_items.partition_id \
-         AND {partition_ok}) ORDER BY partition_id, id LIMIT {batch}",
+         AND {partition_ok}) ORDER BY partition_id, seq LIMIT {batch}",
         marks(n)
     )
 }
