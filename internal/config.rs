@@ -61,6 +61,9 @@ pub struct Config {
     pub ui: bool,
     /// Allows actions from the dashboard and the API; None = read-only.
     pub admin_token: Option<crate::console::AdminToken>,
+    /// Allows enqueueing over the API (`POST /api/v1/partitions/{id}/items`)
+    /// and nothing else (`--producer-token`); None = only the admin token may.
+    pub producer_token: Option<crate::console::ProducerToken>,
     /// Host names the console answers besides IP addresses and `localhost`
     /// (`--allowed-host`): a page on another name reaching it through DNS
     /// rebinding is refused.
@@ -73,6 +76,15 @@ pub struct Config {
     /// How long a batch may wait for more items once some are ready and a
     /// request is already running; an idle processor sends at once.
     pub batch_wait: Duration,
+    /// Where completion events are POSTed (`--events-url`); None = they
+    /// are only written to `feed_events`, for SQL readers.
+    pub events_url: Option<String>,
+    /// Extra headers of event requests; None = the handler's `headers`.
+    pub events_headers: Option<Vec<(String, String)>>,
+    /// Signing key of event requests; None = the handler's `signing_secret`.
+    pub events_signing_secret: Option<String>,
+    /// Delivery attempts per event before it is kept as failed; 0 = unlimited.
+    pub events_max_attempts: u32,
 }
 
 impl Config {
@@ -113,6 +125,9 @@ impl Config {
     pub const BATCH_SIZE: usize = 1;
     /// `--batch-wait`.
     pub const BATCH_WAIT: Duration = Duration::from_millis(5);
+    /// `--events-max-attempts`: with the default backoff, about an hour
+    /// and a half of a receiver being down.
+    pub const EVENTS_MAX_ATTEMPTS: u32 = 25;
     /// `--statement-timeout`.
     pub const STATEMENT_TIMEOUT: Duration = crate::store::DEFAULT_STATEMENT_TIMEOUT;
 
@@ -144,10 +159,15 @@ impl Config {
             migrate: true,
             ui: false,
             admin_token: None,
+            producer_token: None,
             allowed_hosts: Vec::new(),
             retention: None,
             batch_size: Self::BATCH_SIZE,
             batch_wait: Self::BATCH_WAIT,
+            events_url: None,
+            events_headers: None,
+            events_signing_secret: None,
+            events_max_attempts: Self::EVENTS_MAX_ATTEMPTS,
         }
     }
 

@@ -56,6 +56,7 @@ pub mod status;
 pub mod store;
 pub(crate) mod tasks;
 pub mod validate;
+pub(crate) mod webhooks;
 
 pub use config::Config;
 pub use error::{Error, Result};

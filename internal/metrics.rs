@@ -71,6 +71,21 @@ metrics! {
     /// Deliveries that found the handler unreachable (no attempt counted).
     handler_unreachable: Counter = Counter::default(), "handler_unreachable",
         "Deliveries that could not reach the handler (no attempt counted)";
+    /// Completion events the receiver accepted.
+    events_delivered: Counter = Counter::default(), "events_delivered",
+        "Completion events delivered to --events-url";
+    /// Event delivery attempts that failed and will be tried again.
+    events_retried: Counter = Counter::default(), "events_retried",
+        "Event delivery attempts that failed and will be tried again";
+    /// Events given up on (refused, or out of attempts) and kept as failed.
+    events_failed: Counter = Counter::default(), "events_failed",
+        "Events given up on and kept as failed";
+    /// Events waiting to be delivered, as the sender last counted them.
+    events_pending: Gauge = Gauge::default(), "events_pending",
+        "Completion events waiting to be delivered (counted by the sender every 10 s)";
+    /// Events kept as failed, as the sender last counted them.
+    events_undeliverable: Gauge = Gauge::default(), "events_undeliverable",
+        "Completion events kept as failed (counted by the sender every 10 s)";
     /// SQL statements issued through the store (all its clones).
     statements: Counter = Counter::default(), "statements",
         "SQL statements issued by this processor";

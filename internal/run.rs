@@ -144,6 +144,9 @@ async fn start(
         let listen = crate::notify::listen(ctx.config.clone(), ctx.wake.clone(), work.token());
         work.spawn("notifications", listen);
     }
+    if let Some(webhooks) = crate::webhooks::Webhooks::new(&ctx)? {
+        work.spawn("webhooks", webhooks.run(work.token()));
+    }
     if let Some(age) = ctx.config.retention {
         let prune = retention::run(ctx.store.clone(), ctx.session.clone(), age, work.token());
         work.spawn("retention", prune);

@@ -50,6 +50,7 @@ pub fn app(health: Arc<Health>, registry: Arc<Registry>, config: &crate::Config)
         return app;
     }
     let console = crate::console::Console::lazy(&config.database_url, config.admin_token.clone())
+        .with_producer_token(config.producer_token.clone())
         .allowing(&config.allowed_hosts);
     app.merge(console.router())
 }

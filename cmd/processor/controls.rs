@@ -21,6 +21,21 @@ impl AdminTokenArgs {
     }
 }
 
+secret_flags!(
+    ProducerTokenArgs { producer_token, producer_token_file, env = "FEED_PRODUCER_TOKEN", what = "producer token" },
+    "Allows enqueueing over the API (POST /api/v1/partitions/{id}/items) and nothing else (at least 16 characters); the admin token allows it too [default: none]"
+);
+
+impl ProducerTokenArgs {
+    /// The checked token, if one was given.
+    pub fn token(&self) -> anyhow::Result<Option<feed::console::ProducerToken>> {
+        Ok(self
+            .value()
+            .map(|t| feed::console::ProducerToken::for_flag("--producer-token", t))
+            .transpose()?)
+    }
+}
+
 #[derive(Args)]
 pub struct CheckpointArgs {
     #[command(flatten)]
@@ -83,6 +98,8 @@ pub struct UiArgs {
     allowed_hosts: Vec<String>,
     #[command(flatten)]
     token: AdminTokenArgs,
+    #[command(flatten)]
+    producer_token: ProducerTokenArgs,
 }
 
 pub async fn checkpoint(a: CheckpointArgs) -> anyhow::Result<()> {
@@ -140,12 +157,19 @@ pub async fn ui(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let token = a.token.token()?;
+    let producer_token = a.producer_token.token()?;
     let store = connect(&a.db).await?;
     let listener = tokio::net::TcpListener::bind(&a.listen)
         .await
         .with_context(|| format!("listening on {}", a.listen))?;
-    tracing::info!(listen = %a.listen, actions = token.is_some(), "dashboard started");
+    tracing::info!(
+        listen = %a.listen,
+        actions = token.is_some(),
+        enqueue = token.is_some() || producer_token.is_some(),
+        "dashboard started"
+    );
     let app = feed::console::Console::new(store, token)
+        .with_producer_token(producer_token)
         .allowing(&a.allowed_hosts)
         .router();
     feed::server::serve(listener, app, shutdown)

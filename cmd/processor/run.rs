@@ -13,6 +13,11 @@ secret_flags!(
     "Sign requests: Feed-Signature: t=<unix>,v1=<hex HMAC-SHA256 of \"t.body\"> [default: none]"
 );
 
+secret_flags!(
+    EventsSecretArgs { events_signing_secret, events_signing_secret_file, env = "FEED_EVENTS_SIGNING_SECRET", what = "events signing secret" },
+    "Sign event requests as item requests are signed [default: the --signing-secret]"
+);
+
 #[derive(Args)]
 pub struct RunArgs {
     #[command(flatten)]
@@ -105,6 +110,8 @@ pub struct RunArgs {
     ui: bool,
     #[command(flatten)]
     token: controls::AdminTokenArgs,
+    #[command(flatten)]
+    producer_token: controls::ProducerTokenArgs,
     /// Prune complete and cancelled partitions older than this every few minutes, e.g. 7d [default: off]
     #[arg(long, env = "FEED_RETENTION", value_parser = duration)]
     retention: Option<Duration>,
@@ -114,6 +121,19 @@ pub struct RunArgs {
     /// Longest a partial batch waits for more items while another request runs
     #[arg(long, env = "FEED_BATCH_WAIT", value_parser = duration, default_value_t = Config::BATCH_WAIT.into())]
     batch_wait: Duration,
+    /// POST completion events (a partition complete, failed or cancelled) here as signed JSON
+    /// webhooks [default: off; events are still written to feed_events]
+    #[arg(long, env = "FEED_EVENTS_URL", hide_env_values = true)]
+    events_url: Option<String>,
+    /// Extra event request header 'Name: value', repeatable [default: the --header values]
+    #[arg(long = "events-header", env = "FEED_EVENTS_HEADER", value_parser = header, value_delimiter = '\n', hide_env_values = true)]
+    events_headers: Vec<(String, String)>,
+    #[command(flatten)]
+    events_signing_secret: EventsSecretArgs,
+    /// Delivery attempts per event before it is kept as failed (0 = unlimited); the backoff is
+    /// --backoff-base and --backoff-max
+    #[arg(long, env = "FEED_EVENTS_MAX_ATTEMPTS", default_value_t = Config::EVENTS_MAX_ATTEMPTS)]
+    events_max_attempts: u32,
 }
 
 /// `'Name: value'` of `--header`.
@@ -175,9 +195,14 @@ pub async fn run(a: RunArgs) -> anyhow::Result<()> {
     c.migrate = !a.no_migrate;
     c.ui = a.ui;
     c.admin_token = a.token.token()?;
+    c.producer_token = a.producer_token.token()?;
     c.allowed_hosts = a.allowed_hosts;
     c.retention = a.retention.map(Into::into);
     c.batch_size = a.batch_size;
     c.batch_wait = a.batch_wait.into();
+    c.events_url = a.events_url;
+    c.events_headers = (!a.events_headers.is_empty()).then_some(a.events_headers);
+    c.events_signing_secret = a.events_signing_secret.value();
+    c.events_max_attempts = a.events_max_attempts;
     Ok(feed::run(c, shutdown).await?)
 }

@@ -130,6 +130,18 @@ pub async fn status(a: StatusArgs) -> anyhow::Result<()> {
         }
         println!("{t}");
     }
+    if s.events_pending > 0 || s.events_failed > 0 {
+        println!(
+            "events      pending: {}  failed: {}{}",
+            s.events_pending,
+            s.events_failed,
+            if s.events_failed > 0 {
+                " (see `processor events list --status failed`; `processor events retry` sends them again)"
+            } else {
+                ""
+            }
+        );
+    }
     if s.failed_items.len() >= LIST_LIMIT {
         println!(
             "showing the first {LIST_LIMIT} failed items (by partition and id); more may be failed"

@@ -2,8 +2,11 @@
 //! controls as the command line. Actions answer 200 with the new state,
 //! 401 without a valid bearer token, 403 when no admin token is
 //! configured, 404 for an unknown id and 409 when the action does not apply.
+//! Enqueueing (`POST /partitions/{id}/items`, see `enqueue`) also takes the
+//! producer token.
 
-use axum::extract::{Path, Query, State};
+use axum::extract::{DefaultBodyLimit, Path, Query, State};
+use axum::handler::Handler;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -11,7 +14,7 @@ use axum::{Extension, Json, Router};
 use serde::Deserialize;
 
 use super::ClientAddr;
-use super::{Console, api_error, auth, json_error, json_errors};
+use super::{Console, api_error, auth, enqueue, json_error, json_errors};
 use crate::store::listing::{ItemFilter, PartitionFilter};
 
 /// A control on one partition.
@@ -69,7 +72,13 @@ pub(super) fn routes() -> Router<Console> {
         .route("/status", get(status))
         .route("/partitions", get(partitions))
         .route("/partitions/{id}", get(partition))
-        .route("/partitions/{id}/items", get(items))
+        // Static segments win over `{action}`, so the POST is never an action.
+        .route(
+            "/partitions/{id}/items",
+            get(items).post(
+                enqueue::enqueue.layer(DefaultBodyLimit::max(enqueue::MAX_ENQUEUE_BODY_BYTES)),
+            ),
+        )
         .route("/partitions/{id}/{action}", post(act))
         .route("/items/{id}/retry", post(retry_item))
         .fallback(|| async {

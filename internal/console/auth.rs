@@ -31,8 +31,14 @@ impl AdminToken {
     /// 16 characters, or fewer than 8 different ones) and one with spaces
     /// at either end, which no login form or header would carry back.
     pub fn new(token: impl Into<String>) -> crate::Result<Self> {
+        Self::for_flag("--admin-token", token)
+    }
+
+    /// [`AdminToken::new`] for the token of another flag, which its errors
+    /// name (`--producer-token` for a [`ProducerToken`]).
+    pub fn for_flag(flag: &str, token: impl Into<String>) -> crate::Result<Self> {
         let token = token.into();
-        let bad = |why: &str| Err(crate::Error::Config(format!("--admin-token {why}")));
+        let bad = |why: &str| Err(crate::Error::Config(format!("{flag} {why}")));
         if token.trim() != token {
             return bad(
                 "starts or ends with whitespace, which a login or an Authorization header cannot carry; remove it",
@@ -55,6 +61,13 @@ impl AdminToken {
         self.0.as_bytes().ct_eq(given.as_bytes()).into()
     }
 }
+
+/// The producer token: it allows enqueueing over the API
+/// (`POST /api/v1/partitions/{id}/items`) and nothing else. The same type,
+/// strength rules and constant-time comparison as the admin token; build
+/// one with `ProducerToken::for_flag("--producer-token", …)` so that its
+/// errors name the right flag.
+pub type ProducerToken = AdminToken;
 
 /// How long a login lasts (the cookie's `Max-Age` too).
 const LOGIN_TTL: Duration = Duration::from_secs(12 * 3600);
@@ -145,6 +158,43 @@ pub fn check_bearer(token: Option<&AdminToken>, headers: &HeaderMap) -> Result<(
     }
 }
 
+/// Enqueueing over the API: `Authorization: Bearer <token>` with the
+/// producer token or the admin token. Both are compared (in constant time)
+/// whichever matches.
+pub fn check_producer(
+    admin: Option<&AdminToken>,
+    producer: Option<&ProducerToken>,
+    headers: &HeaderMap,
+) -> Result<(), Refusal> {
+    if admin.is_none() && producer.is_none() {
+        return Err((
+            StatusCode::FORBIDDEN,
+            "enqueueing over the API is disabled: start the dashboard with --producer-token or \
+             --producer-token-file (or --admin-token / --admin-token-file)",
+        ));
+    }
+    let given = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim);
+    let Some(given) = given else {
+        return Err(NO_PRODUCER);
+    };
+    let admin = admin.is_some_and(|t| t.matches(given));
+    let producer = producer.is_some_and(|t| t.matches(given));
+    if admin | producer {
+        Ok(())
+    } else {
+        Err(NO_PRODUCER)
+    }
+}
+
+const NO_PRODUCER: Refusal = (
+    StatusCode::UNAUTHORIZED,
+    "a valid producer or admin token is required: Authorization: Bearer <token>",
+);
+
 /// The login cookie's value, if the request carries one.
 fn cookie(headers: &HeaderMap) -> Option<String> {
     headers
@@ -219,6 +269,42 @@ mod tests {
             assert!(AdminToken::new(weak).is_err(), "{weak:?}");
         }
         assert!(AdminToken::new("0123456789abcdef").is_ok());
+    }
+
+    #[test]
+    fn producer_tokens() {
+        let admin = AdminToken::new("admin-t0ken-0123456789").unwrap();
+        let producer =
+            ProducerToken::for_flag("--producer-token", "producer-t0ken-0123456789").unwrap();
+        let e = ProducerToken::for_flag("--producer-token", "short").unwrap_err();
+        assert!(e.to_string().contains("--producer-token must be"), "{e}");
+        let bearer = |t: Option<&str>| {
+            let mut h = HeaderMap::new();
+            if let Some(t) = t {
+                let v = format!("Bearer {t}").parse().unwrap();
+                h.insert(header::AUTHORIZATION, v);
+            }
+            h
+        };
+        let code = |a: Option<&AdminToken>, p: Option<&ProducerToken>, t: Option<&str>| {
+            check_producer(a, p, &bearer(t)).err().map(|r| r.0)
+        };
+        let (a, p) = (Some(&admin), Some(&producer));
+        let forbidden = Some(StatusCode::FORBIDDEN);
+        let unauthorized = Some(StatusCode::UNAUTHORIZED);
+        assert_eq!(code(None, None, Some("admin-t0ken-0123456789")), forbidden);
+        assert_eq!(code(a, p, None), unauthorized);
+        assert_eq!(code(a, p, Some("wrong-t0ken-0123456789")), unauthorized);
+        assert_eq!(code(a, p, Some("producer-t0ken-0123456789")), None);
+        assert_eq!(code(a, p, Some("admin-t0ken-0123456789")), None);
+        assert_eq!(code(None, p, Some("producer-t0ken-0123456789")), None);
+        assert_eq!(code(a, None, Some("admin-t0ken-0123456789")), None);
+        assert_eq!(
+            code(a, None, Some("producer-t0ken-0123456789")),
+            unauthorized
+        );
+        // The producer token is no admin token.
+        assert!(check_bearer(a, &bearer(Some("producer-t0ken-0123456789"))).is_err());
     }
 
     #[test]

@@ -3,11 +3,13 @@
 //! processor state), so a dashboard can run beside a fleet or inside one
 //! processor (`processor run --ui`).
 //!
-//! Reads are open; actions need the admin token (see `auth`). Everything
+//! Reads are open; actions need the admin token (see `auth`); enqueueing
+//! over the API (`enqueue`) takes it or the producer token. Everything
 //! shown from the database is escaped by the templates and cut to a preview.
 
 mod api;
 mod auth;
+mod enqueue;
 mod pages;
 mod throttle;
 mod views;
@@ -21,7 +23,8 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use tokio::sync::OnceCell;
 
-pub use auth::AdminToken;
+pub use auth::{AdminToken, ProducerToken};
+pub use enqueue::MAX_ENQUEUE_BODY_BYTES;
 
 use crate::{Error, Store};
 
@@ -40,6 +43,8 @@ pub struct Console {
     database_url: Arc<str>,
     /// None = read-only.
     token: Option<AdminToken>,
+    /// Allows enqueueing over the API only; None = only the admin token may.
+    producer_token: Option<ProducerToken>,
     /// Failed token attempts, per client address and overall.
     throttle: Arc<throttle::Throttle>,
     /// Host names answered besides IP addresses and `localhost`.
@@ -55,6 +60,7 @@ impl Console {
             database_url: Arc::from(""),
             store: Arc::new(OnceCell::new_with(Some(store))),
             token,
+            producer_token: None,
             throttle: Arc::default(),
             allowed_hosts: Arc::from([]),
             sessions: Arc::default(),
@@ -67,10 +73,19 @@ impl Console {
             database_url: Arc::from(database_url),
             store: Arc::new(OnceCell::new()),
             token,
+            producer_token: None,
             throttle: Arc::default(),
             allowed_hosts: Arc::from([]),
             sessions: Arc::default(),
         }
+    }
+
+    /// Also allows enqueueing over the API (`POST
+    /// /api/v1/partitions/{id}/items`) with this token, which allows
+    /// nothing else; the admin token always may.
+    pub fn with_producer_token(mut self, token: Option<ProducerToken>) -> Self {
+        self.producer_token = token;
+        self
     }
 
     /// Also answers requests for these host names (`--allowed-host`); IP

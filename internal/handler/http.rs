@@ -61,45 +61,9 @@ impl HttpHandler {
     /// Builds the client from the configuration: timeout, no redirects,
     /// fixed headers (marked sensitive so they never show in debug output).
     pub fn new(config: &Config) -> Result<Self> {
-        let url = reqwest::Url::parse(&config.handler_url).map_err(|e| {
-            Error::Config(format!(
-                "--handler-url {:?} is not a URL ({e}); use e.g. http://127.0.0.1:9000/feed",
-                config.handler_url
-            ))
-        })?;
-        if !matches!(url.scheme(), "http" | "https") {
-            return Err(Error::Config(format!(
-                "--handler-url must be http:// or https://, not {}:",
-                url.scheme()
-            )));
-        }
-        let mut headers = HeaderMap::new();
-        let ct = HeaderValue::from_str(&config.content_type)
-            .map_err(|_| Error::Config("--content-type is not a valid header value".into()))?;
-        headers.insert(reqwest::header::CONTENT_TYPE, ct);
-        for (name, value) in &config.headers {
-            let n = HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
-                Error::Config(format!("--header name {name:?} is not a valid header name"))
-            })?;
-            let mut v = HeaderValue::from_str(value).map_err(|_| {
-                Error::Config(format!(
-                    "--header {name}: the value is not a valid header value"
-                ))
-            })?;
-            v.set_sensitive(true);
-            headers.append(n, v);
-        }
-        let client = reqwest::Client::builder()
-            .timeout(config.request_timeout)
-            .connect_timeout(config.request_timeout.min(Duration::from_secs(10)))
-            .redirect(reqwest::redirect::Policy::none())
-            // Feed retries with a stored attempt and a backoff; the client
-            // must never replay a POST by itself, nor copy every request
-            // in case it might.
-            .retry(reqwest::retry::never().max_retries_per_request(0))
-            .pool_max_idle_per_host(config.concurrency)
-            .build()
-            .map_err(|e| Error::Config(format!("cannot build the HTTP client: {e}")))?;
+        let url = endpoint("--handler-url", &config.handler_url)?;
+        let headers = fixed_headers(&config.content_type, &config.headers, "--header")?;
+        let client = client(config.request_timeout, config.concurrency)?;
         let budget_units = (config.response_budget_bytes / UNIT).clamp(1, u32::MAX as usize);
         Ok(Self {
             client,
@@ -188,6 +152,62 @@ impl HttpHandler {
             retry_after,
         })
     }
+}
+
+/// An http:// or https:// URL given by `flag`.
+pub(crate) fn endpoint(flag: &str, text: &str) -> Result<reqwest::Url> {
+    let url = reqwest::Url::parse(text).map_err(|e| {
+        Error::Config(format!(
+            "{flag} {text:?} is not a URL ({e}); use e.g. http://127.0.0.1:9000/feed"
+        ))
+    })?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(Error::Config(format!(
+            "{flag} must be http:// or https://, not {}:",
+            url.scheme()
+        )));
+    }
+    Ok(url)
+}
+
+/// The headers of every request: `Content-Type` and the extra `headers`
+/// (given by `flag`), marked sensitive so they never show in debug output.
+pub(crate) fn fixed_headers(
+    content_type: &str,
+    headers: &[(String, String)],
+    flag: &str,
+) -> Result<HeaderMap> {
+    let mut out = HeaderMap::new();
+    let ct = HeaderValue::from_str(content_type)
+        .map_err(|_| Error::Config("--content-type is not a valid header value".into()))?;
+    out.insert(reqwest::header::CONTENT_TYPE, ct);
+    for (name, value) in headers {
+        let n = HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
+            Error::Config(format!("{flag} name {name:?} is not a valid header name"))
+        })?;
+        let mut v = HeaderValue::from_str(value).map_err(|_| {
+            Error::Config(format!(
+                "{flag} {name}: the value is not a valid header value"
+            ))
+        })?;
+        v.set_sensitive(true);
+        out.append(n, v);
+    }
+    Ok(out)
+}
+
+/// A client with `timeout` per request that follows no redirect and never
+/// replays a POST by itself: Feed retries with a stored attempt and a
+/// backoff (nor does it copy every request in case it might).
+pub(crate) fn client(timeout: Duration, idle: usize) -> Result<reqwest::Client> {
+    reqwest::Client::builder()
+        .timeout(timeout)
+        .connect_timeout(timeout.min(Duration::from_secs(10)))
+        .redirect(reqwest::redirect::Policy::none())
+        .retry(reqwest::retry::never().max_retries_per_request(0))
+        .pool_max_idle_per_host(idle)
+        .build()
+        .map_err(|e| Error::Config(format!("cannot build the HTTP client: {e}")))
 }
 
 /// A header value from an id the database holds. One that cannot be a
@@ -307,7 +327,7 @@ pub(crate) fn batch_body(jobs: &[Job]) -> Vec<u8> {
 }
 
 /// The error with its causes, without the URL (which may carry credentials).
-fn error_chain(e: &reqwest::Error) -> String {
+pub(crate) fn error_chain(e: &reqwest::Error) -> String {
     let mut out = e.to_string();
     if let Some(u) = e.url() {
         out = out.replace(&format!(" for url ({u})"), "");
@@ -321,7 +341,7 @@ fn error_chain(e: &reqwest::Error) -> String {
     out
 }
 
-fn unix_now() -> i64 {
+pub(crate) fn unix_now() -> i64 {
     chrono::Utc::now().timestamp()
 }
 

@@ -10,8 +10,10 @@ use async_trait::async_trait;
 mod answer;
 mod http;
 
+pub(crate) use answer::parse_retry_after;
 pub use answer::{SIGNED_HEADERS, signature, signature_header, signature_v2};
 pub use http::HttpHandler;
+pub(crate) use http::{client, endpoint, error_chain, fixed_headers, unix_now};
 
 /// One delivery of an item to a handler. Fields may be added: read them,
 /// do not build one.

@@ -146,14 +146,20 @@ impl Store {
             .collect()
     }
 
-    /// Events by delivery state (`pending`, `failed`; delivered ones are
-    /// not counted), for `status`, the console and metrics.
-    pub async fn event_backlog(&self) -> Result<(i64, i64)> {
+    /// Events `pending` and `failed` (delivered ones are not counted), of
+    /// one partition or all, for `status`, the console and metrics.
+    pub async fn event_backlog(&self, partition: Option<&str>) -> Result<(i64, i64)> {
+        let (filter, values): (&str, Vec<Value>) = match partition {
+            Some(p) => (" AND partition_id = ?", vec![p.into(), p.into()]),
+            None => ("", vec![]),
+        };
         let rows = self
             .query(
-                "SELECT (SELECT COUNT(*) FROM feed_events WHERE status = 'pending') AS pending, \
-                 (SELECT COUNT(*) FROM feed_events WHERE status = 'failed') AS failed",
-                vec![],
+                &format!(
+                    "SELECT (SELECT COUNT(*) FROM feed_events WHERE status = 'pending'{filter}) AS pending, \
+                     (SELECT COUNT(*) FROM feed_events WHERE status = 'failed'{filter}) AS failed"
+                ),
+                values,
             )
             .await?;
         let r = rows

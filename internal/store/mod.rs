@@ -20,8 +20,8 @@ pub mod prune;
 mod results;
 mod sessions;
 pub mod status;
-pub mod wait;
 mod timeout;
+pub mod wait;
 
 #[cfg(test)]
 mod conformance;

@@ -182,6 +182,19 @@ impl Store {
     }
 }
 
+impl Store {
+    /// Gives up a `feed_maintenance` lease held by `holder`, so another
+    /// processor takes it at once rather than when it expires.
+    pub(crate) async fn release_maintenance(&self, name: &str, holder: &SessionId) -> Result<()> {
+        self.exec(
+            "UPDATE feed_maintenance SET holder = NULL, expires_at = 0 WHERE name = ? AND holder = ?",
+            vec![name.into(), holder.into()],
+        )
+        .await?;
+        Ok(())
+    }
+}
+
 /// Deletes `n` partitions (bound first, then the age) that are still
 /// finished and old and have no items.
 fn partition_delete(n: usize) -> String {

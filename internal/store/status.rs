@@ -24,6 +24,12 @@ pub struct Status {
     pub failed_items: Vec<ItemView>,
     /// Live and not yet reaped processor sessions.
     pub processors: Vec<ProcessorStatus>,
+    /// Completion events waiting to be delivered (of the partition asked,
+    /// or all).
+    pub events_pending: i64,
+    /// Completion events kept as failed (delivery gave up); `processor
+    /// events retry` sends them again.
+    pub events_failed: i64,
 }
 
 /// A processor session.
@@ -110,11 +116,14 @@ impl Store {
             )
             .await?;
         let processors = self.processors().await?;
+        let (events_pending, events_failed) = self.event_backlog(partition).await?;
         Ok(Status {
             partitions_by_status,
             partitions,
             failed_items,
             processors,
+            events_pending,
+            events_failed,
         })
     }
 }

@@ -3,7 +3,7 @@
 //! `up` and restored to the server defaults by `down`; the other backends
 //! are untouched) and the failed items' own index.
 
-use migration::{MigrationName, Migrator, MigratorTrait};
+use migration::{Migrator, MigratorTrait};
 use sea_orm::DbBackend;
 use serde_json::json;
 
@@ -33,7 +33,6 @@ async fn options(db: &TestDb, table: &str) -> Vec<String> {
 
 on_all_backends!(autovacuum_settings_up_and_down);
 async fn autovacuum_settings_up_and_down(db: TestDb) {
-    let conn = db.store.connection();
     let postgres = db.store.backend() == DbBackend::Postgres;
     if postgres {
         assert_eq!(

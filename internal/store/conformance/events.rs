@@ -129,7 +129,7 @@ async fn a_lost_close_writes_nothing(k: Kit) {
     let me = "me".into();
     assert!(
         k.store
-            .close_partitions(&[read.clone()], &me)
+            .close_partitions(std::slice::from_ref(&read), &me)
             .await
             .unwrap()
             .is_empty()
@@ -227,7 +227,7 @@ async fn delivery_is_in_order_per_partition_with_backoff(k: Kit) {
     k.store.event_attempt_failed(a1, "503", hour).await.unwrap();
     assert_eq!(ids(k.store.deliverable(10).await.unwrap()), [b1]);
     k.store.events_delivered(&[b1]).await.unwrap();
-    assert_eq!(k.store.event_backlog().await.unwrap(), (2, 0));
+    assert_eq!(k.store.event_backlog(None).await.unwrap(), (2, 0));
     // a1 gives up: it is kept as failed, and a2 may go.
     k.store
         .event_attempt_failed(a1, "410 Gone", None)
@@ -243,7 +243,7 @@ async fn delivery_is_in_order_per_partition_with_backoff(k: Kit) {
         ),
         (a1, 2, Some("410 Gone"))
     );
-    assert_eq!(k.store.event_backlog().await.unwrap(), (1, 1));
+    assert_eq!(k.store.event_backlog(None).await.unwrap(), (1, 1));
     // A retry puts it back with fresh attempts, ahead of a2 again.
     assert_eq!(
         k.store.retry_events(EventScope::Event(a1)).await.unwrap(),

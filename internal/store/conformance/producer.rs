@@ -38,7 +38,12 @@ async fn enqueue_creates_extends_and_reopens(k: Kit) {
         .rows(
             "SELECT auto_close, manual_checkpoint, on_failure, gate_events FROM feed_partitions \
              WHERE id = 'p'",
-            &["auto_close", "manual_checkpoint", "on_failure", "gate_events"],
+            &[
+                "auto_close",
+                "manual_checkpoint",
+                "on_failure",
+                "gate_events",
+            ],
         )
         .await;
     assert_eq!(settings, [(false, true, "continue".to_string(), true)]);

@@ -1,0 +1,243 @@
+//! Completion events delivered as signed webhooks (`run --events-url`):
+//! once each, in order, signed as items are; kept through a killed sender,
+//! a receiver that is down, and one that refuses them for good.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::cli::processor;
+use crate::on_all_backends;
+use crate::support::{
+    Handler, Proc, Reserved, Scene, TestDb, done, metric, no_retry, signed, wait_for,
+};
+
+const SECRET: &str = "events-secret-0123456789";
+
+/// Each event row as (partition, kind, delivery status, attempts).
+async fn rows(db: &TestDb) -> Vec<(String, String, String, i32)> {
+    db.rows(
+        "SELECT partition_id, kind, status, attempts FROM feed_events ORDER BY id",
+        &["partition_id", "kind", "status", "attempts"],
+    )
+    .await
+}
+
+/// Waits until every event is delivered.
+async fn all_delivered(db: &TestDb, n: usize) {
+    wait_for("events delivered", Duration::from_secs(60), || async {
+        let r = rows(db).await;
+        r.len() == n && r.iter().all(|(_, _, s, _)| s == "delivered")
+    })
+    .await;
+}
+
+on_all_backends!(events_are_delivered_signed_once);
+/// A close, a failure and a cancellation each reach the receiver once, as
+/// signed JSON with the event id as the idempotency key.
+async fn events_are_delivered_signed_once(db: TestDb) {
+    let receiver = Handler::start(|_| done()).await;
+    db.partition_of("ok", true, false, "block", &["ok/1", "ok/2"])
+        .await;
+    db.partition_of("bad", true, false, "block", &["bad/1"])
+        .await;
+    db.partition_of("gone", true, false, "block", &["gone/1"])
+        .await;
+    db.sql("UPDATE feed_partitions SET paused = TRUE WHERE id = 'gone'")
+        .await;
+    let url = receiver.url();
+    let extra = ["--events-url", &url, "--signing-secret", SECRET];
+    let _scene = Scene::start(&db, &extra, |c| {
+        if c.item == "bad/1" {
+            no_retry(422, "no")
+        } else {
+            done()
+        }
+    })
+    .await;
+    db.store.cancel("gone").await.unwrap();
+    all_delivered(&db, 3).await;
+    // Nothing is sent twice: a few more rounds pass.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let calls = receiver.calls();
+    assert_eq!(calls.len(), 3, "{calls:?}");
+    let ids: Vec<i64> = db
+        .rows::<(i64,)>("SELECT id FROM feed_events ORDER BY id", &["id"])
+        .await
+        .into_iter()
+        .map(|(i,)| i)
+        .collect();
+    let mut kinds = vec![];
+    for c in &calls {
+        let body: Value = serde_json::from_slice(&c.body).unwrap();
+        let id = body["id"].as_i64().unwrap();
+        assert!(ids.contains(&id));
+        assert_eq!(c.header("idempotency-key"), Some(id.to_string().as_str()));
+        assert_eq!(c.header("feed-event"), body["event"].as_str());
+        assert_eq!(c.header("feed-attempt"), Some("1"));
+        assert_eq!(body["partition_id"].as_str(), Some(c.partition.as_str()));
+        assert!(signed(c, SECRET.as_bytes(), &c.body), "signed as items are");
+        let at = body["occurred_at"].as_str().unwrap();
+        assert!(chrono::DateTime::parse_from_rfc3339(at).is_ok(), "{at}");
+        kinds.push((
+            c.partition.clone(),
+            body["event"].clone(),
+            body["counts"].clone(),
+        ));
+    }
+    kinds.sort_by(|a, b| a.0.cmp(&b.0));
+    let counts = |a: i64, c: i64, f: i64, x: i64| json!({"available": a, "complete": c, "failed": f, "cancelled": x});
+    assert_eq!(
+        kinds,
+        [
+            ("bad".into(), json!("partition.failed"), counts(0, 0, 1, 0)),
+            (
+                "gone".into(),
+                json!("partition.cancelled"),
+                counts(0, 0, 0, 1)
+            ),
+            ("ok".into(), json!("partition.complete"), counts(0, 2, 0, 0)),
+        ]
+    );
+}
+
+on_all_backends!(a_killed_sender_hands_its_events_over);
+/// The sender is killed while the receiver holds its request: the next
+/// processor takes the lease once it expires and sends the same event
+/// (same id) again, which is then marked delivered.
+async fn a_killed_sender_hands_its_events_over(db: TestDb) {
+    let seen = Arc::new(AtomicUsize::new(0));
+    let s = seen.clone();
+    let receiver = Handler::start_async(move |_| {
+        let first = s.fetch_add(1, Ordering::SeqCst) == 0;
+        async move {
+            if first {
+                std::future::pending::<()>().await;
+            }
+            done()
+        }
+    })
+    .await;
+    let items = Handler::start(|_| done()).await;
+    db.partition_of("p", true, false, "block", &["p/1"]).await;
+    let url = receiver.url();
+    let extra = ["--events-url", url.as_str()];
+    let first = Proc::start(&db, &items.url(), &extra);
+    wait_for("the first send", Duration::from_secs(30), || async {
+        seen.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    drop(first); // SIGKILL mid-request
+    assert_eq!(rows(&db).await[0].2, "pending");
+    let _second = Proc::start(&db, &items.url(), &extra);
+    all_delivered(&db, 1).await;
+    let calls = receiver.calls();
+    assert_eq!(calls.len(), 2);
+    assert_eq!(
+        calls[0].idempotency_key, calls[1].idempotency_key,
+        "the same event"
+    );
+    assert_eq!(
+        rows(&db).await[0].3,
+        1,
+        "the killed attempt was never stored"
+    );
+}
+
+on_all_backends!(a_receiver_that_is_down_gets_the_event_later);
+/// While nothing listens at the events URL, each failed attempt is stored
+/// with its error and a backoff; once the receiver is up the event is
+/// delivered.
+async fn a_receiver_that_is_down_gets_the_event_later(db: TestDb) {
+    let port = Reserved::new();
+    let url = format!("http://127.0.0.1:{}/events", port.port());
+    let items = Handler::start(|_| done()).await;
+    db.partition_of("p", true, false, "block", &["p/1"]).await;
+    let _p = Proc::start(&db, &items.url(), &["--events-url", &url]);
+    wait_for(
+        "failed attempts stored",
+        Duration::from_secs(30),
+        || async {
+            let rows: Vec<(i32, Option<String>, Option<i64>)> = db
+                .rows(
+                    "SELECT attempts, last_error, not_before FROM feed_events",
+                    &["attempts", "last_error", "not_before"],
+                )
+                .await;
+            rows.first().is_some_and(|(n, e, nb)| {
+                *n >= 2
+                    && e.as_deref()
+                        .is_some_and(|e| e.contains("events request failed"))
+                    && nb.is_some()
+            })
+        },
+    )
+    .await;
+    assert_eq!(rows(&db).await[0].2, "pending");
+    let receiver = Handler::serve(port.listen(), Arc::new(Box::new(|_| done()))).await;
+    all_delivered(&db, 1).await;
+    assert_eq!(receiver.calls().len(), 1);
+    let attempts = rows(&db).await[0].3;
+    assert!(attempts >= 3, "{attempts}");
+    assert_eq!(
+        receiver.calls()[0].header("feed-attempt"),
+        Some(attempts.to_string().as_str())
+    );
+}
+
+on_all_backends!(a_refused_event_is_kept_and_retried_on_request);
+/// A 4xx answer fails the event at once; it is counted in `status` and the
+/// metrics, and `processor events retry` sends it again.
+async fn a_refused_event_is_kept_and_retried_on_request(db: TestDb) {
+    let accept = Arc::new(AtomicBool::new(false));
+    let a = accept.clone();
+    let receiver = Handler::start(move |_| {
+        if a.load(Ordering::SeqCst) {
+            done()
+        } else {
+            no_retry(410, "gone")
+        }
+    })
+    .await;
+    db.partition_of("p", true, false, "block", &["p/1"]).await;
+    let url = receiver.url();
+    let scene = Scene::start(&db, &["--events-url", &url], |_| done()).await;
+    wait_for("the event failed", Duration::from_secs(30), || async {
+        rows(&db).await.first().is_some_and(|r| r.2 == "failed")
+    })
+    .await;
+    let (err,): (Option<String>,) = db
+        .rows("SELECT last_error FROM feed_events", &["last_error"])
+        .await
+        .remove(0);
+    assert!(err.unwrap().contains("410"), "the reason is kept");
+    assert_eq!(rows(&db).await[0].3, 1, "no retry after a refusal");
+    assert_eq!(
+        metric(&scene.1.metrics().await, "feed_events_failed_total"),
+        1.0
+    );
+    let o = processor(&["status", "--database-url", &db.url], "");
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("pending: 0  failed: 1"), "{text}");
+    let o = processor(
+        &[
+            "events",
+            "list",
+            "--database-url",
+            &db.url,
+            "--status",
+            "failed",
+            "--json",
+        ],
+        "",
+    );
+    let listed: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(listed["kind"], json!("partition.complete"));
+    accept.store(true, Ordering::SeqCst);
+    let o = processor(&["events", "retry", "--database-url", &db.url, "--all"], "");
+    assert!(String::from_utf8_lossy(&o.stdout).contains("1 failed events back to pending"));
+    all_delivered(&db, 1).await;
+    assert_eq!(receiver.calls().len(), 2);
+}
