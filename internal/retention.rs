@@ -50,10 +50,11 @@ async fn round(store: &Store, session: &Session, older_than: Duration) -> crate:
         return Ok(());
     }
     let pruned = store.prune(older_than, false).await?;
-    if pruned.partitions > 0 || pruned.items > 0 {
+    if pruned.partitions > 0 || pruned.items > 0 || pruned.events > 0 {
         tracing::info!(
             partitions = pruned.partitions,
             items = pruned.items,
+            events = pruned.events,
             "pruned finished partitions"
         );
     }

@@ -148,7 +148,10 @@ pub async fn prune(a: PruneArgs) -> anyhow::Result<()> {
     let store = connect(&a.db).await?;
     let p = store.prune(a.finished_before.into(), a.dry_run).await?;
     let verb = if a.dry_run { "would delete" } else { "deleted" };
-    println!("{verb} {} partitions and {} items", p.partitions, p.items);
+    println!(
+        "{verb} {} partitions, {} items and {} events",
+        p.partitions, p.items, p.events
+    );
     Ok(())
 }
 

@@ -14,7 +14,7 @@ use axum::{Extension, Json, Router};
 use serde::Deserialize;
 
 use super::ClientAddr;
-use super::{Console, api_error, auth, enqueue, json_error, json_errors};
+use super::{Console, api_error, auth, completion, enqueue, json_error, json_errors};
 use crate::store::listing::{ItemFilter, PartitionFilter};
 
 /// A control on one partition.
@@ -79,7 +79,10 @@ pub(super) fn routes() -> Router<Console> {
                 enqueue::enqueue.layer(DefaultBodyLimit::max(enqueue::MAX_ENQUEUE_BODY_BYTES)),
             ),
         )
+        .route("/partitions/{id}/items.ndjson", get(completion::export))
         .route("/partitions/{id}/{action}", post(act))
+        .route("/events", get(completion::events))
+        .route("/events/retry", post(completion::retry))
         .route("/items/{id}/retry", post(retry_item))
         .fallback(|| async {
             api_error(

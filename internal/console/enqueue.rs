@@ -253,11 +253,14 @@ mod tests {
             auto_close: a,
             manual_checkpoint: m,
             on_failure: f.map(str::to_string),
+            gate_events: m,
         };
         let s = q(None, None, None).spec().unwrap();
         assert!(s.auto_close && !s.manual_checkpoint && s.on_failure == OnFailure::Block);
+        assert!(!s.gate_events);
         let s = q(Some(false), Some(true), Some("continue")).spec().unwrap();
         assert!(!s.auto_close && s.manual_checkpoint && s.on_failure == OnFailure::Continue);
+        assert!(s.gate_events);
         assert!(q(None, None, Some("ignore")).spec().is_err());
     }
 }

@@ -9,6 +9,7 @@
 
 mod api;
 mod auth;
+mod completion;
 mod enqueue;
 mod pages;
 mod throttle;

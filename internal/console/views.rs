@@ -156,6 +156,12 @@ pub fn overview(o: &Overview) -> Markup {
             }
             div.card { span.count id="count-paused" { (o.paused) } span { "paused" } }
             div.card { span.count id="count-processors" { (o.processors.len()) } span { "processors" } }
+            div.card title="completion events waiting to be delivered to --events-url" {
+                span.count id="count-events-pending" { (o.events_pending) } span { "events pending" }
+            }
+            div.card title="completion events whose delivery gave up; `processor events retry` sends them again" {
+                span.count id="count-events-failed" { (o.events_failed) } span { "events failed" }
+            }
         }
         h2 { "Items completed per minute, last hour" }
         svg.chart viewBox="0 0 600 100" preserveAspectRatio="none" role="img"

@@ -246,4 +246,58 @@ impl Store {
         )
         .await
     }
+
+    /// Events older than `age` ms whose delivery did not fail.
+    pub(super) async fn count_old_events(&self, age: i64) -> Result<u64> {
+        let rows = self
+            .query(
+                &format!("SELECT COUNT(*) AS n FROM feed_events WHERE {OLD}"),
+                vec![age.into()],
+            )
+            .await?;
+        let r = rows
+            .first()
+            .ok_or_else(|| Error::NotFound("counts".into()))?;
+        Ok(get::<i64>(r, "n")? as u64)
+    }
+
+    /// Deletes events older than `age` ms whose delivery did not fail,
+    /// [`PRUNE_BATCH`] per statement.
+    pub(super) async fn prune_events(&self, age: i64) -> Result<u64> {
+        let mut deleted = 0;
+        loop {
+            let ids: Vec<Value> = self
+                .query(
+                    &format!("SELECT id FROM feed_events WHERE {OLD} ORDER BY id LIMIT ?"),
+                    vec![age.into(), (PRUNE_BATCH as i64).into()],
+                )
+                .await?
+                .iter()
+                .map(|r| Ok(get::<i64>(r, "id")?.into()))
+                .collect::<Result<_>>()?;
+            if ids.is_empty() {
+                return Ok(deleted);
+            }
+            let n = ids.len();
+            let mut values = ids;
+            values.push(age.into());
+            deleted += self
+                .exec(
+                    &format!(
+                        "DELETE FROM feed_events WHERE id IN ({}) AND {OLD}",
+                        marks(n)
+                    ),
+                    values,
+                )
+                .await?;
+            if n < PRUNE_BATCH {
+                return Ok(deleted);
+            }
+        }
+    }
 }
+
+/// Events retention deletes: older than the bound age and not `failed`.
+const OLD: &str = "status <> 'failed' AND created_at < {now} - ?";
+/// Events deleted per statement at the most.
+const PRUNE_BATCH: usize = 1000;

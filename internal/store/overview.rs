@@ -1,6 +1,7 @@
 //! The overview page's read model: partitions by status, items completed
 //! per minute over the last hour (counted into `feed_completions` as
-//! results are written), and the processors.
+//! results are written), the processors and the completion events waiting
+//! or failed.
 
 use std::collections::BTreeMap;
 
@@ -25,6 +26,10 @@ pub struct Overview {
     pub processors: Vec<ProcessorStatus>,
     /// The database clock (epoch ms).
     pub now: i64,
+    /// Completion events waiting to be delivered.
+    pub events_pending: i64,
+    /// Completion events kept as failed (delivery gave up).
+    pub events_failed: i64,
 }
 
 /// Partitions of one status and pause state (`status, paused, COUNT(*) AS n`).
@@ -86,12 +91,15 @@ impl Store {
                 Ok((c.bucket, c.n))
             })
             .collect::<Result<Vec<_>>>()?;
+        let (events_pending, events_failed) = self.event_backlog(None).await?;
         Ok(Overview {
             partitions_by_status,
             paused,
             completed_per_minute,
             processors: self.processors().await?,
             now: self.now_ms().await?,
+            events_pending,
+            events_failed,
         })
     }
 }

@@ -12,6 +12,9 @@
 //! only once it has no items (the foreign key refuses it otherwise). A
 //! partition reopened or retried meanwhile is left alone, so nothing
 //! unfinished is ever deleted. `failed` partitions are never pruned.
+//!
+//! Completion events older than the cutoff go too, unless their delivery
+//! failed: those stay until retried (or deleted by hand).
 
 use std::time::Duration;
 
@@ -38,6 +41,9 @@ pub struct Pruned {
     pub partitions: u64,
     /// Items.
     pub items: u64,
+    /// Completion events (delivered or pending; failed ones are kept
+    /// until retried or deleted by hand).
+    pub events: u64,
 }
 
 /// [`Pruned`] as counted: COUNT(*) is a signed BIGINT on every backend.
@@ -52,6 +58,7 @@ impl From<PrunableCounts> for Pruned {
         Pruned {
             partitions: c.parts as u64,
             items: c.items as u64,
+            events: 0,
         }
     }
 }
@@ -64,7 +71,9 @@ impl Store {
     pub async fn prune(&self, older_than: Duration, dry_run: bool) -> Result<Pruned> {
         let age = ms(older_than);
         if dry_run {
-            return self.count_prunable(age).await;
+            let mut counted = self.count_prunable(age).await?;
+            counted.events = self.count_old_events(age).await?;
+            return Ok(counted);
         }
         // The overview's per-minute counts before the cutoff; its chart
         // reads the last hour only.
@@ -73,7 +82,10 @@ impl Store {
             vec![age.into()],
         )
         .await?;
-        let mut done = Pruned::default();
+        let mut done = Pruned {
+            events: self.prune_events(age).await?,
+            ..Pruned::default()
+        };
         let mut after = String::new();
         loop {
             let page: Vec<String> = self

@@ -253,8 +253,15 @@ async fn pages_render_without_javascript() {
             .is_err()
     );
     b.screenshot("partition-no-javascript").await;
+    // An event whose delivery gave up is counted on the overview.
+    db.sql(
+        "INSERT INTO feed_events (partition_id, kind, gate, status) \
+         VALUES ('quiet', 'partition.gate', 1, 'failed')",
+    )
+    .await;
     b.goto(&format!("{base}/")).await;
     b.wait_text("#count-available", "1").await;
+    b.wait_text("#count-events-failed", "1").await;
     b.goto(&format!("{base}/login")).await;
     b.wait_text("main", "read-only").await;
     b.close().await;

@@ -11,7 +11,10 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Command;
 
+use reqwest::StatusCode;
+
 use crate::cli::processor;
+use crate::console_api::{TOKEN, get, post, serve};
 use crate::support::{Scene, TestDb, done, wait_for};
 use crate::{backend_tests, on_all_backends};
 
@@ -232,4 +235,165 @@ async fn export_streams_in_bounded_memory_and_round_trips(db: TestDb) {
         BIG as i64,
         "copied items start over"
     );
+}
+
+on_all_backends!(export_and_events_over_the_api);
+/// `items.ndjson` streams what `export` writes, over several pages and
+/// filtered; `/events` lists the events and `/events/retry` (admin token)
+/// puts failed ones back.
+async fn export_and_events_over_the_api(db: TestDb) {
+    let n = feed::store::export::PAGE * 2 + 7;
+    let items: Vec<NewItem> = (0..n)
+        .map(|i| NewItem::new(format!("{{\"n\":{i}}}").into_bytes()).with_id(format!("i{i:05}")))
+        .collect();
+    db.store
+        .enqueue("p", &PartitionSpec::default(), items)
+        .await
+        .unwrap();
+    db.sql("UPDATE feed_items SET status = 'complete' WHERE id IN ('i00001', 'i00600')")
+        .await;
+    let base = serve(db.store.clone(), Some(TOKEN)).await;
+    let r = reqwest::get(format!("{base}/api/v1/partitions/p/items.ndjson"))
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["content-type"], "application/x-ndjson");
+    let text = r.text().await.unwrap();
+    let cli = processor(
+        &["export", "--database-url", &db.url, "--partition", "p"],
+        "",
+    );
+    assert_eq!(
+        text,
+        String::from_utf8_lossy(&cli.stdout),
+        "the same lines as the CLI"
+    );
+    assert_eq!(text.lines().count(), n);
+    let done = reqwest::get(format!(
+        "{base}/api/v1/partitions/p/items.ndjson?status=complete"
+    ))
+    .await
+    .unwrap()
+    .text()
+    .await
+    .unwrap();
+    let ids: Vec<String> = done
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["id"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(ids, ["i00001", "i00600"]);
+    let (code, body) = get(&base, "/api/v1/partitions/nope/items.ndjson").await;
+    assert_eq!(code, 404, "{body}");
+    // Events: one failed, listed, then retried with the admin token only.
+    db.sql("UPDATE feed_partitions SET status = 'cancelled' WHERE id = 'p'")
+        .await;
+    db.sql("UPDATE feed_events SET status = 'failed', attempts = 3")
+        .await;
+    let (code, list) = get(&base, "/api/v1/events?status=failed").await;
+    assert_eq!(code, 200);
+    assert_eq!(list[0]["kind"], json!("partition.cancelled"));
+    assert_eq!(list[0]["counts"]["available"], json!(n - 2));
+    let (code, _) = post(&base, "/api/v1/events/retry", None, None).await;
+    assert_eq!(code, 401);
+    let (code, r) = post(
+        &base,
+        "/api/v1/events/retry",
+        Some(TOKEN),
+        Some(json!({"partition": "p"})),
+    )
+    .await;
+    assert_eq!((code, r), (StatusCode::OK, json!({"retried": 1})));
+    let (_, list) = get(&base, "/api/v1/events?partition=p").await;
+    assert_eq!(
+        (&list[0]["status"], &list[0]["attempts"]),
+        (&json!("pending"), &json!(0))
+    );
+    let (_, s) = get(&base, "/api/v1/status").await;
+    assert_eq!(
+        (&s["events_pending"], &s["events_failed"]),
+        (&json!(1), &json!(0))
+    );
+}
+
+/// The fenced blocks of `lang` in `text`, in order.
+fn blocks<'a>(text: &'a str, lang: &str) -> Vec<&'a str> {
+    let open = format!("```{lang}\n");
+    text.split(open.as_str())
+        .skip(1)
+        .filter_map(|b| b.split("```").next())
+        .collect()
+}
+
+/// README's round trip, run as written on the SQLite default: the quick
+/// start's handler, the events receiver, a processor, an enqueue over
+/// HTTP, `wait`, the export and the webhook.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readme_round_trip_runs_as_written() {
+    use std::os::unix::process::CommandExt;
+    let readme = include_str!("../../README.md");
+    let python = blocks(readme, "python");
+    let section = &readme[readme.find("## Knowing when work is done").unwrap()..];
+    let section = &section[..section.find("\n## ").unwrap()];
+    let script = blocks(section, "sh")[0];
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("handler.py"), python[0]).unwrap();
+    let events = python.iter().find(|b| b.contains("# events.py")).unwrap();
+    std::fs::write(dir.path().join("events.py"), events).unwrap();
+    std::fs::write(dir.path().join("run.sh"), script).unwrap();
+    let out = dir.path().join("out.txt");
+    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_processor"))
+        .parent()
+        .unwrap();
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
+    let mut child = std::process::Command::new("bash")
+        .arg("run.sh")
+        .current_dir(dir.path())
+        .env("PATH", path)
+        .env_remove("FEED_DATABASE_URL")
+        .stdout(std::fs::File::create(&out).unwrap())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    /// Ends the script's process group (its servers too), also on a panic.
+    struct Group(String);
+    impl Drop for Group {
+        fn drop(&mut self) {
+            let g = format!("-{}", self.0);
+            let _ = std::process::Command::new("kill")
+                .args(["-TERM", "--", &g])
+                .status();
+        }
+    }
+    let group = Group(child.id().to_string());
+    let read = || std::fs::read_to_string(&out).unwrap_or_default();
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while child.try_wait().unwrap().is_none() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    wait_for(
+        "the completion webhook",
+        Duration::from_secs(30),
+        || async { read().contains("\"event\":\"partition.complete\"") },
+    )
+    .await;
+    drop(group);
+    let _ = child.wait();
+    let text = read();
+    for shown in [
+        "\"ids\":[\"f7/1\",\"f7/2\"]",
+        "partition folder-7 complete: 2 complete, 0 failed, 0 cancelled, 0 available",
+        "{\"id\":\"f7/2\",\"gate\":0,\"status\":\"complete\",\"attempts\":1,\"last_error\":null,\"data\":{\"resume\": 2, \"seen_at_gate\": 0}}",
+        "1 {\"id\":1,\"event\":\"partition.complete\",\"partition_id\":\"folder-7\",\"gate\":0,\"counts\":{\"available\":0,\"complete\":2,\"failed\":0,\"cancelled\":0}",
+    ] {
+        assert!(
+            text.contains(shown),
+            "README shows {shown}, the run printed:\n{text}"
+        );
+    }
 }

@@ -76,7 +76,7 @@ async fn prune_deletes_only_old_finished_partitions(db: TestDb) {
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success());
     assert!(
-        out.contains("would delete 3 partitions and 5 items"),
+        out.contains("would delete 3 partitions, 5 items and 0 events"),
         "{out}"
     );
     assert_eq!(
@@ -89,7 +89,10 @@ async fn prune_deletes_only_old_finished_partitions(db: TestDb) {
 
     let o = crate::cli::processor(&args, "");
     let out = String::from_utf8_lossy(&o.stdout);
-    assert!(out.contains("deleted 2 partitions and 4 items"), "{out}");
+    assert!(
+        out.contains("deleted 2 partitions, 4 items and 0 events"),
+        "{out}"
+    );
     let left: Vec<String> = db
         .query("SELECT id FROM feed_partitions ORDER BY id", vec![])
         .await

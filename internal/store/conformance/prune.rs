@@ -44,12 +44,20 @@ async fn prune_deletes_only_old_finished_work(k: Kit) {
         .await;
     }
     k.item("stray/1", "stray", 0, "available").await;
+    // The closes wrote events: old ones go unless their delivery failed.
+    k.sqls(&[
+        "UPDATE feed_events SET created_at = 0 WHERE partition_id <> 'new-complete'",
+        "UPDATE feed_events SET status = 'failed' WHERE partition_id = 'old-failed'",
+        "UPDATE feed_events SET status = 'delivered' WHERE partition_id = 'old-complete'",
+    ])
+    .await;
     let would = k.store.prune(HOUR, true).await.unwrap();
     assert_eq!(
         would,
         Pruned {
             partitions: 3,
-            items: 4
+            items: 4,
+            events: 3
         }
     );
     let done = k.store.prune(HOUR, false).await.unwrap();
@@ -57,7 +65,8 @@ async fn prune_deletes_only_old_finished_work(k: Kit) {
         done,
         Pruned {
             partitions: 2,
-            items: 3
+            items: 3,
+            events: 3
         },
         "the stray item keeps its partition"
     );
@@ -65,6 +74,11 @@ async fn prune_deletes_only_old_finished_work(k: Kit) {
     assert_eq!(
         left,
         ["new-complete", "old-available", "old-failed", "stray"]
+    );
+    assert_eq!(
+        k.ids("SELECT partition_id AS id FROM feed_events ORDER BY id")
+            .await,
+        ["new-complete", "old-failed"]
     );
     assert_eq!(
         k.ids("SELECT id FROM feed_items WHERE partition_id = 'stray'")
@@ -75,7 +89,8 @@ async fn prune_deletes_only_old_finished_work(k: Kit) {
         k.store.prune(HOUR, true).await.unwrap(),
         Pruned {
             partitions: 1,
-            items: 1
+            items: 1,
+            events: 0
         }
     );
 }
