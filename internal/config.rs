@@ -85,6 +85,11 @@ pub struct Config {
     pub events_signing_secret: Option<String>,
     /// Delivery attempts per event before it is kept as failed; 0 = unlimited.
     pub events_max_attempts: u32,
+    /// Handler calls the circuit breaker looks back over; 0 = no breaker.
+    pub breaker_calls: usize,
+    /// Share of those calls failing as an outage (5xx, timeout, broken
+    /// connection) that opens the breaker.
+    pub breaker_ratio: f64,
 }
 
 impl Config {
@@ -128,6 +133,10 @@ impl Config {
     /// `--events-max-attempts`: with the default backoff, about an hour
     /// and a half of a receiver being down.
     pub const EVENTS_MAX_ATTEMPTS: u32 = 25;
+    /// `--breaker-calls`.
+    pub const BREAKER_CALLS: usize = 20;
+    /// `--breaker-ratio`.
+    pub const BREAKER_RATIO: f64 = 0.5;
     /// `--statement-timeout`.
     pub const STATEMENT_TIMEOUT: Duration = crate::store::DEFAULT_STATEMENT_TIMEOUT;
 
@@ -168,6 +177,8 @@ impl Config {
             events_headers: None,
             events_signing_secret: None,
             events_max_attempts: Self::EVENTS_MAX_ATTEMPTS,
+            breaker_calls: Self::BREAKER_CALLS,
+            breaker_ratio: Self::BREAKER_RATIO,
         }
     }
 
@@ -207,6 +218,9 @@ impl Config {
         }
         if self.poll_interval.is_zero() || self.acquire_interval.is_zero() {
             return bad("--poll-interval and --acquire-interval must be above zero");
+        }
+        if !(self.breaker_ratio > 0.0 && self.breaker_ratio <= 1.0) {
+            return bad("--breaker-ratio must be above 0 and at most 1, e.g. 0.5");
         }
         if self.ui && self.listen.is_none() {
             return bad("--ui serves the dashboard on --listen, which is off");

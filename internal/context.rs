@@ -8,6 +8,7 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use crate::Config;
+use crate::breaker::Breaker;
 use crate::completer::Completer;
 use crate::handler::Handler;
 use crate::ids::SessionId;
@@ -28,6 +29,8 @@ pub struct Context {
     pub metrics: Metrics,
     /// What `/readyz` reports.
     pub health: Arc<Health>,
+    /// Opens when most handler calls fail as an outage (5xx, timeouts).
+    pub breaker: Breaker,
     /// Turns items into outcomes (HTTP by default).
     pub handler: Arc<dyn Handler>,
     /// Writes results in batches.

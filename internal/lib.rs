@@ -31,6 +31,7 @@
 //! accepts: ids, gates, filters) and `printable` (text made safe to print).
 
 pub(crate) mod backoff;
+pub(crate) mod breaker;
 pub(crate) mod completer;
 pub mod config;
 pub mod console;

@@ -86,6 +86,12 @@ metrics! {
     /// Events kept as failed, as the sender last counted them.
     events_undeliverable: Gauge = Gauge::default(), "events_undeliverable",
         "Completion events kept as failed (counted by the sender every 10 s)";
+    /// 1 while the circuit breaker is open.
+    breaker_open: Gauge = Gauge::default(), "breaker_open",
+        "1 while the circuit breaker is open (handler calls failing as an outage)";
+    /// Times the circuit breaker opened.
+    breaker_trips: Counter = Counter::default(), "breaker_trips",
+        "Times the circuit breaker opened";
     /// SQL statements issued through the store (all its clones).
     statements: Counter = Counter::default(), "statements",
         "SQL statements issued by this processor";

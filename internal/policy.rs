@@ -166,10 +166,14 @@ mod tests {
     }
 
     fn fail(retry: bool, retry_after: Option<Duration>) -> Outcome {
-        Outcome::Failed {
-            message: "boom".into(),
-            retry,
-            retry_after,
+        let failed = if retry {
+            Outcome::retry("boom")
+        } else {
+            Outcome::fail("boom")
+        };
+        match retry_after {
+            Some(d) => failed.after(d),
+            None => failed,
         }
     }
 

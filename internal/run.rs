@@ -127,6 +127,7 @@ async fn start(
     let ctx = Arc::new(Context {
         wake: Arc::new(tokio::sync::Notify::new()),
         completer: Completer::start(session, store.clone(), config.session_expiry),
+        breaker: crate::breaker::Breaker::new(config.breaker_calls, config.breaker_ratio),
         config,
         store,
         session: Arc::new(Session::new(id.clone())),

@@ -26,6 +26,8 @@ pub struct Health {
     pub session: AtomicBool,
     /// The last delivery reached the handler.
     pub handler: AtomicBool,
+    /// The circuit breaker is open: most calls failed as an outage.
+    pub breaker_open: AtomicBool,
 }
 
 #[derive(Clone)]
@@ -59,8 +61,10 @@ async fn readyz(State(s): State<AppState>) -> impl IntoResponse {
     let db = s.health.database.load(Ordering::Relaxed);
     let session = s.health.session.load(Ordering::Relaxed);
     let handler = s.health.handler.load(Ordering::Relaxed);
-    let body = serde_json::json!({"database": db, "session": session, "handler": handler});
-    let code = if db && session && handler {
+    let open = s.health.breaker_open.load(Ordering::Relaxed);
+    let breaker = if open { "open" } else { "closed" };
+    let body = serde_json::json!({"database": db, "session": session, "handler": handler, "breaker": breaker});
+    let code = if db && session && handler && !open {
         StatusCode::OK
     } else {
         StatusCode::SERVICE_UNAVAILABLE

@@ -134,6 +134,14 @@ pub struct RunArgs {
     /// --backoff-base and --backoff-max
     #[arg(long, env = "FEED_EVENTS_MAX_ATTEMPTS", default_value_t = Config::EVENTS_MAX_ATTEMPTS)]
     events_max_attempts: u32,
+    /// Handler calls the circuit breaker looks back over (0 = no breaker); once half of them
+    /// are seen and --breaker-ratio of them failed with 5xx or timed out, dispatch holds off and
+    /// probes one call at a time, and such failures count no attempt
+    #[arg(long, env = "FEED_BREAKER_CALLS", default_value_t = Config::BREAKER_CALLS)]
+    breaker_calls: usize,
+    /// Share of --breaker-calls failing with 5xx or timing out that opens the breaker
+    #[arg(long, env = "FEED_BREAKER_RATIO", default_value_t = Config::BREAKER_RATIO)]
+    breaker_ratio: f64,
 }
 
 /// `'Name: value'` of `--header`.
@@ -204,5 +212,7 @@ pub async fn run(a: RunArgs) -> anyhow::Result<()> {
     c.events_headers = (!a.events_headers.is_empty()).then_some(a.events_headers);
     c.events_signing_secret = a.events_signing_secret.value();
     c.events_max_attempts = a.events_max_attempts;
+    c.breaker_calls = a.breaker_calls;
+    c.breaker_ratio = a.breaker_ratio;
     Ok(feed::run(c, shutdown).await?)
 }

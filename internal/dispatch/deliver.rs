@@ -3,12 +3,14 @@
 //! soon as the handler has answered, so the call's slot is free while the
 //! results are being written (the items stay in flight until then).
 
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use futures_util::future::join_all;
 use tokio::sync::mpsc;
 use tracing::Instrument;
 
+use crate::breaker::Turn;
 use crate::context::Context;
 use crate::handler::{Job, Outcome};
 use crate::ids::{ItemId, SessionId};
@@ -82,6 +84,7 @@ pub(super) async fn deliver(
             let failed = Outcome::retry(message);
             outcomes = vec![failed; fences.len()];
         }
+        let outcomes = breaker(ctx, outcomes);
         let policy = Policy::from(&ctx.config);
         let each = fences.into_iter().zip(outcomes).map(|(fence, outcome)| {
             let span = (!single).then(|| item_span(&fence));
@@ -108,6 +111,45 @@ pub(super) async fn deliver(
     }
     .instrument(span)
     .await
+}
+
+/// Feeds the call's result to the circuit breaker (an outage when every
+/// item of the call failed as one) and, while it is open, turns outage
+/// failures into "unreachable": no attempt is counted, and dispatch holds
+/// off and probes.
+fn breaker(ctx: &Context, outcomes: Vec<Outcome>) -> Vec<Outcome> {
+    let outage = outcomes.iter().all(Outcome::is_outage);
+    let turn = ctx.breaker.record(outage);
+    match turn {
+        Turn::Opened => {
+            ctx.metrics.breaker_open.set(1);
+            ctx.metrics.breaker_trips.inc();
+            ctx.health.breaker_open.store(true, Ordering::Relaxed);
+            tracing::warn!(
+                "circuit breaker open: most handler calls fail with 5xx or time out; dispatch holds off and probes (no attempts are counted)"
+            );
+        }
+        Turn::Closed => {
+            ctx.metrics.breaker_open.set(0);
+            ctx.health.breaker_open.store(false, Ordering::Relaxed);
+            tracing::info!("circuit breaker closed: the handler answers again");
+        }
+        Turn::Stays { .. } => {}
+    }
+    if !turn.open() {
+        return outcomes;
+    }
+    outcomes
+        .into_iter()
+        .map(|o| match o {
+            Outcome::Failed {
+                message,
+                outage: true,
+                ..
+            } => Outcome::unreachable(format!("circuit breaker open: {message}")),
+            other => other,
+        })
+        .collect()
 }
 
 /// The 1-based attempt a delivery of this item is.

@@ -229,6 +229,7 @@ fn failed_attempt(message: String, retry_after: Option<Duration>) -> Outcome {
         message,
         retry: true,
         retry_after,
+        outage: false,
     }
 }
 
@@ -249,6 +250,7 @@ fn error_answer(status: StatusCode, a: &Answer, retry_after: Option<Duration>) -
         message: format!("handler error (HTTP {}): {}", status.as_u16(), message),
         retry: retryable(status) && !no_retry,
         retry_after,
+        outage: status.is_server_error(),
     })
 }
 
@@ -270,6 +272,7 @@ fn status_failed(status: StatusCode, body: &[u8], retry_after: Option<Duration>)
         ),
         retry,
         retry_after,
+        outage: status.is_server_error(),
     }
 }
 

@@ -112,13 +112,15 @@ impl HttpHandler {
             .get(reqwest::header::RETRY_AFTER)
             .and_then(|v| v.to_str().ok())
             .and_then(parse_retry_after);
-        let too_large = || Outcome::Failed {
-            message: format!(
+        let too_large = || {
+            let message = format!(
                 "handler response body exceeds the {} byte cap; answer with less data",
                 self.max_bytes
-            ),
-            retry: true,
-            retry_after,
+            );
+            match retry_after {
+                Some(d) => Outcome::retry(message).after(d),
+                None => Outcome::retry(message),
+            }
         };
         // A known length takes its room before the first byte; an unknown
         // one past FREE_BYTES takes room for the largest answer allowed.
@@ -282,9 +284,9 @@ fn transport(e: &reqwest::Error) -> Outcome {
     if e.is_connect() {
         Outcome::unreachable(format!("handler unreachable: {}", error_chain(e)))
     } else if e.is_timeout() {
-        Outcome::retry("handler did not answer within --request-timeout")
+        Outcome::retry("handler did not answer within --request-timeout").outage()
     } else {
-        Outcome::retry(format!("handler request failed: {}", error_chain(e)))
+        Outcome::retry(format!("handler request failed: {}", error_chain(e))).outage()
     }
 }
 

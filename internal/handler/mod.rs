@@ -64,6 +64,10 @@ pub enum Outcome {
         retry: bool,
         /// The handler's `Retry-After`, if any.
         retry_after: Option<Duration>,
+        /// The handler's service itself looks down (a 5xx, a timeout, a
+        /// broken connection) rather than refusing this item: the circuit
+        /// breaker counts it.
+        outage: bool,
     },
     /// The handler could not be reached at all: no attempt is counted and
     /// dispatch holds off until it is back.
@@ -92,6 +96,7 @@ impl Outcome {
             message: message.into(),
             retry: true,
             retry_after: None,
+            outage: false,
         }
     }
 
@@ -101,6 +106,7 @@ impl Outcome {
             message: message.into(),
             retry: false,
             retry_after: None,
+            outage: false,
         }
     }
 
@@ -108,13 +114,44 @@ impl Outcome {
     /// other outcomes are returned unchanged.
     pub fn after(self, delay: Duration) -> Outcome {
         match self {
-            Outcome::Failed { message, retry, .. } => Outcome::Failed {
+            Outcome::Failed {
+                message,
+                retry,
+                outage,
+                ..
+            } => Outcome::Failed {
                 message,
                 retry,
                 retry_after: Some(delay),
+                outage,
             },
             other => other,
         }
+    }
+
+    /// This failed attempt is a sign that the handler's service is down
+    /// (a 5xx, a timeout, a broken connection), for the circuit breaker;
+    /// other outcomes are returned unchanged.
+    pub fn outage(self) -> Outcome {
+        match self {
+            Outcome::Failed {
+                message,
+                retry,
+                retry_after,
+                ..
+            } => Outcome::Failed {
+                message,
+                retry,
+                retry_after,
+                outage: true,
+            },
+            other => other,
+        }
+    }
+
+    /// Whether this is a failed attempt marked by [`Outcome::outage`].
+    pub fn is_outage(&self) -> bool {
+        matches!(self, Outcome::Failed { outage: true, .. })
     }
 
     /// The handler could not be reached at all (no attempt is counted).

@@ -10,6 +10,7 @@ mod proxy;
 mod support;
 
 mod batch;
+mod breaker;
 mod browser;
 mod chaos;
 mod chaos_hands;

@@ -1,0 +1,126 @@
+//! The circuit breaker for handler outages that still answer: a 5xx, a
+//! timeout, a broken connection. Connection refused already holds dispatch
+//! off without counting attempts (the dispatch loop's `Outage`); a handler
+//! behind a load balancer answering 503 for ten minutes would otherwise
+//! burn every item's attempts and fail them.
+//!
+//! The breaker keeps the last `calls` handler calls' results. Once at
+//! least half of that window has been seen and the share of outage
+//! failures in it reaches `ratio`, it opens: from then on an outage
+//! failure counts no attempt and is reported as "unreachable", which makes
+//! dispatch hold off and probe with one call at a time (with a growing
+//! hold-off, as for connection refused). The first call that gets a real
+//! answer closes it.
+
+use std::collections::VecDeque;
+use std::sync::Mutex;
+
+/// What a call's result did to the breaker.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Turn {
+    /// It stays as it was; `open` says how that is.
+    Stays {
+        /// The breaker is open.
+        open: bool,
+    },
+    /// This result opened it.
+    Opened,
+    /// This result closed it.
+    Closed,
+}
+
+impl Turn {
+    /// Whether the breaker is open after the result.
+    pub(crate) fn open(self) -> bool {
+        matches!(self, Turn::Opened | Turn::Stays { open: true })
+    }
+}
+
+/// The breaker's window and state.
+#[derive(Debug)]
+pub(crate) struct Breaker {
+    /// Calls in the window; 0 = the breaker is off.
+    calls: usize,
+    /// Share of outage failures in the window that opens it.
+    ratio: f64,
+    state: Mutex<State>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// The last calls' results, oldest first: true = an outage failure.
+    window: VecDeque<bool>,
+    open: bool,
+}
+
+impl Breaker {
+    pub(crate) fn new(calls: usize, ratio: f64) -> Self {
+        Self {
+            calls,
+            ratio,
+            state: Mutex::default(),
+        }
+    }
+
+    /// Records one call's result: `outage` when it failed as an outage
+    /// does (a 5xx, a timeout, a broken connection).
+    pub(crate) fn record(&self, outage: bool) -> Turn {
+        if self.calls == 0 {
+            return Turn::Stays { open: false };
+        }
+        let mut s = self.state.lock().expect("breaker lock");
+        if !outage && s.open {
+            s.open = false;
+            s.window.clear();
+            s.window.push_back(false);
+            return Turn::Closed;
+        }
+        s.window.push_back(outage);
+        if s.window.len() > self.calls {
+            s.window.pop_front();
+        }
+        if s.open || !outage {
+            return Turn::Stays { open: s.open };
+        }
+        let failed = s.window.iter().filter(|f| **f).count();
+        let seen = s.window.len();
+        if seen * 2 >= self.calls && failed as f64 >= self.ratio * seen as f64 {
+            s.open = true;
+            return Turn::Opened;
+        }
+        Turn::Stays { open: false }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn opens_on_a_share_of_failures_and_closes_on_an_answer() {
+        let b = Breaker::new(20, 0.5);
+        // Half a window of failures opens it; not fewer.
+        for _ in 0..9 {
+            assert_eq!(b.record(true), Turn::Stays { open: false });
+        }
+        assert_eq!(b.record(true), Turn::Opened);
+        assert_eq!(b.record(true), Turn::Stays { open: true });
+        assert_eq!(b.record(false), Turn::Closed);
+        // A failure every other call stays below a ratio of 0.6.
+        let b = Breaker::new(20, 0.6);
+        for _ in 0..40 {
+            assert_eq!(b.record(true), Turn::Stays { open: false });
+            assert_eq!(b.record(false), Turn::Stays { open: false });
+        }
+        // Then failures only: 12 in the last 20 (10 + 2 of the
+        // alternating ones still in the window) open it at the fourth.
+        for _ in 0..3 {
+            assert_eq!(b.record(true), Turn::Stays { open: false });
+        }
+        assert_eq!(b.record(true), Turn::Opened);
+        let off = Breaker::new(0, 0.5);
+        for _ in 0..100 {
+            assert_eq!(off.record(true), Turn::Stays { open: false });
+        }
+    }
+}
