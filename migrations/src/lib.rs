@@ -50,6 +50,46 @@ pub(crate) async fn has_column(
     Ok(n > 0)
 }
 
+/// Adds `column BOOLEAN NOT NULL DEFAULT false` to `table` unless it is
+/// there.
+pub(crate) async fn add_flag(
+    manager: &SchemaManager<'_>,
+    table: &str,
+    column: &str,
+) -> Result<(), DbErr> {
+    use sea_orm_migration::sea_orm::{ConnectionTrait, DbBackend};
+    if has_column(manager, table, column).await? {
+        return Ok(());
+    }
+    let false_v = match manager.get_database_backend() {
+        DbBackend::Sqlite => "0",
+        _ => "FALSE",
+    };
+    manager
+        .get_connection()
+        .execute_unprepared(&format!(
+            "ALTER TABLE {table} ADD COLUMN {column} BOOLEAN NOT NULL DEFAULT {false_v}"
+        ))
+        .await?;
+    Ok(())
+}
+
+/// Drops `column` from `table` if it is there.
+pub(crate) async fn drop_column(
+    manager: &SchemaManager<'_>,
+    table: &str,
+    column: &str,
+) -> Result<(), DbErr> {
+    use sea_orm_migration::sea_orm::ConnectionTrait;
+    if has_column(manager, table, column).await? {
+        manager
+            .get_connection()
+            .execute_unprepared(&format!("ALTER TABLE {table} DROP COLUMN {column}"))
+            .await?;
+    }
+    Ok(())
+}
+
 /// Applies Feed's migrations in order.
 pub struct Migrator;
 

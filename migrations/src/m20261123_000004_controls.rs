@@ -43,19 +43,7 @@ impl MigrationTrait for Migration {
     async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
         let db = manager.get_connection();
         let backend = manager.get_database_backend();
-        // SQLite has no ADD COLUMN IF NOT EXISTS; a racing processor that
-        // adds it first makes this fail, and `migrate` retries.
-        if !crate::has_column(manager, "feed_partitions", "paused").await? {
-            let false_v = if backend == DbBackend::Sqlite {
-                "0"
-            } else {
-                "FALSE"
-            };
-            db.execute_unprepared(&format!(
-                "ALTER TABLE feed_partitions ADD COLUMN paused BOOLEAN NOT NULL DEFAULT {false_v}"
-            ))
-            .await?;
-        }
+        crate::add_flag(manager, "feed_partitions", "paused").await?;
         for sql in statements(backend) {
             db.execute_unprepared(&sql).await?;
         }
@@ -66,10 +54,6 @@ impl MigrationTrait for Migration {
         let db = manager.get_connection();
         db.execute_unprepared("DROP TABLE IF EXISTS feed_maintenance")
             .await?;
-        if crate::has_column(manager, "feed_partitions", "paused").await? {
-            db.execute_unprepared("ALTER TABLE feed_partitions DROP COLUMN paused")
-                .await?;
-        }
-        Ok(())
+        crate::drop_column(manager, "feed_partitions", "paused").await
     }
 }

@@ -129,17 +129,7 @@ impl MigrationTrait for Migration {
     async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
         let db = manager.get_connection();
         let backend = manager.get_database_backend();
-        if !crate::has_column(manager, "feed_partitions", "gate_events").await? {
-            let false_v = if backend == DbBackend::Sqlite {
-                "0"
-            } else {
-                "FALSE"
-            };
-            db.execute_unprepared(&format!(
-                "ALTER TABLE feed_partitions ADD COLUMN gate_events BOOLEAN NOT NULL DEFAULT {false_v}"
-            ))
-            .await?;
-        }
+        crate::add_flag(manager, "feed_partitions", "gate_events").await?;
         for sql in statements(backend) {
             db.execute_unprepared(&sql).await?;
         }
@@ -163,10 +153,6 @@ impl MigrationTrait for Migration {
             .await?;
         db.execute_unprepared("DELETE FROM feed_maintenance WHERE name = 'events'")
             .await?;
-        if crate::has_column(manager, "feed_partitions", "gate_events").await? {
-            db.execute_unprepared("ALTER TABLE feed_partitions DROP COLUMN gate_events")
-                .await?;
-        }
-        Ok(())
+        crate::drop_column(manager, "feed_partitions", "gate_events").await
     }
 }
