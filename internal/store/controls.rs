@@ -14,14 +14,15 @@ use crate::{Error, Result, validate};
 
 /// A partition's settings and state, as read to explain a refused control.
 #[derive(Clone, Debug, FromQueryResult)]
-struct State {
-    status: String,
+pub(super) struct State {
+    pub(super) status: String,
     gate: i64,
     manual_checkpoint: bool,
 }
 
 impl Store {
-    async fn state(&self, id: &str) -> Result<State> {
+    /// A partition's status and settings; NotFound for an unknown one.
+    pub(super) async fn state(&self, id: &str) -> Result<State> {
         let rows = self
             .query(
                 "SELECT status, gate, manual_checkpoint FROM feed_partitions WHERE id = ?",

@@ -13,7 +13,7 @@ use tokio::time::Instant;
 use super::events::Counts;
 use super::{DEFAULT_STATEMENT_TIMEOUT, Driver, Store, get};
 use crate::status::Status;
-use crate::{Error, Result, validate};
+use crate::{Result, validate};
 
 /// The channel the events trigger notifies on PostgreSQL.
 pub const CHANNEL: &str = "feed_events";
@@ -47,7 +47,7 @@ impl Store {
         // look and the nap still wakes it.
         let mut listener = self.listen_events().await;
         loop {
-            let status = self.partition_status(partition).await?;
+            let status = self.state(partition).await?.status;
             let finished = matches!(
                 Status::parse(&status),
                 Some(Status::Complete | Status::Failed | Status::Cancelled)
@@ -94,19 +94,6 @@ impl Store {
                 None
             }
         }
-    }
-
-    async fn partition_status(&self, id: &str) -> Result<String> {
-        let rows = self
-            .query(
-                "SELECT status FROM feed_partitions WHERE id = ?",
-                vec![id.into()],
-            )
-            .await?;
-        let row = rows
-            .first()
-            .ok_or_else(|| Error::NotFound(format!("partition {id}")))?;
-        get(row, "status")
     }
 
     /// A partition's items by status (one index range).
