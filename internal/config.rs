@@ -85,6 +85,10 @@ pub struct Config {
     pub events_signing_secret: Option<String>,
     /// Delivery attempts per event before it is kept as failed; 0 = unlimited.
     pub events_max_attempts: u32,
+    /// Items per second the whole fleet sends to the handler (`--rate-limit`).
+    pub rate_limit: Option<crate::limits::Rate>,
+    /// Items the fleet may send at once after a quiet spell (`--rate-burst`).
+    pub rate_burst: Option<u32>,
     /// Handler calls the circuit breaker looks back over; 0 = no breaker.
     pub breaker_calls: usize,
     /// Share of those calls failing as an outage (5xx, timeout, broken
@@ -177,6 +181,8 @@ impl Config {
             events_headers: None,
             events_signing_secret: None,
             events_max_attempts: Self::EVENTS_MAX_ATTEMPTS,
+            rate_limit: None,
+            rate_burst: None,
             breaker_calls: Self::BREAKER_CALLS,
             breaker_ratio: Self::BREAKER_RATIO,
         }

@@ -31,6 +31,8 @@ pub struct Context {
     pub health: Arc<Health>,
     /// Opens when most handler calls fail as an outage (5xx, timeouts).
     pub breaker: Breaker,
+    /// Flow control: what may be sent to the handler now.
+    pub limits: Arc<crate::limits::Limits>,
     /// Turns items into outcomes (HTTP by default).
     pub handler: Arc<dyn Handler>,
     /// Writes results in batches.

@@ -26,6 +26,7 @@ use crate::Result;
 use crate::context::Context;
 use crate::ids::{PartitionId, SessionId};
 use crate::metrics::Metrics;
+use crate::store::limits::Attrs;
 use crate::store::{HeldRow, LEASE_CHUNK, LeaseCounts, STRANDED_SLICE};
 
 /// Full sweeps of the held partitions' probes take at most this many
@@ -69,6 +70,8 @@ pub struct Held {
     pub marked: HashSet<PartitionId>,
     /// Where the acquire cycle stands; taken by a cycle while it runs.
     pub cursors: Cursors,
+    /// Flow-control columns of held partitions that set any, as last seen.
+    pub attrs: HashMap<PartitionId, Attrs>,
 }
 
 /// Where the acquire cycle's sweeps and steps stand between cycles.
@@ -105,6 +108,8 @@ pub struct Cycle {
     released: Vec<PartitionId>,
     /// Partitions leased (free ones, or one stolen), with their new versions.
     took: Vec<(PartitionId, i64)>,
+    /// The flow-control columns of those leased that set any.
+    took_attrs: Vec<Attrs>,
     /// More free partitions wait than one cycle takes: run the next soon.
     more: bool,
     /// The statement that cut the cycle short.
@@ -142,6 +147,8 @@ pub struct Applied {
     pub changed: Vec<PartitionId>,
     /// Partitions no longer held.
     pub lost: Vec<PartitionId>,
+    /// Held partitions whose flow-control columns changed (None: unset).
+    pub attrs: Vec<(PartitionId, Option<Attrs>)>,
 }
 
 /// One acquire cycle for session `me`, which holds `held` partitions;
@@ -161,6 +168,16 @@ pub async fn cycle(
         step(ctx, me, &mut out).await
     } else {
         full(ctx, me, held, busy, &mut out).await
+    };
+    let done = match done {
+        Ok(()) if !out.took.is_empty() => {
+            let ids: Vec<PartitionId> = out.took.iter().map(|(id, _)| id.clone()).collect();
+            ctx.store
+                .partition_attrs(&ids)
+                .await
+                .map(|a| out.took_attrs = a)
+        }
+        other => other,
     };
     out.error = done.err();
     out
@@ -314,6 +331,14 @@ impl Held {
             self.lost_from(&cycle.slice, swept, &mut out, metrics);
         }
         for r in &cycle.slice {
+            let attrs = (r.tenant.is_some() || r.weight.is_some() || r.max_in_flight.is_some())
+                .then(|| Attrs {
+                    id: r.id.clone(),
+                    tenant: r.tenant.clone(),
+                    weight: r.weight.and_then(|w| u32::try_from(w).ok()),
+                    max_in_flight: r.max_in_flight.and_then(|m| u32::try_from(m).ok()),
+                });
+            self.set_attrs(&r.id, attrs, &mut out);
             if self.versions.get(&r.id) != Some(&r.version) {
                 self.versions.insert(r.id.clone(), r.version);
                 self.marked.insert(r.id.clone());
@@ -329,13 +354,35 @@ impl Held {
         for id in cycle.released {
             self.versions.remove(&id);
             self.marked.remove(&id);
+            self.attrs.remove(&id);
         }
+        let mut took_attrs: HashMap<PartitionId, Attrs> = cycle
+            .took_attrs
+            .into_iter()
+            .map(|a| (a.id.clone(), a))
+            .collect();
         for (id, version) in cycle.took {
             self.versions.insert(id.clone(), version);
+            let attrs = took_attrs.remove(&id);
+            self.set_attrs(&id, attrs, &mut out);
             out.ready.push(id);
+        }
+        for id in &out.lost {
+            self.attrs.remove(id);
         }
         metrics.partitions_held.set(self.versions.len() as i64);
         out
+    }
+
+    /// Records a partition's flow-control columns, reporting a change.
+    fn set_attrs(&mut self, id: &PartitionId, attrs: Option<Attrs>, out: &mut Applied) {
+        let changed = match &attrs {
+            Some(a) => self.attrs.insert(id.clone(), a.clone()).as_ref() != Some(a),
+            None => self.attrs.remove(id).is_some(),
+        };
+        if changed {
+            out.attrs.push((id.clone(), attrs));
+        }
     }
 
     /// Drops the held partitions in the range a slice covers that it did

@@ -43,6 +43,7 @@ pub(crate) mod gates;
 pub mod handler;
 pub mod ids;
 pub(crate) mod leases;
+pub mod limits;
 pub mod lines;
 pub(crate) mod metrics;
 pub(crate) mod notify;

@@ -89,6 +89,12 @@ metrics! {
     /// 1 while the circuit breaker is open.
     breaker_open: Gauge = Gauge::default(), "breaker_open",
         "1 while the circuit breaker is open (handler calls failing as an outage)";
+    /// Handler answers that said "too many" (429, or 503 with Retry-After).
+    throttled: Counter = Counter::default(), "throttled",
+        "Handler calls answered 429, or 503 with Retry-After";
+    /// The adaptive rate after throttle answers; 0 = not limited.
+    adaptive_rate: Gauge = Gauge::default(), "adaptive_rate",
+        "Items per second this processor sends at after throttle answers (0 = not limited)";
     /// Times the circuit breaker opened.
     breaker_trips: Counter = Counter::default(), "breaker_trips",
         "Times the circuit breaker opened";

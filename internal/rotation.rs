@@ -10,17 +10,36 @@
 //! per held partition. In between, each refill serves the next partitions
 //! in turn and keeps those that still have work.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 
 use tokio::time::Instant;
 
 use crate::ids::PartitionId;
 
-/// Partitions with ready work, in the order they are served.
+/// What partitions take turns as: their tenant, or, without one, each
+/// partition on its own.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Group {
+    /// The partitions of one tenant share its turns.
+    Tenant(String),
+    /// A partition without a tenant.
+    Alone(PartitionId),
+}
+
+/// Partitions with ready work, in the order they are served: groups take
+/// turns, and within a group its partitions do.
 #[derive(Debug, Default)]
 pub struct Rotation {
-    queue: VecDeque<PartitionId>,
-    members: HashSet<PartitionId>,
+    /// Groups with waiting partitions, in turn order; the front one's
+    /// turns used so far.
+    turns: VecDeque<Group>,
+    used: u32,
+    /// Each group's waiting partitions, in turn order.
+    queues: HashMap<Group, VecDeque<PartitionId>>,
+    /// Waiting partition → its group.
+    members: HashMap<PartitionId, Group>,
+    /// Partitions of a tenant (the rest are alone).
+    tenants: HashMap<PartitionId, String>,
     /// The write position up to which new items have been looked at; None
     /// until the first look.
     pub mark: Option<i64>,
@@ -54,44 +73,117 @@ impl Rotation {
         self.due = Some(next);
     }
 
-    /// Takes up to `n` partitions from the front, to serve now.
-    pub fn take(&mut self, n: usize) -> Vec<PartitionId> {
-        let n = n.min(self.queue.len());
-        let taken: Vec<PartitionId> = self.queue.drain(..n).collect();
-        for id in &taken {
-            self.members.remove(id);
+    /// Sets (or, with None, clears) the tenant a partition takes turns
+    /// with; applies the next time it joins.
+    pub fn set_tenant(&mut self, id: &PartitionId, tenant: Option<&str>) {
+        match tenant {
+            Some(t) => self.tenants.insert(id.clone(), t.to_string()),
+            None => self.tenants.remove(id),
+        };
+    }
+
+    /// The tenant a partition takes turns with.
+    pub fn tenant(&self, id: &str) -> Option<&str> {
+        self.tenants.get(id).map(String::as_str)
+    }
+
+    /// Takes up to `n` partitions to serve now, groups in turn: a group
+    /// gets `turns(group)` partitions in a row (its weight), and groups
+    /// for which `skip` holds are passed over (they keep their place).
+    pub fn take(
+        &mut self,
+        n: usize,
+        turns: impl Fn(&Group) -> u32,
+        skip: impl Fn(&Group) -> bool,
+    ) -> Vec<PartitionId> {
+        let mut taken = Vec::new();
+        let mut passed = Vec::new();
+        while taken.len() < n {
+            let Some(group) = self.turns.pop_front() else {
+                break;
+            };
+            if skip(&group) {
+                passed.push(group);
+                self.used = 0;
+                continue;
+            }
+            let queue = self
+                .queues
+                .get_mut(&group)
+                .expect("a group in turn has a queue");
+            let id = queue.pop_front().expect("a group in turn has partitions");
+            self.members.remove(&id);
+            taken.push(id);
+            self.used += 1;
+            if queue.is_empty() {
+                self.queues.remove(&group);
+                self.used = 0;
+            } else if self.used < turns(&group).max(1) {
+                self.turns.push_front(group);
+            } else {
+                self.turns.push_back(group);
+                self.used = 0;
+            }
+        }
+        // Groups passed over go first next time, in their order.
+        for group in passed.into_iter().rev() {
+            self.turns.push_front(group);
         }
         taken
     }
 
-    /// Puts a partition that has (or may have) work at the end, unless it
-    /// is already waiting.
+    /// Puts a partition that has (or may have) work at the end of its
+    /// group, unless it is already waiting.
     pub fn offer(&mut self, id: PartitionId) {
-        if self.members.insert(id.clone()) {
-            self.queue.push_back(id);
+        if self.members.contains_key(&id) {
+            return;
         }
+        let group = match self.tenants.get(&id) {
+            Some(t) => Group::Tenant(t.clone()),
+            None => Group::Alone(id.clone()),
+        };
+        let queue = self.queues.entry(group.clone()).or_default();
+        if queue.is_empty() {
+            self.turns.push_back(group.clone());
+        }
+        queue.push_back(id.clone());
+        self.members.insert(id, group);
     }
 
     /// Whether `id` waits in the rotation.
     pub fn contains(&self, id: &str) -> bool {
-        self.members.contains(id)
+        self.members.contains_key(id)
     }
 
     /// Whether no partition waits in the rotation.
     pub fn is_empty(&self) -> bool {
-        self.queue.is_empty()
+        self.members.is_empty()
     }
 
-    /// Drops partitions that are no longer held.
+    /// Drops waiting partitions that are no longer to be served (their
+    /// tenants are kept: see `set_tenant`).
     pub fn retain(&mut self, held: impl Fn(&str) -> bool) {
-        self.queue.retain(|id| held(id));
-        self.members.retain(|id| held(id));
+        self.members.retain(|id, _| held(id));
+        for queue in self.queues.values_mut() {
+            queue.retain(|id| held(id));
+        }
+        self.queues.retain(|_, q| !q.is_empty());
+        let queues = &self.queues;
+        self.turns.retain(|g| queues.contains_key(g));
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn one(_: &Group) -> u32 {
+        1
+    }
+
+    fn none(_: &Group) -> bool {
+        false
+    }
 
     #[test]
     fn serves_in_turn() {
@@ -105,15 +197,56 @@ mod tests {
         );
         assert!(!r.needs_discovery(now));
         assert_eq!(r.mark, Some(7));
-        assert_eq!(r.take(2), vec!["a", "b"]);
+        assert_eq!(r.take(2, one, none), vec!["a", "b"]);
         r.offer("a".into());
         // b ran dry; a goes behind c.
-        assert_eq!(r.take(5), vec!["c", "a"]);
+        assert_eq!(r.take(5, one, none), vec!["c", "a"]);
         assert!(r.is_empty());
         r.offer("c".into());
         r.offer("c".into());
-        assert_eq!(r.take(5), vec!["c"], "no duplicates");
+        assert_eq!(r.take(5, one, none), vec!["c"], "no duplicates");
         r.rediscover();
         assert!(r.needs_discovery(now));
+    }
+
+    #[test]
+    fn tenants_take_turns_by_weight_then_their_partitions() {
+        let now = Instant::now();
+        let mut r = Rotation::default();
+        for i in 0..4 {
+            let id = PartitionId::from(format!("a{i}").as_str());
+            r.set_tenant(&id, Some("A"));
+        }
+        r.set_tenant(&"b0".into(), Some("B"));
+        let ids = ["a0", "a1", "a2", "a3", "b0", "x"].map(PartitionId::from);
+        r.discovered(ids, 1, now);
+        // A tenant with four partitions gets no more turns than one with one,
+        // or than a partition without a tenant.
+        assert_eq!(
+            r.take(6, one, none),
+            vec!["a0", "b0", "x", "a1", "a2", "a3"]
+        );
+        // Weight 2 for A: two turns in a row.
+        for id in ["a0", "a1", "a2", "b0"] {
+            r.offer(id.into());
+        }
+        let weight = |g: &Group| {
+            if *g == Group::Tenant("A".into()) {
+                2
+            } else {
+                1
+            }
+        };
+        assert_eq!(r.take(4, weight, none), vec!["a0", "a1", "b0", "a2"]);
+        // A blocked tenant is passed over and keeps its place.
+        for id in ["a0", "b0", "x"] {
+            r.offer(id.into());
+        }
+        let blocked = |g: &Group| *g == Group::Tenant("A".into());
+        assert_eq!(r.take(5, one, blocked), vec!["b0", "x"]);
+        assert_eq!(r.take(5, one, none), vec!["a0"]);
+        r.offer("a1".into());
+        r.retain(|id| id != "a1");
+        assert!(r.is_empty());
     }
 }

@@ -128,6 +128,7 @@ async fn start(
         wake: Arc::new(tokio::sync::Notify::new()),
         completer: Completer::start(session, store.clone(), config.session_expiry),
         breaker: crate::breaker::Breaker::new(config.breaker_calls, config.breaker_ratio),
+        limits: crate::limits::Limits::new(config.rate_limit, config.rate_burst, config.batch_size),
         config,
         store,
         session: Arc::new(Session::new(id.clone())),
@@ -145,6 +146,7 @@ async fn start(
         let listen = crate::notify::listen(ctx.config.clone(), ctx.wake.clone(), work.token());
         work.spawn("notifications", listen);
     }
+    work.spawn("limits", crate::limits::run(ctx.clone(), work.token()));
     if let Some(webhooks) = crate::webhooks::Webhooks::new(&ctx)? {
         work.spawn("webhooks", webhooks.run(work.token()));
     }
@@ -175,6 +177,7 @@ fn keeper(ctx: &Context) -> session::Keeper {
         session: ctx.session.clone(),
         health: ctx.health.clone(),
         sessions_lost: ctx.metrics.sessions_lost.clone(),
+        send_rate: ctx.metrics.adaptive_rate.clone(),
         config: ctx.config.clone(),
     }
 }
@@ -223,6 +226,9 @@ async fn hand_over(ctx: &Context) {
         Err(e) => {
             tracing::warn!(error = %e, "could not release partitions; they free up when the session expires")
         }
+    }
+    if let Err(e) = ctx.store.release_slots(&me).await {
+        tracing::warn!(error = %e, "could not give back in-flight slots; they go when the session expires");
     }
     if let Err(e) = ctx.store.delete_session(&me).await {
         tracing::warn!(error = %e, "could not delete the session row; it expires by itself");

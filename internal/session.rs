@@ -58,6 +58,9 @@ pub struct Keeper {
     pub health: Arc<Health>,
     /// `feed_sessions_lost`.
     pub sessions_lost: Counter,
+    /// `feed_adaptive_rate`, written with each heartbeat so that the
+    /// console shows what the handler's "too many" answers did.
+    pub send_rate: prometheus_client::metrics::gauge::Gauge,
     /// Settings.
     pub config: Config,
 }
@@ -69,6 +72,7 @@ pub async fn keep(keeper: Keeper, cancel: CancellationToken) {
         session,
         health,
         sessions_lost,
+        send_rate,
         config,
     } = keeper;
     let expiry = config.session_expiry;
@@ -82,7 +86,9 @@ pub async fn keep(keeper: Keeper, cancel: CancellationToken) {
         }
         let id = session.id();
         let limit = beat_limit(&config);
-        let beat = store.within(limit, store.heartbeat(&id)).await;
+        let beat = store
+            .within(limit, store.heartbeat(&id, send_rate.get()))
+            .await;
         match beat {
             Ok(true) => {
                 session.renewed();

@@ -30,6 +30,17 @@ pub struct EnqueueArgs {
     /// cancellations always write one)
     #[arg(long)]
     pub gate_events: bool,
+    /// The tenant the partition belongs to: tenants share dispatch fairly and have limits of
+    /// their own (`processor limits`)
+    #[arg(long)]
+    pub tenant: Option<String>,
+    /// The partition's share of dispatch against its tenant's other partitions (or, without a
+    /// tenant, against other partitions) [default: 1]
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub weight: Option<u32>,
+    /// The partition's own cap on items in flight [default: --max-in-flight-per-partition]
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_in_flight: Option<u32>,
     /// Take each line as the item's data itself, not as {"id", "gate", "data"}
     #[arg(long)]
     pub raw: bool,
@@ -78,6 +89,9 @@ pub async fn enqueue(a: EnqueueArgs) -> anyhow::Result<()> {
     spec.manual_checkpoint = a.manual_checkpoint;
     spec.on_failure = a.on_failure;
     spec.gate_events = a.gate_events;
+    spec.tenant = a.tenant;
+    spec.weight = a.weight;
+    spec.max_in_flight = a.max_in_flight;
     let r = store.enqueue(&a.partition, &spec, items).await?;
     bar.finish_and_clear();
     let what = if r.created {

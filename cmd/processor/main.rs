@@ -8,6 +8,7 @@ mod secret;
 mod controls;
 mod events;
 mod items;
+mod limits;
 mod run;
 mod status;
 
@@ -67,6 +68,8 @@ enum Command {
     Export(events::ExportArgs),
     /// Completion events: list them, send failed ones again.
     Events(events::EventsArgs),
+    /// Per-tenant flow control: set, list or clear a tenant's max in flight, rate and weight.
+    Limits(limits::LimitsArgs),
 }
 
 #[derive(Args, Clone)]
@@ -182,6 +185,7 @@ async fn main() -> ExitCode {
         Command::Wait(args) => return events::wait(args).await,
         Command::Export(args) => events::export(args).await,
         Command::Events(args) => events::events(args).await,
+        Command::Limits(args) => limits::limits(args).await,
         Command::Ui(args) => match shutdown_signal() {
             Ok(stop) => {
                 init_logs(LogFormat::Text, LOGS);

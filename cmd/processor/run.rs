@@ -134,6 +134,14 @@ pub struct RunArgs {
     /// --backoff-base and --backoff-max
     #[arg(long, env = "FEED_EVENTS_MAX_ATTEMPTS", default_value_t = Config::EVENTS_MAX_ATTEMPTS)]
     events_max_attempts: u32,
+    /// Items per second the whole fleet sends to the handler, e.g. 500/s or 30/m; shared through
+    /// the database, so give every processor the same value [default: none]
+    #[arg(long, env = "FEED_RATE_LIMIT")]
+    rate_limit: Option<feed::limits::Rate>,
+    /// Items the fleet may send at once after a quiet spell, on top of --rate-limit [default:
+    /// 100 ms of the rate, at least twice --batch-size]
+    #[arg(long, env = "FEED_RATE_BURST", requires = "rate_limit")]
+    rate_burst: Option<u32>,
     /// Handler calls the circuit breaker looks back over (0 = no breaker); once half of them
     /// are seen and --breaker-ratio of them failed with 5xx or timed out, dispatch holds off and
     /// probes one call at a time, and such failures count no attempt
@@ -212,6 +220,8 @@ pub async fn run(a: RunArgs) -> anyhow::Result<()> {
     c.events_headers = (!a.events_headers.is_empty()).then_some(a.events_headers);
     c.events_signing_secret = a.events_signing_secret.value();
     c.events_max_attempts = a.events_max_attempts;
+    c.rate_limit = a.rate_limit;
+    c.rate_burst = a.rate_burst;
     c.breaker_calls = a.breaker_calls;
     c.breaker_ratio = a.breaker_ratio;
     Ok(feed::run(c, shutdown).await?)

@@ -2,6 +2,8 @@
 //! controls as the command line. Actions answer 200 with the new state,
 //! 401 without a valid bearer token, 403 when no admin token is
 //! configured, 404 for an unknown id and 409 when the action does not apply.
+//! Tenants' limits (`/limits`) are read like the rest and changed (`PUT`,
+//! `DELETE`) with the admin token, as `processor limits` changes them.
 //! Enqueueing (`POST /partitions/{id}/items`, see `enqueue`) also takes the
 //! producer token.
 
@@ -9,12 +11,12 @@ use axum::extract::{DefaultBodyLimit, Path, Query, State};
 use axum::handler::Handler;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{get, post, put};
 use axum::{Extension, Json, Router};
 use serde::Deserialize;
 
 use super::ClientAddr;
-use super::{Console, api_error, auth, completion, enqueue, json_error, json_errors};
+use super::{Console, api_error, auth, completion, enqueue, json_error, json_errors, limits};
 use crate::store::listing::{ItemFilter, PartitionFilter};
 
 /// A control on one partition.
@@ -84,6 +86,8 @@ pub(super) fn routes() -> Router<Console> {
         .route("/events", get(completion::events))
         .route("/events/retry", post(completion::retry))
         .route("/items/{id}/retry", post(retry_item))
+        .route("/limits", get(list_limits))
+        .route("/limits/{tenant}", put(set_limit).delete(clear_limit))
         .fallback(|| async {
             api_error(
                 StatusCode::NOT_FOUND,
@@ -230,4 +234,62 @@ async fn retry_item(
     }
     tracing::info!(item = %id, "operator retried an item");
     answer(store.item(&id).await)
+}
+
+async fn list_limits(State(c): State<Console>) -> Response {
+    match c.store().await {
+        Ok(s) => answer(s.limits().await),
+        Err(e) => json_error(e),
+    }
+}
+
+/// `PUT /limits/{tenant}` with `{"max_in_flight", "rate", "burst",
+/// "weight"}`: a field absent keeps its value, `null` removes it.
+async fn set_limit(
+    State(c): State<Console>,
+    Path(tenant): Path<String>,
+    client: Option<Extension<ClientAddr>>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
+    let bearer = || auth::check_bearer(c.token.as_ref(), &headers);
+    if let Err(g) = c.guarded(client.as_deref(), "API", bearer) {
+        return g.json();
+    }
+    let change = match limits::Change::from_json(&body) {
+        Ok(change) => change,
+        Err(e) => return json_error(e),
+    };
+    match c.store().await {
+        Ok(s) => answer(limits::set(s, &tenant, &change).await),
+        Err(e) => json_error(e),
+    }
+}
+
+#[derive(serde::Serialize)]
+struct Cleared {
+    tenant: String,
+    removed: bool,
+}
+
+/// `DELETE /limits/{tenant}`: `{"tenant", "removed"}` (false when it had none).
+async fn clear_limit(
+    State(c): State<Console>,
+    Path(tenant): Path<String>,
+    client: Option<Extension<ClientAddr>>,
+    headers: HeaderMap,
+) -> Response {
+    let bearer = || auth::check_bearer(c.token.as_ref(), &headers);
+    if let Err(g) = c.guarded(client.as_deref(), "API", bearer) {
+        return g.json();
+    }
+    let store = match c.store().await {
+        Ok(s) => s,
+        Err(e) => return json_error(e),
+    };
+    answer(
+        limits::clear(store, &tenant)
+            .await
+            .map(|removed| Cleared { tenant, removed }),
+    )
 }

@@ -33,6 +33,12 @@ pub(super) struct EnqueueQuery {
     on_failure: Option<String>,
     /// Write a `partition.gate` event each time the gate moves (default false).
     gate_events: Option<bool>,
+    /// The partition's tenant.
+    tenant: Option<String>,
+    /// Its share of dispatch.
+    weight: Option<u32>,
+    /// Its own cap on items in flight.
+    max_in_flight: Option<u32>,
 }
 
 impl EnqueueQuery {
@@ -47,6 +53,12 @@ impl EnqueueQuery {
         if let Some(g) = self.gate_events {
             spec.gate_events = g;
         }
+        if self.weight == Some(0) || self.max_in_flight == Some(0) {
+            return Err("weight and max_in_flight must be at least 1");
+        }
+        spec.tenant = self.tenant.clone();
+        spec.weight = self.weight;
+        spec.max_in_flight = self.max_in_flight;
         spec.on_failure = match self.on_failure.as_deref() {
             None | Some("block") => OnFailure::Block,
             Some("continue") => OnFailure::Continue,
@@ -254,6 +266,9 @@ mod tests {
             manual_checkpoint: m,
             on_failure: f.map(str::to_string),
             gate_events: m,
+            tenant: None,
+            weight: None,
+            max_in_flight: None,
         };
         let s = q(None, None, None).spec().unwrap();
         assert!(s.auto_close && !s.manual_checkpoint && s.on_failure == OnFailure::Block);

@@ -11,6 +11,7 @@ mod api;
 mod auth;
 mod completion;
 mod enqueue;
+mod limits;
 mod pages;
 mod throttle;
 mod views;

@@ -1,6 +1,7 @@
 //! The dashboard's routes: pages, login, form actions and embedded assets.
 //! Every action is a POST form that first renders a confirmation page (so
-//! confirming needs no script), then acts with the same code as the API.
+//! confirming needs no script), then acts with the same code as the API
+//! (tenants' limits: the same code as `PUT`/`DELETE /api/v1/limits`).
 
 use axum::extract::{FromRequestParts, Path, Query, State};
 use axum::http::request::Parts;
@@ -14,7 +15,7 @@ use serde::Deserialize;
 use super::ClientAddr;
 use super::api::Action;
 use super::views::{self, Viewer, enc};
-use super::{Console, Guarded, auth, public};
+use super::{Console, Guarded, auth, limits, public};
 use crate::store::listing::{ItemFilter, PartitionFilter};
 
 const STYLE: &str = include_str!("assets/style.css");
@@ -32,6 +33,8 @@ pub(super) fn routes() -> Router<Console> {
         .route("/partitions/{id}/{action}", post(partition_action))
         .route("/items/{id}/retry", post(item_retry))
         .route("/processors", get(processors))
+        .route("/limits", get(limits_page).post(limits_set))
+        .route("/limits/{tenant}/clear", post(limits_clear))
         .route("/login", get(login_form).post(login))
         .route("/logout", post(logout))
         .route("/assets/style.css", get(|| asset("text/css", STYLE)))
@@ -177,23 +180,39 @@ struct Ask {
     back: String,
     /// Which note the page shows afterwards (see [`done_message`]).
     done: &'static str,
+    /// The form's fields the confirmation sends again (besides `csrf`).
+    fields: Vec<(&'static str, String)>,
+}
+
+/// What every action form sends: its CSRF token, and `confirm=yes` once confirmed.
+struct Sent<'a> {
+    csrf: &'a str,
+    confirmed: bool,
+}
+
+impl ActionForm {
+    fn sent(&self) -> Sent<'_> {
+        Sent {
+            csrf: &self.csrf,
+            confirmed: self.confirm.as_deref() == Some("yes"),
+        }
+    }
 }
 
 /// Checks the form, asks for confirmation, then acts and goes back to the page.
 async fn act(
     c: &Console,
     headers: &HeaderMap,
-    form: &ActionForm,
+    form: Sent<'_>,
     ask: Ask,
     run: impl AsyncFnOnce(&crate::Store) -> crate::Result<()>,
 ) -> Response {
     let viewer = c.viewer(headers);
-    if let Err((code, text)) = auth::check_form(c.token.as_ref(), &c.sessions, headers, &form.csrf)
-    {
+    if let Err((code, text)) = auth::check_form(c.token.as_ref(), &c.sessions, headers, form.csrf) {
         return page(code, "Not allowed", &viewer, views::message(text));
     }
-    if form.confirm.as_deref() != Some("yes") {
-        let body = views::confirm(&ask.question, &ask.path, &form.csrf, form.gate, &ask.back);
+    if !form.confirmed {
+        let body = views::confirm(&ask.question, &ask.path, form.csrf, &ask.fields, &ask.back);
         return page(StatusCode::OK, "Confirm", &viewer, body);
     }
     let result = async { run(c.store().await?).await }.await;
@@ -236,8 +255,13 @@ async fn partition_action(
         question,
         back: format!("/partitions/{}", enc(&id)),
         done,
+        fields: form
+            .gate
+            .map(|g| ("gate", g.to_string()))
+            .into_iter()
+            .collect(),
     };
-    act(&c, &headers, &form, ask, async |s| {
+    act(&c, &headers, form.sent(), ask, async |s| {
         action.apply(s, &id).await
     })
     .await
@@ -258,11 +282,113 @@ async fn item_retry(
         question: format!("Retry item {id}?"),
         back,
         done: "item",
+        fields: Vec::new(),
     };
-    act(&c, &headers, &form, ask, async |s| {
+    act(&c, &headers, form.sent(), ask, async |s| {
         s.retry_one(&id).await?;
         tracing::info!(item = %id, "operator retried an item");
         Ok(())
+    })
+    .await
+}
+
+async fn limits_page(
+    State(c): State<Console>,
+    viewer: Viewer,
+    Query(q): Query<ListQuery>,
+) -> Response {
+    let r = async { c.store().await?.limits().await }.await;
+    let body = r.map(|list| views::limits(&list, &viewer, done_message(q.done.as_deref())));
+    respond(&viewer, "Limits", body)
+}
+
+/// The form that sets a tenant's limits: an empty field keeps its value,
+/// `none` removes it.
+#[derive(Deserialize)]
+struct LimitForm {
+    #[serde(default)]
+    csrf: String,
+    confirm: Option<String>,
+    #[serde(default)]
+    tenant: String,
+    #[serde(default)]
+    max_in_flight: String,
+    #[serde(default)]
+    rate: String,
+    #[serde(default)]
+    burst: String,
+    #[serde(default)]
+    weight: String,
+}
+
+async fn limits_set(
+    State(c): State<Console>,
+    headers: HeaderMap,
+    Form(form): Form<LimitForm>,
+) -> Response {
+    let viewer = c.viewer(&headers);
+    let tenant = form.tenant.trim().to_string();
+    let change = crate::validate::id("tenant", &tenant).and_then(|()| {
+        limits::Change::from_form(&form.max_in_flight, &form.rate, &form.burst, &form.weight)
+    });
+    let change = match change {
+        Ok(change) => change,
+        Err(e) => return failure(e, &viewer),
+    };
+    let sent = Sent {
+        csrf: &form.csrf,
+        confirmed: form.confirm.as_deref() == Some("yes"),
+    };
+    // The question shows the limits the change makes from the current ones.
+    let question = if sent.confirmed {
+        String::new()
+    } else {
+        match async { limits::current(c.store().await?, &tenant).await }.await {
+            Ok(now) => format!(
+                "Set the limits of tenant {tenant} to: {}?",
+                limits::describe(&change.applied(&now))
+            ),
+            Err(e) => return failure(e, &viewer),
+        }
+    };
+    let ask = Ask {
+        path: "/limits".into(),
+        question,
+        back: "/limits".into(),
+        done: "limits-set",
+        fields: vec![
+            ("tenant", tenant.clone()),
+            ("max_in_flight", form.max_in_flight.clone()),
+            ("rate", form.rate.clone()),
+            ("burst", form.burst.clone()),
+            ("weight", form.weight.clone()),
+        ],
+    };
+    act(&c, &headers, sent, ask, async |s| {
+        limits::set(s, &tenant, &change).await.map(|_| ())
+    })
+    .await
+}
+
+async fn limits_clear(
+    State(c): State<Console>,
+    headers: HeaderMap,
+    Path(tenant): Path<String>,
+    Form(form): Form<ActionForm>,
+) -> Response {
+    let ask = Ask {
+        path: format!("/limits/{}/clear", enc(&tenant)),
+        question: format!("Remove the limits of tenant {tenant}?"),
+        back: "/limits".into(),
+        done: "limits-cleared",
+        fields: Vec::new(),
+    };
+    act(&c, &headers, form.sent(), ask, async |s| {
+        if limits::clear(s, &tenant).await? {
+            Ok(())
+        } else {
+            Err(crate::Error::NotFound(format!("limits of tenant {tenant}")))
+        }
     })
     .await
 }
@@ -396,6 +522,10 @@ fn done_message(done: Option<&str>) -> &'static str {
         Some("resume") => "Resumed.",
         Some("cancel") => "Cancelled.",
         Some("checkpoint") => "The gate was advanced.",
+        Some("limits-set") => {
+            "The tenant's limits were saved; processors apply them within a heartbeat."
+        }
+        Some("limits-cleared") => "The tenant's limits were removed.",
         _ => "",
     }
 }

@@ -6,7 +6,9 @@ use std::collections::BTreeMap;
 
 use maud::{DOCTYPE, Markup, html};
 
+use super::limits::{MAX_WEIGHT, shown_rate};
 use crate::status::Status;
+use crate::store::limits::Limit;
 use crate::store::listing::{ItemView, Page, PartitionView};
 use crate::store::overview::Overview;
 use crate::store::status::ProcessorStatus;
@@ -78,6 +80,7 @@ pub fn layout(title: &str, viewer: &Viewer, body: Markup) -> Markup {
                     a href="/" { "Overview" }
                     a href="/partitions" { "Partitions" }
                     a href="/processors" { "Processors" }
+                    a href="/limits" { "Limits" }
                     span.who {
                         @match viewer {
                             Viewer::ReadOnly => "read-only",
@@ -184,18 +187,27 @@ pub fn processors(list: &[ProcessorStatus]) -> Markup {
     html! {
         @if list.is_empty() { p.muted { "No live processors." } } @else {
             table {
-                thead { tr { th { "session" } th { "host" } th { "pid" } th { "version" } th { "partitions held" } th { "heartbeat age" } } }
+                thead { tr { th { "session" } th { "host" } th { "pid" } th { "version" } th { "partitions held" } th { "heartbeat age" } th title="the rate it holds itself to after the handler answered 429 (too many requests)" { "send rate" } } }
                 tbody {
                     @for p in list {
-                        tr {
+                        tr.processor data-id=(p.id) {
                             td { code { (p.id) } } td { (p.hostname) } td { (p.pid) }
                             td { (p.software_version) } td { (p.partitions) }
                             td { (format!("{:.1}s", p.heartbeat_age_ms as f64 / 1000.0)) }
+                            td.send-rate { (send_rate(p.send_rate)) }
                         }
                     }
                 }
             }
         }
+    }
+}
+
+/// "300/s (after 429s)", or "-" when the processor is not held back.
+fn send_rate(rate: Option<f64>) -> String {
+    match rate {
+        Some(r) => format!("{} (after 429s)", shown_rate(Some(r))),
+        None => "-".into(),
     }
 }
 
@@ -211,11 +223,12 @@ pub fn partitions(page: &Page<PartitionView>, status: &str, prefix: &str) -> Mar
         }
         div #live {
             table {
-                thead { tr { th { "partition" } th { "status" } th { "gate" } th { "owner" } th { "progress by gate" } } }
+                thead { tr { th { "partition" } th { "tenant" } th { "status" } th { "gate" } th { "owner" } th { "progress by gate" } } }
                 tbody {
                     @for p in &page.data {
                         tr.partition data-id=(p.id) {
                             td { a href={ "/partitions/" (enc(&p.id)) } { (p.id) } }
+                            td.tenant { (p.tenant.as_deref().unwrap_or("-")) }
                             td { (status_badge(&p.status, p.paused)) }
                             td { (p.gate) }
                             td { code { (p.owner.as_deref().map(|o| cut(o, 8)).unwrap_or_else(|| "-".into())) } }
@@ -262,6 +275,12 @@ pub fn partition(
                 dt { "status" } dd #status { (status_badge(&p.status, p.paused)) }
                 dt { "gate" } dd #gate { (p.gate) }
                 dt { "owner" } dd { code { (p.owner.as_deref().unwrap_or("-")) } }
+                dt { "tenant" } dd #tenant {
+                    @match &p.tenant {
+                        Some(t) => a href="/limits" title="the tenants' limits" { (t) },
+                        None => "-",
+                    }
+                }
                 dt { "settings" } dd { "auto_close " (p.auto_close) ", manual_checkpoint " (p.manual_checkpoint) ", on_failure " (p.on_failure) }
                 dt { "updated" } dd { (time(p.updated_at)) }
             }
@@ -320,16 +339,74 @@ fn item_table(items: &[ItemView], viewer: &Viewer) -> Markup {
     }
 }
 
-/// Asks before acting; the form repeats the action with `confirm=yes`.
-pub fn confirm(question: &str, path: &str, csrf: &str, gate: Option<i64>, back: &str) -> Markup {
+/// Asks before acting; the form repeats the action, with its `fields`,
+/// and `confirm=yes`.
+pub fn confirm(
+    question: &str,
+    path: &str,
+    csrf: &str,
+    fields: &[(&str, String)],
+    back: &str,
+) -> Markup {
     html! {
         p.question { (question) }
         form.confirm method="post" action=(path) {
             input type="hidden" name="csrf" value=(csrf);
             input type="hidden" name="confirm" value="yes";
-            @if let Some(g) = gate { input type="hidden" name="gate" value=(g); }
+            @for (name, value) in fields { input type="hidden" name=(name) value=(value); }
             button #confirm type="submit" { "Yes, do it" }
             " " a href=(back) { "No, go back" }
+        }
+    }
+}
+
+/// Tenants' limits, a form to set one's (logged in) and a button to clear each.
+pub fn limits(list: &[Limit], viewer: &Viewer, done: &str) -> Markup {
+    let or_dash = |v: Option<u32>| v.map_or_else(|| "-".into(), |n| n.to_string());
+    html! {
+        @if !done.is_empty() { p.flash { (done) } }
+        p.muted {
+            "Per-tenant flow control, shared by every processor: items of a tenant at the handler at once, "
+            "items sent per second (and the burst after a quiet spell), and its share of dispatch against "
+            "other tenants. Partitions name their tenant when enqueued (" code { "enqueue --tenant" } ")."
+        }
+        div #live {
+            table.limits {
+                thead { tr { th { "tenant" } th { "max in flight" } th { "rate" } th { "burst" } th { "weight" } th {} } }
+                tbody {
+                    @for l in list {
+                        tr.limit data-tenant=(l.tenant) {
+                            td.tenant { (l.tenant) }
+                            td.max-in-flight { (or_dash(l.max_in_flight)) }
+                            td.rate { (shown_rate(l.rate)) }
+                            td.burst { (or_dash(l.burst)) }
+                            td.weight { (l.weight.unwrap_or(1)) }
+                            td { (action(viewer, &format!("/limits/{}/clear", enc(&l.tenant)), "Clear", None)) }
+                        }
+                    }
+                }
+            }
+            @if list.is_empty() { p.muted { "No tenant has limits: only the processors' own flags apply." } }
+        }
+        h2 { "Set a tenant's limits" }
+        @match viewer {
+            Viewer::ReadOnly => p.muted { "Read-only: start the dashboard with --admin-token to change limits." },
+            Viewer::LoggedOut => p.muted { a href={ "/login?next=" (enc("/limits")) } { "Log in" } " to change limits." },
+            Viewer::Admin(csrf) => {
+                form.limits method="post" action="/limits" {
+                    input type="hidden" name="csrf" value=(csrf);
+                    label { "Tenant " input #limit-tenant type="text" name="tenant" required maxlength="255"; }
+                    label { "Max in flight " input #limit-max-in-flight type="text" name="max_in_flight" inputmode="numeric" placeholder="e.g. 20"; }
+                    label { "Rate " input #limit-rate type="text" name="rate" placeholder="e.g. 100/s, 30/m"; }
+                    label { "Burst " input #limit-burst type="text" name="burst" inputmode="numeric" placeholder="e.g. 10"; }
+                    label { "Weight " input #limit-weight type="text" name="weight" inputmode="numeric" placeholder={ "1 to " (MAX_WEIGHT) }; }
+                    button #limit-set type="submit" name="do" value="Set limits" { "Set limits" }
+                }
+                p.muted {
+                    "An empty field keeps the tenant's current value; " code { "none" } " removes it "
+                    "(max in flight " code { "0" } " is no cap too). Weight 1 is an even share, 2 twice as many turns."
+                }
+            },
         }
     }
 }

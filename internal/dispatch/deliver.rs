@@ -14,6 +14,7 @@ use crate::breaker::Turn;
 use crate::context::Context;
 use crate::handler::{Job, Outcome};
 use crate::ids::{ItemId, SessionId};
+use crate::limits::Permit;
 use crate::policy::{Label, Policy};
 use crate::store::{Ack, Fence, ItemWrite, ReadyItem, Written};
 
@@ -40,6 +41,7 @@ pub(super) async fn deliver(
     ctx: &Context,
     me: &SessionId,
     items: Vec<ReadyItem>,
+    permit: Option<Permit>,
     answered: &Answered,
 ) -> Vec<(ItemId, Delivery)> {
     let span = match items.as_slice() {
@@ -69,8 +71,10 @@ pub(super) async fn deliver(
         } else {
             ctx.handler.handle_batch(&jobs).await
         };
+        drop(permit);
         let _ = answered.send(tokio::task::id());
         drop(jobs);
+        throttle(ctx, &outcomes);
         ctx.metrics
             .handler_seconds
             .observe(started.elapsed().as_secs_f64());
@@ -111,6 +115,19 @@ pub(super) async fn deliver(
     }
     .instrument(span)
     .await
+}
+
+/// Feeds the call's answer to the adaptive rate: throttled when any item
+/// was answered "too many" (429, or 503 with `Retry-After`).
+fn throttle(ctx: &Context, outcomes: &[Outcome]) {
+    let throttled = outcomes.iter().any(Outcome::is_throttled);
+    if throttled {
+        ctx.metrics.throttled.inc();
+    }
+    let rate = ctx.limits.answered(outcomes.len(), throttled);
+    ctx.metrics
+        .adaptive_rate
+        .set(rate.map_or(0, |r| r.round() as i64));
 }
 
 /// Feeds the call's result to the circuit breaker (an outage when every

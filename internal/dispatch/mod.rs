@@ -36,6 +36,7 @@ use crate::gates::{self, Checked};
 use crate::handler::Outcome;
 use crate::ids::{ItemId, PartitionId, SessionId};
 use crate::leases::{self, Cycle, Held};
+use crate::limits::{Blocked, Gate, Permit};
 use crate::policy::Policy;
 use crate::rotation::Rotation;
 use crate::store::{Fence, ReadyItem};
@@ -202,6 +203,9 @@ pub async fn run(ctx: Arc<Context>, cancel: CancellationToken) {
                 next_poll = Instant::now();
             }
             _ = acquire.tick() => acquire_due = true,
+            _ = ctx.limits.ready.notified() => {
+                next_poll = Instant::now();
+            }
             _ = ctx.wake.notified() => {
                 d.rotation.rediscover();
                 d.refill_at = Instant::now();
@@ -310,6 +314,13 @@ impl Dispatcher {
             self.rotation.retain(|p| !gone.contains(p));
             self.fetching.retain(|p| !gone.contains(p.as_str()));
         }
+        for (p, attrs) in &b.attrs {
+            let tenant = attrs.as_ref().and_then(|a| a.tenant.as_deref());
+            self.rotation.set_tenant(p, tenant);
+        }
+        for p in &b.lost {
+            self.rotation.set_tenant(p, None);
+        }
         for p in b.ready {
             self.rotation.offer(p);
         }
@@ -351,6 +362,11 @@ impl Dispatcher {
             )
         };
         let mut next = now + cfg.poll_interval;
+        let mut gate = ctx.limits.gate();
+        if !self.buffer.is_empty() {
+            gate.demand();
+        }
+        let binds = gate.binds();
         for _ in 0..calls {
             let n = self.buffer.len().min(per_call).min(room);
             if n == 0 {
@@ -366,13 +382,26 @@ impl Dispatcher {
                 }
             }
             self.partial_since = None;
-            let items: Vec<ReadyItem> = self.buffer.drain(..n).collect();
+            let items: Vec<ReadyItem> = if binds {
+                match self.admit(&mut gate, n) {
+                    Ok(items) if !items.is_empty() => items,
+                    Ok(_) => break,
+                    Err(at) => {
+                        next = next.min(at.unwrap_or(next));
+                        break;
+                    }
+                }
+            } else {
+                self.buffer.drain(..n).collect()
+            };
             if self.outage.until.is_some() {
                 self.outage.probe = Some(items[0].fence.id.clone());
             }
-            room -= n;
-            self.start(items);
+            room -= items.len();
+            let permit = gate.permit();
+            self.start(items, permit);
         }
+        drop(gate);
         // Keep a round of calls buffered ahead: the refill runs beside the
         // loop, so calls that free up meanwhile start from the buffer, and
         // one statement serves several completions. (A refill that ends
@@ -385,8 +414,48 @@ impl Dispatcher {
         (next, self.more)
     }
 
-    /// Starts one handler call for `items` (a batch, or one item).
-    fn start(&mut self, items: Vec<ReadyItem>) {
+    /// Takes up to `n` buffered items that the limits let go now, oldest
+    /// first, passing over those of tenants held back; Err when nothing
+    /// may go (with when to look again, if known).
+    fn admit(&mut self, gate: &mut Gate<'_>, n: usize) -> Result<Vec<ReadyItem>, Option<Instant>> {
+        let mut picked = Vec::new();
+        let mut held_back: HashSet<&str> = HashSet::new();
+        let mut stop = None;
+        for (i, item) in self.buffer.iter().enumerate() {
+            if picked.len() == n {
+                break;
+            }
+            let tenant = self.rotation.tenant(&item.fence.partition_id);
+            if tenant.is_some_and(|t| held_back.contains(t)) {
+                continue;
+            }
+            match gate.admit(tenant) {
+                Ok(()) => picked.push(i),
+                Err(Blocked::Tenant) => {
+                    held_back.extend(tenant);
+                }
+                Err(Blocked::All(at)) => {
+                    stop = Some(at);
+                    break;
+                }
+            }
+        }
+        if picked.is_empty()
+            && let Some(at) = stop
+        {
+            return Err(at);
+        }
+        let mut taken = Vec::with_capacity(picked.len());
+        for i in picked.into_iter().rev() {
+            taken.extend(self.buffer.remove(i));
+        }
+        taken.reverse();
+        Ok(taken)
+    }
+
+    /// Starts one handler call for `items` (a batch, or one item); the
+    /// permit holds their tenants' in-flight slots until it answers.
+    fn start(&mut self, items: Vec<ReadyItem>, permit: Option<Permit>) {
         let ids: Vec<ItemId> = items.iter().map(|i| i.fence.id.clone()).collect();
         for item in &items {
             self.in_flight
@@ -398,7 +467,7 @@ impl Dispatcher {
         let answered = self.answered.clone();
         let task = self
             .tasks
-            .spawn(async move { deliver(&ctx, &me, items, &answered).await });
+            .spawn(async move { deliver(&ctx, &me, items, permit, &answered).await });
         self.calling.insert(task.id());
         self.task_items.insert(task.id(), ids);
     }

@@ -9,6 +9,7 @@ use tokio::time::Instant;
 use super::Dispatcher;
 use crate::Result;
 use crate::ids::{ItemId, PartitionId, SessionId};
+use crate::rotation::Group;
 use crate::store::ReadyItem;
 
 /// Partitions served by one refill at most; the rotation still visits
@@ -72,22 +73,48 @@ impl Dispatcher {
         } else {
             1
         };
-        let parts = self.rotation.take(self.spread.max(base));
+        let limits = &ctx.limits;
+        let mut gate = limits.gate();
+        let binds = gate.binds();
+        let starved = std::cell::RefCell::new(Vec::new());
+        let turns = |g: &Group| match g {
+            Group::Tenant(t) if binds => gate.weight(t),
+            _ => 1,
+        };
+        let skip = |g: &Group| match g {
+            Group::Tenant(t) if binds && gate.tenant_blocked(t) => {
+                starved.borrow_mut().push(t.clone());
+                true
+            }
+            _ => false,
+        };
+        let parts = self.rotation.take(self.spread.max(base), turns, skip);
+        for t in starved.into_inner() {
+            gate.starved(&t);
+        }
+        drop(gate);
         if parts.is_empty() {
             self.more = false;
             return;
         }
         let known = self.known_per_partition();
         let share = want.div_ceil(parts.len());
-        let cap = ctx.config.max_in_flight_per_partition;
         // Each partition's first `share + known` ready items hold at least
         // `share` that are not known here: those in flight, buffered or
         // cooling are among its ready items and are filtered out when the
-        // fetch is taken in.
+        // fetch is taken in. A partition's weight multiplies its share; its
+        // own max_in_flight overrides --max-in-flight-per-partition.
         let asks: Vec<(PartitionId, usize)> = parts
             .iter()
             .map(|p| {
                 let k = known.get(p).copied().unwrap_or(0);
+                let attrs = self.held.attrs.get(p);
+                let weight = attrs.and_then(|a| a.weight).unwrap_or(1).max(1) as usize;
+                let cap = attrs
+                    .and_then(|a| a.max_in_flight)
+                    .map(|m| m as usize)
+                    .or(ctx.config.max_in_flight_per_partition);
+                let share = share * weight;
                 let room = cap.map_or(share, |c| c.saturating_sub(k).min(share));
                 (p.clone(), room + k)
             })

@@ -230,6 +230,7 @@ fn failed_attempt(message: String, retry_after: Option<Duration>) -> Outcome {
         retry: true,
         retry_after,
         outage: false,
+        throttled: false,
     }
 }
 
@@ -251,6 +252,7 @@ fn error_answer(status: StatusCode, a: &Answer, retry_after: Option<Duration>) -
         retry: retryable(status) && !no_retry,
         retry_after,
         outage: status.is_server_error(),
+        throttled: throttled(status, retry_after),
     })
 }
 
@@ -273,7 +275,14 @@ fn status_failed(status: StatusCode, body: &[u8], retry_after: Option<Duration>)
         retry,
         retry_after,
         outage: status.is_server_error(),
+        throttled: throttled(status, retry_after),
     }
+}
+
+/// Whether a status says "too many": 429, or 503 with `Retry-After`.
+fn throttled(status: StatusCode, retry_after: Option<Duration>) -> bool {
+    status == StatusCode::TOO_MANY_REQUESTS
+        || (status == StatusCode::SERVICE_UNAVAILABLE && retry_after.is_some())
 }
 
 /// One answer object `{gate, done, data}` as a step; its data is a slice

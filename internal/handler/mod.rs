@@ -68,6 +68,9 @@ pub enum Outcome {
         /// broken connection) rather than refusing this item: the circuit
         /// breaker counts it.
         outage: bool,
+        /// The handler said "too many" (a 429, or a 503 with
+        /// `Retry-After`): the adaptive rate drops.
+        throttled: bool,
     },
     /// The handler could not be reached at all: no attempt is counted and
     /// dispatch holds off until it is back.
@@ -97,6 +100,7 @@ impl Outcome {
             retry: true,
             retry_after: None,
             outage: false,
+            throttled: false,
         }
     }
 
@@ -107,6 +111,7 @@ impl Outcome {
             retry: false,
             retry_after: None,
             outage: false,
+            throttled: false,
         }
     }
 
@@ -118,12 +123,14 @@ impl Outcome {
                 message,
                 retry,
                 outage,
+                throttled,
                 ..
             } => Outcome::Failed {
                 message,
                 retry,
                 retry_after: Some(delay),
                 outage,
+                throttled,
             },
             other => other,
         }
@@ -138,15 +145,28 @@ impl Outcome {
                 message,
                 retry,
                 retry_after,
+                throttled,
                 ..
             } => Outcome::Failed {
                 message,
                 retry,
                 retry_after,
                 outage: true,
+                throttled,
             },
             other => other,
         }
+    }
+
+    /// Whether the handler said "too many" (429, or 503 with `Retry-After`).
+    pub fn is_throttled(&self) -> bool {
+        matches!(
+            self,
+            Outcome::Failed {
+                throttled: true,
+                ..
+            }
+        )
     }
 
     /// Whether this is a failed attempt marked by [`Outcome::outage`].

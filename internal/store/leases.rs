@@ -75,6 +75,12 @@ pub struct HeldRow {
     pub ready: bool,
     /// A gate check would act on it (advance, close, fail).
     pub stuck: bool,
+    /// Its tenant.
+    pub tenant: Option<String>,
+    /// Its share of dispatch, if set.
+    pub weight: Option<i32>,
+    /// Its own cap on items in flight, if set.
+    pub max_in_flight: Option<i32>,
 }
 
 /// A partition nobody live holds.
@@ -366,8 +372,9 @@ impl Store {
             .query(
                 &format!(
                     "SELECT p.id, p.version, CASE WHEN {READY} THEN TRUE ELSE FALSE END AS ready, \
-                     CASE WHEN {STUCK} THEN TRUE ELSE FALSE END AS stuck \
-                     FROM (SELECT id, version, gate, paused, auto_close, manual_checkpoint, on_failure \
+                     CASE WHEN {STUCK} THEN TRUE ELSE FALSE END AS stuck, p.tenant, p.weight, p.max_in_flight \
+                     FROM (SELECT id, version, gate, paused, auto_close, manual_checkpoint, on_failure, \
+                     tenant, weight, max_in_flight \
                      FROM feed_partitions WHERE owner = ? AND status = 'available' AND id > ? \
                      ORDER BY status, owner, id LIMIT ?) p ORDER BY p.id"
                 ),

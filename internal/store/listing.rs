@@ -49,6 +49,8 @@ pub struct PartitionView {
     pub manual_checkpoint: bool,
     /// block or continue.
     pub on_failure: String,
+    /// The tenant it belongs to (flow control), if any.
+    pub tenant: Option<String>,
     /// OCC version.
     pub version: i64,
     /// Epoch ms, database clock.
@@ -130,7 +132,7 @@ pub struct ItemFilter {
 }
 
 pub(super) const PARTITION_COLUMNS: &str = "id, status, paused, gate, owner, auto_close, manual_checkpoint, \
-    on_failure, version, created_at, updated_at";
+    on_failure, tenant, version, created_at, updated_at";
 
 pub(super) fn partition_row(r: &QueryResult) -> Result<PartitionView> {
     Ok(PartitionView::from_query_result(r, "")?)

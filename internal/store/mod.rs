@@ -12,6 +12,7 @@ pub mod events;
 pub mod export;
 mod gates;
 mod leases;
+pub mod limits;
 pub mod listing;
 pub(crate) mod nodelay;
 pub mod overview;

@@ -77,6 +77,13 @@ pub struct PartitionSpec {
     /// Write a `partition.gate` event each time the gate moves (default
     /// false; closes, failures and cancellations always write one).
     pub gate_events: bool,
+    /// The tenant it belongs to, for fairness and per-tenant limits
+    /// (None: it counts as its own).
+    pub tenant: Option<String>,
+    /// Its share of dispatch (None: 1, an even share).
+    pub weight: Option<u32>,
+    /// Its own cap on items in flight (None: `--max-in-flight-per-partition`).
+    pub max_in_flight: Option<u32>,
 }
 
 impl Default for PartitionSpec {
@@ -86,6 +93,9 @@ impl Default for PartitionSpec {
             manual_checkpoint: false,
             on_failure: OnFailure::Block,
             gate_events: false,
+            tenant: None,
+            weight: None,
+            max_in_flight: None,
         }
     }
 }
@@ -141,12 +151,19 @@ const BATCH: usize = 500;
 
 impl Store {
     pub(super) async fn begin_write(&self) -> Result<DatabaseTransaction> {
+        self.bounded(self.begin_immediate()).await
+    }
+
+    /// Begins a transaction that writes: on SQLite it takes the write lock
+    /// at once, so two of them never both read and then fail to upgrade.
+    pub(super) async fn begin_immediate(
+        &self,
+    ) -> std::result::Result<DatabaseTransaction, sea_orm::DbErr> {
         let opts = TransactionOptions {
             sqlite_transaction_mode: Some(SqliteTransactionMode::Immediate),
             ..Default::default()
         };
-        self.bounded(self.connection().begin_with_options(opts))
-            .await
+        self.connection().begin_with_options(opts).await
     }
 
     /// Creates or extends a partition and inserts `items`, all in one
@@ -201,8 +218,8 @@ impl Store {
         // all succeed (a lock on a row that does not exist yet locks nothing).
         let created = self.bounded(txn
             .execute_raw(b.stmt(&format!(
-                    "INSERT INTO feed_partitions (id, auto_close, manual_checkpoint, on_failure, gate_events) \
-                     VALUES (?, ?, ?, ?, ?){}",
+                    "INSERT INTO feed_partitions (id, auto_close, manual_checkpoint, on_failure, gate_events, \
+                     tenant, weight, max_in_flight) VALUES (?, ?, ?, ?, ?, ?, ?, ?){}",
                     b.keep_existing()
                 ),
                 vec![
@@ -211,6 +228,9 @@ impl Store {
                     spec.manual_checkpoint.into(),
                     spec.on_failure.as_str().into(),
                     spec.gate_events.into(),
+                    spec.tenant.clone().into(),
+                    spec.weight.map(|w| i32::try_from(w).unwrap_or(i32::MAX)).into(),
+                    spec.max_in_flight.map(|m| i32::try_from(m).unwrap_or(i32::MAX)).into(),
                 ],
             )))
             .await?

@@ -31,13 +31,15 @@ impl Store {
         Ok(())
     }
 
-    /// Heartbeats a session; false when the row is gone (the session was
-    /// declared dead and every lease it had is lost).
-    pub(crate) async fn heartbeat(&self, id: &SessionId) -> Result<bool> {
+    /// Heartbeats a session, recording the rate it holds itself to after
+    /// throttle answers (0: none); false when the row is gone (the session
+    /// was declared dead and every lease it had is lost).
+    pub(crate) async fn heartbeat(&self, id: &SessionId, send_rate: i64) -> Result<bool> {
+        let rate = (send_rate > 0).then_some(send_rate as f64);
         let n = self
             .exec(
-                "UPDATE feed_processors SET heartbeat_at = {now} WHERE id = ?",
-                vec![id.into()],
+                "UPDATE feed_processors SET heartbeat_at = {now}, send_rate = ? WHERE id = ?",
+                vec![rate.into(), id.into()],
             )
             .await?;
         Ok(n == 1)

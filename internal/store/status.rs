@@ -54,6 +54,9 @@ pub struct ProcessorStatus {
     /// Active partitions it holds.
     #[sea_orm(from_alias = "n")]
     pub partitions: i64,
+    /// Items per second it holds itself to after the handler answered
+    /// "too many" (429, or 503 with `Retry-After`); None = not held back.
+    pub send_rate: Option<f64>,
 }
 
 /// Rows of one status with their count (`status, COUNT(*) AS n`).
@@ -133,7 +136,7 @@ impl Store {
     pub async fn processors(&self) -> Result<Vec<ProcessorStatus>> {
         self
             .query(
-                "SELECT s.id, s.hostname, s.pid, s.software_version, s.started_at, s.heartbeat_at, \
+                "SELECT s.id, s.hostname, s.pid, s.software_version, s.started_at, s.heartbeat_at, s.send_rate, \
                  {now} - s.heartbeat_at AS age, \
                  (SELECT COUNT(*) FROM feed_partitions p WHERE p.owner = s.id AND p.status = 'available') AS n \
                  FROM feed_processors s ORDER BY s.started_at",

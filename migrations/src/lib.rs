@@ -18,6 +18,7 @@ mod m20261124_000007_completions;
 mod m20261125_000008_failed_items;
 mod m20261125_000009_events;
 mod m20261125_000010_written_order;
+mod m20261126_000011_flow_control;
 
 /// Whether `table` has `column`: SQLite and MySQL have no `ADD COLUMN IF
 /// NOT EXISTS`, so a migration that adds one looks first (a racing
@@ -57,18 +58,36 @@ pub(crate) async fn add_flag(
     table: &str,
     column: &str,
 ) -> Result<(), DbErr> {
-    use sea_orm_migration::sea_orm::{ConnectionTrait, DbBackend};
-    if has_column(manager, table, column).await? {
-        return Ok(());
-    }
+    use sea_orm_migration::sea_orm::DbBackend;
     let false_v = match manager.get_database_backend() {
         DbBackend::Sqlite => "0",
         _ => "FALSE",
     };
+    add_column(
+        manager,
+        table,
+        column,
+        &format!("BOOLEAN NOT NULL DEFAULT {false_v}"),
+    )
+    .await
+}
+
+/// Adds `column` of type `definition` (e.g. `INTEGER NULL`) to `table`
+/// unless it is there.
+pub(crate) async fn add_column(
+    manager: &SchemaManager<'_>,
+    table: &str,
+    column: &str,
+    definition: &str,
+) -> Result<(), DbErr> {
+    use sea_orm_migration::sea_orm::ConnectionTrait;
+    if has_column(manager, table, column).await? {
+        return Ok(());
+    }
     manager
         .get_connection()
         .execute_unprepared(&format!(
-            "ALTER TABLE {table} ADD COLUMN {column} BOOLEAN NOT NULL DEFAULT {false_v}"
+            "ALTER TABLE {table} ADD COLUMN {column} {definition}"
         ))
         .await?;
     Ok(())
@@ -107,6 +126,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261125_000008_failed_items::Migration),
             Box::new(m20261125_000009_events::Migration),
             Box::new(m20261125_000010_written_order::Migration),
+            Box::new(m20261126_000011_flow_control::Migration),
         ]
     }
 

@@ -268,3 +268,139 @@ async fn pages_render_without_javascript() {
     let _ = ui.kill();
     let _ = ui.wait();
 }
+
+/// Fills the Limits page's form (an empty value leaves its field empty),
+/// submits it and answers the confirmation page's question.
+async fn set_limits(b: &Browser, fields: [&str; 5], shot: Option<&str>) -> String {
+    let ids = ["tenant", "max-in-flight", "rate", "burst", "weight"];
+    for (id, value) in ids.iter().zip(fields) {
+        b.fill(&format!("#limit-{id}"), value).await;
+    }
+    b.click("#limit-set").await;
+    b.wait_text("p.question", "?").await;
+    let question = b.text("p.question").await;
+    if let Some(name) = shot {
+        b.screenshot(name).await;
+    }
+    b.click("#confirm").await;
+    b.wait_text("p.flash", "saved").await;
+    question
+}
+
+crate::on_all_backends!(limits_page_sets_and_clears_a_tenant);
+/// The Limits page as an operator uses it: log in from it, set a tenant's
+/// limits with the form, change one of them, see a bad rate refused, clear
+/// them; partitions show their tenant and processors their send rate.
+async fn limits_page_sets_and_clears_a_tenant(db: TestDb) {
+    let Some(b) = Browser::start(true).await else {
+        return;
+    };
+    // Screenshots from one backend only: the three run at once.
+    let shots = db.backend == Backend::Sqlite;
+    let shot = |name: &'static str| shots.then_some(name);
+    let mut spec = PartitionSpec::default();
+    spec.tenant = Some("acme".into());
+    let item = NewItem::new(b"{}".to_vec()).with_id("acme/1");
+    db.store.enqueue("acme-1", &spec, vec![item]).await.unwrap();
+    db.sql(
+        "INSERT INTO feed_processors (id, hostname, send_rate) VALUES ('held-back', 'busy', 300)",
+    )
+    .await;
+    let base = crate::console_api::serve(db.store.clone(), Some(TOKEN)).await;
+
+    // Logged out, the page lists limits and offers to log in.
+    b.goto(&format!("{base}/limits")).await;
+    b.wait_text("main", "No tenant has limits").await;
+    b.wait_text("main", "to change limits").await;
+    assert!(
+        b.client
+            .find(fantoccini::Locator::Css("form.limits"))
+            .await
+            .is_err(),
+        "a form for a logged-out viewer"
+    );
+    // The page's own link comes back here after the login.
+    b.click("main a[href='/login?next=%2Flimits']").await;
+    b.wait_text("h1", "Log in").await;
+    b.fill("#token", TOKEN).await;
+    b.click("#login").await;
+    b.wait_text("nav .who", "Log out").await;
+    b.wait_text("h1", "Limits").await;
+
+    // Set every limit of a tenant through the form.
+    let question = set_limits(
+        &b,
+        ["acme", "10", "100/s", "20", "3"],
+        shot("limits-confirm"),
+    )
+    .await;
+    assert_eq!(
+        question,
+        "Set the limits of tenant acme to: max in flight 10, rate 100/s, burst 20, weight 3?"
+    );
+    let row = "tr.limit[data-tenant='acme']";
+    b.wait_text(&format!("{row} td.rate"), "100/s").await;
+    assert_eq!(b.text(&format!("{row} td.max-in-flight")).await, "10");
+    assert_eq!(b.text(&format!("{row} td.burst")).await, "20");
+    assert_eq!(b.text(&format!("{row} td.weight")).await, "3");
+    assert_eq!(
+        crate::console_api::limit_rows(&db).await,
+        [("acme".into(), Some(10), Some(100.0), Some(20), Some(3))]
+    );
+    if shots {
+        b.screenshot("limits").await;
+    }
+
+    // Change the rate only: empty fields keep their values; none removes one.
+    set_limits(&b, ["acme", "", "30/m", "none", ""], None).await;
+    b.wait_text(&format!("{row} td.rate"), "30/m").await;
+    assert_eq!(b.text(&format!("{row} td.max-in-flight")).await, "10");
+    assert_eq!(b.text(&format!("{row} td.burst")).await, "-");
+    assert_eq!(
+        crate::console_api::limit_rows(&db).await,
+        [("acme".into(), Some(10), Some(0.5), None, Some(3))]
+    );
+
+    // A rate that does not parse is refused, saying what to write.
+    for (id, value) in [("tenant", "acme"), ("rate", "fast"), ("weight", "")] {
+        b.fill(&format!("#limit-{id}"), value).await;
+    }
+    b.click("#limit-set").await;
+    b.wait_text("p.flash.bad", "e.g. 500/s, 30/m or 1000/h")
+        .await;
+    if shots {
+        b.screenshot("limits-bad-rate").await;
+    }
+    assert_eq!(
+        crate::console_api::limit_rows(&db).await[0].2,
+        Some(0.5),
+        "a refused form changed the rate"
+    );
+
+    // The partition shows its tenant; the processor its send rate.
+    b.goto(&format!("{base}/partitions")).await;
+    b.wait_text("tr.partition[data-id='acme-1'] td.tenant", "acme")
+        .await;
+    b.goto(&format!("{base}/partitions/acme-1")).await;
+    b.wait_text("#tenant", "acme").await;
+    b.goto(&format!("{base}/processors")).await;
+    b.wait_text(
+        "tr.processor[data-id='held-back'] td.send-rate",
+        "300/s (after 429s)",
+    )
+    .await;
+    if shots {
+        b.screenshot("processors-send-rate").await;
+    }
+
+    // Clear the tenant's limits from its row.
+    b.goto(&format!("{base}/limits")).await;
+    b.press(row, "Clear").await;
+    b.wait_text("p.question", "Remove the limits of tenant acme?")
+        .await;
+    b.click("#confirm").await;
+    b.wait_text("p.flash", "removed").await;
+    b.wait_text("main", "No tenant has limits").await;
+    assert!(crate::console_api::limit_rows(&db).await.is_empty());
+    b.close().await;
+}

@@ -483,3 +483,297 @@ async fn page_forms_need_login_and_csrf() {
         "the first login's CSRF token is not the second's"
     );
 }
+
+/// Sends `method` to `path` with the bearer token (None = no
+/// Authorization header) and a raw JSON body.
+pub async fn send(
+    method: reqwest::Method,
+    base: &str,
+    path: &str,
+    token: Option<&str>,
+    body: Option<&str>,
+) -> (StatusCode, Value) {
+    let mut req = reqwest::Client::new().request(method, format!("{base}{path}"));
+    if let Some(t) = token {
+        req = req.bearer_auth(t);
+    }
+    if let Some(b) = body {
+        req = req
+            .header("content-type", "application/json")
+            .body(b.to_string());
+    }
+    let r = req.send().await.unwrap();
+    let code = r.status();
+    (
+        code,
+        serde_json::from_str(&r.text().await.unwrap()).unwrap_or(Value::Null),
+    )
+}
+
+/// `PUT /api/v1/limits/{tenant}` (the tenant escaped for the path) with the admin token.
+async fn put_limit(base: &str, tenant: &str, body: &str) -> (StatusCode, Value) {
+    let path = format!("/api/v1/limits/{tenant}");
+    send(reqwest::Method::PUT, base, &path, Some(TOKEN), Some(body)).await
+}
+
+/// `DELETE /api/v1/limits/{tenant}` with the admin token.
+async fn delete_limit(base: &str, tenant: &str) -> (StatusCode, Value) {
+    let path = format!("/api/v1/limits/{tenant}");
+    send(reqwest::Method::DELETE, base, &path, Some(TOKEN), None).await
+}
+
+/// A `feed_limits` row: tenant, max_in_flight, rate, burst, weight.
+pub type LimitRow = (String, Option<i32>, Option<f64>, Option<i32>, Option<i32>);
+
+/// `feed_limits` as stored, by tenant.
+pub async fn limit_rows(db: &TestDb) -> Vec<LimitRow> {
+    db.rows(
+        "SELECT tenant, max_in_flight, rate, burst, weight FROM feed_limits ORDER BY tenant",
+        &["tenant", "max_in_flight", "rate", "burst", "weight"],
+    )
+    .await
+}
+
+fn message(e: &Value) -> &str {
+    e["error"]["message"].as_str().unwrap_or_default()
+}
+
+on_all_backends!(api_limits);
+async fn api_limits(db: TestDb) {
+    let base = serve(db.store.clone(), Some(TOKEN)).await;
+    assert_eq!(
+        get(&base, "/api/v1/limits").await,
+        (StatusCode::OK, json!([]))
+    );
+
+    // Set every limit: the answer is the new limit, as stored.
+    let (code, l) = put_limit(
+        &base,
+        "acme",
+        r#"{"max_in_flight": 10, "rate": "100/s", "burst": 20, "weight": 3}"#,
+    )
+    .await;
+    assert_eq!(code, StatusCode::OK, "{l}");
+    let acme =
+        json!({"tenant": "acme", "max_in_flight": 10, "rate": 100.0, "burst": 20, "weight": 3});
+    assert_eq!(l, acme);
+    assert_eq!(
+        limit_rows(&db).await,
+        [("acme".into(), Some(10), Some(100.0), Some(20), Some(3))]
+    );
+
+    // A partial update keeps the fields it does not name.
+    let (code, l) = put_limit(&base, "acme", r#"{"rate": "30/m"}"#).await;
+    assert_eq!(code, StatusCode::OK, "{l}");
+    assert_eq!(
+        l,
+        json!({"tenant": "acme", "max_in_flight": 10, "rate": 0.5, "burst": 20, "weight": 3})
+    );
+    let (code, _) = put_limit(&base, "acme", r#"{"weight": 5}"#).await;
+    assert_eq!(code, StatusCode::OK);
+    assert_eq!(
+        limit_rows(&db).await,
+        [("acme".into(), Some(10), Some(0.5), Some(20), Some(5))]
+    );
+    // An empty body changes nothing.
+    let (code, l) = put_limit(&base, "acme", "").await;
+    assert_eq!((code, l["weight"].clone()), (StatusCode::OK, json!(5)));
+
+    // null removes one; a max in flight of 0 is no cap; a number is items per second.
+    let (code, l) = put_limit(
+        &base,
+        "acme",
+        r#"{"burst": null, "max_in_flight": 0, "rate": 250}"#,
+    )
+    .await;
+    assert_eq!(code, StatusCode::OK, "{l}");
+    assert_eq!(
+        l,
+        json!({"tenant": "acme", "max_in_flight": null, "rate": 250.0, "burst": null, "weight": 5})
+    );
+    assert_eq!(
+        limit_rows(&db).await,
+        [("acme".into(), None, Some(250.0), None, Some(5))]
+    );
+
+    // Bad values are refused with what to write, and change nothing.
+    for (body, says) in [
+        (r#"{"rate": "fast"}"#, "e.g. 500/s, 30/m or 1000/h"),
+        (r#"{"rate": "5/d"}"#, "e.g. 500/s, 30/m or 1000/h"),
+        (r#"{"rate": 0}"#, "is not a rate"),
+        (r#"{"weight": 0}"#, "from 1 to 1000"),
+        (r#"{"weight": 1001}"#, "from 1 to 1000"),
+        (r#"{"max_in_flight": -1}"#, "whole number"),
+        (r#"{"burst": "ten"}"#, "whole number"),
+        (r#"{"colour": "red"}"#, "unknown field"),
+        ("max_in_flight=3", "JSON object"),
+    ] {
+        let (code, e) = put_limit(&base, "acme", body).await;
+        assert_eq!(code, StatusCode::BAD_REQUEST, "{body}: {e}");
+        assert!(message(&e).contains(says), "{body}: {e}");
+    }
+    let (_, e) = put_limit(&base, "acme", r#"{"rate": "fast"}"#).await;
+    assert_eq!(
+        message(&e),
+        r#""fast" is not a rate: write a positive count per unit, e.g. 500/s, 30/m or 1000/h, or null for no rate"#
+    );
+    let (code, e) = put_limit(&base, "bad%0Aname", r#"{"weight": 2}"#).await;
+    assert_eq!(code, StatusCode::BAD_REQUEST, "{e}");
+    assert!(message(&e).contains("control character"), "{e}");
+    let long = "t".repeat(256);
+    assert_eq!(
+        put_limit(&base, &long, "{}").await.0,
+        StatusCode::BAD_REQUEST
+    );
+    assert_eq!(
+        limit_rows(&db).await,
+        [("acme".into(), None, Some(250.0), None, Some(5))]
+    );
+
+    // A second tenant, whose name needs escaping; the list is by tenant.
+    let (code, l) = put_limit(&base, "team%2Fb", r#"{"max_in_flight": 4}"#).await;
+    assert_eq!(code, StatusCode::OK, "{l}");
+    assert_eq!(
+        l,
+        json!({"tenant": "team/b", "max_in_flight": 4, "rate": null, "burst": null, "weight": null})
+    );
+    let (code, list) = get(&base, "/api/v1/limits").await;
+    assert_eq!(code, StatusCode::OK);
+    let tenants: Vec<&str> = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["tenant"].as_str().unwrap())
+        .collect();
+    assert_eq!(tenants, ["acme", "team/b"]);
+    assert_eq!(list[0]["rate"], 250.0);
+
+    // A partition names its tenant; the API shows it.
+    let mut spec = PartitionSpec::default();
+    spec.tenant = Some("acme".into());
+    db.store.enqueue("acme-1", &spec, vec![]).await.unwrap();
+    enqueue(&db, "plain", false, &[("plain/1", 0)]).await;
+    assert_eq!(
+        get(&base, "/api/v1/partitions/acme-1").await.1["tenant"],
+        "acme"
+    );
+    assert_eq!(
+        get(&base, "/api/v1/partitions/plain").await.1["tenant"],
+        Value::Null
+    );
+    let (_, page) = get(&base, "/api/v1/partitions?prefix=acme").await;
+    assert_eq!(page["data"][0]["tenant"], "acme");
+
+    // Clear: removed once, then nothing to remove.
+    assert_eq!(
+        delete_limit(&base, "acme").await,
+        (StatusCode::OK, json!({"tenant": "acme", "removed": true}))
+    );
+    assert_eq!(
+        delete_limit(&base, "acme").await,
+        (StatusCode::OK, json!({"tenant": "acme", "removed": false}))
+    );
+    assert_eq!(
+        delete_limit(&base, "team%2Fb").await,
+        (StatusCode::OK, json!({"tenant": "team/b", "removed": true}))
+    );
+    assert!(limit_rows(&db).await.is_empty());
+    assert_eq!(
+        get(&base, "/api/v1/limits").await,
+        (StatusCode::OK, json!([]))
+    );
+    // Other methods are refused in the API's shape.
+    let (code, e) = send(
+        reqwest::Method::POST,
+        &base,
+        "/api/v1/limits/acme",
+        Some(TOKEN),
+        None,
+    )
+    .await;
+    assert_eq!(code, StatusCode::METHOD_NOT_ALLOWED);
+    assert!(e["error"]["message"].is_string(), "{e}");
+}
+
+on_all_backends!(api_limits_tokens);
+async fn api_limits_tokens(db: TestDb) {
+    db.store
+        .set_limit(&feed::store::limits::Limit {
+            tenant: "acme".into(),
+            max_in_flight: Some(3),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let open = serve(db.store.clone(), None).await;
+    let locked = serve(db.store.clone(), Some(TOKEN)).await;
+    let body = Some(r#"{"max_in_flight": 9}"#);
+    for method in [reqwest::Method::PUT, reqwest::Method::DELETE] {
+        let path = "/api/v1/limits/acme";
+        // No admin token configured: forbidden, whatever is sent.
+        for token in [Some(TOKEN), None] {
+            let (code, e) = send(method.clone(), &open, path, token, body).await;
+            assert_eq!(code, StatusCode::FORBIDDEN, "{method} {e}");
+            assert!(message(&e).contains("--admin-token"), "{e}");
+        }
+        // Configured: a missing or wrong token is unauthorized.
+        for token in [None, Some("wrong-token-0123456789")] {
+            let (code, e) = send(method.clone(), &locked, path, token, body).await;
+            assert_eq!(code, StatusCode::UNAUTHORIZED, "{method} {e}");
+            assert!(message(&e).contains("Bearer"), "{e}");
+        }
+    }
+    // A wrong token is refused before a bad body is read.
+    let (code, _) = send(
+        reqwest::Method::PUT,
+        &locked,
+        "/api/v1/limits/acme",
+        None,
+        Some(r#"{"rate": "fast"}"#),
+    )
+    .await;
+    assert_eq!(code, StatusCode::UNAUTHORIZED);
+    // The page's forms need a login (and no token configured forbids them).
+    let http = reqwest::Client::new();
+    for (base, code) in [
+        (&open, StatusCode::FORBIDDEN),
+        (&locked, StatusCode::UNAUTHORIZED),
+    ] {
+        for (path, form) in [
+            ("/limits", "csrf=x&confirm=yes&tenant=acme&max_in_flight=9"),
+            ("/limits/acme/clear", "csrf=x&confirm=yes"),
+        ] {
+            let r = http
+                .post(format!("{base}{path}"))
+                .header("content-type", "application/x-www-form-urlencoded")
+                .body(form)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), code, "{path}");
+        }
+    }
+    // Reads stay open, and the refused requests changed nothing.
+    for base in [&open, &locked] {
+        let (code, list) = get(base, "/api/v1/limits").await;
+        assert_eq!(code, StatusCode::OK);
+        assert_eq!(list[0]["max_in_flight"], 3);
+    }
+    assert_eq!(
+        limit_rows(&db).await,
+        [("acme".into(), Some(3), None, None, None)]
+    );
+    // The right token does it.
+    let (code, l) = send(
+        reqwest::Method::PUT,
+        &locked,
+        "/api/v1/limits/acme",
+        Some(TOKEN),
+        body,
+    )
+    .await;
+    assert_eq!(
+        (code, l["max_in_flight"].clone()),
+        (StatusCode::OK, json!(9))
+    );
+}

@@ -14,7 +14,7 @@ use crate::support::{Backend, Handler, Proc, Scene, TestDb, done, metric, no_ret
 const MINUTE: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Runs a command against `db`; returns (success, stdout + stderr).
-fn cli(db: &TestDb, args: &[&str]) -> (bool, String) {
+pub(crate) fn cli(db: &TestDb, args: &[&str]) -> (bool, String) {
     let mut all = args.to_vec();
     all.extend(["--database-url", &db.url]);
     let o = processor(&all, "");

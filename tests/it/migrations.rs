@@ -189,3 +189,66 @@ async fn events_up_and_down(db: TestDb) {
         .await;
     assert_eq!(db.store.events(None, None, 10).await.unwrap().len(), 1);
 }
+
+on_all_backends!(flow_control_up_and_down);
+/// From the schema before it, with partitions, items and a live session:
+/// `up` adds the tenant and override columns (NULL on existing rows), the
+/// limits, buckets and slots tables and the session's send rate; `down`
+/// removes them and keeps the work.
+async fn flow_control_up_and_down(db: TestDb) {
+    down_before(&db, "m20261126_000011").await;
+    db.partition_of("p", true, false, "block", &["a", "b"])
+        .await;
+    db.sql(
+        "INSERT INTO feed_processors (id, hostname, pid, software_version, started_at, heartbeat_at) \
+         VALUES ('s1', 'h', 1, 'v', 0, 0)",
+    )
+    .await;
+    db.store.migrate().await.unwrap();
+    assert_eq!(
+        db.count(
+            "SELECT COUNT(*) AS n FROM feed_partitions \
+             WHERE tenant IS NULL AND weight IS NULL AND max_in_flight IS NULL"
+        )
+        .await,
+        1
+    );
+    assert_eq!(
+        db.count("SELECT COUNT(*) AS n FROM feed_processors WHERE send_rate IS NULL")
+            .await,
+        1
+    );
+    db.sql("UPDATE feed_partitions SET tenant = 'acme', weight = 2 WHERE id = 'p'")
+        .await;
+    db.sql("INSERT INTO feed_limits (tenant, max_in_flight, rate) VALUES ('acme', 3, 2.5)")
+        .await;
+    let limits = db.store.limits().await.unwrap();
+    assert_eq!(
+        (
+            limits[0].tenant.as_str(),
+            limits[0].max_in_flight,
+            limits[0].rate
+        ),
+        ("acme", Some(3), Some(2.5))
+    );
+    db.sql("INSERT INTO feed_buckets (name, paid_until) VALUES ('fleet', 0)")
+        .await;
+    db.sql(
+        "INSERT INTO feed_slots (tenant, session_id, slots, wanted) VALUES ('acme', 's1', 1, 1)",
+    )
+    .await;
+    down_before(&db, "m20261126_000011").await;
+    assert!(db.store.limits().await.is_err(), "the table is gone");
+    assert_eq!(db.count("SELECT COUNT(*) AS n FROM feed_items").await, 2);
+    assert_eq!(
+        db.count("SELECT COUNT(*) AS n FROM feed_partitions").await,
+        1
+    );
+    db.store.migrate().await.unwrap();
+    assert!(db.store.limits().await.unwrap().is_empty());
+    assert_eq!(
+        db.count("SELECT COUNT(*) AS n FROM feed_partitions WHERE tenant IS NULL")
+            .await,
+        1
+    );
+}

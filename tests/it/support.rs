@@ -474,3 +474,11 @@ macro_rules! on_all_backends {
         $crate::backend_tests!($name: sqlite => Sqlite, postgres => Postgres, mariadb => Mysql);
     };
 }
+
+/// Held by tests that measure rates over wall-clock windows, so that no
+/// two of them run at once: six such drains side by side leave a 2-core
+/// machine too busy for any of them to be measured.
+pub async fn timed() -> tokio::sync::MutexGuard<'static, ()> {
+    static TIMED: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    TIMED.lock().await
+}

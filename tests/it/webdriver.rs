@@ -120,6 +120,19 @@ impl Browser {
             .unwrap();
     }
 
+    /// Replaces the value of the input `css` with `text`, as typed.
+    pub async fn fill(&self, css: &str, text: &str) {
+        let input = self
+            .client
+            .find(Locator::Css(css))
+            .await
+            .unwrap_or_else(|e| panic!("no {css}: {e}"));
+        input.clear().await.unwrap();
+        if !text.is_empty() {
+            input.send_keys(text).await.unwrap();
+        }
+    }
+
     /// Clicks the button whose text is `label` inside the first `scope` match.
     pub async fn press(&self, scope: &str, label: &str) {
         let css = format!("{scope} button[value='{label}']");

@@ -166,7 +166,7 @@ async fn an_expired_session_writes_nothing(k: Kit) {
     let w = write(&k, std::slice::from_ref(&ack)).await;
     assert_eq!(w, vec![Written::Stale]);
     assert_eq!(k.item_row("x").await, ("available".into(), 0, 0, 0));
-    assert!(k.store.heartbeat(&"s1".into()).await.unwrap());
+    assert!(k.store.heartbeat(&"s1".into(), 0).await.unwrap());
     let w = write(&k, &[ack]).await;
     assert_eq!(w, vec![Written::Yes]);
 }

@@ -27,6 +27,7 @@ async fn enqueue_creates_extends_and_reopens(k: Kit) {
         manual_checkpoint: true,
         on_failure: OnFailure::Continue,
         gate_events: true,
+        ..PartitionSpec::default()
     };
     let r = k
         .store

@@ -86,6 +86,10 @@ pub(crate) struct Dialect {
     stale_statistics: Option<&'static str>,
     /// Whether the server runs without autovacuum, where it has one.
     autovacuum_off: Option<&'static str>,
+    /// Appended to an `INSERT` so that a row with the same key (the
+    /// column named) gets the inserted values of the columns listed
+    /// instead; with none listed the existing row stays as it is.
+    upsert: fn(&str, &[&str]) -> String,
 }
 
 impl Driver {
@@ -217,6 +221,23 @@ impl Driver {
     pub(crate) fn autovacuum_off(self) -> Option<&'static str> {
         self.dialect().autovacuum_off
     }
+
+    /// See [`Dialect::upsert`].
+    pub(crate) fn upsert(self, key: &str, columns: &[&str]) -> String {
+        (self.dialect().upsert)(key, columns)
+    }
+}
+
+/// `ON CONFLICT … DO UPDATE` (PostgreSQL and SQLite).
+fn on_conflict(key: &str, columns: &[&str]) -> String {
+    if columns.is_empty() {
+        return format!(" ON CONFLICT ({key}) DO NOTHING");
+    }
+    let set: Vec<String> = columns
+        .iter()
+        .map(|c| format!("{c} = excluded.{c}"))
+        .collect();
+    format!(" ON CONFLICT ({key}) DO UPDATE SET {}", set.join(", "))
 }
 
 /// `?, ?, ?` for an `IN (…)` list of `n` values.

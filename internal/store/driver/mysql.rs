@@ -28,6 +28,7 @@ pub(super) const DIALECT: Dialect = Dialect {
     result_batch: ResultBatch::Join,
     item_delete,
     stale_statistics: None,
+    upsert: on_duplicate,
     autovacuum_off: None,
 };
 
@@ -47,4 +48,16 @@ fn item_delete(n: usize, partition_ok: &str, batch: i64) -> String {
 pub(super) fn transient(d: &dyn DatabaseError) -> Option<bool> {
     let my = d.try_downcast_ref::<sea_orm::sqlx::mysql::MySqlDatabaseError>()?;
     Some(matches!(my.number(), 1213 | 1205))
+}
+
+/// `ON DUPLICATE KEY UPDATE` (MySQL names no key: any unique one counts).
+fn on_duplicate(key: &str, columns: &[&str]) -> String {
+    if columns.is_empty() {
+        return format!(" ON DUPLICATE KEY UPDATE {key} = {key}");
+    }
+    let set: Vec<String> = columns
+        .iter()
+        .map(|c| format!("{c} = VALUES({c})"))
+        .collect();
+    format!(" ON DUPLICATE KEY UPDATE {}", set.join(", "))
 }

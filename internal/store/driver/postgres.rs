@@ -30,6 +30,7 @@ pub(super) const DIALECT: Dialect = Dialect {
          AND s.n_mod_since_analyze >= ? \
          AND s.n_mod_since_analyze > ? * GREATEST(c.reltuples, 0)::BIGINT",
     ),
+    upsert: super::on_conflict,
     autovacuum_off: Some("SELECT current_setting('autovacuum') = 'off' AS off"),
 };
 

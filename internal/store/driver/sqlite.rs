@@ -26,6 +26,7 @@ pub(super) const DIALECT: Dialect = Dialect {
     result_batch: ResultBatch::Values(values_source),
     item_delete,
     stale_statistics: None,
+    upsert: super::on_conflict,
     autovacuum_off: None,
 };
 

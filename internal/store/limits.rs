@@ -1,0 +1,294 @@
+//! Flow control's shared state: per-tenant limits (`feed_limits`), token
+//! buckets every processor claims from (`feed_buckets`), and each
+//! session's share of a tenant's in-flight slots (`feed_slots`).
+
+use std::time::Duration;
+
+use sea_orm::ConnectionTrait;
+use serde::Serialize;
+
+use super::{Store, get, ms};
+use crate::Result;
+use crate::ids::{PartitionId, SessionId};
+use crate::validate;
+
+/// One tenant's limits, as `feed_limits` holds them (None = no limit).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Limit {
+    /// The tenant, as `feed_partitions.tenant` names it.
+    pub tenant: String,
+    /// Items of this tenant in flight at the handler, fleet-wide.
+    pub max_in_flight: Option<u32>,
+    /// Items of this tenant sent per second, fleet-wide.
+    pub rate: Option<f64>,
+    /// Items the rate may send at once after a quiet spell.
+    pub burst: Option<u32>,
+    /// The tenant's share of dispatch against other tenants (1 = even).
+    pub weight: Option<u32>,
+}
+
+/// A partition's flow-control columns (only partitions that set one).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Attrs {
+    /// Partition id.
+    pub id: PartitionId,
+    /// Its tenant.
+    pub tenant: Option<String>,
+    /// Its share of dispatch within its tenant (or, without one, against others).
+    pub weight: Option<u32>,
+    /// Its own cap on items in flight.
+    pub max_in_flight: Option<u32>,
+}
+
+/// A reservation that loses to others this many times in a row gives up
+/// for the moment.
+const RESERVE_TRIES: usize = 4;
+
+/// Rows of partitions with flow-control columns set, read per chunk of ids.
+const ATTRS_CHUNK: usize = 500;
+
+/// A count from an `INTEGER` column; a negative one is no limit.
+fn nonneg(v: Option<i32>) -> Option<u32> {
+    v.and_then(|n| u32::try_from(n).ok())
+}
+
+/// A count for an `INTEGER` column.
+fn int(v: Option<u32>) -> sea_orm::Value {
+    v.map(|n| i32::try_from(n).unwrap_or(i32::MAX)).into()
+}
+
+impl Store {
+    /// Every tenant's limits, by tenant.
+    pub async fn limits(&self) -> Result<Vec<Limit>> {
+        let rows = self
+            .query(
+                "SELECT tenant, max_in_flight, rate, burst, weight FROM feed_limits ORDER BY tenant",
+                vec![],
+            )
+            .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(Limit {
+                    tenant: get(r, "tenant")?,
+                    max_in_flight: nonneg(get(r, "max_in_flight")?),
+                    rate: get::<Option<f64>>(r, "rate")?.filter(|r| *r > 0.0),
+                    burst: nonneg(get(r, "burst")?),
+                    weight: nonneg(get(r, "weight")?),
+                })
+            })
+            .collect()
+    }
+
+    /// Writes a tenant's limits (all of its columns: read, change, write).
+    pub async fn set_limit(&self, limit: &Limit) -> Result<()> {
+        validate::filter("tenant", &limit.tenant)?;
+        let up = self.driver.upsert(
+            "tenant",
+            &["max_in_flight", "rate", "burst", "weight", "updated_at"],
+        );
+        self.exec(
+            &format!(
+                "INSERT INTO feed_limits (tenant, max_in_flight, rate, burst, weight, updated_at) \
+                 VALUES (?, ?, ?, ?, ?, {{now}}){up}"
+            ),
+            vec![
+                limit.tenant.as_str().into(),
+                int(limit.max_in_flight),
+                limit.rate.into(),
+                int(limit.burst),
+                int(limit.weight),
+            ],
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// Removes a tenant's limits; false when it had none.
+    pub async fn clear_limit(&self, tenant: &str) -> Result<bool> {
+        let n = self
+            .exec(
+                "DELETE FROM feed_limits WHERE tenant = ?",
+                vec![tenant.into()],
+            )
+            .await?;
+        self.exec(
+            "DELETE FROM feed_slots WHERE tenant = ?",
+            vec![tenant.into()],
+        )
+        .await?;
+        Ok(n > 0)
+    }
+
+    /// The flow-control columns of those of `ids` that set any.
+    pub(crate) async fn partition_attrs(&self, ids: &[PartitionId]) -> Result<Vec<Attrs>> {
+        let mut out = Vec::new();
+        for chunk in ids.chunks(ATTRS_CHUNK) {
+            let rows = self
+                .query(
+                    &format!(
+                        "SELECT id, tenant, weight, max_in_flight FROM feed_partitions WHERE id IN ({}) \
+                         AND (tenant IS NOT NULL OR weight IS NOT NULL OR max_in_flight IS NOT NULL)",
+                        super::driver::marks(chunk.len())
+                    ),
+                    chunk.iter().map(|id| id.clone().into()).collect(),
+                )
+                .await?;
+            for r in &rows {
+                out.push(Attrs {
+                    id: get(r, "id")?,
+                    tenant: get(r, "tenant")?,
+                    weight: nonneg(get(r, "weight")?),
+                    max_in_flight: nonneg(get(r, "max_in_flight")?),
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    /// Reserves `n` tokens of the shared bucket `name`, which pays for
+    /// `rate` tokens a second and lets `burst` go at once after a quiet
+    /// spell. Returns in how many microseconds the first may be spent
+    /// (negative: some are due already; the k-th comes due `k / rate`
+    /// seconds after that), or None when other processors kept moving the
+    /// bucket on (ask again shortly).
+    ///
+    /// The bucket keeps the time up to which its reserved tokens are paid
+    /// for (`paid_until`); a reservation moves it on by `n / rate` from
+    /// that time or from now, whichever is later, and each token may be
+    /// spent `burst / rate` before it is paid for. So no interval sees more
+    /// than its length times `rate`, plus `burst`, tokens spent, and a
+    /// processor that reserves ahead loses nothing to its own latency.
+    pub(crate) async fn reserve(
+        &self,
+        name: &str,
+        n: f64,
+        rate: f64,
+        burst: f64,
+    ) -> Result<Option<i64>> {
+        let micros = |tokens: f64| (tokens / rate * 1e6).round() as i64;
+        let (cost, tolerance) = (micros(n), micros(burst));
+        for _ in 0..RESERVE_TRIES {
+            let rows = self
+                .query(
+                    "SELECT paid_until, {now} AS now FROM feed_buckets WHERE name = ?",
+                    vec![name.into()],
+                )
+                .await?;
+            let Some(row) = rows.first() else {
+                let keep = self.driver.upsert("name", &[]);
+                self.exec(
+                    &format!("INSERT INTO feed_buckets (name, paid_until) VALUES (?, 0){keep}"),
+                    vec![name.into()],
+                )
+                .await?;
+                continue;
+            };
+            let paid: i64 = get(row, "paid_until")?;
+            let now = get::<i64>(row, "now")? * 1000;
+            let start = paid.max(now);
+            let until = start + cost;
+            let moved = self
+                .exec(
+                    "UPDATE feed_buckets SET paid_until = ? WHERE name = ? AND paid_until = ?",
+                    vec![until.into(), name.into(), paid.into()],
+                )
+                .await?;
+            if moved == 1 {
+                return Ok(Some(start - tolerance - now));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Sets `me`'s share of `tenant`'s in-flight slots, under the lock of
+    /// the tenant's limits row so that the live sessions' shares never add
+    /// up to more than its `max_in_flight`. `in_use` are the slots `me` has
+    /// calls in (kept whatever the share), `wanted` how many it could use.
+    /// Returns the slots granted; None when the tenant has no cap.
+    pub(crate) async fn claim_slots(
+        &self,
+        tenant: &str,
+        me: &SessionId,
+        in_use: u32,
+        wanted: u32,
+        expiry: Duration,
+    ) -> Result<Option<u32>> {
+        let b = self.driver;
+        let lock = b.stmt(
+            &format!(
+                "SELECT max_in_flight FROM feed_limits WHERE tenant = ?{}",
+                b.for_update()
+            ),
+            vec![tenant.into()],
+        );
+        let live = "(SELECT id FROM feed_processors WHERE heartbeat_at >= {now} - ?)";
+        let reap = b.stmt(
+            &format!("DELETE FROM feed_slots WHERE tenant = ? AND session_id NOT IN {live}"),
+            vec![tenant.into(), ms(expiry).into()],
+        );
+        let others = b.stmt(
+            "SELECT session_id, slots, wanted FROM feed_slots WHERE tenant = ? AND session_id <> ?",
+            vec![tenant.into(), me.into()],
+        );
+        self.retry(|| async {
+            let txn = self.begin_immediate().await?;
+            self.count(3);
+            let row = txn.query_all_raw(lock.clone()).await?;
+            let cap = match row.first() {
+                Some(r) => r.try_get::<Option<i32>>("", "max_in_flight")?,
+                None => None,
+            };
+            let Some(cap) = nonneg(cap) else {
+                txn.execute_raw(b.stmt(
+                    "DELETE FROM feed_slots WHERE tenant = ? AND session_id = ?",
+                    vec![tenant.into(), me.into()],
+                ))
+                .await?;
+                txn.commit().await?;
+                return Ok(None);
+            };
+            txn.execute_raw(reap.clone()).await?;
+            let mut shares = vec![(me.to_string(), 0u32, wanted)];
+            for r in txn.query_all_raw(others.clone()).await? {
+                let id: String = r.try_get("", "session_id")?;
+                let slots: i32 = r.try_get("", "slots")?;
+                let want: i32 = r.try_get("", "wanted")?;
+                shares.push((id, nonneg(Some(slots)).unwrap_or(0), nonneg(Some(want)).unwrap_or(0)));
+            }
+            let granted = crate::limits::grant(cap, in_use, &shares);
+            let write = if granted == 0 && wanted == 0 {
+                b.stmt(
+                    "DELETE FROM feed_slots WHERE tenant = ? AND session_id = ?",
+                    vec![tenant.into(), me.into()],
+                )
+            } else {
+                let up = b.upsert("tenant, session_id", &["slots", "wanted"]);
+                b.stmt(
+                    &format!(
+                        "INSERT INTO feed_slots (tenant, session_id, slots, wanted) VALUES (?, ?, ?, ?){up}"
+                    ),
+                    vec![
+                        tenant.into(),
+                        me.into(),
+                        int(Some(granted)),
+                        int(Some(wanted)),
+                    ],
+                )
+            };
+            txn.execute_raw(write).await?;
+            txn.commit().await?;
+            Ok(Some(granted))
+        })
+        .await
+    }
+
+    /// Gives back every slot `me` holds (at shutdown).
+    pub(crate) async fn release_slots(&self, me: &SessionId) -> Result<()> {
+        self.exec(
+            "DELETE FROM feed_slots WHERE session_id = ?",
+            vec![me.into()],
+        )
+        .await?;
+        Ok(())
+    }
+}

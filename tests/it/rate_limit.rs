@@ -1,0 +1,172 @@
+//! Flow control by rate: the fleet-wide `--rate-limit`, and the adaptive
+//! rate after a handler's 429s.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::on_all_backends;
+use crate::support::{Handler, Proc, TestDb, done, metric, retry_after, timed, wait_for};
+
+/// The fleet's limit in the test.
+const RATE: f64 = 200.0;
+/// The windows rates are counted over.
+const WINDOW: Duration = Duration::from_secs(2);
+
+/// Items per `WINDOW` at the handler, over every whole window from the
+/// first call at or after `from`.
+fn windows(calls: &[Instant], from: Instant) -> Vec<usize> {
+    let mut calls: Vec<Instant> = calls.iter().copied().filter(|t| *t >= from).collect();
+    calls.sort();
+    let (Some(first), Some(last)) = (calls.first(), calls.last()) else {
+        return vec![];
+    };
+    let whole = (last.duration_since(*first).as_secs_f64() / WINDOW.as_secs_f64()) as usize;
+    (0..whole)
+        .map(|k| {
+            let start = *first + WINDOW * k as u32;
+            calls
+                .iter()
+                .filter(|t| **t >= start && **t < start + WINDOW)
+                .count()
+        })
+        .collect()
+}
+
+async fn drained(db: &TestDb, items: i64) {
+    wait_for("the drain", Duration::from_secs(90), || async {
+        db.count("SELECT COUNT(*) AS n FROM feed_items WHERE status = 'complete'")
+            .await
+            == items
+    })
+    .await;
+}
+
+on_all_backends!(three_processors_share_one_rate);
+/// Three processors with `--rate-limit 200/s` on one database: over every
+/// 2 s window the handler sees within 10 % of 200 items a second, first
+/// with one processor busy (one partition: the others have nothing to do
+/// and must not strand their share), then with all three busy.
+async fn three_processors_share_one_rate(db: TestDb) {
+    let _timed = timed().await;
+    let handler = Handler::start(|_| done()).await;
+    // A session that the loaded machine lets expire would move its
+    // partitions mid-window: that is liveness, not the rate, so sessions
+    // here outlive any stall of the test machine.
+    let args = ["--rate-limit", "200/s", "--session-expiry", "10s"];
+    let procs: Vec<Proc> = (0..3)
+        .map(|_| Proc::start(&db, &handler.url(), &args))
+        .collect();
+    // One busy: a single partition.
+    let ids: Vec<String> = (0..1_600).map(|i| format!("one/{i}")).collect();
+    let started = Instant::now();
+    db.partition_of("one", true, false, "block", &ids).await;
+    drained(&db, 1_600).await;
+    let one = windows(
+        &handler.calls().iter().map(|c| c.at).collect::<Vec<_>>(),
+        started,
+    );
+    // All three busy: 30 partitions.
+    let phase = Instant::now();
+    for p in 0..30 {
+        let ids: Vec<String> = (0..80).map(|i| format!("many{p}/{i}")).collect();
+        db.partition_of(&format!("many{p}"), true, false, "block", &ids)
+            .await;
+    }
+    drained(&db, 1_600 + 2_400).await;
+    let calls = handler.calls();
+    let late: Vec<_> = calls.iter().filter(|c| c.at >= phase).collect();
+    let busy: std::collections::HashSet<&str> = late.iter().map(|c| c.processor.as_str()).collect();
+    let three = windows(&late.iter().map(|c| c.at).collect::<Vec<_>>(), phase);
+    eprintln!(
+        "items per {WINDOW:?}: one busy {one:?}, three busy ({} sending) {three:?}",
+        busy.len()
+    );
+    assert_eq!(busy.len(), 3, "all three processors sent");
+    let expected = RATE * WINDOW.as_secs_f64();
+    for (what, counts) in [("one busy", &one), ("three busy", &three)] {
+        assert!(counts.len() >= 3, "{what}: {counts:?}");
+        for n in counts {
+            let off = (*n as f64 - expected).abs() / expected;
+            assert!(
+                off <= 0.10,
+                "{what}: a window of {n} items, not {expected} ± 10 %: {counts:?}"
+            );
+        }
+    }
+    drop(procs);
+}
+
+on_all_backends!(throttle_answers_slow_the_sender);
+/// A handler that accepts 300 items a second and answers 429
+/// (`Retry-After: 1`) above that: after the first 10 s Feed sends within
+/// 20 % of 300 a second, and fewer than 5 % of its calls are answered 429.
+async fn throttle_answers_slow_the_sender(db: TestDb) {
+    let _timed = timed().await;
+    const CAPACITY: f64 = 300.0;
+    const ITEMS: i64 = 6_000;
+    for p in 0..20 {
+        let ids: Vec<String> = (0..ITEMS / 20).map(|i| format!("p{p}/{i}")).collect();
+        db.partition_of(&format!("p{p}"), true, false, "block", &ids)
+            .await;
+    }
+    // The handler's hidden capacity: a token bucket of 300/s (0.1 s of burst).
+    let bucket = Mutex::new((CAPACITY * 0.1, Instant::now()));
+    let answers: Arc<Mutex<Vec<(Instant, bool)>>> = Arc::default();
+    let seen = answers.clone();
+    let handler = Handler::start(move |_| {
+        let mut b = bucket.lock().unwrap();
+        let now = Instant::now();
+        b.0 = (b.0 + now.duration_since(b.1).as_secs_f64() * CAPACITY).min(CAPACITY * 0.1);
+        b.1 = now;
+        let ok = b.0 >= 1.0;
+        if ok {
+            b.0 -= 1.0;
+        }
+        seen.lock().unwrap().push((now, ok));
+        if ok {
+            done()
+        } else {
+            retry_after(429, "1", "slow down")
+        }
+    })
+    .await;
+    let started = Instant::now();
+    let proc = Proc::start(&db, &handler.url(), &[]);
+    drained(&db, ITEMS).await;
+    let text = proc.metrics().await;
+    let answers = answers.lock().unwrap().clone();
+    let settled = started + Duration::from_secs(10);
+    let late: Vec<&(Instant, bool)> = answers.iter().filter(|(t, _)| *t >= settled).collect();
+    let span = late
+        .last()
+        .unwrap()
+        .0
+        .duration_since(late[0].0)
+        .as_secs_f64();
+    let rate = late.len() as f64 / span;
+    let refused = late.iter().filter(|(_, ok)| !ok).count();
+    let all_refused = answers.iter().filter(|(_, ok)| !ok).count();
+    eprintln!(
+        "{} calls, {all_refused} answered 429; after 10 s: {:.0} calls/s, {refused} of {} answered 429; adaptive rate {}",
+        answers.len(),
+        rate,
+        late.len(),
+        metric(&text, "feed_adaptive_rate")
+    );
+    assert!(
+        (rate - CAPACITY).abs() / CAPACITY <= 0.2,
+        "settled at {rate:.0}/s"
+    );
+    assert!(
+        (refused as f64) < 0.05 * late.len() as f64,
+        "{refused} of {} calls answered 429 after 10 s",
+        late.len()
+    );
+    assert_eq!(
+        db.count("SELECT COUNT(*) AS n FROM feed_items WHERE status = 'failed'")
+            .await,
+        0
+    );
+    assert!(metric(&text, "feed_throttled_total") >= 1.0);
+    assert!(metric(&text, "feed_adaptive_rate") > 0.0);
+}

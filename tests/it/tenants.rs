@@ -1,0 +1,274 @@
+//! Flow control by tenant and by partition: a tenant's in-flight cap
+//! across the fleet, fairness across tenants, per-partition overrides, and
+//! limits edited live by SQL and the command line.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use feed::store::{NewItem, PartitionSpec};
+use parking_lot::Mutex;
+
+use crate::controls::cli;
+use crate::on_all_backends;
+use crate::support::{Handler, Proc, TestDb, done, timed, wait_for};
+
+/// Creates `partition` with `n` items, of `tenant` and with the overrides given.
+async fn enqueue(db: &TestDb, partition: &str, n: usize, spec: PartitionSpec) {
+    let items: Vec<NewItem> = (0..n)
+        .map(|i| NewItem::new(b"{}".to_vec()).with_id(format!("{partition}/{i}")))
+        .collect();
+    db.store.enqueue(partition, &spec, items).await.unwrap();
+}
+
+fn of(tenant: &str) -> PartitionSpec {
+    let mut spec = PartitionSpec::default();
+    spec.tenant = Some(tenant.into());
+    spec
+}
+
+/// Calls at the handler at once, by key (now, most ever).
+#[derive(Default)]
+struct Concurrency(Mutex<HashMap<String, (u32, u32)>>);
+
+impl Concurrency {
+    fn enter(&self, key: &str) {
+        let mut m = self.0.lock();
+        let e = m.entry(key.to_string()).or_default();
+        e.0 += 1;
+        e.1 = e.1.max(e.0);
+    }
+
+    fn leave(&self, key: &str) {
+        self.0.lock().get_mut(key).unwrap().0 -= 1;
+    }
+
+    fn most(&self, key: &str) -> u32 {
+        self.0.lock().get(key).map_or(0, |e| e.1)
+    }
+
+    /// Forgets the most seen so far (a new measurement starts).
+    fn reset(&self) {
+        for e in self.0.lock().values_mut() {
+            e.1 = e.0;
+        }
+    }
+}
+
+/// A handler that holds each call for `hold`, counting calls at once by
+/// the part of the partition id before the first `-`.
+async fn holding(hold: Duration) -> (Handler, Arc<Concurrency>) {
+    let seen = Arc::new(Concurrency::default());
+    let s = seen.clone();
+    let h = Handler::start_async(move |call| {
+        let s = s.clone();
+        async move {
+            let key = call.partition.split('-').next().unwrap().to_string();
+            s.enter(&key);
+            tokio::time::sleep(hold).await;
+            s.leave(&key);
+            done()
+        }
+    })
+    .await;
+    (h, seen)
+}
+
+async fn drained(db: &TestDb, items: i64) {
+    wait_for("the drain", Duration::from_secs(120), || async {
+        db.count("SELECT COUNT(*) AS n FROM feed_items WHERE status = 'complete'")
+            .await
+            == items
+    })
+    .await;
+}
+
+on_all_backends!(a_tenants_cap_holds_across_three_processors);
+/// A tenant capped at 4 items in flight (set with SQL), its work spread
+/// over 12 partitions that three processors share: the handler never sees
+/// more than 4 of its calls at once, and all of them finish; partitions of
+/// another tenant meanwhile go at full speed.
+async fn a_tenants_cap_holds_across_three_processors(db: TestDb) {
+    db.sql("INSERT INTO feed_limits (tenant, max_in_flight) VALUES ('acme', 4)")
+        .await;
+    for p in 0..12 {
+        enqueue(&db, &format!("acme-{p}"), 25, of("acme")).await;
+        enqueue(&db, &format!("other-{p}"), 25, of("other")).await;
+    }
+    let (h, seen) = holding(Duration::from_millis(20)).await;
+    let procs: Vec<Proc> = (0..3)
+        .map(|_| Proc::start(&db, &h.url(), &["--concurrency", "16"]))
+        .collect();
+    drained(&db, 600).await;
+    let senders: std::collections::HashSet<String> = h
+        .calls()
+        .into_iter()
+        .filter(|c| c.partition.starts_with("acme"))
+        .map(|c| c.processor)
+        .collect();
+    eprintln!(
+        "acme: at most {} at once from {} processors; other: at most {}",
+        seen.most("acme"),
+        senders.len(),
+        seen.most("other")
+    );
+    assert!(
+        seen.most("acme") <= 4,
+        "acme had {} calls at once",
+        seen.most("acme")
+    );
+    assert!(senders.len() >= 2, "the cap is shared, not one processor's");
+    assert!(seen.most("other") > 4, "the cap binds acme only");
+    drop(procs);
+}
+
+on_all_backends!(a_tenant_with_one_partition_is_not_behind_one_with_a_hundred);
+/// Tenant a with 100 partitions of 100 items, tenant b with one partition
+/// of 100, equal weights: b finishes within the first quarter of a's drain.
+async fn a_tenant_with_one_partition_is_not_behind_one_with_a_hundred(db: TestDb) {
+    for p in 0..100 {
+        enqueue(&db, &format!("a-{p:03}"), 100, of("a")).await;
+    }
+    enqueue(&db, "b-0", 100, of("b")).await;
+    let h = Handler::start(|_| done()).await;
+    let _p = Proc::start(&db, &h.url(), &["--concurrency", "8"]);
+    drained(&db, 10_100).await;
+    let calls = h.calls();
+    let first = calls.iter().map(|c| c.at).min().unwrap();
+    let a_end = calls
+        .iter()
+        .filter(|c| c.partition.starts_with("a-"))
+        .map(|c| c.at)
+        .max()
+        .unwrap();
+    let b_end = calls
+        .iter()
+        .filter(|c| c.partition.starts_with("b-"))
+        .map(|c| c.at)
+        .max()
+        .unwrap();
+    let share =
+        b_end.duration_since(first).as_secs_f64() / a_end.duration_since(first).as_secs_f64();
+    eprintln!("b finished at {:.1} % of a's drain", share * 100.0);
+    assert!(
+        share <= 0.25,
+        "b finished at {:.0} % of a's drain",
+        share * 100.0
+    );
+}
+
+on_all_backends!(partition_overrides_set_its_cap_and_its_share);
+/// A partition's own `max_in_flight` caps its calls at once whatever the
+/// processor's flags; a partition of weight 4 gets about four times the
+/// calls of one of weight 1 while both have work.
+async fn partition_overrides_set_its_cap_and_its_share(db: TestDb) {
+    let mut capped = PartitionSpec::default();
+    capped.max_in_flight = Some(2);
+    enqueue(&db, "capped-0", 60, capped).await;
+    let mut heavy = PartitionSpec::default();
+    heavy.weight = Some(4);
+    enqueue(&db, "heavy-0", 2_000, heavy).await;
+    enqueue(&db, "light-0", 2_000, PartitionSpec::default()).await;
+    let (h, seen) = holding(Duration::from_millis(5)).await;
+    let _p = Proc::start(&db, &h.url(), &["--concurrency", "16"]);
+    drained(&db, 4_060).await;
+    let calls = h.calls();
+    let heavy_end = calls
+        .iter()
+        .filter(|c| c.partition == "heavy-0")
+        .map(|c| c.at)
+        .max()
+        .unwrap();
+    let light = calls
+        .iter()
+        .filter(|c| c.partition == "light-0" && c.at <= heavy_end)
+        .count();
+    let ratio = 2_000.0 / light as f64;
+    eprintln!(
+        "capped: at most {} at once; heavy:light calls while both had work {ratio:.1}",
+        seen.most("capped")
+    );
+    assert!(
+        seen.most("capped") <= 2,
+        "capped had {} at once",
+        seen.most("capped")
+    );
+    assert!(
+        ratio >= 2.5,
+        "weight 4 got {ratio:.1}x the calls of weight 1"
+    );
+}
+
+/// Calls of tenant `key` per second at the handler over `span` from now.
+async fn rate_over(h: &Handler, key: &str, span: Duration) -> f64 {
+    let from = Instant::now();
+    tokio::time::sleep(span).await;
+    let n = h
+        .calls()
+        .iter()
+        .filter(|c| c.at >= from && c.partition.starts_with(key))
+        .count();
+    n as f64 / span.as_secs_f64()
+}
+
+on_all_backends!(limits_edited_live_take_effect_within_a_heartbeat);
+/// Limits set while a processor runs (heartbeat 200 ms): a cap inserted
+/// with SQL, a rate set with `processor limits set`, and `limits clear`
+/// each bind (or stop binding) within a heartbeat and the calls in flight
+/// then (measured from 500 ms after the change).
+async fn limits_edited_live_take_effect_within_a_heartbeat(db: TestDb) {
+    let _timed = timed().await;
+    for p in 0..8 {
+        enqueue(&db, &format!("acme-{p}"), 1_000, of("acme")).await;
+    }
+    let (h, seen) = holding(Duration::from_millis(20)).await;
+    let _p = Proc::start(&db, &h.url(), &["--concurrency", "16"]);
+    wait_for("calls at full speed", Duration::from_secs(30), || async {
+        seen.most("acme") >= 8
+    })
+    .await;
+    let settle = Duration::from_millis(500);
+    // A cap, by SQL.
+    db.sql("INSERT INTO feed_limits (tenant, max_in_flight) VALUES ('acme', 3)")
+        .await;
+    tokio::time::sleep(settle).await;
+    seen.reset();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let capped = seen.most("acme");
+    // A rate instead, by the command line.
+    let (ok, out) = cli(
+        &db,
+        &[
+            "limits",
+            "set",
+            "--tenant",
+            "acme",
+            "--max-in-flight",
+            "0",
+            "--rate",
+            "40/s",
+        ],
+    );
+    assert!(ok, "{out}");
+    assert!(out.contains("rate 40/s"), "{out}");
+    let (ok, listed) = cli(&db, &["limits", "list"]);
+    assert!(
+        ok && listed.contains("acme") && listed.contains("40/s"),
+        "{listed}"
+    );
+    tokio::time::sleep(settle).await;
+    let limited = rate_over(&h, "acme", Duration::from_secs(2)).await;
+    // Cleared: full speed again.
+    let (ok, out) = cli(&db, &["limits", "clear", "--tenant", "acme"]);
+    assert!(ok && out.contains("limits removed"), "{out}");
+    tokio::time::sleep(settle).await;
+    let free = rate_over(&h, "acme", Duration::from_secs(1)).await;
+    eprintln!("capped at {capped} at once; rate {limited:.0}/s; cleared {free:.0}/s");
+    assert!(capped <= 3, "{capped} at once under a cap of 3");
+    assert!(
+        (limited - 40.0).abs() <= 8.0,
+        "{limited:.0}/s under a rate of 40/s"
+    );
+    assert!(free > 100.0, "{free:.0}/s once cleared");
+    assert_eq!(db.count("SELECT COUNT(*) AS n FROM feed_limits").await, 0);
+}
