@@ -146,7 +146,16 @@ async fn start(
         let listen = crate::notify::listen(ctx.config.clone(), ctx.wake.clone(), work.token());
         work.spawn("notifications", listen);
     }
-    work.spawn("limits", crate::limits::run(ctx.clone(), work.token()));
+    let session = ctx.session.clone();
+    let claimer = crate::limits::Claimer {
+        every: ctx.config.heartbeat_interval,
+        expiry: ctx.config.session_expiry,
+        batch: ctx.config.batch_size,
+        store: ctx.store.clone(),
+        session: Box::new(move || session.id()),
+        limits: ctx.limits.clone(),
+    };
+    work.spawn("limits", crate::limits::run(claimer, work.token()));
     if let Some(webhooks) = crate::webhooks::Webhooks::new(&ctx)? {
         work.spawn("webhooks", webhooks.run(work.token()));
     }

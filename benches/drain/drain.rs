@@ -34,6 +34,9 @@ pub(crate) struct Workload {
     pub(crate) multistep: bool,
     /// Flags beyond the defaults (e.g. `--batch-size`).
     pub(crate) flags: &'static [&'static str],
+    /// Partitions spread round-robin over this many tenants, each with a
+    /// `feed_limits` row that never binds (0: no tenants).
+    pub(crate) tenants: usize,
 }
 
 impl Workload {
@@ -47,6 +50,7 @@ impl Workload {
             processors: 1,
             multistep: false,
             flags: &[],
+            tenants: 0,
         }
     }
 }
@@ -118,7 +122,7 @@ pub(crate) async fn drain_on(
         ..
     } = w;
     let enqueue = match w.backlog {
-        Backlog::Enqueue => enqueue_backlog(db, items, partitions, multistep).await?,
+        Backlog::Enqueue => enqueue_backlog(db, items, partitions, multistep, w.tenants).await?,
         Backlog::Sql if multistep => bail!("plain-SQL backlogs are single-step"),
         Backlog::Sql => insert_backlog(db, items, partitions, "").await?,
     };

@@ -125,12 +125,15 @@ pub(crate) fn item_body(n: usize, multistep: bool) -> Vec<u8> {
 }
 
 /// Enqueues `items` across `partitions` with Store::enqueue (one transaction
-/// per partition), `parallel` partitions at a time.
+/// per partition), `parallel` partitions at a time; with `tenants`, the
+/// partitions belong to that many tenants in turn, each given limits that
+/// never bind (a cap of a million in flight, weight 1).
 pub(crate) async fn enqueue_backlog(
     db: &Db,
     items: usize,
     partitions: usize,
     multistep: bool,
+    tenants: usize,
 ) -> Result<Duration> {
     let parallel = if db.backend == Backend::Sqlite { 1 } else { 4 };
     let started = Instant::now();
@@ -143,15 +146,24 @@ pub(crate) async fn enqueue_backlog(
                 let batch = (0..count)
                     .map(|j| NewItem::new(item_body(j * partitions + k, multistep)))
                     .collect();
-                store
-                    .enqueue(&format!("p-{k:05}"), &PartitionSpec::default(), batch)
-                    .await?;
+                let mut spec = PartitionSpec::default();
+                spec.tenant = (tenants > 0).then(|| format!("t{}", k % tenants));
+                store.enqueue(&format!("p-{k:05}"), &spec, batch).await?;
             }
             anyhow::Ok(())
         });
     }
     while let Some(r) = tasks.join_next().await {
         r??;
+    }
+    for t in 0..tenants {
+        let limit = feed::store::limits::Limit {
+            tenant: format!("t{t}"),
+            max_in_flight: Some(1_000_000),
+            weight: Some(1),
+            ..Default::default()
+        };
+        db.store.set_limit(&limit).await?;
     }
     Ok(started.elapsed())
 }

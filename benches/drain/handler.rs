@@ -29,13 +29,38 @@ pub(crate) struct HandlerState {
     pub(crate) first: AtomicU64,
     pub(crate) latency: Duration,
     pub(crate) seen: Mutex<std::collections::HashMap<String, Instant>>,
+    /// POSTs in each whole second since `base` (the first `SECONDS`).
+    pub(crate) seconds: Vec<AtomicU64>,
 }
+
+/// Seconds of the handler's life counted one by one.
+const SECONDS: usize = 4 * 3600;
 
 impl HandlerState {
     pub(crate) fn reset(&self) {
         self.posts.store(0, Ordering::SeqCst);
         self.first.store(0, Ordering::SeqCst);
         self.seen.lock().unwrap().clear();
+        for c in &self.seconds {
+            c.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// POSTs in each whole second between the first POST's second and
+    /// the last POST's (both partial, left out).
+    pub(crate) fn per_second(&self) -> Vec<u64> {
+        let Some(first) = self.first_post() else {
+            return vec![];
+        };
+        let from = first.duration_since(self.base).as_secs() as usize + 1;
+        let last = self
+            .seconds
+            .iter()
+            .rposition(|c| c.load(Ordering::Relaxed) > 0)
+            .unwrap_or(0);
+        (from..last.max(from))
+            .map(|k| self.seconds[k].load(Ordering::Relaxed))
+            .collect()
     }
 
     pub(crate) fn first_post(&self) -> Option<Instant> {
@@ -57,6 +82,9 @@ pub(crate) async fn answer(
 ) -> Response {
     let now = Instant::now();
     s.posts.fetch_add(1, Ordering::Relaxed);
+    if let Some(c) = s.seconds.get((now - s.base).as_secs() as usize) {
+        c.fetch_add(1, Ordering::Relaxed);
+    }
     if s.first.load(Ordering::Relaxed) == 0 {
         let n = u64::try_from((now - s.base).as_nanos()).unwrap_or(u64::MAX - 1) + 1;
         let _ = s
@@ -120,6 +148,7 @@ impl Handler {
             first: AtomicU64::new(0),
             latency,
             seen: Mutex::default(),
+            seconds: (0..SECONDS).map(|_| AtomicU64::new(0)).collect(),
         });
         let app = axum::Router::new()
             .fallback(answer)

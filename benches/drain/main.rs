@@ -47,6 +47,7 @@ mod fixture;
 mod handler;
 mod history;
 mod latency;
+mod limits;
 mod peer;
 mod report;
 mod shapes;
@@ -88,6 +89,9 @@ pub(crate) enum Phase {
     Scale,
     /// The drain again with `--batch-size 100`.
     Batch,
+    /// The drain with flow-control limits that never bind, and a binding
+    /// `--rate-limit` shared by three processors.
+    Limits,
     /// graphile-worker on PostgreSQL (needs Node.js and npm).
     Peer,
     /// One long drain timed per million items (only with --history).
@@ -195,7 +199,7 @@ pub(crate) struct Args {
     /// the rate over the last million posts with the first (off by default)
     #[arg(long, env = "FEED_BENCH_HISTORY", value_parser = at_least_one)]
     pub(crate) history: Option<usize>,
-    /// Phases to skip, comma-separated: ceiling, pickup, idle, multistep, scale, batch, peer, shapes, history
+    /// Phases to skip, comma-separated: ceiling, pickup, idle, multistep, scale, batch, limits, peer, shapes, history
     #[arg(long, env = "FEED_BENCH_SKIP", value_enum, value_delimiter = ',')]
     pub(crate) skip: Vec<Phase>,
     /// PostgreSQL server (databases are created and dropped on it). Without
@@ -339,6 +343,10 @@ async fn run_backend(
         rep.batch = Some(variant(ctx, "batch 100", w, ceil, args.runs).await);
     }
 
+    if args.runs(Phase::Limits) {
+        rep.limits = Some(limits::limits(backend, args, handler, client, ceil).await);
+    }
+
     if args.runs(Phase::Pickup) && args.trickle > 0 {
         match Db::scoped(backend, args, 4, async |db| pickup(db, args, handler).await).await {
             Ok(p) => {
@@ -428,7 +436,7 @@ async fn run_backend(
 }
 
 /// `--variant-runs` drains of one variant workload, printed as they finish.
-async fn variant(
+pub(crate) async fn variant(
     (backend, args, handler, client): (Backend, &Args, &Handler, &reqwest::Client),
     name: &str,
     w: Workload,

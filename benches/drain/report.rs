@@ -67,6 +67,8 @@ pub(crate) struct BackendReport {
     pub(crate) drain: Option<Scenario>,
     /// The same drain with `--batch-size 100`.
     pub(crate) batch: Option<Scenario>,
+    /// Flow control: its cost when no limit binds, and a binding rate's accuracy.
+    pub(crate) limits: Option<Limits>,
     pub(crate) multistep: Option<Scenario>,
     pub(crate) scale: Vec<Scenario>,
     pub(crate) pickup: Option<Pickup>,
@@ -486,6 +488,13 @@ pub(crate) fn print_ratios(report: &Report) {
             ips(b.drain.as_ref()),
         );
     }
+    for b in &report.backends {
+        row(
+            format!("{}: limits not binding / none", b.backend),
+            ips(b.limits.as_ref().map(|l| &l.free)),
+            ips(b.drain.as_ref()),
+        );
+    }
     println!("\nRatios (same run):");
     println!("{t}");
     for b in &report.backends {
@@ -528,4 +537,28 @@ pub(crate) fn describe_history(h: &History) -> String {
         h.ratio.map_or("-".into(), |r| format!("{r:.2}")),
         h.run.as_ref().map_or("-".into(), describe),
     )
+}
+
+/// Both measurements of the phase.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Limits {
+    /// The drain with limits that never bind.
+    pub(crate) free: Scenario,
+    /// The binding run.
+    pub(crate) accuracy: Option<Accuracy>,
+}
+
+/// A binding `--rate-limit` shared by three processors.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Accuracy {
+    pub(crate) limit_per_s: f64,
+    pub(crate) processors: usize,
+    /// Items at the handler in each whole second of the drain (the first
+    /// and the last, partial, left out).
+    pub(crate) per_second: Vec<u64>,
+    /// The mean of those over the limit.
+    pub(crate) mean_ratio: f64,
+    /// The farthest one second strayed from the limit, as a share of it.
+    pub(crate) worst_off: f64,
+    pub(crate) run: DrainRun,
 }

@@ -38,7 +38,7 @@ pub struct SetArgs {
     /// no rate)
     #[arg(long)]
     pub rate: Option<RateArg>,
-    /// Items the rate may send at once after a quiet spell [default: 50 ms of the rate]
+    /// Items the rate may send at once after a quiet spell [default: 100 ms of the rate, at least two batches]
     #[arg(long)]
     pub burst: Option<u32>,
     /// The tenant's share of dispatch against other tenants (1 = even; 2 = twice as many turns)

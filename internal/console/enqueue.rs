@@ -53,8 +53,8 @@ impl EnqueueQuery {
         if let Some(g) = self.gate_events {
             spec.gate_events = g;
         }
-        if self.weight == Some(0) || self.max_in_flight == Some(0) {
-            return Err("weight and max_in_flight must be at least 1");
+        if self.weight.is_some_and(|w| !(1..=1000).contains(&w)) || self.max_in_flight == Some(0) {
+            return Err("weight runs from 1 to 1000, and max_in_flight must be at least 1");
         }
         spec.tenant = self.tenant.clone();
         spec.weight = self.weight;

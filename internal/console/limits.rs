@@ -54,7 +54,7 @@ fn invalid(message: String) -> Error {
 fn bad_count(field: &str, from: Source) -> Error {
     let (low, meaning) = match field {
         "max_in_flight" => (0, "no cap; 0 means no cap too"),
-        "burst" => (0, "the default, 50 ms of the rate"),
+        "burst" => (0, "the default, 100 ms of the rate"),
         _ => (1, "the default, 1"),
     };
     let high = if field == "weight" {

@@ -31,12 +31,13 @@ use tokio::sync::Notify;
 use tokio::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
-use crate::context::Context;
+use crate::ids::SessionId;
+use crate::store::Store;
 use crate::store::limits::Limit;
 use adaptive::Adaptive;
 use pool::Pool;
 pub use rate::Rate;
-pub(crate) use share::grant;
+use share::grant;
 
 /// Demand older than this no longer draws tokens or slots; tokens claimed
 /// before are dropped rather than saved up.
@@ -81,6 +82,10 @@ struct Tenant {
     /// claimed (or its cap, when dispatch passed its partitions over for
     /// want of one): the demand its next claim asks for.
     refused: u32,
+    /// The most calls in flight plus refusals since its slots were last
+    /// claimed: a claim asks for twice that (up to the cap), so that a cap
+    /// that does not bind never holds dispatch back between claims.
+    peak: u32,
     /// When its slots were last claimed.
     claimed_at: Option<Instant>,
     rate: Option<Pool>,
@@ -201,6 +206,7 @@ impl Gate<'_> {
             if no_slot || no_token {
                 if no_slot {
                     t.refused += 1;
+                    t.peak = t.peak.max(t.calls + t.refused);
                 }
                 if let Some(p) = &mut t.rate {
                     p.wanted_at = Some(now);
@@ -237,6 +243,7 @@ impl Gate<'_> {
             }
             if t.cap.is_some() {
                 t.calls += 1;
+                t.peak = t.peak.max(t.calls);
                 *self.started.entry(name.to_string()).or_default() += 1;
             }
         }
@@ -262,6 +269,7 @@ impl Gate<'_> {
         };
         if let Some(cap) = t.cap {
             t.refused = t.refused.max(cap);
+            t.peak = t.peak.max(cap);
         }
         if let Some(p) = &mut t.rate {
             p.wanted_at = Some(self.now);
@@ -298,9 +306,23 @@ impl Drop for Permit {
     }
 }
 
+/// What the limits task needs of the running processor.
+pub(crate) struct Claimer {
+    /// How often the limits are read while dispatch has work (`--heartbeat-interval`).
+    pub every: Duration,
+    /// When a session's slots go with it (`--session-expiry`).
+    pub expiry: Duration,
+    /// Items per handler call at most (`--batch-size`).
+    pub batch: usize,
+    pub store: Store,
+    /// This processor's session id now (it changes when the session is replaced).
+    pub session: Box<dyn Fn() -> SessionId + Send + Sync>,
+    pub limits: Arc<Limits>,
+}
+
 /// Keeps the limits current and claims tokens and slots until cancelled
 /// (the session's slots are given back with its partitions at shutdown).
-pub(crate) async fn run(ctx: Arc<Context>, cancel: CancellationToken) {
+pub(crate) async fn run(ctx: Claimer, cancel: CancellationToken) {
     let limits = ctx.limits.clone();
     loop {
         expire(&limits);
@@ -315,25 +337,20 @@ pub(crate) async fn run(ctx: Arc<Context>, cancel: CancellationToken) {
 
 /// One round: read the limits when due, claim what is short; returns when
 /// the next round is due at the latest.
-async fn step(ctx: &Context, limits: &Limits) -> Instant {
-    let cfg = &ctx.config;
+async fn step(ctx: &Claimer, limits: &Limits) -> Instant {
     let now = Instant::now();
     let (read, claims) = {
         let s = limits.lock();
         let busy = s
             .demand_at
             .is_some_and(|t| now.saturating_duration_since(t) < DEMAND * 5);
-        let every = if busy {
-            cfg.heartbeat_interval
-        } else {
-            cfg.heartbeat_interval * 10
-        };
+        let every = if busy { ctx.every } else { ctx.every * 10 };
         let read = !s.loaded
             || s.read_at
                 .is_none_or(|t| now.saturating_duration_since(t) >= every);
-        (read, due_claims(&s, now, cfg.heartbeat_interval))
+        (read, due_claims(&s, now, ctx.every))
     };
-    let mut next = now + cfg.heartbeat_interval;
+    let mut next = now + ctx.every;
     {
         // A pool that must wait before its next claim is looked at then.
         let s = limits.lock();
@@ -347,7 +364,7 @@ async fn step(ctx: &Context, limits: &Limits) -> Instant {
     }
     if read {
         match ctx.store.limits().await {
-            Ok(rows) => load(limits, rows, cfg.batch_size),
+            Ok(rows) => load(limits, rows, ctx.batch),
             Err(e) => tracing::warn!(error = %e, "cannot read the tenants' limits; will retry"),
         }
         limits.ready.notify_one();
@@ -422,7 +439,7 @@ fn due_claims(s: &State, now: Instant, every: Duration) -> Vec<Due> {
     }
     for (name, t) in &s.tenants {
         let Some(cap) = t.cap else { continue };
-        let wanted = (t.calls + t.refused).min(cap);
+        let wanted = (t.calls + t.refused).max(t.peak.saturating_mul(2)).min(cap);
         let since = t.claimed_at.map(|c| now.saturating_duration_since(c));
         let short = t.refused > 0 && t.slots < cap && since.is_none_or(|d| d >= RECLAIM);
         let refresh = (t.slots > 0 || wanted > 0) && since.is_none_or(|d| d >= every);
@@ -434,7 +451,7 @@ fn due_claims(s: &State, now: Instant, every: Duration) -> Vec<Due> {
 }
 
 /// Makes one claim; returns when to look again if it must wait.
-async fn run_claim(ctx: &Context, limits: &Limits, due: Due) -> Option<Instant> {
+async fn run_claim(ctx: &Claimer, limits: &Limits, due: Due) -> Option<Instant> {
     match due {
         Due::Tokens(tenant, name, n, rate, burst) => {
             let asked = Instant::now();
@@ -467,16 +484,16 @@ async fn run_claim(ctx: &Context, limits: &Limits, due: Due) -> Option<Instant> 
             }
         }
         Due::Slots(tenant, in_use, wanted) => {
-            let cfg = &ctx.config;
-            let me = ctx.session.id();
+            let me = (ctx.session)();
             let granted = ctx
                 .store
-                .claim_slots(&tenant, &me, in_use, wanted, cfg.session_expiry)
+                .claim_slots(&tenant, &me, in_use, wanted, ctx.expiry, grant)
                 .await;
             let mut s = limits.lock();
             let t = s.tenants.get_mut(&tenant)?;
             t.claimed_at = Some(Instant::now());
             t.refused = 0;
+            t.peak = t.calls;
             match granted {
                 Ok(Some(n)) => {
                     let more = n > t.slots;

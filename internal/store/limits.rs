@@ -81,7 +81,7 @@ impl Store {
 
     /// Writes a tenant's limits (all of its columns: read, change, write).
     pub async fn set_limit(&self, limit: &Limit) -> Result<()> {
-        validate::filter("tenant", &limit.tenant)?;
+        validate::id("tenant", &limit.tenant)?;
         let up = self.driver.upsert(
             "tenant",
             &["max_in_flight", "rate", "burst", "weight", "updated_at"],
@@ -105,6 +105,7 @@ impl Store {
 
     /// Removes a tenant's limits; false when it had none.
     pub async fn clear_limit(&self, tenant: &str) -> Result<bool> {
+        validate::id("tenant", tenant)?;
         let n = self
             .exec(
                 "DELETE FROM feed_limits WHERE tenant = ?",
@@ -204,7 +205,9 @@ impl Store {
     /// the tenant's limits row so that the live sessions' shares never add
     /// up to more than its `max_in_flight`. `in_use` are the slots `me` has
     /// calls in (kept whatever the share), `wanted` how many it could use.
-    /// Returns the slots granted; None when the tenant has no cap.
+    /// `grant` shares the cap out given `(cap, in_use, [(session, slots
+    /// held, slots wanted)…], me first)`. Returns the slots granted; None
+    /// when the tenant has no cap.
     pub(crate) async fn claim_slots(
         &self,
         tenant: &str,
@@ -212,6 +215,7 @@ impl Store {
         in_use: u32,
         wanted: u32,
         expiry: Duration,
+        grant: fn(u32, u32, &[(String, u32, u32)]) -> u32,
     ) -> Result<Option<u32>> {
         let b = self.driver;
         let lock = b.stmt(
@@ -255,7 +259,7 @@ impl Store {
                 let want: i32 = r.try_get("", "wanted")?;
                 shares.push((id, nonneg(Some(slots)).unwrap_or(0), nonneg(Some(want)).unwrap_or(0)));
             }
-            let granted = crate::limits::grant(cap, in_use, &shares);
+            let granted = grant(cap, in_use, &shares);
             let write = if granted == 0 && wanted == 0 {
                 b.stmt(
                     "DELETE FROM feed_slots WHERE tenant = ? AND session_id = ?",

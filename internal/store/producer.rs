@@ -188,6 +188,9 @@ impl Store {
         items: Vec<NewItem>,
     ) -> Result<Enqueued> {
         validate::id("partition id", partition)?;
+        if let Some(t) = &spec.tenant {
+            validate::id("tenant", t)?;
+        }
         for item in &items {
             if let Some(id) = &item.id {
                 validate::id("item id", id)?;

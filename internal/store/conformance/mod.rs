@@ -12,6 +12,7 @@ mod events;
 mod fence;
 mod gates;
 mod leasing;
+mod limits;
 mod producer;
 mod prune;
 
