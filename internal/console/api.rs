@@ -97,6 +97,17 @@ pub(super) fn routes() -> Router<Console> {
         .layer(axum::middleware::map_response(json_errors))
 }
 
+/// The answer to an action the caller may not take (no or a wrong bearer
+/// token, or guessing too fast); None lets it through.
+pub(super) fn refusal(
+    c: &Console,
+    client: Option<&ClientAddr>,
+    headers: &HeaderMap,
+) -> Option<Response> {
+    let bearer = || auth::check_bearer(c.token.as_ref(), headers);
+    c.guarded(client, "API", bearer).err().map(|g| g.json())
+}
+
 fn refused((code, message): auth::Refusal) -> Response {
     api_error(code, message)
 }
@@ -180,9 +191,8 @@ async fn act(
     headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Response {
-    let bearer = || auth::check_bearer(c.token.as_ref(), &headers);
-    if let Err(g) = c.guarded(client.as_deref(), "API", bearer) {
-        return g.json();
+    if let Some(r) = refusal(&c, client.as_deref(), &headers) {
+        return r;
     }
     let gate = if body.is_empty() {
         None
@@ -221,9 +231,8 @@ async fn retry_item(
     client: Option<Extension<ClientAddr>>,
     headers: HeaderMap,
 ) -> Response {
-    let bearer = || auth::check_bearer(c.token.as_ref(), &headers);
-    if let Err(g) = c.guarded(client.as_deref(), "API", bearer) {
-        return g.json();
+    if let Some(r) = refusal(&c, client.as_deref(), &headers) {
+        return r;
     }
     let store = match c.store().await {
         Ok(s) => s,
@@ -252,9 +261,8 @@ async fn set_limit(
     headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Response {
-    let bearer = || auth::check_bearer(c.token.as_ref(), &headers);
-    if let Err(g) = c.guarded(client.as_deref(), "API", bearer) {
-        return g.json();
+    if let Some(r) = refusal(&c, client.as_deref(), &headers) {
+        return r;
     }
     let change = match limits::Change::from_json(&body) {
         Ok(change) => change,
@@ -279,9 +287,8 @@ async fn clear_limit(
     client: Option<Extension<ClientAddr>>,
     headers: HeaderMap,
 ) -> Response {
-    let bearer = || auth::check_bearer(c.token.as_ref(), &headers);
-    if let Err(g) = c.guarded(client.as_deref(), "API", bearer) {
-        return g.json();
+    if let Some(r) = refusal(&c, client.as_deref(), &headers) {
+        return r;
     }
     let store = match c.store().await {
         Ok(s) => s,

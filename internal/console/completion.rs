@@ -10,7 +10,7 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
-use super::{ClientAddr, Console, api_error, auth, json_error};
+use super::{ClientAddr, Console, api_error, json_error};
 use crate::store::events::EventScope;
 use crate::store::export::{Export, ExportedItem};
 
@@ -110,9 +110,8 @@ pub(super) async fn retry(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let bearer = || auth::check_bearer(c.token.as_ref(), &headers);
-    if let Err(g) = c.guarded(client.as_deref(), "API", bearer) {
-        return g.json();
+    if let Some(r) = super::api::refusal(&c, client.as_deref(), &headers) {
+        return r;
     }
     let b: RetryBody = if body.is_empty() {
         RetryBody::default()

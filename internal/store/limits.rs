@@ -40,6 +40,14 @@ pub struct Attrs {
     pub max_in_flight: Option<u32>,
 }
 
+/// A session's part of a tenant's slots: (session id, slots held, slots wanted).
+pub type Share = (String, u32, u32);
+
+/// Shares a tenant's cap out: given the cap, the slots this session has
+/// calls in and every live session's [`Share`] (this one's first), the
+/// slots this session gets.
+pub type Grant = fn(u32, u32, &[Share]) -> u32;
+
 /// A reservation that loses to others this many times in a row gives up
 /// for the moment.
 const RESERVE_TRIES: usize = 4;
@@ -215,7 +223,7 @@ impl Store {
         in_use: u32,
         wanted: u32,
         expiry: Duration,
-        grant: fn(u32, u32, &[(String, u32, u32)]) -> u32,
+        grant: Grant,
     ) -> Result<Option<u32>> {
         let b = self.driver;
         let lock = b.stmt(
