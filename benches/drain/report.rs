@@ -490,9 +490,9 @@ pub(crate) fn print_ratios(report: &Report) {
     }
     for b in &report.backends {
         row(
-            format!("{}: limits not binding / none", b.backend),
+            format!("{}: limits not binding / none (paired runs)", b.backend),
             ips(b.limits.as_ref().map(|l| &l.free)),
-            ips(b.drain.as_ref()),
+            ips(b.limits.as_ref().map(|l| &l.none)),
         );
     }
     println!("\nRatios (same run):");
@@ -542,6 +542,8 @@ pub(crate) fn describe_history(h: &History) -> String {
 /// Both measurements of the phase.
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct Limits {
+    /// The drain without limits, each run paired with one of `free`.
+    pub(crate) none: Scenario,
     /// The drain with limits that never bind.
     pub(crate) free: Scenario,
     /// The binding run.
@@ -560,5 +562,8 @@ pub(crate) struct Accuracy {
     pub(crate) mean_ratio: f64,
     /// The farthest one second strayed from the limit, as a share of it.
     pub(crate) worst_off: f64,
+    /// The same but for the last three seconds, when processors run out of
+    /// work one by one and strand what they had reserved.
+    pub(crate) steady_worst_off: f64,
     pub(crate) run: DrainRun,
 }

@@ -218,7 +218,7 @@ impl Gate<'_> {
         if let Some(p) = &mut s.fleet {
             p.wanted_at = Some(now);
             p.mature(now);
-            if let Err(at) = p.spend() {
+            if let Err(at) = p.spend(now) {
                 self.short = true;
                 return Err(Blocked::All(at));
             }
@@ -231,20 +231,25 @@ impl Gate<'_> {
             return Err(Blocked::All(Some(at)));
         }
         if let Some(p) = &mut s.fleet {
-            self.short |= p.short();
+            self.short |= p.short(now);
         }
         if let Some(name) = tenant
             && let Some(t) = s.tenants.get_mut(name)
         {
             if let Some(p) = &mut t.rate {
                 p.wanted_at = Some(now);
-                let _ = p.spend();
-                self.short |= p.short();
+                let _ = p.spend(now);
+                self.short |= p.short(now);
             }
             if t.cap.is_some() {
                 t.calls += 1;
                 t.peak = t.peak.max(t.calls);
-                *self.started.entry(name.to_string()).or_default() += 1;
+                match self.started.get_mut(name) {
+                    Some(n) => *n += 1,
+                    None => {
+                        self.started.insert(name.to_string(), 1);
+                    }
+                }
             }
         }
         Ok(())
@@ -358,7 +363,7 @@ async fn step(ctx: &Claimer, limits: &Limits) -> Instant {
             .fleet
             .iter()
             .chain(s.tenants.values().filter_map(|t| t.rate.as_ref()));
-        for p in pools.filter(|p| p.wanted(now) && p.short()) {
+        for p in pools.filter(|p| p.wanted(now) && p.short(now)) {
             next = next.min(p.not_before.max(now + Duration::from_millis(1)));
         }
     }
@@ -427,11 +432,11 @@ fn due_claims(s: &State, now: Instant, every: Duration) -> Vec<Due> {
             .filter_map(|(n, t)| t.rate.as_ref().map(|p| (Some(n.clone()), p))),
     );
     for (tenant, p) in pools {
-        if p.wanted(now) && p.short() && now >= p.not_before {
+        if p.wanted(now) && p.short(now) && now >= p.not_before {
             out.push(Due::Tokens(
                 tenant,
                 p.name.clone(),
-                p.want(),
+                p.want(now),
                 p.rate,
                 p.burst,
             ));
@@ -467,7 +472,7 @@ async fn run_claim(ctx: &Claimer, limits: &Limits, due: Due) -> Option<Instant> 
                     tracing::debug!(bucket = %name, tokens = n, offset_us = offset, "reserved");
                     pool.reserved(n, offset, asked, now);
                     // Keep reserving while short (the next round is due at once).
-                    let more = pool.short().then_some(now);
+                    let more = pool.short(now).then_some(now);
                     drop(s);
                     limits.ready.notify_one();
                     more
