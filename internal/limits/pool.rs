@@ -88,7 +88,12 @@ impl Pool {
     }
 
     /// Moves reserved tokens that have come due to the spendable ones.
+    /// Tokens due while nothing was spent for longer than the burst lasts
+    /// are dropped but for a chunk: saved up, they would go on top of the
+    /// next burst.
     pub fn mature(&mut self, now: Instant) {
+        let quiet =
+            now.saturating_duration_since(self.spent_at).as_secs_f64() * self.rate > self.burst;
         while let Some(r) = self.reserved.front_mut() {
             let elapsed = now.saturating_duration_since(r.start).as_secs_f64();
             let due = (elapsed * self.rate).floor().min(r.n);
@@ -100,6 +105,9 @@ impl Pool {
                 break;
             }
             self.reserved.pop_front();
+        }
+        if quiet {
+            self.tokens = self.tokens.min(self.chunk);
         }
     }
 
@@ -209,15 +217,23 @@ mod tests {
             assert!(p.spend(t1).is_ok());
         }
         assert!(p.spend(t1).is_err());
-        // All of it by its end, never more.
-        let t2 = t0 + Duration::from_secs(2);
-        p.mature(t2);
+        // Spent as it comes due: all of it by its end, never more.
         let mut spent = 4;
-        while p.spend(t2).is_ok() {
-            spent += 1;
+        let mut t = t1;
+        while t < t0 + Duration::from_secs(2) {
+            t += Duration::from_millis(10);
+            p.mature(t);
+            while p.spend(t).is_ok() {
+                spent += 1;
+            }
         }
         assert_eq!(spent, 50);
         assert!(p.reserved.is_empty());
+        // Due while nothing was spent for longer than the burst: a chunk kept.
+        p.reserved(50.0, 0, t, t);
+        let later = t + Duration::from_secs(1);
+        p.mature(later);
+        assert_eq!(p.tokens, 5.0);
     }
 
     /// A pool spending the whole rate keeps four round trips of it
