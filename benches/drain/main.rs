@@ -25,6 +25,12 @@
 //! `--shapes` is given: at a million items per shape it would add many
 //! minutes to the full run.
 //!
+//! The limits phase drains the items again with flow-control limits that
+//! never bind (ten tenants with `feed_limits` rows, `--rate-limit` far above
+//! what Feed reaches), each run paired with a plain drain, and then has
+//! three processors share `--rate-limit 2000/s`, counting the handler's
+//! POSTs second by second.
+//!
 //! The history phase (`--history 10000000`, off by default) drains that many
 //! items over 100 partitions and compares the rate over the last million
 //! posts with the rate over the first: whether a long drain slows as dead
