@@ -97,17 +97,6 @@ pub(super) fn routes() -> Router<Console> {
         .layer(axum::middleware::map_response(json_errors))
 }
 
-/// The answer to an action the caller may not take (no or a wrong bearer
-/// token, or guessing too fast); None lets it through.
-pub(super) fn refusal(
-    c: &Console,
-    client: Option<&ClientAddr>,
-    headers: &HeaderMap,
-) -> Option<Response> {
-    let bearer = || auth::check_bearer(c.token.as_ref(), headers);
-    c.guarded(client, "API", bearer).err().map(|g| g.json())
-}
-
 fn refused((code, message): auth::Refusal) -> Response {
     api_error(code, message)
 }
@@ -191,7 +180,7 @@ async fn act(
     headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Response {
-    if let Some(r) = refusal(&c, client.as_deref(), &headers) {
+    if let Some(r) = c.refusal(client.as_deref(), &headers) {
         return r;
     }
     let gate = if body.is_empty() {
@@ -231,7 +220,7 @@ async fn retry_item(
     client: Option<Extension<ClientAddr>>,
     headers: HeaderMap,
 ) -> Response {
-    if let Some(r) = refusal(&c, client.as_deref(), &headers) {
+    if let Some(r) = c.refusal(client.as_deref(), &headers) {
         return r;
     }
     let store = match c.store().await {
@@ -261,7 +250,7 @@ async fn set_limit(
     headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Response {
-    if let Some(r) = refusal(&c, client.as_deref(), &headers) {
+    if let Some(r) = c.refusal(client.as_deref(), &headers) {
         return r;
     }
     let change = match limits::Change::from_json(&body) {
@@ -287,7 +276,7 @@ async fn clear_limit(
     client: Option<Extension<ClientAddr>>,
     headers: HeaderMap,
 ) -> Response {
-    if let Some(r) = refusal(&c, client.as_deref(), &headers) {
+    if let Some(r) = c.refusal(client.as_deref(), &headers) {
         return r;
     }
     let store = match c.store().await {

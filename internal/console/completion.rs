@@ -110,7 +110,7 @@ pub(super) async fn retry(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    if let Some(r) = super::api::refusal(&c, client.as_deref(), &headers) {
+    if let Some(r) = c.refusal(client.as_deref(), &headers) {
         return r;
     }
     let b: RetryBody = if body.is_empty() {

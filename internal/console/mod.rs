@@ -97,6 +97,17 @@ impl Console {
         self
     }
 
+    /// The answer to an API action the caller may not take (no or a wrong
+    /// bearer token, or guessing too fast); None lets it through.
+    fn refusal(
+        &self,
+        client: Option<&ClientAddr>,
+        headers: &axum::http::HeaderMap,
+    ) -> Option<Response> {
+        let bearer = || auth::check_bearer(self.token.as_ref(), headers);
+        self.guarded(client, "API", bearer).err().map(|g| g.json())
+    }
+
     /// Runs `check` (a comparison with the admin token) for a request from
     /// `client`, unless that address, or everyone, has used up its failed
     /// attempts; a wrong token counts as one.

@@ -61,6 +61,9 @@ struct State {
     loaded: bool,
     /// When it was last read.
     read_at: Option<Instant>,
+    /// A read failed: the next waits until then (a database that does not
+    /// answer gets no read each round on top of everything else's).
+    retry_at: Option<Instant>,
     fleet: Option<Pool>,
     adaptive: Adaptive,
     tenants: HashMap<String, Tenant>,
@@ -109,6 +112,7 @@ impl Limits {
             state: Mutex::new(State {
                 loaded: false,
                 read_at: None,
+                retry_at: None,
                 fleet: rate.map(|r| Pool::new("fleet".into(), r.0, burst, batch, now)),
                 adaptive: Adaptive::new(batch, now),
                 tenants: HashMap::new(),
@@ -350,9 +354,10 @@ async fn step(ctx: &Claimer, limits: &Limits) -> Instant {
             .demand_at
             .is_some_and(|t| now.saturating_duration_since(t) < DEMAND * 5);
         let every = if busy { ctx.every } else { ctx.every * 10 };
-        let read = !s.loaded
+        let due = !s.loaded
             || s.read_at
                 .is_none_or(|t| now.saturating_duration_since(t) >= every);
+        let read = due && s.retry_at.is_none_or(|t| now >= t);
         (read, due_claims(&s, now, ctx.every))
     };
     let mut next = now + ctx.every;
@@ -370,7 +375,11 @@ async fn step(ctx: &Claimer, limits: &Limits) -> Instant {
     if read {
         match ctx.store.limits().await {
             Ok(rows) => load(limits, rows, ctx.batch),
-            Err(e) => tracing::warn!(error = %e, "cannot read the tenants' limits; will retry"),
+            Err(e) => {
+                let wait = ctx.every * 5;
+                tracing::warn!(error = %e, retry_in = ?wait, "cannot read the tenants' limits; will retry");
+                limits.lock().retry_at = Some(Instant::now() + wait);
+            }
         }
         limits.ready.notify_one();
     }
@@ -388,6 +397,7 @@ fn load(limits: &Limits, rows: Vec<Limit>, batch: usize) {
     let mut s = limits.lock();
     s.loaded = true;
     s.read_at = Some(now);
+    s.retry_at = None;
     let mut old = std::mem::take(&mut s.tenants);
     for l in rows {
         let mut t = old.remove(&l.tenant).unwrap_or_default();
