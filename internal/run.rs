@@ -152,7 +152,14 @@ async fn start(
         expiry: ctx.config.session_expiry,
         batch: ctx.config.batch_size,
         store: ctx.store.clone(),
-        session: Box::new(move || session.id()),
+        session: Box::new({
+            let session = session.clone();
+            move || session.id()
+        }),
+        live: {
+            let expiry = ctx.config.session_expiry;
+            Box::new(move || session.live(expiry))
+        },
         limits: ctx.limits.clone(),
     };
     work.spawn("limits", crate::limits::run(claimer, work.token()));

@@ -91,7 +91,18 @@ struct Tenant {
     peak: u32,
     /// When its slots were last claimed.
     claimed_at: Option<Instant>,
+    /// A claim is on its way with this many calls in use: until it comes
+    /// back no call starts beyond them, since the claim may grant no more.
+    claiming: Option<u32>,
     rate: Option<Pool>,
+}
+
+impl Tenant {
+    /// Whether every slot it holds has a call (or a claim on its way may
+    /// grant no more than the calls it counted).
+    fn no_slot(&self) -> bool {
+        self.calls >= self.slots || self.claiming.is_some_and(|c| self.calls >= c)
+    }
 }
 
 /// Why an item may not be sent now.
@@ -186,7 +197,7 @@ impl Gate<'_> {
     /// Whether items of `tenant` are held back by its own limits now.
     pub(crate) fn tenant_blocked(&self, tenant: &str) -> bool {
         self.state.tenants.get(tenant).is_some_and(|t| {
-            t.cap.is_some_and(|_| t.calls >= t.slots)
+            t.cap.is_some_and(|_| t.no_slot())
                 || t.rate.as_ref().is_some_and(|p| !p.spendable(self.now))
         })
     }
@@ -205,7 +216,7 @@ impl Gate<'_> {
             if let Some(p) = &mut t.rate {
                 p.mature(now);
             }
-            let no_slot = t.cap.is_some() && t.calls >= t.slots;
+            let no_slot = t.cap.is_some() && t.no_slot();
             let no_token = t.rate.as_ref().is_some_and(|p| !p.spendable(now));
             if no_slot || no_token {
                 if no_slot {
@@ -326,6 +337,9 @@ pub(crate) struct Claimer {
     pub store: Store,
     /// This processor's session id now (it changes when the session is replaced).
     pub session: Box<dyn Fn() -> SessionId + Send + Sync>,
+    /// Whether the session heartbeated lately: while it has not, nothing
+    /// is dispatched, and the task leaves the database to the heartbeat.
+    pub live: Box<dyn Fn() -> bool + Send + Sync>,
     pub limits: Arc<Limits>,
 }
 
@@ -348,8 +362,11 @@ pub(crate) async fn run(ctx: Claimer, cancel: CancellationToken) {
 /// the next round is due at the latest.
 async fn step(ctx: &Claimer, limits: &Limits) -> Instant {
     let now = Instant::now();
+    if !(ctx.live)() {
+        return now + ctx.every;
+    }
     let (read, claims) = {
-        let s = limits.lock();
+        let mut s = limits.lock();
         let busy = s
             .demand_at
             .is_some_and(|t| now.saturating_duration_since(t) < DEMAND * 5);
@@ -358,7 +375,15 @@ async fn step(ctx: &Claimer, limits: &Limits) -> Instant {
             || s.read_at
                 .is_none_or(|t| now.saturating_duration_since(t) >= every);
         let read = due && s.retry_at.is_none_or(|t| now >= t);
-        (read, due_claims(&s, now, ctx.every))
+        let claims = due_claims(&s, now, ctx.every);
+        for c in &claims {
+            if let Due::Slots(name, in_use, _) = c
+                && let Some(t) = s.tenants.get_mut(name)
+            {
+                t.claiming = Some(*in_use);
+            }
+        }
+        (read, claims)
     };
     let mut next = now + ctx.every;
     {
@@ -507,6 +532,7 @@ async fn run_claim(ctx: &Claimer, limits: &Limits, due: Due) -> Option<Instant> 
             let mut s = limits.lock();
             let t = s.tenants.get_mut(&tenant)?;
             t.claimed_at = Some(Instant::now());
+            t.claiming = None;
             t.refused = 0;
             t.peak = t.calls;
             match granted {

@@ -91,14 +91,20 @@ on_all_backends!(a_tenants_cap_holds_across_three_processors);
 async fn a_tenants_cap_holds_across_three_processors(db: TestDb) {
     db.sql("INSERT INTO feed_limits (tenant, max_in_flight) VALUES ('acme', 4)")
         .await;
-    for p in 0..12 {
-        enqueue(&db, &format!("acme-{p}"), 25, of("acme")).await;
-        enqueue(&db, &format!("other-{p}"), 25, of("other")).await;
-    }
     let (h, seen) = holding(Duration::from_millis(20)).await;
     let procs: Vec<Proc> = (0..3)
         .map(|_| Proc::start(&db, &h.url(), &["--concurrency", "16"]))
         .collect();
+    // All three live before the work comes, so that each leases at most a
+    // third of the partitions and acme's twelve cannot all go to one.
+    wait_for("three sessions", Duration::from_secs(30), || async {
+        db.sessions().await.len() == 3
+    })
+    .await;
+    for p in 0..12 {
+        enqueue(&db, &format!("acme-{p}"), 25, of("acme")).await;
+        enqueue(&db, &format!("other-{p}"), 25, of("other")).await;
+    }
     drained(&db, 600).await;
     let senders: std::collections::HashSet<String> = h
         .calls()
