@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::on_all_backends;
-use crate::support::{Handler, Proc, TestDb, done, metric, retry_after, timed, wait_for};
+use crate::support::{Handler, Proc, TestDb, done, metric, retry_after, timed};
 
 /// The fleet's limit in the test.
 const RATE: f64 = 200.0;
@@ -35,15 +35,6 @@ fn windows(calls: &[Instant], from: Instant) -> Vec<usize> {
         .collect()
 }
 
-async fn drained(db: &TestDb, items: i64) {
-    wait_for("the drain", Duration::from_secs(90), || async {
-        db.count("SELECT COUNT(*) AS n FROM feed_items WHERE status = 'complete'")
-            .await
-            == items
-    })
-    .await;
-}
-
 on_all_backends!(three_processors_share_one_rate);
 /// Three processors with `--rate-limit 200/s` on one database: over every
 /// 2 s window the handler sees within 10 % of 200 items a second, first
@@ -63,7 +54,7 @@ async fn three_processors_share_one_rate(db: TestDb) {
     let ids: Vec<String> = (0..1_600).map(|i| format!("one/{i}")).collect();
     let started = Instant::now();
     db.partition_of("one", true, false, "block", &ids).await;
-    drained(&db, 1_600).await;
+    db.wait_complete(1_600).await;
     let one = windows(
         &handler.calls().iter().map(|c| c.at).collect::<Vec<_>>(),
         started,
@@ -75,7 +66,7 @@ async fn three_processors_share_one_rate(db: TestDb) {
         db.partition_of(&format!("many{p}"), true, false, "block", &ids)
             .await;
     }
-    drained(&db, 1_600 + 2_400).await;
+    db.wait_complete(1_600 + 2_400).await;
     let calls = handler.calls();
     let late: Vec<_> = calls.iter().filter(|c| c.at >= phase).collect();
     let busy: std::collections::HashSet<&str> = late.iter().map(|c| c.processor.as_str()).collect();
@@ -135,7 +126,7 @@ async fn throttle_answers_slow_the_sender(db: TestDb) {
     .await;
     let started = Instant::now();
     let proc = Proc::start(&db, &handler.url(), &[]);
-    drained(&db, ITEMS).await;
+    db.wait_complete(ITEMS).await;
     let text = proc.metrics().await;
     let answers = answers.lock().unwrap().clone();
     let settled = started + Duration::from_secs(10);

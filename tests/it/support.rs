@@ -218,6 +218,16 @@ impl TestDb {
         }
     }
 
+    /// Waits until `items` items are complete (two minutes at most).
+    pub async fn wait_complete(&self, items: i64) {
+        wait_for("the drain", Duration::from_secs(120), || async {
+            self.count("SELECT COUNT(*) AS n FROM feed_items WHERE status = 'complete'")
+                .await
+                == items
+        })
+        .await;
+    }
+
     /// Waits (up to 30 seconds) until item `id` has `status`.
     pub async fn wait_item(&self, id: &str, status: &str) {
         wait_for(

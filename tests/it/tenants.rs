@@ -74,15 +74,6 @@ async fn holding(hold: Duration) -> (Handler, Arc<Concurrency>) {
     (h, seen)
 }
 
-async fn drained(db: &TestDb, items: i64) {
-    wait_for("the drain", Duration::from_secs(120), || async {
-        db.count("SELECT COUNT(*) AS n FROM feed_items WHERE status = 'complete'")
-            .await
-            == items
-    })
-    .await;
-}
-
 on_all_backends!(a_tenants_cap_holds_across_three_processors);
 /// A tenant capped at 4 items in flight (set with SQL), its work spread
 /// over 12 partitions that three processors share: the handler never sees
@@ -105,7 +96,7 @@ async fn a_tenants_cap_holds_across_three_processors(db: TestDb) {
         enqueue(&db, &format!("acme-{p}"), 25, of("acme")).await;
         enqueue(&db, &format!("other-{p}"), 25, of("other")).await;
     }
-    drained(&db, 600).await;
+    db.wait_complete(600).await;
     let senders: std::collections::HashSet<String> = h
         .calls()
         .into_iter()
@@ -138,7 +129,7 @@ async fn a_tenant_with_one_partition_is_not_behind_one_with_a_hundred(db: TestDb
     enqueue(&db, "b-0", 100, of("b")).await;
     let h = Handler::start(|_| done()).await;
     let _p = Proc::start(&db, &h.url(), &["--concurrency", "8"]);
-    drained(&db, 10_100).await;
+    db.wait_complete(10_100).await;
     let calls = h.calls();
     let first = calls.iter().map(|c| c.at).min().unwrap();
     let a_end = calls
@@ -177,7 +168,7 @@ async fn partition_overrides_set_its_cap_and_its_share(db: TestDb) {
     enqueue(&db, "light-0", 2_000, PartitionSpec::default()).await;
     let (h, seen) = holding(Duration::from_millis(5)).await;
     let _p = Proc::start(&db, &h.url(), &["--concurrency", "16"]);
-    drained(&db, 4_060).await;
+    db.wait_complete(4_060).await;
     let calls = h.calls();
     let heavy_end = calls
         .iter()
