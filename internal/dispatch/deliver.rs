@@ -60,7 +60,7 @@ pub(super) async fn deliver(
                     attempt: attempt(&fence),
                     idempotency_key: format!("{}:{}", fence.id, fence.version),
                     processor_id: me.to_string(),
-                    data,
+                    data: data.into(),
                 };
                 (fence, job)
             })

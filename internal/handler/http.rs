@@ -1,5 +1,6 @@
 //! [`HttpHandler`]: POSTs one item, or a batch of items, to the user's
 //! HTTP handler. The URL and the fixed headers are parsed once, at start.
+//! (The webhook sender and the CLI use reqwest through [`client`].)
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -7,21 +8,35 @@ use std::time::Duration;
 use async_trait::async_trait;
 use base64::Engine;
 use bytes::Bytes;
+use http::StatusCode;
+use http_body_util::{BodyExt, Full};
+use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+use rustls_platform_verifier::BuilderVerifierExt;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::answer::{parse_batch_response, parse_response, parse_retry_after, signature_header};
 use super::{Handler, Job, Outcome};
 use crate::{Config, Error, Result};
 
+/// The handler's HTTP client: hyper's pooled client over keep-alive
+/// connections (TLS for https:// URLs). It is hyper directly, not reqwest:
+/// the handler call is Feed's hot path, and reqwest's layers (redirects,
+/// retries, URL re-parsing) cost a share of the processor's CPU per item.
+type HandlerClient = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
+
 /// POSTs items to an HTTP handler.
 pub struct HttpHandler {
-    client: reqwest::Client,
-    url: reqwest::Url,
+    client: HandlerClient,
+    uri: http::Uri,
     headers: HeaderMap,
     secret: Option<Vec<u8>>,
     /// Also send the v1 signature (body only) beside v2.
     signature_v1: bool,
+    timeout: Duration,
     max_bytes: usize,
     budget: Arc<Semaphore>,
     /// The whole budget, in units.
@@ -38,7 +53,7 @@ const UNIT: usize = 1 << 10;
 
 /// A response read up to the byte cap: its status, body and `Retry-After`.
 struct Answered {
-    status: reqwest::StatusCode,
+    status: StatusCode,
     /// Holds its share of the response budget until the last slice of it
     /// (the stored data of its items) is dropped, after the write.
     body: Bytes,
@@ -62,15 +77,22 @@ impl HttpHandler {
     /// fixed headers (marked sensitive so they never show in debug output).
     pub fn new(config: &Config) -> Result<Self> {
         let url = endpoint("--handler-url", &config.handler_url)?;
+        let uri = url.as_str().parse::<http::Uri>().map_err(|e| {
+            Error::Config(format!(
+                "--handler-url {:?} is not a URI ({e}); use e.g. http://127.0.0.1:9000/feed",
+                config.handler_url
+            ))
+        })?;
         let headers = fixed_headers(&config.content_type, &config.headers, "--header")?;
-        let client = client(config.request_timeout, config.concurrency)?;
+        let client = handler_client(config.request_timeout, config.concurrency)?;
         let budget_units = (config.response_budget_bytes / UNIT).clamp(1, u32::MAX as usize);
         Ok(Self {
             client,
-            url,
+            uri,
             headers,
             secret: config.signing_secret.clone().map(String::into_bytes),
             signature_v1: config.signature_v1,
+            timeout: config.request_timeout,
             max_bytes: config.max_response_bytes,
             budget: Arc::new(Semaphore::new(budget_units)),
             budget_units,
@@ -89,27 +111,55 @@ impl HttpHandler {
     }
 
     /// POSTs `body` with the fixed headers, `extra` and the signature, and
-    /// reads the answer up to the byte cap; Err = the outcome of every
-    /// item of the request (no answer, or one too large).
-    async fn post(
+    /// reads the answer up to the byte cap, all within `--request-timeout`;
+    /// Err = the outcome of every item of the request (no answer, or one
+    /// too large).
+    async fn post(&self, extra: HeaderMap, body: Bytes) -> std::result::Result<Answered, Outcome> {
+        match tokio::time::timeout(self.timeout, self.exchange(extra, body)).await {
+            Ok(answered) => answered,
+            Err(_) => {
+                Err(Outcome::retry("handler did not answer within --request-timeout").outage())
+            }
+        }
+    }
+
+    async fn exchange(
         &self,
         extra: HeaderMap,
-        body: Vec<u8>,
+        body: Bytes,
     ) -> std::result::Result<Answered, Outcome> {
-        let mut req = self
-            .client
-            .post(self.url.clone())
-            .headers(self.headers.clone());
+        let mut req = http::Request::new(Full::new(body.clone()));
+        *req.method_mut() = http::Method::POST;
+        *req.uri_mut() = self.uri.clone();
+        let headers = req.headers_mut();
+        headers.clone_from(&self.headers);
         if let Some(secret) = &self.secret {
             let sig = signature_header(secret, unix_now(), &extra, &body, self.signature_v1);
-            req = req.header("Feed-Signature", sig);
+            if let Ok(v) = HeaderValue::from_str(&sig) {
+                headers.insert("feed-signature", v);
+            }
         }
-        let req = req.headers(extra);
-        let mut resp = req.body(body).send().await.map_err(|e| transport(&e))?;
+        drop(body);
+        for (name, value) in extra {
+            if let Some(name) = name {
+                headers.insert(name, value);
+            }
+        }
+        let resp = self.client.request(req).await.map_err(|e| {
+            let chain = causes(&e);
+            if e.is_connect() {
+                Outcome::unreachable(format!("handler unreachable: {chain}"))
+            } else {
+                Outcome::retry(format!("handler request failed: {chain}")).outage()
+            }
+        })?;
+        let failed = |e: hyper::Error| {
+            Outcome::retry(format!("handler request failed: {}", causes(&e))).outage()
+        };
         let status = resp.status();
         let retry_after = resp
             .headers()
-            .get(reqwest::header::RETRY_AFTER)
+            .get(http::header::RETRY_AFTER)
             .and_then(|v| v.to_str().ok())
             .and_then(parse_retry_after);
         let too_large = || {
@@ -126,14 +176,22 @@ impl HttpHandler {
         // one past FREE_BYTES takes room for the largest answer allowed.
         // The buffer is sized once (its untouched pages cost no memory), so
         // it is never copied while it grows.
-        let length = resp.content_length().map(|n| n as usize);
+        let length = resp
+            .headers()
+            .get(http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<usize>().ok());
         let mut room = match length {
             Some(n) if n > self.max_bytes => return Err(too_large()),
             Some(n) if n > FREE_BYTES => Some(self.room(n).await),
             _ => None,
         };
+        let mut incoming = resp.into_body();
         let mut body = Vec::with_capacity(length.unwrap_or(0));
-        while let Some(chunk) = resp.chunk().await.map_err(|e| transport(&e))? {
+        while let Some(frame) = incoming.frame().await {
+            let Ok(chunk) = frame.map_err(failed)?.into_data() else {
+                continue;
+            };
             let len = body.len() + chunk.len();
             if len > self.max_bytes {
                 return Err(too_large());
@@ -154,6 +212,47 @@ impl HttpHandler {
             retry_after,
         })
     }
+}
+
+/// The handler's client: keep-alive connections (up to `idle` of them kept
+/// idle), `TCP_NODELAY`, a connect timeout, TLS verified against the
+/// platform's roots, and no redirect followed. A request is only sent
+/// again on a fresh connection when the pooled one closed before any of
+/// it was written: Feed retries with a stored attempt and a backoff.
+fn handler_client(timeout: Duration, idle: usize) -> Result<HandlerClient> {
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let tls = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .and_then(|b| b.with_platform_verifier())
+        .map_err(|e| Error::Config(format!("cannot set up TLS for the handler client: {e}")))?
+        .with_no_client_auth();
+    let mut tcp = HttpConnector::new();
+    tcp.enforce_http(false);
+    tcp.set_nodelay(true);
+    tcp.set_connect_timeout(Some(timeout.min(Duration::from_secs(10))));
+    let connector = HttpsConnectorBuilder::new()
+        .with_tls_config(tls)
+        .https_or_http()
+        .enable_http1()
+        .wrap_connector(tcp);
+    Ok(Client::builder(TokioExecutor::new())
+        .pool_max_idle_per_host(idle)
+        .build(connector))
+}
+
+/// An error with its causes, each once.
+fn causes(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut src = e.source();
+    while let Some(s) = src {
+        let text = s.to_string();
+        if !out.ends_with(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        src = s.source();
+    }
+    out
 }
 
 /// An http:// or https:// URL given by `flag`.
@@ -268,7 +367,7 @@ impl Handler for HttpHandler {
             Ok(v) => h.insert("feed-processor-id", v),
             Err(failed) => return vec![failed; jobs.len()],
         };
-        let answered = self.post(h, batch_body(jobs)).await;
+        let answered = self.post(h, Bytes::from(batch_body(jobs))).await;
         let outcome = match answered
             .map(|a| parse_batch_response(a.status, &a.body, a.retry_after, jobs.len()))
         {
@@ -276,17 +375,6 @@ impl Handler for HttpHandler {
             Ok(Err(failed)) | Err(failed) => failed,
         };
         vec![outcome; jobs.len()]
-    }
-}
-
-/// The outcome of a request that got no HTTP answer.
-fn transport(e: &reqwest::Error) -> Outcome {
-    if e.is_connect() {
-        Outcome::unreachable(format!("handler unreachable: {}", error_chain(e)))
-    } else if e.is_timeout() {
-        Outcome::retry("handler did not answer within --request-timeout").outage()
-    } else {
-        Outcome::retry(format!("handler request failed: {}", error_chain(e))).outage()
     }
 }
 
@@ -359,7 +447,7 @@ mod tests {
             attempt: 1,
             idempotency_key: format!("{id}:1"),
             processor_id: "s".into(),
-            data: data.to_vec(),
+            data: Bytes::copy_from_slice(data),
         }
     }
 

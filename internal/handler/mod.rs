@@ -32,8 +32,9 @@ pub struct Job {
     pub idempotency_key: String,
     /// The session that dispatched it (`Feed-Processor-Id`).
     pub processor_id: String,
-    /// The item's data, forwarded unchanged.
-    pub data: Vec<u8>,
+    /// The item's data, forwarded unchanged (shared, so the request body
+    /// is not a copy of it).
+    pub data: bytes::Bytes,
 }
 
 /// What a handler made of one delivery. Variants and their fields may be

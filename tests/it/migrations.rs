@@ -252,3 +252,70 @@ async fn flow_control_up_and_down(db: TestDb) {
         1
     );
 }
+
+/// The definition of `feed_items_ready` (PostgreSQL).
+async fn ready_index(db: &TestDb) -> String {
+    let sql = "SELECT indexdef AS n FROM pg_indexes WHERE indexname = 'feed_items_ready'";
+    let rows = db.rows::<(String,)>(sql, &["n"]).await;
+    rows.into_iter().map(|(d,)| d).collect()
+}
+
+on_all_backends!(open_items_index_up_and_down);
+/// From the schema before it, with items in every status: on PostgreSQL
+/// `feed_items_ready` then holds open items only (neither complete nor
+/// cancelled), and the open items are still found; `down`
+/// brings the full index back. The other databases keep theirs.
+async fn open_items_index_up_and_down(db: TestDb) {
+    down_before(&db, "m20261126_000012").await;
+    let before = item_indexes(&db).await;
+    // SQLite's dispatch index is `feed_items_dispatch`, ending with `rowid`.
+    let ready = match db.backend {
+        Backend::Sqlite => "feed_items_dispatch",
+        _ => "feed_items_ready",
+    };
+    assert!(before.contains(&ready.to_string()), "{before:?}");
+    let full = if db.backend == Backend::Postgres {
+        ready_index(&db).await
+    } else {
+        String::new()
+    };
+    assert!(!full.contains("WHERE"), "{full}");
+    db.partition_of("p", true, false, "block", &["done", "gone", "bad", "open"])
+        .await;
+    db.sql("UPDATE feed_items SET status = 'complete' WHERE id = 'done'")
+        .await;
+    db.sql("UPDATE feed_items SET status = 'cancelled' WHERE id = 'gone'")
+        .await;
+    db.sql("UPDATE feed_items SET status = 'failed', last_error = 'boom' WHERE id = 'bad'")
+        .await;
+    db.store.migrate().await.unwrap();
+    assert_eq!(item_indexes(&db).await, before);
+    if db.backend == Backend::Postgres {
+        let open = ready_index(&db).await;
+        assert!(
+            open.contains("WHERE") && open.contains("'complete'") && open.contains("'cancelled'"),
+            "{open}"
+        );
+    }
+    let open: Vec<String> = db
+        .rows::<(String,)>(
+            "SELECT id AS n FROM feed_items WHERE partition_id = 'p' AND status = 'available' \
+             AND gate = 0 ORDER BY id",
+            &["n"],
+        )
+        .await
+        .into_iter()
+        .map(|(n,)| n)
+        .collect();
+    assert_eq!(open, ["open"]);
+    let status = db.store.status(None).await.unwrap();
+    let failed: Vec<&str> = status.failed_items.iter().map(|f| f.id.as_str()).collect();
+    assert_eq!(failed, ["bad"]);
+    down_before(&db, "m20261126_000012").await;
+    assert_eq!(item_indexes(&db).await, before);
+    if db.backend == Backend::Postgres {
+        assert_eq!(ready_index(&db).await, full);
+    }
+    assert_eq!(db.count("SELECT COUNT(*) AS n FROM feed_items").await, 4);
+    db.store.migrate().await.unwrap();
+}
