@@ -42,15 +42,22 @@ impl Store {
     /// write order), oldest first, with the last position read: a look at
     /// new work that reads only the rows written since the last look. With
     /// no position yet it only reads the current end (one index probe).
+    /// Where the write-order index holds available items only, so does
+    /// the look: the rest is no work.
     pub(crate) async fn written_since(
         &self,
         after: Option<i64>,
         limit: usize,
     ) -> Result<(Vec<PartitionId>, i64)> {
         let seq = self.driver.seq();
+        let work = self.driver.new_work();
+        let only = |word: &str| work.map_or(String::new(), |c| format!(" {word} {c}"));
         let Some(after) = after else {
             let rows = self
-                .query(&format!("SELECT MAX({seq}) AS s FROM feed_items"), vec![])
+                .query(
+                    &format!("SELECT MAX({seq}) AS s FROM feed_items{}", only("WHERE")),
+                    vec![],
+                )
                 .await?;
             let end: Option<i64> = rows.first().map(|r| get(r, "s")).transpose()?.flatten();
             return Ok((vec![], end.unwrap_or(0)));
@@ -58,7 +65,8 @@ impl Store {
         let rows = self
             .query(
                 &format!(
-                    "SELECT partition_id, {seq} AS s FROM feed_items WHERE {seq} > ? ORDER BY {seq} LIMIT ?"
+                    "SELECT partition_id, {seq} AS s FROM feed_items WHERE {seq} > ?{} ORDER BY {seq} LIMIT ?",
+                    only("AND")
                 ),
                 vec![after.into(), (limit as i64).into()],
             )

@@ -51,6 +51,9 @@ pub(crate) struct Dialect {
     data_column: fn(&str) -> String,
     /// The column that orders a partition's items as they were written.
     seq: &'static str,
+    /// A condition on the items a look for new work reads, where the index
+    /// in write order holds only those (PostgreSQL: available items).
+    new_work: Option<&'static str>,
     /// Appended to an `INSERT` of a partition so that an existing one stays
     /// (producers creating the same partition at once all succeed); the
     /// statement affects exactly 1 row only when it created the partition.
@@ -154,6 +157,11 @@ impl Driver {
     /// The column that orders a partition's items as they were written.
     pub(crate) fn seq(self) -> &'static str {
         self.dialect().seq
+    }
+
+    /// See [`Dialect::new_work`].
+    pub(crate) fn new_work(self) -> Option<&'static str> {
+        self.dialect().new_work
     }
 
     /// See [`Dialect::keep_existing`].

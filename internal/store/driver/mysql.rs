@@ -11,6 +11,7 @@ pub(super) const DIALECT: Dialect = Dialect {
     numbered: false,
     data_column: |alias| format!("{alias}.data"),
     seq: "seq",
+    new_work: None,
     // MySQL counts an updated duplicate as 2 rows, a new one as 1.
     keep_existing: " ON DUPLICATE KEY UPDATE version = version + 1",
     add_to_minute: " ON DUPLICATE KEY UPDATE items = items + VALUES(items)",

@@ -11,6 +11,7 @@ pub(super) const DIALECT: Dialect = Dialect {
     numbered: true,
     data_column,
     seq: "seq",
+    new_work: Some("status = 'available'"),
     keep_existing: " ON CONFLICT (id) DO NOTHING",
     add_to_minute: " ON CONFLICT (minute) DO UPDATE SET items = feed_completions.items + excluded.items",
     id_starts: "SUBSTR(id, 1, ?) = ?",

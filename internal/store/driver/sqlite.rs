@@ -11,6 +11,7 @@ pub(super) const DIALECT: Dialect = Dialect {
     numbered: false,
     data_column,
     seq: "rowid",
+    new_work: None,
     keep_existing: " ON CONFLICT (id) DO NOTHING",
     add_to_minute: " ON CONFLICT (minute) DO UPDATE SET items = feed_completions.items + excluded.items",
     // `LIKE` ignores case here; a byte-for-byte prefix does not.
