@@ -70,7 +70,19 @@ async fn three_processors_share_one_rate(db: TestDb) {
     let calls = handler.calls();
     let late: Vec<_> = calls.iter().filter(|c| c.at >= phase).collect();
     let busy: std::collections::HashSet<&str> = late.iter().map(|c| c.processor.as_str()).collect();
-    let three = windows(&late.iter().map(|c| c.at).collect::<Vec<_>>(), phase);
+    // All three are busy once the last of them has made its first call
+    // (before that, the new partitions are still being acquired).
+    let all_busy = busy
+        .iter()
+        .filter_map(|p| {
+            late.iter()
+                .filter(|c| c.processor == *p)
+                .map(|c| c.at)
+                .min()
+        })
+        .max()
+        .unwrap_or(phase);
+    let three = windows(&late.iter().map(|c| c.at).collect::<Vec<_>>(), all_busy);
     eprintln!(
         "items per {WINDOW:?}: one busy {one:?}, three busy ({} sending) {three:?}",
         busy.len()
