@@ -74,7 +74,12 @@ async fn down_before(db: &TestDb, name: &str) {
     let at = all
         .iter()
         .position(|m| m.name().starts_with(name))
-        .unwrap_or_else(|| panic!("no migration {name}"));
+        .unwrap_or_else(|| {
+            panic!(
+                "no migration {name} in {:?}",
+                all.iter().map(|m| m.name().to_string()).collect::<Vec<_>>()
+            )
+        });
     let steps = (all.len() - at) as u32;
     Migrator::down(db.store.connection(), Some(steps))
         .await
