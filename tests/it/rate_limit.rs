@@ -36,10 +36,13 @@ fn windows(calls: &[Instant], from: Instant) -> Vec<usize> {
 }
 
 on_all_backends!(three_processors_share_one_rate);
-/// Three processors with `--rate-limit 200/s` on one database: over every
-/// 2 s window the handler sees within 10 % of 200 items a second, first
-/// with one processor busy (one partition: the others have nothing to do
-/// and must not strand their share), then with all three busy.
+/// Three processors with `--rate-limit 200/s` on one database: no 2 s
+/// window at the handler sees more than 10 % over 200 items a second or
+/// more than 20 % under it, and each phase's windows average within 10 %:
+/// first with one processor busy (one partition: the others have nothing
+/// to do and must not strand their share), then with all three busy. (A
+/// processor that the test machine's load holds back a moment leaves its
+/// tokens unspent, which a window may show; it never sends more.)
 async fn three_processors_share_one_rate(db: TestDb) {
     let _timed = timed().await;
     let handler = Handler::start(|_| done()).await;
@@ -92,12 +95,17 @@ async fn three_processors_share_one_rate(db: TestDb) {
     for (what, counts) in [("one busy", &one), ("three busy", &three)] {
         assert!(counts.len() >= 3, "{what}: {counts:?}");
         for n in counts {
-            let off = (*n as f64 - expected).abs() / expected;
+            let off = (*n as f64 - expected) / expected;
             assert!(
-                off <= 0.10,
-                "{what}: a window of {n} items, not {expected} ± 10 %: {counts:?}"
+                (-0.20..=0.10).contains(&off),
+                "{what}: a window of {n} items, not {expected} - 20 % … + 10 %: {counts:?}"
             );
         }
+        let mean = counts.iter().sum::<usize>() as f64 / counts.len() as f64;
+        assert!(
+            (mean - expected).abs() / expected <= 0.10,
+            "{what}: {mean} items per window on average, not {expected} ± 10 %: {counts:?}"
+        );
     }
     drop(procs);
 }
