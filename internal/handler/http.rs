@@ -10,6 +10,7 @@ use base64::Engine;
 use bytes::Bytes;
 use http::StatusCode;
 use http_body_util::{BodyExt, Full};
+use hyper::body::Body as _;
 use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -135,16 +136,11 @@ impl HttpHandler {
         headers.clone_from(&self.headers);
         if let Some(secret) = &self.secret {
             let sig = signature_header(secret, unix_now(), &extra, &body, self.signature_v1);
-            if let Ok(v) = HeaderValue::from_str(&sig) {
-                headers.insert("feed-signature", v);
-            }
+            let sig = HeaderValue::try_from(sig).expect("a signature is printable ASCII");
+            headers.insert("feed-signature", sig);
         }
         drop(body);
-        for (name, value) in extra {
-            if let Some(name) = name {
-                headers.insert(name, value);
-            }
-        }
+        headers.extend(extra);
         let resp = self.client.request(req).await.map_err(|e| {
             let chain = causes(&e);
             if e.is_connect() {
@@ -176,11 +172,7 @@ impl HttpHandler {
         // one past FREE_BYTES takes room for the largest answer allowed.
         // The buffer is sized once (its untouched pages cost no memory), so
         // it is never copied while it grows.
-        let length = resp
-            .headers()
-            .get(http::header::CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse::<usize>().ok());
+        let length = resp.body().size_hint().exact().map(|n| n as usize);
         let mut room = match length {
             Some(n) if n > self.max_bytes => return Err(too_large()),
             Some(n) if n > FREE_BYTES => Some(self.room(n).await),
@@ -418,17 +410,11 @@ pub(crate) fn batch_body(jobs: &[Job]) -> Vec<u8> {
 
 /// The error with its causes, without the URL (which may carry credentials).
 pub(crate) fn error_chain(e: &reqwest::Error) -> String {
-    let mut out = e.to_string();
-    if let Some(u) = e.url() {
-        out = out.replace(&format!(" for url ({u})"), "");
+    let out = causes(e);
+    match e.url() {
+        Some(u) => out.replace(&format!(" for url ({u})"), ""),
+        None => out,
     }
-    let mut src = std::error::Error::source(e);
-    while let Some(s) = src {
-        out.push_str(": ");
-        out.push_str(&s.to_string());
-        src = s.source();
-    }
-    out
 }
 
 pub(crate) fn unix_now() -> i64 {
