@@ -89,8 +89,10 @@ impl Pool {
 
     /// Moves reserved tokens that have come due to the spendable ones.
     /// Tokens due while nothing was spent for longer than the burst lasts
-    /// are dropped but for a chunk: saved up, they would go on top of the
-    /// next burst.
+    /// are dropped but for a burst: saved up, they would go on top of the
+    /// next one. (A burst, not less: a processor held back for a moment,
+    /// by its refill or by a busy machine, would otherwise lose what came
+    /// due meanwhile, and the fleet send below its rate.)
     pub fn mature(&mut self, now: Instant) {
         let quiet =
             now.saturating_duration_since(self.spent_at).as_secs_f64() * self.rate > self.burst;
@@ -107,7 +109,7 @@ impl Pool {
             self.reserved.pop_front();
         }
         if quiet {
-            self.tokens = self.tokens.min(self.chunk);
+            self.tokens = self.tokens.min(self.burst);
         }
     }
 
@@ -229,11 +231,11 @@ mod tests {
         }
         assert_eq!(spent, 50);
         assert!(p.reserved.is_empty());
-        // Due while nothing was spent for longer than the burst: a chunk kept.
+        // Due while nothing was spent for longer than the burst: a burst kept.
         p.reserved(50.0, 0, t, t);
         let later = t + Duration::from_secs(1);
         p.mature(later);
-        assert_eq!(p.tokens, 5.0);
+        assert_eq!(p.tokens, 10.0);
     }
 
     /// A pool spending the whole rate keeps four round trips of it
