@@ -118,6 +118,20 @@ impl Database {
         prefix: &str,
         pool: u32,
     ) -> Result<Database> {
+        Self::make(backend, servers, prefix, pool, true).await
+    }
+
+    /// `create`; a database that is not `durable` (PostgreSQL) commits
+    /// without waiting for the disk: tests never crash the server, and a
+    /// commit that waits a second on a busy machine's disk would measure
+    /// the machine, not Feed. (Benchmarks keep durable commits, as users do.)
+    async fn make(
+        backend: Backend,
+        servers: &Servers,
+        prefix: &str,
+        pool: u32,
+        durable: bool,
+    ) -> Result<Database> {
         let name = format!("{prefix}{}", uuid::Uuid::new_v4().simple());
         let admin = servers.admin(backend)?;
         let (url, dir) = match servers.url(backend, &name)? {
@@ -127,13 +141,15 @@ impl Database {
                 (url, Some(dir))
             }
             Some(url) => {
-                let admin_store = connect(admin.as_deref().unwrap_or_default(), 1).await?;
-                let created = admin_store
-                    .connection()
-                    .execute_unprepared(&format!("CREATE DATABASE {name}"))
-                    .await;
-                let _ = admin_store.connection().clone().close().await;
-                created?;
+                let on = admin.as_deref().unwrap_or_default();
+                execute_on(on, &format!("CREATE DATABASE {name}")).await?;
+                if !durable && backend == Backend::Postgres {
+                    let set = format!("ALTER DATABASE {name} SET synchronous_commit = off");
+                    if let Err(e) = execute_on(on, &set).await {
+                        drop_database(backend, admin.as_deref(), &name).await;
+                        return Err(e);
+                    }
+                }
                 (url, None)
             }
         };
@@ -167,7 +183,11 @@ impl Database {
             }
             panic!("{backend:?} unreachable in CI: {e}");
         }
-        Some(Self::create(backend, &servers, prefix, pool).await.unwrap())
+        Some(
+            Self::make(backend, &servers, prefix, pool, false)
+                .await
+                .unwrap(),
+        )
     }
 
     /// Creates a database with Feed's tables.
@@ -233,6 +253,15 @@ impl Database {
     }
 }
 
+/// Runs one statement on a connection of its own to `url`.
+async fn execute_on(url: &str, sql: &str) -> Result<()> {
+    let store = connect(url, 1).await?;
+    let done = store.connection().execute_unprepared(sql).await;
+    let _ = store.connection().clone().close().await;
+    done?;
+    Ok(())
+}
+
 async fn drop_database(backend: Backend, admin: Option<&str>, name: &str) {
     let Some(admin) = admin else { return };
     let sql = if backend == Backend::Postgres {
@@ -240,13 +269,7 @@ async fn drop_database(backend: Backend, admin: Option<&str>, name: &str) {
     } else {
         format!("DROP DATABASE IF EXISTS {name}")
     };
-    match connect(admin, 1).await {
-        Ok(store) => {
-            if let Err(e) = store.connection().execute_unprepared(&sql).await {
-                eprintln!("  warning: could not drop database {name}: {e}");
-            }
-            let _ = store.connection().clone().close().await;
-        }
-        Err(e) => eprintln!("  warning: could not drop database {name}: {e:#}"),
+    if let Err(e) = execute_on(admin, &sql).await {
+        eprintln!("  warning: could not drop database {name}: {e:#}");
     }
 }
