@@ -103,6 +103,13 @@ impl Tenant {
     fn no_slot(&self) -> bool {
         self.calls >= self.slots || self.claiming.is_some_and(|c| self.calls >= c)
     }
+
+    /// The slots its next claim asks for, of `cap`.
+    fn wanted(&self, cap: u32) -> u32 {
+        (self.calls + self.refused)
+            .max(self.peak.saturating_mul(2))
+            .min(cap)
+    }
 }
 
 /// Why an item may not be sent now.
@@ -366,7 +373,7 @@ async fn step(ctx: &Claimer, limits: &Limits) -> Instant {
         return now + ctx.every;
     }
     let (read, claims) = {
-        let mut s = limits.lock();
+        let s = limits.lock();
         let busy = s
             .demand_at
             .is_some_and(|t| now.saturating_duration_since(t) < DEMAND * 5);
@@ -375,15 +382,7 @@ async fn step(ctx: &Claimer, limits: &Limits) -> Instant {
             || s.read_at
                 .is_none_or(|t| now.saturating_duration_since(t) >= every);
         let read = due && s.retry_at.is_none_or(|t| now >= t);
-        let claims = due_claims(&s, now, ctx.every);
-        for c in &claims {
-            if let Due::Slots(name, in_use, _) = c
-                && let Some(t) = s.tenants.get_mut(name)
-            {
-                t.claiming = Some(*in_use);
-            }
-        }
-        (read, claims)
+        (read, due_claims(&s, now, ctx.every))
     };
     let mut next = now + ctx.every;
     {
@@ -454,8 +453,10 @@ fn load(limits: &Limits, rows: Vec<Limit>, batch: usize) {
 enum Due {
     /// Tokens from a pool: the fleet's (None) or a tenant's.
     Tokens(Option<String>, String, f64, f64, f64),
-    /// A tenant's slots: in use, wanted.
-    Slots(String, u32, u32),
+    /// A tenant's slots (what it has in use and wants is taken as the
+    /// claim starts, so that its calls are held at their count for one
+    /// round trip, not for every claim before it).
+    Slots(String),
 }
 
 /// The claims due now.
@@ -479,12 +480,12 @@ fn due_claims(s: &State, now: Instant, every: Duration) -> Vec<Due> {
     }
     for (name, t) in &s.tenants {
         let Some(cap) = t.cap else { continue };
-        let wanted = (t.calls + t.refused).max(t.peak.saturating_mul(2)).min(cap);
+        let wanted = t.wanted(cap);
         let since = t.claimed_at.map(|c| now.saturating_duration_since(c));
         let short = t.refused > 0 && t.slots < cap && since.is_none_or(|d| d >= RECLAIM);
         let refresh = (t.slots > 0 || wanted > 0) && since.is_none_or(|d| d >= every);
         if short || refresh {
-            out.push(Due::Slots(name.clone(), t.calls, wanted));
+            out.push(Due::Slots(name.clone()));
         }
     }
     out
@@ -523,7 +524,14 @@ async fn run_claim(ctx: &Claimer, limits: &Limits, due: Due) -> Option<Instant> 
                 }
             }
         }
-        Due::Slots(tenant, in_use, wanted) => {
+        Due::Slots(tenant) => {
+            let (in_use, wanted) = {
+                let mut s = limits.lock();
+                let t = s.tenants.get_mut(&tenant)?;
+                let cap = t.cap?;
+                t.claiming = Some(t.calls);
+                (t.calls, t.wanted(cap))
+            };
             let me = (ctx.session)();
             let granted = ctx
                 .store
