@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::on_all_backends;
-use crate::support::{Handler, Proc, TestDb, done, metric, retry_after, timed};
+use crate::support::{Handler, Proc, TestDb, done, metric, retry_after};
 
 /// The fleet's limit in the test.
 const RATE: f64 = 100.0;
@@ -35,7 +35,7 @@ fn windows(calls: &[Instant], from: Instant) -> Vec<usize> {
         .collect()
 }
 
-on_all_backends!(three_processors_share_one_rate);
+on_all_backends!(alone three_processors_share_one_rate);
 /// Three processors with `--rate-limit 100/s` on one database: no 2 s
 /// window at the handler sees more than 10 % over 100 items a second or
 /// more than 20 % under it, and each phase's windows average within 10 %:
@@ -44,7 +44,6 @@ on_all_backends!(three_processors_share_one_rate);
 /// processor that the test machine's load holds back a moment leaves its
 /// tokens unspent, which a window may show; it never sends more.)
 async fn three_processors_share_one_rate(db: TestDb) {
-    let _timed = timed().await;
     let handler = Handler::start(|_| done()).await;
     // A session that the loaded machine lets expire would move its
     // partitions mid-window: that is liveness, not the rate, so sessions
@@ -110,7 +109,7 @@ async fn three_processors_share_one_rate(db: TestDb) {
     drop(procs);
 }
 
-on_all_backends!(throttle_answers_slow_the_sender);
+on_all_backends!(alone throttle_answers_slow_the_sender);
 /// A handler that accepts 300 items a second and answers 429
 /// (`Retry-After: 1`) above that: after the first 10 s Feed sends at most
 /// 20 % over 300 a second and no more than a third under it (its median
@@ -118,7 +117,6 @@ on_all_backends!(throttle_answers_slow_the_sender);
 /// whole suite on a 2-core machine a processor may send below the rate it
 /// allows itself: in one such run it allowed 249/s and sent 207.)
 async fn throttle_answers_slow_the_sender(db: TestDb) {
-    let _timed = timed().await;
     const CAPACITY: f64 = 300.0;
     const ITEMS: i64 = 6_000;
     for p in 0..20 {

@@ -461,12 +461,19 @@ pub fn fixture_for<D: Fixture, Fut>(
 /// listed backend, in a module of that name.
 #[macro_export]
 macro_rules! backend_tests {
+    (alone $name:ident: $($test:ident => $backend:ident),*) => {
+        $crate::backend_tests!(@alone $name: $($test => $backend),*);
+    };
     ($name:ident: $($test:ident => $backend:ident),*) => {
+        $crate::backend_tests!(@shared $name: $($test => $backend),*);
+    };
+    (@$turn:ident $name:ident: $($test:ident => $backend:ident),*) => {
         mod $name {
             use $crate::support::{Backend, fixture_for};
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $test() {
+                    let _turn = $crate::support::$turn().await;
                     if let Some(fixture) = fixture_for(super::$name, Backend::$backend).await {
                         super::$name(fixture).await
                     }
@@ -480,15 +487,27 @@ macro_rules! backend_tests {
 /// `async fn $name(db: TestDb)`.
 #[macro_export]
 macro_rules! on_all_backends {
+    (alone $name:ident) => {
+        $crate::backend_tests!(alone $name: sqlite => Sqlite, postgres => Postgres, mariadb => Mysql);
+    };
     ($name:ident) => {
         $crate::backend_tests!($name: sqlite => Sqlite, postgres => Postgres, mariadb => Mysql);
     };
 }
 
-/// Held by tests that measure rates over wall-clock windows, so that no
-/// two of them run at once: six such drains side by side leave a 2-core
-/// machine too busy for any of them to be measured.
-pub async fn timed() -> tokio::sync::MutexGuard<'static, ()> {
-    static TIMED: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-    TIMED.lock().await
+/// Turns on the machine: tests that measure rates over wall-clock windows
+/// (declared `alone`) run by themselves, every other backend test shares
+/// the machine. Beside the whole suite a 2-core machine holds a processor
+/// back for whole seconds at a time, and the rate it sends at measures the
+/// machine, not Feed.
+static TURNS: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
+
+/// A turn beside the other shared tests.
+pub async fn shared() -> tokio::sync::RwLockReadGuard<'static, ()> {
+    TURNS.read().await
+}
+
+/// A turn with the machine to itself.
+pub async fn alone() -> tokio::sync::RwLockWriteGuard<'static, ()> {
+    TURNS.write().await
 }

@@ -11,7 +11,7 @@ use parking_lot::Mutex;
 
 use crate::controls::cli;
 use crate::on_all_backends;
-use crate::support::{Handler, Proc, TestDb, done, timed, wait_for};
+use crate::support::{Handler, Proc, TestDb, done, wait_for};
 
 /// Creates `partition` with `n` items, of `tenant` and with the overrides given.
 async fn enqueue(db: &TestDb, partition: &str, n: usize, spec: PartitionSpec) {
@@ -208,13 +208,12 @@ async fn rate_over(h: &Handler, key: &str, span: Duration) -> f64 {
     n as f64 / span.as_secs_f64()
 }
 
-on_all_backends!(limits_edited_live_take_effect_within_a_heartbeat);
+on_all_backends!(alone limits_edited_live_take_effect_within_a_heartbeat);
 /// Limits set while a processor runs (heartbeat 200 ms): a cap inserted
 /// with SQL, a rate set with `processor limits set`, and `limits clear`
 /// each bind (or stop binding) within a heartbeat and the calls in flight
 /// then (measured from 500 ms after the change).
 async fn limits_edited_live_take_effect_within_a_heartbeat(db: TestDb) {
-    let _timed = timed().await;
     for p in 0..8 {
         enqueue(&db, &format!("acme-{p}"), 1_000, of("acme")).await;
     }
