@@ -4,24 +4,23 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use feed::store::{NewItem, PartitionSpec};
 use parking_lot::Mutex;
 
-use crate::controls::cli;
 use crate::on_all_backends;
 use crate::support::{Handler, Proc, TestDb, done, wait_for};
 
 /// Creates `partition` with `n` items, of `tenant` and with the overrides given.
-async fn enqueue(db: &TestDb, partition: &str, n: usize, spec: PartitionSpec) {
+pub(crate) async fn enqueue(db: &TestDb, partition: &str, n: usize, spec: PartitionSpec) {
     let items: Vec<NewItem> = (0..n)
         .map(|i| NewItem::new(b"{}".to_vec()).with_id(format!("{partition}/{i}")))
         .collect();
     db.store.enqueue(partition, &spec, items).await.unwrap();
 }
 
-fn of(tenant: &str) -> PartitionSpec {
+pub(crate) fn of(tenant: &str) -> PartitionSpec {
     let mut spec = PartitionSpec::default();
     spec.tenant = Some(tenant.into());
     spec
@@ -29,7 +28,7 @@ fn of(tenant: &str) -> PartitionSpec {
 
 /// Calls at the handler at once, by key (now, most ever).
 #[derive(Default)]
-struct Concurrency(Mutex<HashMap<String, (u32, u32)>>);
+pub(crate) struct Concurrency(Mutex<HashMap<String, (u32, u32)>>);
 
 impl Concurrency {
     fn enter(&self, key: &str) {
@@ -43,12 +42,12 @@ impl Concurrency {
         self.0.lock().get_mut(key).unwrap().0 -= 1;
     }
 
-    fn most(&self, key: &str) -> u32 {
+    pub(crate) fn most(&self, key: &str) -> u32 {
         self.0.lock().get(key).map_or(0, |e| e.1)
     }
 
     /// Forgets the most seen so far (a new measurement starts).
-    fn reset(&self) {
+    pub(crate) fn reset(&self) {
         for e in self.0.lock().values_mut() {
             e.1 = e.0;
         }
@@ -57,7 +56,7 @@ impl Concurrency {
 
 /// A handler that holds each call for `hold`, counting calls at once by
 /// the part of the partition id before the first `-`.
-async fn holding(hold: Duration) -> (Handler, Arc<Concurrency>) {
+pub(crate) async fn holding(hold: Duration) -> (Handler, Arc<Concurrency>) {
     let seen = Arc::new(Concurrency::default());
     let s = seen.clone();
     let h = Handler::start_async(move |call| {
@@ -194,77 +193,4 @@ async fn partition_overrides_set_its_cap_and_its_share(db: TestDb) {
         ratio >= 2.5,
         "weight 4 got {ratio:.1}x the calls of weight 1"
     );
-}
-
-/// Calls of tenant `key` per second at the handler over `span` from now.
-async fn rate_over(h: &Handler, key: &str, span: Duration) -> f64 {
-    let from = Instant::now();
-    tokio::time::sleep(span).await;
-    let n = h
-        .calls()
-        .iter()
-        .filter(|c| c.at >= from && c.partition.starts_with(key))
-        .count();
-    n as f64 / span.as_secs_f64()
-}
-
-on_all_backends!(alone limits_edited_live_take_effect_within_a_heartbeat);
-/// Limits set while a processor runs (heartbeat 200 ms): a cap inserted
-/// with SQL, a rate set with `processor limits set`, and `limits clear`
-/// each bind (or stop binding) within a heartbeat and the calls in flight
-/// then (measured from 500 ms after the change).
-async fn limits_edited_live_take_effect_within_a_heartbeat(db: TestDb) {
-    for p in 0..8 {
-        enqueue(&db, &format!("acme-{p}"), 1_000, of("acme")).await;
-    }
-    let (h, seen) = holding(Duration::from_millis(20)).await;
-    let _p = Proc::start(&db, &h.url(), &["--concurrency", "16"]);
-    wait_for("calls at full speed", Duration::from_secs(30), || async {
-        seen.most("acme") >= 8
-    })
-    .await;
-    let settle = Duration::from_millis(500);
-    // A cap, by SQL.
-    db.sql("INSERT INTO feed_limits (tenant, max_in_flight) VALUES ('acme', 3)")
-        .await;
-    tokio::time::sleep(settle).await;
-    seen.reset();
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let capped = seen.most("acme");
-    // A rate instead, by the command line.
-    let (ok, out) = cli(
-        &db,
-        &[
-            "limits",
-            "set",
-            "--tenant",
-            "acme",
-            "--max-in-flight",
-            "0",
-            "--rate",
-            "40/s",
-        ],
-    );
-    assert!(ok, "{out}");
-    assert!(out.contains("rate 40/s"), "{out}");
-    let (ok, listed) = cli(&db, &["limits", "list"]);
-    assert!(
-        ok && listed.contains("acme") && listed.contains("40/s"),
-        "{listed}"
-    );
-    tokio::time::sleep(settle).await;
-    let limited = rate_over(&h, "acme", Duration::from_secs(2)).await;
-    // Cleared: full speed again.
-    let (ok, out) = cli(&db, &["limits", "clear", "--tenant", "acme"]);
-    assert!(ok && out.contains("limits removed"), "{out}");
-    tokio::time::sleep(settle).await;
-    let free = rate_over(&h, "acme", Duration::from_secs(1)).await;
-    eprintln!("capped at {capped} at once; rate {limited:.0}/s; cleared {free:.0}/s");
-    assert!(capped <= 3, "{capped} at once under a cap of 3");
-    assert!(
-        (limited - 40.0).abs() <= 8.0,
-        "{limited:.0}/s under a rate of 40/s"
-    );
-    assert!(free > 100.0, "{free:.0}/s once cleared");
-    assert_eq!(db.count("SELECT COUNT(*) AS n FROM feed_limits").await, 0);
 }
