@@ -140,6 +140,9 @@ pub fn upstream(url: &str) -> SocketAddr {
 /// `async fn $name(db: TestDb)`; SQLite has no network to cut.
 #[macro_export]
 macro_rules! on_network_backends {
+    (alone $name:ident) => {
+        $crate::backend_tests!(alone $name: postgres => Postgres, mariadb => Mysql);
+    };
     ($name:ident) => {
         $crate::backend_tests!($name: postgres => Postgres, mariadb => Mysql);
     };

@@ -1,21 +1,24 @@
 //! Shapes of work at size: many one-item partitions, one big partition
 //! with two gates, an acquire cycle whose cost does not grow with the
-//! partitions held, batched leasing raced by a second processor, and a
-//! gate check that fails and is retried.
+//! partitions held, batched leasing raced by a second processor.
 
 use std::collections::HashSet;
-use std::sync::Arc;
 use std::time::Duration;
 
 use sea_orm::{ConnectionTrait, TransactionTrait};
-use tokio::sync::Semaphore;
 
+use crate::on_all_backends;
 use crate::support::{Backend, Handler, Proc, Scene, TestDb, done, metric, wait_for};
-use crate::{on_all_backends, on_network_backends};
 
 /// Creates `n` partitions `{prefix}{k}` (`auto_close` as given) and, when
 /// `items` is set, one item each at gate 0, many rows per statement.
-async fn many_partitions(db: &TestDb, prefix: &str, n: usize, auto_close: bool, items: bool) {
+pub(crate) async fn many_partitions(
+    db: &TestDb,
+    prefix: &str,
+    n: usize,
+    auto_close: bool,
+    items: bool,
+) {
     let flag = if auto_close { "TRUE" } else { "FALSE" };
     for start in (0..n).step_by(500) {
         let ks: Vec<usize> = (start..n.min(start + 500)).collect();
@@ -43,7 +46,7 @@ async fn many_partitions(db: &TestDb, prefix: &str, n: usize, auto_close: bool, 
 }
 
 /// Waits until every partition is complete.
-async fn all_complete(db: &TestDb) {
+pub(crate) async fn all_complete(db: &TestDb) {
     let open = "SELECT COUNT(*) AS n FROM feed_partitions WHERE status <> 'complete'";
     wait_for(
         "every partition complete",
@@ -285,7 +288,7 @@ fn leased(log: &str) -> HashSet<String> {
 }
 
 /// `text` without terminal colour sequences.
-fn strip_ansi(text: &str) -> String {
+pub(crate) fn strip_ansi(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut chars = text.chars();
     while let Some(c) = chars.next() {
@@ -300,69 +303,4 @@ fn strip_ansi(text: &str) -> String {
         }
     }
     out
-}
-
-on_network_backends!(a_failed_check_is_checked_again);
-/// 600 one-item partitions, more than one check reads at once. While the
-/// test holds a share lock on one partition's row (result writes share it;
-/// a close cannot), the check whose close includes that partition fails on
-/// the statement timeout: its partitions stay marked and are checked again
-/// until the lock is gone, and then every partition closes, every item run
-/// once.
-async fn a_failed_check_is_checked_again(db: TestDb) {
-    many_partitions(&db, "k", 600, true, true).await;
-    let gate = Arc::new(Semaphore::new(0));
-    let g = gate.clone();
-    let Scene(handler, processor) = Scene::start_async(
-        &db,
-        &["--statement-timeout", "1s", "--concurrency", "8"],
-        move |_| {
-            let g = g.clone();
-            async move {
-                g.acquire().await.unwrap().forget();
-                done()
-            }
-        },
-    )
-    .await;
-    // Every partition leased, and no call answered yet: no check can have
-    // closed anything.
-    let owned = "SELECT COUNT(*) AS n FROM feed_partitions WHERE owner IS NOT NULL";
-    wait_for(
-        "every partition leased",
-        Duration::from_secs(60),
-        || async { db.count(owned).await == 600 },
-    )
-    .await;
-    let txn = db.store.connection().begin().await.unwrap();
-    let share = if db.backend == Backend::Postgres {
-        "FOR SHARE"
-    } else {
-        "LOCK IN SHARE MODE"
-    };
-    txn.execute_raw(feed::store::statement(
-        db.store.backend(),
-        &format!("SELECT id FROM feed_partitions WHERE id = 'k0' {share}"),
-        vec![],
-    ))
-    .await
-    .unwrap();
-    gate.add_permits(1_000);
-    wait_for("a failed check", Duration::from_secs(60), || async {
-        strip_ansi(&processor.log()).contains("gate check failed")
-    })
-    .await;
-    let closed = "SELECT COUNT(*) AS n FROM feed_partitions WHERE status = 'complete'";
-    assert!(
-        db.count(closed).await < 600,
-        "the locked partition cannot have closed"
-    );
-    txn.commit().await.unwrap();
-    all_complete(&db).await;
-    let calls = handler.calls();
-    let items: HashSet<&str> = calls.iter().map(|c| c.item.as_str()).collect();
-    assert_eq!(calls.len(), 600, "every item called once");
-    assert_eq!(items.len(), 600, "every item called");
-    let metrics = processor.metrics().await;
-    assert!(metric(&metrics, "feed_statement_timeouts_total") >= 1.0);
 }

@@ -412,7 +412,19 @@ impl DownHandler {
 }
 
 /// Waits until `cond` holds, up to `timeout`; panics with `what` otherwise.
-pub async fn wait_for<F, Fut>(what: &str, timeout: Duration, mut cond: F)
+pub async fn wait_for<F, Fut>(what: &str, timeout: Duration, cond: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    if !waited(timeout, cond).await {
+        panic!("timed out waiting for: {what}");
+    }
+}
+
+/// Whether `cond` held within `timeout` (polled every 50 ms), for a test
+/// that says more than [`wait_for`] when it did not.
+pub async fn waited<F, Fut>(timeout: Duration, mut cond: F) -> bool
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = bool>,
@@ -420,11 +432,17 @@ where
     let deadline = Instant::now() + timeout;
     while Instant::now() < deadline {
         if cond().await {
-            return;
+            return true;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    panic!("timed out waiting for: {what}");
+    false
+}
+
+/// The last `n` lines of a processor's log, for a failure message.
+pub fn tail(log: &str, n: usize) -> String {
+    let lines: Vec<&str> = log.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
 /// What a test is handed for a backend: [`TestDb`] (migrated) or
