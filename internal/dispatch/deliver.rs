@@ -16,13 +16,20 @@ use crate::handler::{Job, Outcome};
 use crate::ids::{ItemId, SessionId};
 use crate::limits::Permit;
 use crate::policy::{Label, Policy};
+use crate::status::Status;
 use crate::store::{Ack, Fence, ItemWrite, ReadyItem, Written};
 
 /// How one item's delivery ended, reported back to the loop.
 #[derive(Debug)]
 pub(super) enum Delivery {
-    /// A result was written (or rejected as stale).
+    /// A result was written that took the item out of its partition's
+    /// ready items (done, failed, or on to a later gate).
     Finished,
+    /// The item may be ready again at its gate, after the wait given: a
+    /// result that keeps it available (a retry, another step at the same
+    /// gate) was written, or none was (rejected as stale, the session
+    /// lost). Its partition's next refill reads from its first ready item.
+    Again(Duration),
     /// The handler could not be reached; nothing was written.
     Unreachable,
     /// The result could not be stored at all (the database is unreachable,
@@ -52,7 +59,7 @@ pub(super) async fn deliver(
     async move {
         let (fences, jobs): (Vec<Fence>, Vec<Job>) = items
             .into_iter()
-            .map(|ReadyItem { fence, data }| {
+            .map(|ReadyItem { fence, data, .. }| {
                 let job = Job {
                     item_id: fence.id.to_string(),
                     partition_id: fence.partition_id.to_string(),
@@ -201,7 +208,7 @@ pub(super) async fn record(
         if ctx.session.id() != *me || !ctx.session.live(cfg.session_expiry) {
             tracing::warn!(%partition, %item, gate, attempt, "result not written: this processor's session is no longer live");
             ctx.metrics.outcome(Label::Rejected.as_str());
-            return Delivery::Finished;
+            return Delivery::Again(Duration::ZERO);
         }
         let ack = Ack {
             fence: fence.clone(),
@@ -225,7 +232,11 @@ pub(super) async fn record(
                         "result written"
                     ),
                 }
-                return Delivery::Finished;
+                return if write.status == Status::Available {
+                    Delivery::Again(write.delay.unwrap_or_default())
+                } else {
+                    Delivery::Finished
+                };
             }
             Ok(Written::Stale) => {
                 ctx.metrics.outcome(Label::Rejected.as_str());
@@ -233,7 +244,7 @@ pub(super) async fn record(
                     %partition, %item, gate, attempt,
                     "stale result rejected: the item changed or its partition is no longer held by this session"
                 );
-                return Delivery::Finished;
+                return Delivery::Again(Duration::ZERO);
             }
             Ok(Written::Refused(why)) if !fallback => {
                 tracing::error!(%partition, %item, gate, attempt, error = %why, "the database refused the result; recording a failed attempt instead");

@@ -18,6 +18,7 @@
 //! next refills, until their results are written.
 
 mod deliver;
+mod floors;
 mod outage;
 mod refill;
 
@@ -41,6 +42,7 @@ use crate::policy::Policy;
 use crate::rotation::Rotation;
 use crate::store::{Fence, ReadyItem};
 use deliver::{Delivery, deliver, record};
+use floors::Floors;
 use outage::Outage;
 use refill::Fetched;
 
@@ -88,6 +90,8 @@ struct Dispatcher {
     /// Items whose delivery ended while the refill ran: it may have read
     /// them before their results were written, so they are not taken from it.
     settled: HashSet<ItemId>,
+    /// Where each partition's next refill may start reading.
+    floors: Floors,
     /// The next refill starts no sooner: after a failed refill, or one
     /// whose partitions were only held back by their in-flight cap, until
     /// the poll interval or something changes (an answer, a result, new
@@ -132,6 +136,7 @@ pub async fn run(ctx: Arc<Context>, cancel: CancellationToken) {
         refilling: None,
         fetching: HashSet::new(),
         settled: HashSet::new(),
+        floors: Floors::default(),
         refill_at: Instant::now(),
         upkeep: None,
     };
@@ -176,6 +181,7 @@ pub async fn run(ctx: Arc<Context>, cancel: CancellationToken) {
                         false
                     }
                 };
+                d.floors.refill_ended();
                 let now = Instant::now();
                 d.refill_at = if again { now } else { now + cfg.poll_interval };
                 next_poll = now;
@@ -194,6 +200,7 @@ pub async fn run(ctx: Arc<Context>, cancel: CancellationToken) {
                             d.refill_at = Instant::now();
                         }
                         for p in ready {
+                            d.floors.forget(&p);
                             d.rotation.offer(p);
                         }
                     }
@@ -241,6 +248,7 @@ impl Dispatcher {
             self.me = id;
             self.held = Held::default();
             self.buffer.clear();
+            self.floors.clear();
             self.partial_since = None;
             self.ctx.metrics.partitions_held.set(0);
         }
@@ -313,6 +321,9 @@ impl Dispatcher {
                 .retain(|i| !gone.contains(i.fence.partition_id.as_str()));
             self.rotation.retain(|p| !gone.contains(p));
             self.fetching.retain(|p| !gone.contains(p.as_str()));
+            for p in b.changed.iter().chain(&b.lost) {
+                self.floors.forget(p);
+            }
         }
         for (p, attrs) in &b.attrs {
             let tenant = attrs.as_ref().and_then(|a| a.tenant.as_deref());
@@ -504,14 +515,26 @@ impl Dispatcher {
                 continue;
             };
             // An item without an entry: the task was aborted at shutdown.
-            match deliveries.get(&id).unwrap_or(&Delivery::Finished) {
+            let delivery = deliveries.get(&id).unwrap_or(&Delivery::Finished);
+            let wait = match delivery {
+                Delivery::Finished => None,
+                Delivery::Again(wait) => Some(*wait),
+                Delivery::Unwritten(cool) => Some(*cool),
+                Delivery::Unreachable => Some(Duration::ZERO),
+            };
+            if let Some(wait) = wait {
+                let refilling = self.refilling.is_some();
+                self.floors
+                    .again(&fence.partition_id, wait, Instant::now(), refilling);
+            }
+            match delivery {
                 Delivery::Unreachable => {
                     health.store(false, Ordering::Relaxed);
                     if self.outage.unreachable(&id, Instant::now()) {
                         tracing::warn!(hold_off = ?self.outage.delay, "handler unreachable: dispatch holds off (no attempts are counted)");
                     }
                 }
-                Delivery::Finished => {
+                Delivery::Finished | Delivery::Again(_) => {
                     health.store(true, Ordering::Relaxed);
                     if self.outage.reachable() {
                         tracing::info!("handler reachable again: resuming dispatch");

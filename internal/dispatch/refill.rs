@@ -10,7 +10,7 @@ use super::Dispatcher;
 use crate::Result;
 use crate::ids::{ItemId, PartitionId, SessionId};
 use crate::rotation::Group;
-use crate::store::ReadyItem;
+use crate::store::{Ask, ReadyItem};
 
 /// Partitions served by one refill at most; the rotation still visits
 /// every partition with work in turn, so fairness is over refills. Serving
@@ -99,12 +99,13 @@ impl Dispatcher {
         }
         let known = self.known_per_partition();
         let share = want.div_ceil(parts.len());
-        // Each partition's first `share + known` ready items hold at least
-        // `share` that are not known here: those in flight, buffered or
-        // cooling are among its ready items and are filtered out when the
-        // fetch is taken in. A partition's weight multiplies its share; its
-        // own max_in_flight overrides --max-in-flight-per-partition.
-        let asks: Vec<(PartitionId, usize)> = parts
+        // A full read of a partition's first `share + known` ready items
+        // holds at least `share` that are not known here: those in flight,
+        // buffered or cooling are among its ready items and are filtered
+        // out when the fetch is taken in. A read after its floor skips them.
+        // A partition's weight multiplies its share; its own max_in_flight
+        // overrides --max-in-flight-per-partition.
+        let asks: Vec<Ask> = parts
             .iter()
             .map(|p| {
                 let k = known.get(p).copied().unwrap_or(0);
@@ -116,7 +117,12 @@ impl Dispatcher {
                     .or(ctx.config.max_in_flight_per_partition);
                 let share = share * weight;
                 let room = cap.map_or(share, |c| c.saturating_sub(k).min(share));
-                (p.clone(), room + k)
+                let after = self.floors.after(p, now);
+                Ask {
+                    partition: p.clone(),
+                    n: if after.is_some() { room } else { room + k },
+                    after,
+                }
             })
             .collect();
         self.fetching = parts.into_iter().collect();
@@ -126,6 +132,7 @@ impl Dispatcher {
                 me,
                 asks,
                 want,
+                started: now,
                 items,
             }
         }));
@@ -133,13 +140,15 @@ impl Dispatcher {
 
     /// Takes in a finished refill; returns whether the loop should refill
     /// again at once: some of its partitions ran dry (they left the
-    /// rotation, so serving the next ones makes progress) or it was a look
-    /// for new items. False after an error (the loop waits before the next
+    /// rotation, so serving the next ones makes progress) or came up short
+    /// after their floor (a full read follows), or it was a look for new
+    /// items. False after an error (the loop waits before the next
     /// try) or when its partitions were only held back by their in-flight
     /// cap.
     pub(super) fn refilled(&mut self, fetched: Fetched) -> bool {
         let parts = std::mem::take(&mut self.fetching);
         let settled = std::mem::take(&mut self.settled);
+
         match fetched {
             Fetched::Discovered { me, .. } | Fetched::Items { me, .. } if me != self.me => {
                 // Fetched for a session that was replaced meanwhile.
@@ -164,9 +173,13 @@ impl Dispatcher {
                 }
             },
             Fetched::Items {
-                asks, want, items, ..
+                asks,
+                want,
+                started,
+                items,
+                ..
             } => match items {
-                Ok(items) => self.take_in(&parts, &settled, &asks, want, items),
+                Ok(items) => self.take_in(&parts, &settled, &asks, want, started, items),
                 Err(e) => {
                     tracing::warn!(error = %e, "polling for items failed; will retry");
                     for p in parts {
@@ -187,15 +200,21 @@ impl Dispatcher {
         &mut self,
         parts: &HashSet<PartitionId>,
         settled: &HashSet<ItemId>,
-        asks: &[(PartitionId, usize)],
+        asks: &[Ask],
         want: usize,
+        started: Instant,
         items: Vec<ReadyItem>,
     ) -> bool {
         let buffered: HashSet<ItemId> = self.buffer.iter().map(|i| i.fence.id.clone()).collect();
         let mut by_partition: HashMap<PartitionId, VecDeque<ReadyItem>> = HashMap::new();
-        let mut rows: HashMap<PartitionId, usize> = HashMap::new();
+        // Rows read per partition, and the last one's place in write order.
+        let mut rows: HashMap<PartitionId, (usize, i64)> = HashMap::new();
         for item in items {
-            *rows.entry(item.fence.partition_id.clone()).or_default() += 1;
+            let read = rows
+                .entry(item.fence.partition_id.clone())
+                .or_insert((0, i64::MIN));
+            read.0 += 1;
+            read.1 = read.1.max(item.seq);
             let id = &item.fence.id;
             if self.in_flight.contains_key(id)
                 || settled.contains(id)
@@ -210,21 +229,34 @@ impl Dispatcher {
                 .push_back(item);
         }
         // A partition that returned all it was asked for (or was held back
-        // by its cap) probably has more: it stays in the rotation.
+        // by its cap) probably has more: it stays in the rotation, and its
+        // next read starts after the last row of this one.
         let mut dry = false;
-        for (p, asked) in asks {
+        let mut reread = false;
+        let fresh = self.ctx.config.poll_interval;
+        for ask in asks {
+            let p = &ask.partition;
+            let (read, last) = rows.get(p).copied().unwrap_or((0, i64::MIN));
             if !parts.contains(p) {
                 by_partition.remove(p);
-            } else if rows.get(p).copied().unwrap_or(0) >= *asked {
+                self.floors.forget(p);
+            } else if read >= ask.n {
+                self.floors.read(p, ask.after, last, started, fresh);
                 self.rotation.offer(p.clone());
+            } else if ask.after.is_some() {
+                // Short after its floor: a full read decides whether it ran dry.
+                self.floors.forget(p);
+                self.rotation.offer(p.clone());
+                reread = true;
             } else {
                 // Out of ready work at its gate: a gate check finds out
                 // why (advance, close, or wait) once nothing is in flight.
+                self.floors.forget(p);
                 self.held.marked.insert(p.clone());
                 dry = true;
             }
         }
-        let got: usize = rows.values().sum();
+        let got: usize = rows.values().map(|(n, _)| n).sum();
         self.spread = if dry {
             (want * asks.len()).div_ceil(got.max(1)).min(MAX_SPREAD)
         } else {
@@ -234,7 +266,7 @@ impl Dispatcher {
         let mut fetched = 0;
         let mut rounds: Vec<VecDeque<ReadyItem>> = asks
             .iter()
-            .filter_map(|(p, _)| by_partition.remove(p))
+            .filter_map(|ask| by_partition.remove(&ask.partition))
             .collect();
         while !rounds.is_empty() {
             rounds.retain_mut(|q| match q.pop_front() {
@@ -247,7 +279,7 @@ impl Dispatcher {
             });
         }
         self.more = fetched >= want || !self.rotation.is_empty();
-        dry
+        dry || reread
     }
 }
 
@@ -259,11 +291,13 @@ pub(super) enum Fetched {
         me: SessionId,
         found: Result<(Vec<PartitionId>, i64)>,
     },
-    /// Ready items of the partitions asked (with how many of each).
+    /// Ready items of the partitions asked.
     Items {
         me: SessionId,
-        asks: Vec<(PartitionId, usize)>,
+        asks: Vec<Ask>,
         want: usize,
+        /// When the read was sent.
+        started: Instant,
         items: Result<Vec<ReadyItem>>,
     },
 }

@@ -19,6 +19,28 @@ pub struct ReadyItem {
     pub fence: Fence,
     /// The bytes forwarded to the handler.
     pub data: Vec<u8>,
+    /// Its place in write order, so the next read can start after it.
+    pub seq: i64,
+}
+
+/// What one refill asks of a partition: its first `n` ready items, only
+/// those written after `after` when set (the items before it are known to
+/// the caller already: reading them again is the refill's main cost).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Ask {
+    pub partition: PartitionId,
+    pub n: usize,
+    pub after: Option<i64>,
+}
+
+impl From<(PartitionId, usize)> for Ask {
+    fn from((partition, n): (PartitionId, usize)) -> Ask {
+        Ask {
+            partition,
+            n,
+            after: None,
+        }
+    }
 }
 
 /// An item as it was delivered: its result is written only if its version
@@ -80,13 +102,9 @@ impl Store {
         Ok((ids, end))
     }
 
-    /// The first `n` ready items of each `(partition, n)`, oldest first,
-    /// for partitions `me` holds; one statement for all of them.
-    pub(crate) async fn ready_items(
-        &self,
-        me: &SessionId,
-        want: &[(PartitionId, usize)],
-    ) -> Result<Vec<ReadyItem>> {
+    /// The first ready items of each partition asked, oldest first, for
+    /// partitions `me` holds; one statement for all of them.
+    pub(crate) async fn ready_items(&self, me: &SessionId, want: &[Ask]) -> Result<Vec<ReadyItem>> {
         if want.is_empty() {
             return Ok(vec![]);
         }
@@ -102,27 +120,30 @@ impl Store {
             .map(|b| {
                 format!(
                     "SELECT * FROM (SELECT i.id, i.partition_id, i.gate, {data} AS data, i.attempts, \
-                     i.version FROM feed_items i WHERE i.partition_id = ? AND i.status = 'available' \
+                     i.version, i.{seq} AS seq FROM feed_items i WHERE i.partition_id = ? \
+                     AND i.status = 'available' \
                      AND i.gate = (SELECT p.gate FROM feed_partitions p WHERE p.id = ? AND p.owner = ? \
                      AND p.status = 'available' AND NOT p.paused) \
-                     AND (i.not_before IS NULL OR i.not_before <= {{now}}) \
+                     AND i.{seq} > ? AND (i.not_before IS NULL OR i.not_before <= {{now}}) \
                      ORDER BY i.{seq} LIMIT ?) AS b{b}"
                 )
             })
             .collect();
-        let mut values: Vec<Value> = Vec::with_capacity(n * 4);
+        let mut values: Vec<Value> = Vec::with_capacity(n * 5);
         for b in 0..n {
             match want.get(b) {
-                Some((id, k)) => values.extend([
-                    id.clone().into(),
-                    id.clone().into(),
+                Some(ask) => values.extend([
+                    (&ask.partition).into(),
+                    (&ask.partition).into(),
                     me.into(),
-                    (*k as i64).into(),
+                    ask.after.unwrap_or(i64::MIN).into(),
+                    (ask.n as i64).into(),
                 ]),
                 None => values.extend([
                     Value::String(None),
                     Value::String(None),
                     me.into(),
+                    i64::MIN.into(),
                     0i64.into(),
                 ]),
             }
@@ -139,6 +160,7 @@ impl Store {
                         attempts: get(r, "attempts")?,
                     },
                     data: get(r, "data")?,
+                    seq: get(r, "seq")?,
                 })
             })
             .collect()

@@ -37,7 +37,7 @@ use sea_orm::{
     Value,
 };
 
-pub(crate) use dispatch::{Fence, ReadyItem};
+pub(crate) use dispatch::{Ask, Fence, ReadyItem};
 pub use driver::Driver;
 pub(crate) use driver::is_transient;
 pub(crate) use gates::GateProbe;

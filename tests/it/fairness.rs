@@ -78,6 +78,59 @@ async fn items_run_in_the_order_they_were_written(db: TestDb) {
     assert_eq!(called, ids);
 }
 
+on_all_backends!(a_step_or_a_retry_runs_again_before_later_items);
+/// A refill reads a partition after the last item it read, not from the
+/// start; an item that is ready again (another step at the same gate, a
+/// retry once its backoff ends) must still come back promptly, not when the
+/// partition's later items run out. With `--poll-interval 30s` (so the
+/// periodic full read cannot be what brings them back), 2,000 items in one
+/// partition: `w0000` answers `done: false` once and `w0001` 500 once
+/// (backoff 50 ms); both are called again before `w1000`.
+async fn a_step_or_a_retry_runs_again_before_later_items(db: TestDb) {
+    enqueue(&db, "p", (0..2000).map(|i| format!("w{i:04}"))).await;
+    let seen: Arc<Mutex<std::collections::HashSet<String>>> = Arc::default();
+    let Scene(h, _p) = Scene::start(
+        &db,
+        &[
+            "--concurrency",
+            "4",
+            "--poll-interval",
+            "30s",
+            "--backoff-base",
+            "50ms",
+        ],
+        move |c| {
+            let first = seen.lock().insert(c.item.clone());
+            match c.item.as_str() {
+                "w0000" if first => reply(200, json!({"done": false})),
+                "w0001" if first => reply(500, json!({"error": "once"})),
+                _ => done(),
+            }
+        },
+    )
+    .await;
+    db.wait_partition("p", "complete").await;
+    let order: Vec<String> = h.calls().into_iter().map(|c| c.item).collect();
+    let at = |item: &str, nth: usize| {
+        order
+            .iter()
+            .enumerate()
+            .filter(|(_, i)| *i == item)
+            .nth(nth)
+            .map(|(k, _)| k)
+            .unwrap_or_else(|| panic!("{item} called fewer than {} times", nth + 1))
+    };
+    let half = at("w1000", 0);
+    for item in ["w0000", "w0001"] {
+        let again = at(item, 1);
+        assert!(
+            again < half,
+            "{item} was called again as call {again}, after w1000 (call {half})"
+        );
+    }
+    assert_eq!(order.len(), 2002, "every item once, the two twice");
+}
+
 on_all_backends!(an_endless_partition_does_not_starve_others);
 /// One partition's 200 items answer `done: false` forever (a state machine
 /// that never ends); five small partitions must still finish, and with

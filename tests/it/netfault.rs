@@ -14,7 +14,9 @@ use serde_json::json;
 use crate::backend_tests;
 use crate::on_network_backends;
 use crate::proxy::{Proxy, upstream};
-use crate::support::{Backend, Call, Handler, Proc, TestDb, json as reply, metric, wait_for};
+use crate::support::{
+    Backend, Call, Handler, Proc, TestDb, json as reply, metric, tail, wait_for, waited,
+};
 
 on_network_backends!(dead_connections_give_back_their_pool_slots);
 /// Statements cut off on dead connections do not keep their pool slots:
@@ -364,10 +366,12 @@ async fn dead_connections_are_replaced(db: TestDb) {
     })
     .await;
     proxy.heal_fresh();
-    wait_for("a new session on fresh connections", WAIT, || async {
-        session_of(&db, &a).await.is_some()
-    })
-    .await;
+    let renewed = waited(WAIT, || async { session_of(&db, &a).await.is_some() }).await;
+    assert!(
+        renewed,
+        "no new session on fresh connections within {WAIT:?}; the processor's log ends:\n{}",
+        tail(&a.log(), 40)
+    );
     let a_new = session_of(&db, &a).await.unwrap();
     if db.backend == Backend::Postgres {
         wait_for("the dead LISTEN connection replaced", WAIT, || async {

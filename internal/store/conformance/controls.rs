@@ -6,7 +6,7 @@ use super::{EXPIRY, Kit, conformance};
 use crate::Error;
 use crate::ids::PartitionId;
 use crate::status::Status;
-use crate::store::{Ack, ItemWrite, Written};
+use crate::store::{Ack, Ask, ItemWrite, Written};
 
 conformance!(
     pause_stops_dispatch_and_keeps_the_lease,
@@ -30,7 +30,7 @@ async fn pause_stops_dispatch_and_keeps_the_lease(k: Kit) {
         .await;
     k.item("x", "p", 0, "available").await;
     let ready = || async {
-        let want = [(PartitionId::from("p"), 10)];
+        let want = [Ask::from((PartitionId::from("p"), 10))];
         k.store
             .ready_items(&"s1".into(), &want)
             .await
@@ -72,7 +72,7 @@ async fn cancel_releases_and_fences_out_late_results(k: Kit) {
     .await;
     let delivered = k
         .store
-        .ready_items(&"s1".into(), &[("p".into(), 1)])
+        .ready_items(&"s1".into(), &[Ask::from(("p".into(), 1))])
         .await
         .unwrap()
         .remove(0);

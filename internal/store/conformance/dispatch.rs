@@ -4,9 +4,11 @@
 
 use super::{Kit, conformance};
 use crate::ids::PartitionId;
+use crate::store::Ask;
 
 conformance!(
     ready_items_come_in_write_order_per_partition,
+    a_read_after_a_position_skips_what_came_before,
     new_writes_are_found_by_position,
 );
 
@@ -29,7 +31,8 @@ async fn ready_items_come_in_write_order_per_partition(k: Kit) {
     .await;
     k.sql("UPDATE feed_items SET not_before = {now} + 3600000 WHERE id = 'p8'")
         .await;
-    let want = [("p", 2), ("q", 5), ("other", 5)].map(|(p, n)| (PartitionId::from(p), n));
+    let want =
+        [("p", 2), ("q", 5), ("other", 5)].map(|(p, n)| Ask::from((PartitionId::from(p), n)));
     let got = k.store.ready_items(&"s1".into(), &want).await.unwrap();
     let mut ids: Vec<(&str, &str)> = got
         .iter()
@@ -44,6 +47,38 @@ async fn ready_items_come_in_write_order_per_partition(k: Kit) {
         (0, 0, 0)
     );
     assert_eq!(first.data, b"{}");
+}
+
+/// A refill that knows a partition's first items already reads only those
+/// written after the last one it read, still in write order, still at the
+/// partition's gate and past their backoff.
+async fn a_read_after_a_position_skips_what_came_before(k: Kit) {
+    k.session("s1").await;
+    k.partition("p", Some("s1")).await;
+    for id in ["a", "b", "c", "d", "e"] {
+        k.item(id, "p", 0, "available").await;
+    }
+    k.item("later-gate", "p", 1, "available").await;
+    k.sql("UPDATE feed_items SET not_before = {now} + 3600000 WHERE id = 'd'")
+        .await;
+    let read = |n: usize, after: Option<i64>| {
+        let ask = Ask {
+            partition: "p".into(),
+            n,
+            after,
+        };
+        let store = k.store.clone();
+        async move { store.ready_items(&"s1".into(), &[ask]).await.unwrap() }
+    };
+    let first = read(2, None).await;
+    let ids: Vec<&str> = first.iter().map(|r| r.fence.id.as_str()).collect();
+    assert_eq!(ids, ["a", "b"]);
+    assert!(first[0].seq < first[1].seq, "seq follows write order");
+    let rest = read(10, Some(first[1].seq)).await;
+    let ids: Vec<&str> = rest.iter().map(|r| r.fence.id.as_str()).collect();
+    assert_eq!(ids, ["c", "e"]);
+    let none = read(10, Some(rest[1].seq)).await;
+    assert!(none.is_empty(), "nothing ready after the last item");
 }
 
 async fn new_writes_are_found_by_position(k: Kit) {
