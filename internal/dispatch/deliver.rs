@@ -97,7 +97,7 @@ pub(super) async fn deliver(
         }
         let outcomes = breaker(ctx, outcomes);
         let policy = Policy::from(&ctx.config);
-        let each = fences.into_iter().zip(outcomes).map(|(fence, outcome)| {
+        let mut each = fences.into_iter().zip(outcomes).map(|(fence, outcome)| {
             let span = (!single).then(|| item_span(&fence));
             let id = fence.id.clone();
             let done = async move {
@@ -118,7 +118,12 @@ pub(super) async fn deliver(
                 )
             }
         });
-        join_all(each).await
+        // One item (the usual case) is awaited as it is: join_all would
+        // move its future into a vector of its own.
+        match (single, each.next()) {
+            (true, Some(one)) => vec![one.await],
+            (_, first) => join_all(first.into_iter().chain(each)).await,
+        }
     }
     .instrument(span)
     .await
