@@ -126,7 +126,12 @@ async fn start(
     let id = SessionId::random();
     let ctx = Arc::new(Context {
         wake: Arc::new(tokio::sync::Notify::new()),
-        completer: Completer::start(session, store.clone(), config.session_expiry),
+        completer: Completer::start(
+            session,
+            store.clone(),
+            config.session_expiry,
+            config.batch_size,
+        ),
         breaker: crate::breaker::Breaker::new(config.breaker_calls, config.breaker_ratio),
         limits: crate::limits::Limits::new(config.rate_limit, config.rate_burst, config.batch_size),
         config,
