@@ -157,7 +157,10 @@ impl Store {
             .set_application_name("feed-processor")
             .sqlx_logging(false);
         if scheme == "sqlite" {
-            opts.map_sqlx_sqlite_opts(driver::sqlite::connect_options);
+            // No network between Feed and the file: a connection cannot die
+            // in the pool, and a ping is a hop to its worker thread and back.
+            opts.map_sqlx_sqlite_opts(driver::sqlite::connect_options)
+                .test_before_acquire(false);
         }
         let limit = statement_timeout;
         opts.map_sqlx_postgres_pool_opts(move |o| {
