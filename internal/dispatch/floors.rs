@@ -171,6 +171,19 @@ mod tests {
     }
 
     #[test]
+    fn a_dropped_floor_keeps_the_wait_that_bounds_the_next() {
+        let mut f = Floors::default();
+        let t = Instant::now();
+        f.again(&p(), Duration::from_millis(300), t, false);
+        f.read(&p(), None, 50, t, FRESH);
+        // A floored read came up short: the floor goes, the wait stays.
+        f.drop(&p(), false);
+        f.read(&p(), None, 60, t + Duration::from_millis(10), FRESH);
+        assert_eq!(f.after("p", t + Duration::from_millis(200)), Some(60));
+        assert_eq!(f.after("p", t + Duration::from_millis(300)), None);
+    }
+
+    #[test]
     fn a_read_that_ran_across_a_drop_sets_no_floor() {
         let mut f = Floors::default();
         let t = Instant::now();

@@ -244,8 +244,9 @@ impl Dispatcher {
                 self.floors.read(p, ask.after, last, started, fresh);
                 self.rotation.offer(p.clone());
             } else if ask.after.is_some() {
-                // Short after its floor: a full read decides whether it ran dry.
-                self.floors.forget(p);
+                // Short after its floor: a full read decides whether it
+                // ran dry (an item's known wait still bounds the next floor).
+                self.floors.drop(p, false);
                 self.rotation.offer(p.clone());
                 reread = true;
             } else {
