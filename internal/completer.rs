@@ -34,9 +34,10 @@ const WORKERS: usize = 2;
 /// server database: results then come a hundred at a time, and four
 /// writers keep the server's cores busy where two left them waiting on
 /// commits (`--batch-size 100`: PostgreSQL 1.09x and 1.21x in two
-/// sittings, MariaDB 1.27x; medians of three paired drains). Single items stay at [`WORKERS`]: with more writers their
-/// results split into more, smaller commits (0.85-0.9x). SQLite has one
-/// writer at a time, so more only wait on its lock.
+/// sittings, MariaDB 1.27x; medians of three paired drains). Single items
+/// stay at [`WORKERS`]: with more writers their results split into more,
+/// smaller commits (0.85-0.9x). SQLite has one writer at a time, so more
+/// only wait on its lock.
 const BATCH_WORKERS: usize = 4;
 
 /// How many batches are written at once, for `batch_size` on `backend`.

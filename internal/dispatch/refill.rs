@@ -148,7 +148,6 @@ impl Dispatcher {
     pub(super) fn refilled(&mut self, fetched: Fetched) -> bool {
         let parts = std::mem::take(&mut self.fetching);
         let settled = std::mem::take(&mut self.settled);
-
         match fetched {
             Fetched::Discovered { me, .. } | Fetched::Items { me, .. } if me != self.me => {
                 // Fetched for a session that was replaced meanwhile.
