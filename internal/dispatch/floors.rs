@@ -11,9 +11,11 @@
 //! cool-down ending, an operator's retry, a write that committed late. So a
 //! floor is dropped when a delivery of the partition ends in anything but
 //! done (and, for one that waits, a full read is due when its wait ends),
-//! when a floored read comes up short (a full read decides whether the
-//! partition ran dry), and it lasts one `--poll-interval` at most: what no
-//! one here saw is read within that.
+//! and it lasts one `--poll-interval` at most: what no one here saw is read
+//! within that. A floored read that comes up short sends the partition to
+//! its gate check like any that ran dry: the check reads the partition
+//! whole and puts it back in the rotation, without a floor, when anything
+//! at its gate is ready.
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
@@ -176,7 +178,7 @@ mod tests {
         let t = Instant::now();
         f.again(&p(), Duration::from_millis(300), t, false);
         f.read(&p(), None, 50, t, FRESH);
-        // A floored read came up short: the floor goes, the wait stays.
+        // The floor goes, the wait stays.
         f.drop(&p(), false);
         f.read(&p(), None, 60, t + Duration::from_millis(10), FRESH);
         assert_eq!(f.after("p", t + Duration::from_millis(200)), Some(60));

@@ -140,9 +140,8 @@ impl Dispatcher {
 
     /// Takes in a finished refill; returns whether the loop should refill
     /// again at once: some of its partitions ran dry (they left the
-    /// rotation, so serving the next ones makes progress) or came up short
-    /// after their floor (a full read follows), or it was a look for new
-    /// items. False after an error (the loop waits before the next
+    /// rotation, so serving the next ones makes progress) or it was a look
+    /// for new items. False after an error (the loop waits before the next
     /// try) or when its partitions were only held back by their in-flight
     /// cap.
     pub(super) fn refilled(&mut self, fetched: Fetched) -> bool {
@@ -231,7 +230,6 @@ impl Dispatcher {
         // by its cap) probably has more: it stays in the rotation, and its
         // next read starts after the last row of this one.
         let mut dry = false;
-        let mut reread = false;
         let fresh = self.ctx.config.poll_interval;
         for ask in asks {
             let p = &ask.partition;
@@ -242,15 +240,12 @@ impl Dispatcher {
             } else if read >= ask.n {
                 self.floors.read(p, ask.after, last, started, fresh);
                 self.rotation.offer(p.clone());
-            } else if ask.after.is_some() {
-                // Short after its floor: a full read decides whether it
-                // ran dry (an item's known wait still bounds the next floor).
-                self.floors.drop(p, false);
-                self.rotation.offer(p.clone());
-                reread = true;
             } else {
                 // Out of ready work at its gate: a gate check finds out
                 // why (advance, close, or wait) once nothing is in flight.
+                // After a floor too: the check reads the partition whole,
+                // and one with an item ready before the floor goes back to
+                // the rotation without one.
                 self.floors.forget(p);
                 self.held.marked.insert(p.clone());
                 dry = true;
@@ -279,7 +274,7 @@ impl Dispatcher {
             });
         }
         self.more = fetched >= want || !self.rotation.is_empty();
-        dry || reread
+        dry
     }
 }
 
