@@ -9,11 +9,15 @@
 //! failures in it reaches `ratio`, it opens: from then on an outage
 //! failure counts no attempt and is reported as "unreachable", which makes
 //! dispatch hold off and probe with one call at a time (with a growing
-//! hold-off, as for connection refused). The first call that gets a real
-//! answer closes it.
+//! hold-off, as for connection refused). The first call started after it
+//! opened that gets a real answer closes it: an answer to a call made
+//! before the outage says nothing about the handler now (on a busy
+//! machine such answers are taken in late, and each one closing the
+//! breaker burned another round of attempts).
 
 use std::collections::VecDeque;
 use std::sync::Mutex;
+use std::time::Instant;
 
 /// What a call's result did to the breaker.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -51,6 +55,8 @@ struct State {
     /// The last calls' results, oldest first: true = an outage failure.
     window: VecDeque<bool>,
     open: bool,
+    /// When it last opened.
+    opened: Option<Instant>,
 }
 
 impl Breaker {
@@ -62,13 +68,16 @@ impl Breaker {
         }
     }
 
-    /// Records one call's result: `outage` when it failed as an outage
-    /// does (a 5xx, a timeout, a broken connection).
-    pub(crate) fn record(&self, outage: bool) -> Turn {
+    /// Records the result of one call, made at `started`: `outage` when it
+    /// failed as an outage does (a 5xx, a timeout, a broken connection).
+    pub(crate) fn record(&self, outage: bool, started: Instant) -> Turn {
         if self.calls == 0 {
             return Turn::Stays { open: false };
         }
         let mut s = self.state.lock().expect("breaker lock");
+        if s.open && s.opened.is_some_and(|at| started < at) {
+            return Turn::Stays { open: true };
+        }
         if !outage && s.open {
             s.open = false;
             s.window.clear();
@@ -86,6 +95,7 @@ impl Breaker {
         let seen = s.window.len();
         if seen * 2 >= self.calls && failed as f64 >= self.ratio * seen as f64 {
             s.open = true;
+            s.opened = Some(Instant::now());
             return Turn::Opened;
         }
         Turn::Stays { open: false }
@@ -99,28 +109,41 @@ mod tests {
     #[test]
     fn opens_on_a_share_of_failures_and_closes_on_an_answer() {
         let b = Breaker::new(20, 0.5);
+        let record = |b: &Breaker, outage| b.record(outage, Instant::now());
         // Half a window of failures opens it; not fewer.
         for _ in 0..9 {
-            assert_eq!(b.record(true), Turn::Stays { open: false });
+            assert_eq!(record(&b, true), Turn::Stays { open: false });
         }
-        assert_eq!(b.record(true), Turn::Opened);
-        assert_eq!(b.record(true), Turn::Stays { open: true });
-        assert_eq!(b.record(false), Turn::Closed);
+        assert_eq!(record(&b, true), Turn::Opened);
+        assert_eq!(record(&b, true), Turn::Stays { open: true });
+        assert_eq!(record(&b, false), Turn::Closed);
         // A failure every other call stays below a ratio of 0.6.
         let b = Breaker::new(20, 0.6);
         for _ in 0..40 {
-            assert_eq!(b.record(true), Turn::Stays { open: false });
-            assert_eq!(b.record(false), Turn::Stays { open: false });
+            assert_eq!(record(&b, true), Turn::Stays { open: false });
+            assert_eq!(record(&b, false), Turn::Stays { open: false });
         }
         // Then failures only: 12 in the last 20 (10 + 2 of the
         // alternating ones still in the window) open it at the fourth.
         for _ in 0..3 {
-            assert_eq!(b.record(true), Turn::Stays { open: false });
+            assert_eq!(record(&b, true), Turn::Stays { open: false });
         }
-        assert_eq!(b.record(true), Turn::Opened);
+        assert_eq!(record(&b, true), Turn::Opened);
         let off = Breaker::new(0, 0.5);
         for _ in 0..100 {
-            assert_eq!(off.record(true), Turn::Stays { open: false });
+            assert_eq!(record(&off, true), Turn::Stays { open: false });
         }
+    }
+
+    #[test]
+    fn an_answer_to_a_call_made_before_it_opened_does_not_close_it() {
+        let b = Breaker::new(20, 0.5);
+        let before = Instant::now();
+        for _ in 0..9 {
+            b.record(true, Instant::now());
+        }
+        assert_eq!(b.record(true, Instant::now()), Turn::Opened);
+        assert_eq!(b.record(false, before), Turn::Stays { open: true });
+        assert_eq!(b.record(false, Instant::now()), Turn::Closed);
     }
 }

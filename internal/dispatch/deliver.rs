@@ -95,7 +95,7 @@ pub(super) async fn deliver(
             let failed = Outcome::retry(message);
             outcomes = vec![failed; fences.len()];
         }
-        let outcomes = breaker(ctx, outcomes);
+        let outcomes = breaker(ctx, outcomes, started);
         let policy = Policy::from(&ctx.config);
         let mut each = fences.into_iter().zip(outcomes).map(|(fence, outcome)| {
             let span = (!single).then(|| item_span(&fence));
@@ -142,13 +142,13 @@ fn throttle(ctx: &Context, outcomes: &[Outcome]) {
         .set(rate.map_or(0, |r| r.round() as i64));
 }
 
-/// Feeds the call's result to the circuit breaker (an outage when every
-/// item of the call failed as one) and, while it is open, turns outage
-/// failures into "unreachable": no attempt is counted, and dispatch holds
-/// off and probes.
-fn breaker(ctx: &Context, outcomes: Vec<Outcome>) -> Vec<Outcome> {
+/// Feeds the result of the call made at `started` to the circuit breaker
+/// (an outage when every item of the call failed as one) and, while it is
+/// open, turns outage failures into "unreachable": no attempt is counted,
+/// and dispatch holds off and probes.
+fn breaker(ctx: &Context, outcomes: Vec<Outcome>, started: std::time::Instant) -> Vec<Outcome> {
     let outage = outcomes.iter().all(Outcome::is_outage);
-    let turn = ctx.breaker.record(outage);
+    let turn = ctx.breaker.record(outage, started);
     match turn {
         Turn::Opened => {
             ctx.metrics.breaker_open.set(1);
