@@ -92,12 +92,13 @@ id!(
     SessionId(Arc<str>)
 );
 id!(
-    /// A partition.
-    PartitionId(String)
+    /// A partition. Shared text: each of its items in flight carries it.
+    PartitionId(Arc<str>)
 );
 id!(
-    /// An item (unique across all partitions).
-    ItemId(String)
+    /// An item (unique across all partitions). Shared text: the dispatch
+    /// loop, the delivery and the result all hold it.
+    ItemId(Arc<str>)
 );
 
 impl SessionId {

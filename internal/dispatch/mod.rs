@@ -47,9 +47,11 @@ use outage::Outage;
 use refill::Fetched;
 
 /// Items in flight (called or being written) per request slot and batch
-/// item: room for one round of calls while the previous round's results
-/// are still being written.
-const IN_FLIGHT_PER_SLOT: usize = 2;
+/// item: room for a round of calls while the results of the rounds before
+/// are written, one batch in the database and the next one forming behind
+/// it (with two, the calls waited on the writes: MariaDB 0.05 against 0.04
+/// statements per item, PostgreSQL level or better, paired drains).
+const IN_FLIGHT_PER_SLOT: usize = 3;
 
 /// The loop's state: what is held, what is in flight, whether the handler is out.
 struct Dispatcher {
@@ -476,9 +478,11 @@ impl Dispatcher {
         let ctx = self.ctx.clone();
         let me = self.me.clone();
         let answered = self.answered.clone();
-        let task = self
-            .tasks
-            .spawn(async move { deliver(&ctx, &me, items, permit, &answered).await });
+        // Boxed: the delivery's state machine is kilobytes, and a task's
+        // future is moved several times on its way into the scheduler.
+        let task = self.tasks.spawn(Box::pin(async move {
+            deliver(&ctx, &me, items, permit, &answered).await
+        }));
         self.calling.insert(task.id());
         self.task_items.insert(task.id(), ids);
     }

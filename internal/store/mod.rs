@@ -162,16 +162,21 @@ impl Store {
             opts.map_sqlx_sqlite_opts(driver::sqlite::connect_options)
                 .test_before_acquire(false);
         }
+        let bound = Arc::new(Bound::new(statement_timeout));
         let limit = statement_timeout;
+        let released = bound.clone();
         opts.map_sqlx_postgres_pool_opts(move |o| {
-            o.after_release(move |conn, _| timeout::release_check(conn, limit))
+            let released = released.clone();
+            o.after_release(move |conn, _| timeout::release_check(conn, &released))
                 .after_connect(|_, _| {
                     nodelay::set_on_open_sockets();
                     Box::pin(async { Ok(()) })
                 })
         });
+        let released = bound.clone();
         opts.map_sqlx_mysql_pool_opts(move |o| {
-            o.after_release(move |conn, _| timeout::release_check(conn, limit))
+            let released = released.clone();
+            o.after_release(move |conn, _| timeout::release_check(conn, &released))
                 .after_connect(move |conn, _| {
                     nodelay::set_on_open_sockets();
                     timeout::end_idle_transactions(conn, limit)
@@ -192,7 +197,7 @@ impl Store {
             db,
             driver,
             statements: Counter::default(),
-            bound: Arc::new(Bound::new(statement_timeout)),
+            bound,
             timeouts: Counter::default(),
         })
     }
@@ -310,7 +315,10 @@ impl Store {
         let mut backoff = Backoff::new(Duration::from_millis(10), Duration::from_secs(1));
         let mut cut = 0;
         for attempt in 1u32.. {
-            match tokio::time::timeout(limit, op()).await {
+            // Pinned here, the attempt (and its connection) is dropped
+            // only after a cut-off is recorded: see `release_check`.
+            let call = std::pin::pin!(op());
+            match tokio::time::timeout(limit, call).await {
                 Ok(Ok(v)) => return Ok(v),
                 Ok(Err(e)) if attempt < 8 && is_transient(&e) => {
                     tracing::debug!(error = %e, attempt, "transient database error; retrying");
@@ -354,6 +362,8 @@ impl Store {
     where
         Error: From<E>,
     {
+        // The call is dropped after a cut-off is recorded (see `retry`).
+        let call = std::pin::pin!(call);
         match tokio::time::timeout(limit, call).await {
             Ok(r) => Ok(r?),
             Err(_) => Err(self.cut_off(limit)),

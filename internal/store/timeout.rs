@@ -57,12 +57,25 @@ type Hook<'c, T> = Pin<Box<dyn Future<Output = Result<T, sqlx::Error>> + Send + 
 /// sqlx pings it (to flush whatever an interrupted statement left) with no
 /// time limit (sqlx-core 0.9 `Floating::return_to_pool`): on a dead
 /// connection that ping never ends and the connection keeps its pool slot
-/// for good. Pinging here first, within `limit`, makes sqlx close a
-/// connection that does not answer (an `Err` here means `close_hard`).
-/// Over TLS that close itself still waits for the peer (sqlx's TLS flush
-/// waits to read), so there the slot comes back only when the socket fails.
-pub(crate) fn release_check<C: sqlx::Connection>(conn: &mut C, limit: Duration) -> Hook<'_, bool> {
+/// for good. So once an attempt has been cut off (within the last
+/// statement timeout), a released connection is pinged here first, within
+/// the limit, and sqlx closes one that does not answer (an `Err` here
+/// means `close_hard`). A connection dies unseen only under a statement
+/// that then gets no answer, and that statement is cut off, and marked so,
+/// before its connection is released; otherwise the ping here would only
+/// double sqlx's own (a round trip per statement). Over TLS the close
+/// itself still waits for the peer (sqlx's TLS flush waits to read), so
+/// there the slot comes back only when the socket fails.
+pub(crate) fn release_check<'c, C: sqlx::Connection>(
+    conn: &'c mut C,
+    bound: &Bound,
+) -> Hook<'c, bool> {
+    let limit = bound.limit;
+    let suspect = bound.timed_out_within(limit);
     Box::pin(async move {
+        if !suspect {
+            return Ok(true);
+        }
         match tokio::time::timeout(limit, conn.ping()).await {
             Ok(Ok(())) => Ok(true),
             Ok(Err(e)) => Err(e),

@@ -9,8 +9,8 @@ use sea_orm::{ConnectionTrait, TransactionTrait};
 use serde_json::json;
 
 use crate::fencing::{TwoProcessors, two_processors};
-use crate::on_all_backends;
-use crate::support::{Backend, TestDb, metric, wait_for};
+use crate::support::{Backend, Scene, TestDb, done, metric, wait_for};
+use crate::{on_all_backends, on_network_backends};
 
 on_all_backends!(fence_holds_at_commit);
 /// A holds the partition and its call is answered while the test, in an
@@ -123,4 +123,71 @@ async fn version(db: &TestDb) -> i64 {
         .await[0]
         .try_get::<i64>("", "version")
         .unwrap()
+}
+
+on_network_backends!(a_result_stuck_on_a_lock_holds_back_no_other);
+/// Results are written one batch at a time, each batch forming while the
+/// previous one is in the database. The test holds the row lock of
+/// partition `slow` when its item's result is written, so that write
+/// waits (observed as a lock wait); the other partition's items, answered
+/// only then, are still written and their partition closes while the lock
+/// is held. Then the lock goes and `slow` completes too.
+async fn a_result_stuck_on_a_lock_holds_back_no_other(db: TestDb) {
+    db.partition_of("slow", true, false, "block", &["s"]).await;
+    db.partition_of("fast", true, false, "block", &["f1", "f2", "f3"])
+        .await;
+    let (called, mut slow_called) = tokio::sync::watch::channel(false);
+    let (go_slow, answer_slow) = tokio::sync::watch::channel(false);
+    let (go_fast, answer_fast) = tokio::sync::watch::channel(false);
+    let _scene = Scene::start_async(&db, &[], move |call| {
+        let (called, mut answer) = if call.item == "s" {
+            (Some(called.clone()), answer_slow.clone())
+        } else {
+            (None, answer_fast.clone())
+        };
+        async move {
+            if let Some(called) = called {
+                let _ = called.send(true);
+            }
+            let _ = answer.wait_for(|go| *go).await;
+            done()
+        }
+    })
+    .await;
+    slow_called.wait_for(|c| *c).await.unwrap();
+    // The partition is leased by now; its row lock is the test's until commit.
+    let txn = db.store.connection().begin().await.unwrap();
+    txn.execute_raw(feed::store::statement(
+        db.store.backend(),
+        "SELECT id FROM feed_partitions WHERE id = 'slow' FOR UPDATE",
+        vec![],
+    ))
+    .await
+    .unwrap();
+    go_slow.send(true).unwrap();
+    let locking = if db.backend == Backend::Postgres {
+        "FOR SHARE"
+    } else {
+        "LOCK IN SHARE MODE"
+    };
+    wait_for(
+        "the slow result waiting for the lock",
+        Duration::from_secs(30),
+        || async { db.lock_waits(locking).await >= 1 },
+    )
+    .await;
+    go_fast.send(true).unwrap();
+    wait_for(
+        "the other partition complete while the lock is held",
+        Duration::from_secs(20),
+        || async { db.partition_status("fast").await == "complete" },
+    )
+    .await;
+    assert_eq!(
+        db.item_row("s").await.status,
+        "available",
+        "the slow result still waits"
+    );
+    txn.commit().await.unwrap();
+    db.wait_partition("slow", "complete").await;
 }
