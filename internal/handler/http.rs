@@ -137,7 +137,7 @@ impl HttpHandler {
         if let Some(secret) = &self.secret {
             let sig = signature_header(secret, unix_now(), &extra, &body, self.signature_v1);
             let sig = HeaderValue::try_from(sig).expect("a signature is printable ASCII");
-            headers.insert("feed-signature", sig);
+            headers.insert(SIGNATURE, sig);
         }
         drop(body);
         headers.extend(extra);
@@ -315,22 +315,27 @@ fn value(name: &str, text: &str) -> std::result::Result<HeaderValue, Outcome> {
     })
 }
 
+/// Feed's header names, built once: inserting a `&str` name copies it
+/// into a new allocation on every request.
+const ITEM_ID: HeaderName = HeaderName::from_static("feed-item-id");
+const PARTITION_ID: HeaderName = HeaderName::from_static("feed-partition-id");
+const GATE: HeaderName = HeaderName::from_static("feed-gate");
+const ATTEMPT: HeaderName = HeaderName::from_static("feed-attempt");
+const PROCESSOR_ID: HeaderName = HeaderName::from_static("feed-processor-id");
+const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
+const BATCH: HeaderName = HeaderName::from_static("feed-batch");
+const SIGNATURE: HeaderName = HeaderName::from_static("feed-signature");
+
 /// The per-item headers of a single-item request.
 fn item_headers(job: &Job) -> std::result::Result<HeaderMap, Outcome> {
     let mut h = HeaderMap::with_capacity(6);
-    h.insert("feed-item-id", value("Feed-Item-Id", &job.item_id)?);
+    h.insert(ITEM_ID, value("Feed-Item-Id", &job.item_id)?);
+    h.insert(PARTITION_ID, value("Feed-Partition-Id", &job.partition_id)?);
+    h.insert(GATE, HeaderValue::from(job.gate));
+    h.insert(ATTEMPT, HeaderValue::from(job.attempt));
+    h.insert(PROCESSOR_ID, value("Feed-Processor-Id", &job.processor_id)?);
     h.insert(
-        "feed-partition-id",
-        value("Feed-Partition-Id", &job.partition_id)?,
-    );
-    h.insert("feed-gate", HeaderValue::from(job.gate));
-    h.insert("feed-attempt", HeaderValue::from(job.attempt));
-    h.insert(
-        "feed-processor-id",
-        value("Feed-Processor-Id", &job.processor_id)?,
-    );
-    h.insert(
-        "idempotency-key",
+        IDEMPOTENCY_KEY,
         value("Idempotency-Key", &job.idempotency_key)?,
     );
     Ok(h)
@@ -354,9 +359,9 @@ impl Handler for HttpHandler {
             return Vec::new();
         };
         let mut h = HeaderMap::with_capacity(2);
-        h.insert("feed-batch", HeaderValue::from(jobs.len()));
+        h.insert(BATCH, HeaderValue::from(jobs.len()));
         match value("Feed-Processor-Id", &first.processor_id) {
-            Ok(v) => h.insert("feed-processor-id", v),
+            Ok(v) => h.insert(PROCESSOR_ID, v),
             Err(failed) => return vec![failed; jobs.len()],
         };
         let answered = self.post(h, Bytes::from(batch_body(jobs))).await;
