@@ -2,6 +2,8 @@
 //! chosen updates) and lock waits observed, so that failures and races are
 //! produced on purpose instead of hoped for.
 
+use sea_orm::{ConnectionTrait, DatabaseTransaction, TransactionTrait};
+
 use crate::support::{Backend, TestDb};
 
 impl TestDb {
@@ -89,5 +91,25 @@ impl TestDb {
         self.query(sql, vec![format!("%{pattern}%").into()]).await[0]
             .try_get("", "n")
             .unwrap()
+    }
+
+    /// A transaction of the test's that has run `sql` (no parameters), so
+    /// that the row locks it took are held until the test commits it.
+    pub async fn holding(&self, sql: &str) -> DatabaseTransaction {
+        let txn = self.store.connection().begin().await.unwrap();
+        txn.execute_raw(feed::store::statement(self.store.backend(), sql, vec![]))
+            .await
+            .unwrap();
+        txn
+    }
+
+    /// How a result write's lock on its partition row reads in the list of
+    /// running statements (see [`TestDb::lock_waits`]).
+    pub fn result_lock(&self) -> &'static str {
+        if self.backend == Backend::Postgres {
+            "FOR SHARE"
+        } else {
+            "LOCK IN SHARE MODE"
+        }
     }
 }

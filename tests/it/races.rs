@@ -42,16 +42,11 @@ async fn fence_holds_at_commit(db: TestDb) {
     assert_eq!(moved, 1, "A held the partition");
     release_a.send(true).unwrap();
     // A's write, as each backend locks the partition row for it.
-    let locking = if db.backend == Backend::Postgres {
-        "FOR SHARE"
-    } else {
-        "LOCK IN SHARE MODE"
-    };
     if db.backend != Backend::Sqlite {
         wait_for(
             "A's write waiting for the lock",
             Duration::from_secs(30),
-            || async { db.lock_waits(locking).await >= 1 },
+            || async { db.lock_waits(db.result_lock()).await >= 1 },
         )
         .await;
     }
@@ -156,24 +151,14 @@ async fn a_result_stuck_on_a_lock_holds_back_no_other(db: TestDb) {
     .await;
     slow_called.wait_for(|c| *c).await.unwrap();
     // The partition is leased by now; its row lock is the test's until commit.
-    let txn = db.store.connection().begin().await.unwrap();
-    txn.execute_raw(feed::store::statement(
-        db.store.backend(),
-        "SELECT id FROM feed_partitions WHERE id = 'slow' FOR UPDATE",
-        vec![],
-    ))
-    .await
-    .unwrap();
+    let txn = db
+        .holding("SELECT id FROM feed_partitions WHERE id = 'slow' FOR UPDATE")
+        .await;
     go_slow.send(true).unwrap();
-    let locking = if db.backend == Backend::Postgres {
-        "FOR SHARE"
-    } else {
-        "LOCK IN SHARE MODE"
-    };
     wait_for(
         "the slow result waiting for the lock",
         Duration::from_secs(30),
-        || async { db.lock_waits(locking).await >= 1 },
+        || async { db.lock_waits(db.result_lock()).await >= 1 },
     )
     .await;
     go_fast.send(true).unwrap();

@@ -5,8 +5,6 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use sea_orm::{ConnectionTrait, TransactionTrait};
-
 use crate::on_all_backends;
 use crate::support::{Backend, Handler, Proc, Scene, TestDb, done, metric, wait_for};
 
@@ -245,14 +243,9 @@ on_all_backends!(batched_leasing_races_a_second_processor);
 /// are taken. No partition is leased by both, and every item runs once.
 async fn batched_leasing_races_a_second_processor(db: TestDb) {
     many_partitions(&db, "r", 3_000, true, true).await;
-    let txn = db.store.connection().begin().await.unwrap();
-    txn.execute_raw(feed::store::statement(
-        db.store.backend(),
-        "UPDATE feed_partitions SET updated_at = updated_at WHERE id = 'r0'",
-        vec![],
-    ))
-    .await
-    .unwrap();
+    let txn = db
+        .holding("UPDATE feed_partitions SET updated_at = updated_at WHERE id = 'r0'")
+        .await;
     let handler = Handler::start(|_| done()).await;
     let a = Proc::start(&db, &handler.url(), &[]);
     let b = Proc::start(&db, &handler.url(), &[]);
