@@ -54,8 +54,7 @@ pub(crate) struct Breaker {
 struct State {
     /// The last calls' results, oldest first: true = an outage failure.
     window: VecDeque<bool>,
-    open: bool,
-    /// When it last opened.
+    /// When it opened; None while it is closed.
     opened: Option<Instant>,
 }
 
@@ -75,11 +74,12 @@ impl Breaker {
             return Turn::Stays { open: false };
         }
         let mut s = self.state.lock().expect("breaker lock");
-        if s.open && s.opened.is_some_and(|at| started < at) {
-            return Turn::Stays { open: true };
+        let open = s.opened.is_some();
+        if s.opened.is_some_and(|at| started < at) {
+            return Turn::Stays { open };
         }
-        if !outage && s.open {
-            s.open = false;
+        if !outage && open {
+            s.opened = None;
             s.window.clear();
             s.window.push_back(false);
             return Turn::Closed;
@@ -88,13 +88,12 @@ impl Breaker {
         if s.window.len() > self.calls {
             s.window.pop_front();
         }
-        if s.open || !outage {
-            return Turn::Stays { open: s.open };
+        if open || !outage {
+            return Turn::Stays { open };
         }
         let failed = s.window.iter().filter(|f| **f).count();
         let seen = s.window.len();
         if seen * 2 >= self.calls && failed as f64 >= self.ratio * seen as f64 {
-            s.open = true;
             s.opened = Some(Instant::now());
             return Turn::Opened;
         }
