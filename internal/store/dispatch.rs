@@ -118,15 +118,16 @@ impl Store {
         let seq = self.driver.seq();
         let branches: Vec<String> = (0..n)
             .map(|b| {
-                format!(
-                    "SELECT * FROM (SELECT i.id, i.partition_id, i.gate, {data} AS data, i.attempts, \
+                let select = format!(
+                    "SELECT i.id, i.partition_id, i.gate, {data} AS data, i.attempts, \
                      i.version, i.{seq} AS seq FROM feed_items i WHERE i.partition_id = ? \
                      AND i.status = 'available' \
                      AND i.gate = (SELECT p.gate FROM feed_partitions p WHERE p.id = ? AND p.owner = ? \
                      AND p.status = 'available' AND NOT p.paused) \
                      AND i.{seq} > ? AND (i.not_before IS NULL OR i.not_before <= {{now}}) \
-                     ORDER BY i.{seq} LIMIT ?) AS b{b}"
-                )
+                     ORDER BY i.{seq} LIMIT ?"
+                );
+                self.driver.limited_branch(&select, b)
             })
             .collect();
         let mut values: Vec<Value> = Vec::with_capacity(n * 5);

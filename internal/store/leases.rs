@@ -308,7 +308,7 @@ impl Store {
         let mut taken = Vec::new();
         for chunk in rows.chunks(LEASE_CHUNK) {
             let ids = marks(chunk.len());
-            let versions = " WHEN ? THEN ?".repeat(chunk.len());
+            let pairs = self.driver.id_version_pairs(chunk.len());
             let mut values: Vec<Value> = vec![me.into()];
             values.extend(chunk.iter().map(|(id, _)| Value::from(id.clone())));
             for (id, v) in chunk {
@@ -321,7 +321,7 @@ impl Store {
             let update = format!(
                 "UPDATE feed_partitions SET owner = ?, version = version + 1, updated_at = {{now}} \
                  WHERE id IN ({ids}) \
-                 AND CASE WHEN status = 'available' THEN version END = CASE id{versions} END"
+                 AND (id, CASE WHEN status = 'available' THEN version END) IN {pairs}"
             );
             let rows = if self.driver.update_returning() {
                 self.query(&format!("{update} RETURNING id, version"), values)

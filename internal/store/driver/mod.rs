@@ -49,6 +49,14 @@ pub(crate) struct Dialect {
     numbered: bool,
     /// `data` as bytes, for an item aliased by the argument.
     data_column: fn(&str) -> String,
+    /// A `SELECT … ORDER BY … LIMIT` made one branch (numbered by the
+    /// second argument) of a `UNION ALL`.
+    limited_branch: fn(&str, usize) -> String,
+    /// The right side of `(id, version) IN …` for `n` pairs of `?` (a
+    /// text and a bigint): each row's pair is looked up, where a `CASE id
+    /// WHEN … THEN …` compared it with half the list on average (a
+    /// quarter of the cost of closing 500 partitions at once).
+    id_version_pairs: fn(usize) -> String,
     /// The column that orders a partition's items as they were written.
     seq: &'static str,
     /// A condition on the items a look for new work reads, where the index
@@ -93,6 +101,12 @@ pub(crate) struct Dialect {
     /// column named) gets the inserted values of the columns listed
     /// instead; with none listed the existing row stays as it is.
     upsert: fn(&str, &[&str]) -> String,
+}
+
+/// A limited `SELECT` as a branch of a `UNION ALL` where a branch cannot
+/// be ordered or limited itself (SQLite): a derived table.
+fn derived_branch(select: &str, n: usize) -> String {
+    format!("SELECT * FROM ({select}) AS b{n}")
 }
 
 impl Driver {
@@ -150,6 +164,14 @@ impl Driver {
     }
 
     /// `data` as bytes for an item aliased `alias`.
+    pub(crate) fn limited_branch(self, select: &str, n: usize) -> String {
+        (self.dialect().limited_branch)(select, n)
+    }
+
+    pub(crate) fn id_version_pairs(self, n: usize) -> String {
+        (self.dialect().id_version_pairs)(n)
+    }
+
     pub(crate) fn data_column(self, alias: &str) -> String {
         (self.dialect().data_column)(alias)
     }

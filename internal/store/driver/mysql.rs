@@ -10,6 +10,10 @@ pub(super) const DIALECT: Dialect = Dialect {
     now: "CAST(FLOOR(UNIX_TIMESTAMP(NOW(3)) * 1000) AS SIGNED)",
     numbered: false,
     data_column: |alias| format!("{alias}.data"),
+    // A derived table with a BLOB column (`data`) is a temporary table on
+    // disk for every refill; a parenthesized branch is read as it is.
+    limited_branch: |select, _| format!("({select})"),
+    id_version_pairs: |n| format!("({})", super::value_rows(n, 2)),
     seq: "seq",
     new_work: None,
     // MySQL counts an updated duplicate as 2 rows, a new one as 1.

@@ -10,6 +10,8 @@ pub(super) const DIALECT: Dialect = Dialect {
     now: "(FLOOR(EXTRACT(EPOCH FROM CLOCK_TIMESTAMP()) * 1000)::BIGINT)",
     numbered: true,
     data_column,
+    limited_branch: super::derived_branch,
+    id_version_pairs: |n| format!("(VALUES {})", vec!["(?::text, ?::bigint)"; n].join(", ")),
     seq: "seq",
     new_work: Some("status = 'available'"),
     keep_existing: " ON CONFLICT (id) DO NOTHING",

@@ -10,6 +10,8 @@ pub(super) const DIALECT: Dialect = Dialect {
     now: "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)",
     numbered: false,
     data_column,
+    limited_branch: super::derived_branch,
+    id_version_pairs: |n| format!("(VALUES {})", super::value_rows(n, 2)),
     seq: "rowid",
     new_work: None,
     keep_existing: " ON CONFLICT (id) DO NOTHING",
