@@ -97,6 +97,14 @@ async fn dashboard_drives_a_running_processor() {
         ],
     );
     let base = format!("http://{}", proc.listen.clone().unwrap());
+    // The browser gets no second try at a port not yet listening (a busy
+    // machine starts the processor slowly).
+    crate::support::wait_for(
+        "the processor to listen",
+        std::time::Duration::from_secs(60),
+        || async { !proc.metrics().await.is_empty() },
+    )
+    .await;
 
     // Log in.
     b.goto(&format!("{base}/login")).await;
