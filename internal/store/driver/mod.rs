@@ -163,15 +163,17 @@ impl Driver {
         Statement::from_sql_and_values(self.backend(), sql, values)
     }
 
-    /// `data` as bytes for an item aliased `alias`.
+    /// See [`Dialect::limited_branch`].
     pub(crate) fn limited_branch(self, select: &str, n: usize) -> String {
         (self.dialect().limited_branch)(select, n)
     }
 
+    /// See [`Dialect::id_version_pairs`].
     pub(crate) fn id_version_pairs(self, n: usize) -> String {
         (self.dialect().id_version_pairs)(n)
     }
 
+    /// `data` as bytes for an item aliased `alias`.
     pub(crate) fn data_column(self, alias: &str) -> String {
         (self.dialect().data_column)(alias)
     }
