@@ -19,6 +19,8 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 /// glibc's malloc cost a fifth of the processor's CPU under load (perf);
 /// mimalloc is much cheaper for its many small, short-lived allocations.
+/// Built without transparent huge pages (`no_thp`): asking for them on its
+/// arenas made a drain's peak RSS half as large again, at no gain in speed.
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
