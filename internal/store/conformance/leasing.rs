@@ -194,6 +194,7 @@ async fn a_held_slice_says_what_each_partition_needs(k: Kit) {
         "d-backoff",
         "e-next",
         "f-manual",
+        "h-older",
     ] {
         k.partition(id, Some("s1")).await;
     }
@@ -206,11 +207,14 @@ async fn a_held_slice_says_what_each_partition_needs(k: Kit) {
         ("e", "e-next", 2, "available"),
         ("f", "f-manual", 2, "available"),
         ("g", "g-other", 0, "available"),
+        // The newest item waits; an older one is ready.
+        ("h1", "h-older", 0, "available"),
+        ("h2", "h-older", 0, "available"),
     ])
     .await;
     k.sqls(&[
         "UPDATE feed_partitions SET paused = TRUE WHERE id = 'b-paused'",
-        "UPDATE feed_items SET not_before = {now} + 3600000 WHERE id = 'd'",
+        "UPDATE feed_items SET not_before = {now} + 3600000 WHERE id IN ('d', 'h2')",
         "UPDATE feed_partitions SET manual_checkpoint = TRUE WHERE id = 'f-manual'",
     ])
     .await;
@@ -228,6 +232,7 @@ async fn a_held_slice_says_what_each_partition_needs(k: Kit) {
             ("d-backoff", false, false),
             ("e-next", false, true),
             ("f-manual", false, false),
+            ("h-older", true, false),
         ]
     );
     let page = k
