@@ -15,6 +15,8 @@ conformance!(
     a_result_is_stored_once,
     stale_writers_are_refused_one_by_one,
     a_batch_is_fenced_row_by_row,
+    a_batch_of_one_write_is_stored_whole,
+    a_batch_of_mixed_writes_is_stored_whole,
     a_failed_attempt_keeps_the_version,
     an_expired_session_writes_nothing,
     a_refused_row_costs_only_itself,
@@ -42,6 +44,22 @@ fn done(id: &str, partition: &str, session: &str, version: i64, attempts: i32) -
             new_step: true,
         },
     }
+}
+
+/// The ack of item `id` of `p`, delivered by `s1`, as a first failed
+/// attempt that `error` ended, to be tried again in `secs` seconds.
+fn failed_attempt(id: &str, error: &str, secs: u64) -> Ack {
+    let mut ack = done(id, "p", "s1", 0, 0);
+    ack.write = ItemWrite {
+        status: Status::Available,
+        gate: 0,
+        data: None,
+        attempts: 1,
+        last_error: Some(error.into()),
+        delay: Some(Duration::from_secs(secs)),
+        new_step: false,
+    };
+    ack
 }
 
 /// Sessions `s1` and `s2`; `p` held by s1 with items a, b, c, e (b's
@@ -121,20 +139,58 @@ async fn a_batch_is_fenced_row_by_row(k: Kit) {
     scene_after(&k).await;
 }
 
+/// Session `s1` holding `p` with available items `ids`, and `q` with `y`.
+async fn many_items(k: &Kit, ids: &[&str]) {
+    lone_item(k).await;
+    k.partition("q", Some("s1")).await;
+    k.item("y", "q", 0, "available").await;
+    for id in ids {
+        k.item(id, "p", 0, "available").await;
+    }
+}
+
+/// Every result of the batch the same write (a drain's usual batch, which
+/// MySQL/MariaDB write with one single-table `UPDATE`), across partitions
+/// and with rows the fence passes only: all stored by the batch statement
+/// (not row by row after it), each row's version bumped once.
+async fn a_batch_of_one_write_is_stored_whole(k: Kit) {
+    many_items(&k, &["a", "b"]).await;
+    let acks: Vec<Ack> = [("x", "p"), ("a", "p"), ("y", "q"), ("b", "p")]
+        .iter()
+        .map(|(id, p)| done(id, p, "s1", 0, 0))
+        .collect();
+    let before = k.store.statements.get();
+    let got = write(&k, &acks).await;
+    assert_eq!(got, vec![Written::Yes; 4]);
+    // One statement, or the partitions' lock and one on MySQL/MariaDB.
+    assert!(k.store.statements.get() - before <= 2);
+    for id in ["x", "a", "y", "b"] {
+        assert_eq!(k.item_row(id).await, ("complete".into(), 0, 1, 0), "{id}");
+        assert_eq!(k.store.item_data(id).await.unwrap(), b"{\"r\":1}", "{id}");
+    }
+}
+
+/// A batch of different writes: each row gets its own.
+async fn a_batch_of_mixed_writes_is_stored_whole(k: Kit) {
+    many_items(&k, &["a"]).await;
+    let retry = failed_attempt("a", "HTTP 503", 60);
+    let mut next = done("y", "q", "s1", 0, 0);
+    next.write.status = Status::Available;
+    next.write.gate = 2;
+    let acks = vec![done("x", "p", "s1", 0, 0), retry, next];
+    let got = write(&k, &acks).await;
+    assert_eq!(got, vec![Written::Yes; 3]);
+    assert_eq!(k.item_row("x").await, ("complete".into(), 0, 1, 0));
+    assert_eq!(k.item_row("a").await, ("available".into(), 0, 0, 1));
+    assert_eq!(k.store.item_data("a").await.unwrap(), b"{}", "data kept");
+    assert_eq!(k.item_row("y").await, ("available".into(), 2, 1, 0));
+}
+
 /// A failed attempt bumps `attempts`, not `version` (the idempotency key
 /// stays), sets the backoff, and fences out the delivery before it.
 async fn a_failed_attempt_keeps_the_version(k: Kit) {
     lone_item(&k).await;
-    let mut retry = done("x", "p", "s1", 0, 0);
-    retry.write = ItemWrite {
-        status: Status::Available,
-        gate: 0,
-        data: None,
-        attempts: 1,
-        last_error: Some("HTTP 500".into()),
-        delay: Some(Duration::from_secs(3600)),
-        new_step: false,
-    };
+    let retry = failed_attempt("x", "HTTP 500", 3600);
     let w = write(&k, std::slice::from_ref(&retry)).await;
     assert_eq!(w, vec![Written::Yes]);
     assert_eq!(k.item_row("x").await, ("available".into(), 0, 0, 1));

@@ -277,8 +277,8 @@ pub fn marks(n: usize) -> String {
     vec!["?"; n].join(", ")
 }
 
-/// `rows` rows of `cols` `?` placeholders each, for a `VALUES` list.
-fn value_rows(n: usize, cols: usize) -> String {
+/// `n` rows of `cols` `?` placeholders each, for a `VALUES` or row `IN` list.
+pub(crate) fn value_rows(n: usize, cols: usize) -> String {
     let row = format!("({})", marks(cols));
     vec![row.as_str(); n].join(", ")
 }
