@@ -187,7 +187,8 @@ impl Store {
              not_before = CASE WHEN v.delay IS NULL THEN NULL ELSE {{now}} + v.delay END, \
              attempts = v.attempts, last_error = v.last_error, version = i.version + v.bump, updated_at = {{now}} \
              FROM {source} \
-             WHERE i.id = v.id AND i.version = v.old_version AND i.attempts = v.old_attempts \
+             WHERE i.id = v.id AND i.partition_id = v.partition_id \
+             AND i.version = v.old_version AND i.attempts = v.old_attempts \
              AND EXISTS (SELECT 1 FROM feed_partitions p JOIN feed_processors s ON s.id = p.owner \
              WHERE p.id = v.partition_id AND p.owner = v.session AND s.heartbeat_at >= {{now}} - ?{lock}) \
              RETURNING {returning}",
@@ -292,20 +293,21 @@ impl Store {
              i.not_before = CASE WHEN v.delay IS NULL THEN NULL ELSE {{now}} + v.delay END, \
              i.attempts = v.attempts, i.last_error = v.last_error, i.version = i.version + v.bump, \
              i.updated_at = {{now}} \
-             WHERE i.version = v.old_version AND i.attempts = v.old_attempts \
+             WHERE i.partition_id = v.partition_id AND i.version = v.old_version AND i.attempts = v.old_attempts \
              AND p.owner = v.session AND s.heartbeat_at >= {{now}} - ?"
         );
         self.driver.stmt(&sql, values)
     }
 
-    /// One fenced UPDATE: it changes the row only if the item's version and
-    /// attempts are unchanged and its partition is owned by the ack's live
-    /// session (database clock).
+    /// One fenced UPDATE: it changes the row only if the item's partition,
+    /// version and attempts are as delivered and that partition is owned by
+    /// the ack's live session (database clock).
     fn result_statement(&self, ack: &Ack, expiry: Duration) -> Statement {
         let f = &ack.fence;
         let (set, mut values) = set_clause(&ack.write);
         values.extend([
             f.id.clone().into(),
+            f.partition_id.clone().into(),
             f.version.into(),
             f.attempts.into(),
             f.partition_id.clone().into(),
@@ -314,7 +316,7 @@ impl Store {
         ]);
         let sql = format!(
             "UPDATE feed_items SET {set} \
-             WHERE id = ? AND version = ? AND attempts = ? AND EXISTS (SELECT 1 FROM feed_partitions p \
+             WHERE id = ? AND partition_id = ? AND version = ? AND attempts = ? AND EXISTS (SELECT 1 FROM feed_partitions p \
              JOIN feed_processors s ON s.id = p.owner WHERE p.id = ? AND p.owner = ? \
              AND s.heartbeat_at >= {{now}} - ?{lock})",
             lock = self.driver.fence_lock()
@@ -325,10 +327,13 @@ impl Store {
     /// MySQL/MariaDB, a batch whose results are all the same write from
     /// one session (a drain's usual batch: every item answered
     /// `{"done": true}`): one single-table `UPDATE` that finds its rows by
-    /// key and fences each on its `(id, version, attempts)` and its
-    /// partition. The multi-table `UPDATE` of [`Store::mysql_batch_statement`]
-    /// buffers its rows in an on-disk temporary table; this one does not,
-    /// and costs about a quarter less per row. None when the batch is mixed.
+    /// key and fences each on its `(id, version, attempts)` and partition
+    /// as delivered and on that partition being held by the live session.
+    /// The multi-table `UPDATE` of [`Store::mysql_batch_statement`] buffers
+    /// its rows in an on-disk temporary table; this one does not, and
+    /// costs about a quarter less per row. The partition is tested with a
+    /// `CASE` on the id: as a fourth value of the row `IN`, MariaDB read
+    /// the list eight times slower. None when the batch is mixed.
     fn mysql_uniform_statement(&self, acks: &[Ack], expiry: Duration) -> Option<Statement> {
         let first = acks.first()?;
         if acks
@@ -356,14 +361,24 @@ impl Store {
                 Value::from(None::<i32>),
             ]);
         }
+        for a in acks {
+            values.extend([
+                a.fence.id.clone().into(),
+                a.fence.partition_id.clone().into(),
+            ]);
+        }
+        for _ in 0..padding {
+            values.extend([Value::from(None::<String>), Value::from(None::<String>)]);
+        }
         values.extend([first.session.clone().into(), ms(expiry).into()]);
         let sql = format!(
             "UPDATE feed_items SET {set} \
              WHERE id IN ({}) AND (id, version, attempts) IN ({}) \
-             AND EXISTS (SELECT 1 FROM feed_partitions p JOIN feed_processors s ON s.id = p.owner \
+             AND partition_id = CASE id {} END AND EXISTS (SELECT 1 FROM feed_partitions p JOIN feed_processors s ON s.id = p.owner \
              WHERE p.id = feed_items.partition_id AND p.owner = ? AND s.heartbeat_at >= {{now}} - ?)",
             marks(n),
-            value_rows(n, 3)
+            value_rows(n, 3),
+            vec!["WHEN ? THEN ?"; n].join(" ")
         );
         Some(self.driver.stmt(&sql, values))
     }

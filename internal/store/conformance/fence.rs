@@ -17,6 +17,8 @@ conformance!(
     a_batch_is_fenced_row_by_row,
     a_batch_of_one_write_is_stored_whole,
     a_batch_of_mixed_writes_is_stored_whole,
+    a_long_batch_of_one_write_is_stored_whole,
+    a_result_names_the_partition_it_was_delivered_from,
     a_failed_attempt_keeps_the_version,
     an_expired_session_writes_nothing,
     a_refused_row_costs_only_itself,
@@ -170,6 +172,24 @@ async fn a_batch_of_one_write_is_stored_whole(k: Kit) {
     }
 }
 
+/// 300 results of one write: more than one batch statement holds (256
+/// rows), each batch stored by its statement, none row by row.
+async fn a_long_batch_of_one_write_is_stored_whole(k: Kit) {
+    let ids: Vec<String> = (0..300).map(|i| format!("i{i:03}")).collect();
+    let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
+    many_items(&k, &refs).await;
+    let acks: Vec<Ack> = ids.iter().map(|id| done(id, "p", "s1", 0, 0)).collect();
+    let before = k.store.statements.get();
+    let got = write(&k, &acks).await;
+    assert_eq!(got, vec![Written::Yes; 300]);
+    // Two batches: each one statement, or a lock and an update.
+    assert!(k.store.statements.get() - before <= 4);
+    let stored = k
+        .ids("SELECT id FROM feed_items WHERE status = 'complete' AND version = 1 AND id LIKE 'i%'")
+        .await;
+    assert_eq!(stored.len(), 300);
+}
+
 /// A batch of different writes: each row gets its own.
 async fn a_batch_of_mixed_writes_is_stored_whole(k: Kit) {
     many_items(&k, &["a"]).await;
@@ -184,6 +204,17 @@ async fn a_batch_of_mixed_writes_is_stored_whole(k: Kit) {
     assert_eq!(k.item_row("a").await, ("available".into(), 0, 0, 1));
     assert_eq!(k.store.item_data("a").await.unwrap(), b"{}", "data kept");
     assert_eq!(k.item_row("y").await, ("available".into(), 2, 1, 0));
+}
+
+/// An item id that now lives in another partition of the same session
+/// (pruned, then written again with plain SQL) is not the item that was
+/// delivered: the result names the partition it came from, and is stale.
+async fn a_result_names_the_partition_it_was_delivered_from(k: Kit) {
+    many_items(&k, &[]).await;
+    let acks = vec![done("x", "p", "s1", 0, 0), done("y", "p", "s1", 0, 0)];
+    let got = write(&k, &acks).await;
+    assert_eq!(got, vec![Written::Yes, Written::Stale]);
+    assert_eq!(k.item_row("y").await, ("available".into(), 0, 0, 0));
 }
 
 /// A failed attempt bumps `attempts`, not `version` (the idempotency key
