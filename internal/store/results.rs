@@ -344,32 +344,15 @@ impl Store {
         }
         let n = bucket(acks.len());
         let (set, mut values) = set_clause(&first.write);
-        let padding = n - acks.len();
-        values.extend(acks.iter().map(|a| Value::from(a.fence.id.clone())));
-        values.extend(std::iter::repeat_n(Value::from(None::<String>), padding));
-        for a in acks {
-            values.extend([
-                a.fence.id.clone().into(),
-                a.fence.version.into(),
-                a.fence.attempts.into(),
-            ]);
-        }
-        for _ in 0..padding {
-            values.extend([
-                Value::from(None::<String>),
-                Value::from(None::<i64>),
-                Value::from(None::<i32>),
-            ]);
-        }
-        for a in acks {
-            values.extend([
-                a.fence.id.clone().into(),
-                a.fence.partition_id.clone().into(),
-            ]);
-        }
-        for _ in 0..padding {
-            values.extend([Value::from(None::<String>), Value::from(None::<String>)]);
-        }
+        values.extend(padded(acks, |a| [a.fence.id.clone().into()]));
+        values.extend(padded(acks, |a| {
+            let f = &a.fence;
+            [f.id.clone().into(), f.version.into(), f.attempts.into()]
+        }));
+        values.extend(padded(acks, |a| {
+            let f = &a.fence;
+            [f.id.clone().into(), f.partition_id.clone().into()]
+        }));
         values.extend([first.session.clone().into(), ms(expiry).into()]);
         let sql = format!(
             "UPDATE feed_items SET {set} \
@@ -419,15 +402,17 @@ impl From<bool> for Written {
 /// The values of a batch's rows, padded to its size class with rows that
 /// match nothing (a NULL id never matches an item).
 fn padded_values(acks: &[Ack]) -> Vec<Value> {
-    let mut values: Vec<Value> = Vec::with_capacity(bucket(acks.len()) * RESULT_COLUMNS + 1);
+    padded(acks, row_values)
+}
+
+/// `row(a)` for every ack, then rows of NULLs of the same types up to the
+/// batch's size class ([`bucket`]).
+fn padded<const K: usize>(acks: &[Ack], row: impl Fn(&Ack) -> [Value; K]) -> Vec<Value> {
+    let mut values: Vec<Value> = Vec::with_capacity(bucket(acks.len()) * K + 1);
     for a in acks {
-        values.extend(row_values(a));
+        values.extend(row(a));
     }
-    let padding: Vec<Value> = values
-        .iter()
-        .take(RESULT_COLUMNS)
-        .map(Value::as_null)
-        .collect();
+    let padding: Vec<Value> = values.iter().take(K).map(Value::as_null).collect();
     for _ in acks.len()..bucket(acks.len()) {
         values.extend(padding.iter().cloned());
     }
