@@ -70,6 +70,7 @@ impl Process {
         args: &[&str],
         log_filter: Option<&str>,
     ) -> Result<Process> {
+        remember_panics();
         let listen = format!("127.0.0.1:{}", free_port());
         let log =
             std::env::temp_dir().join(format!("feed-proc-{}.log", uuid::Uuid::new_v4().simple()));
@@ -177,12 +178,36 @@ impl Process {
     }
 }
 
+thread_local! {
+    /// The message of this thread's latest panic.
+    static PANIC: std::cell::RefCell<Option<String>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Keeps each panic's message for [`Process`]'s drop, which prints the
+/// processor's log after it, then hands the panic to the hook before.
+fn remember_panics() {
+    static HOOK: std::sync::Once = std::sync::Once::new();
+    HOOK.call_once(|| {
+        let before = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            PANIC.with(|p| *p.borrow_mut() = Some(info.to_string()));
+            before(info);
+        }));
+    });
+}
+
 impl Drop for Process {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
         if std::thread::panicking() {
             eprintln!("---- processor log ----\n{}", self.log());
+            // Said again after the log: output is often read from its end.
+            PANIC.with(|p| {
+                if let Some(p) = p.borrow().as_deref() {
+                    eprintln!("---- the test failed: {p}");
+                }
+            });
         }
         let _ = std::fs::remove_file(&self.log);
     }
