@@ -55,6 +55,11 @@ const STATISTICS_FIRST: u32 = 5;
 /// behind a bulk load (first at the first cycle).
 const STATISTICS_EVERY: Duration = Duration::from_secs(60);
 
+/// The backlog gauge is counted at most this often: the count reads up to
+/// `COUNT_CAP` index entries (on MySQL/MariaDB also the entries completed
+/// items leave until purge removes them), and it only informs.
+const BACKLOG_EVERY: Duration = Duration::from_secs(30);
+
 /// A stolen partition is picked at random among this many of the victim's.
 const STEAL_PICK: i64 = 1_000;
 
@@ -90,6 +95,8 @@ pub struct Cursors {
     /// When the planner's statistics were last looked at, and how many
     /// times.
     statistics: Option<(Instant, u32)>,
+    /// When the backlog gauge was last counted.
+    backlog: Option<Instant>,
 }
 
 /// What an acquire cycle found and did, for the dispatch loop to take in.
@@ -218,7 +225,7 @@ async fn full(
         }
     }
     let slice = (held / SWEEP_CYCLES).max(MIN_SLICE);
-    let sweep_starts = c.sweep.is_empty();
+    let backlog = c.sweep.is_empty() && c.backlog.is_none_or(|t| t.elapsed() >= BACKLOG_EVERY);
     out.slice = store.held_slice(me, &c.sweep, slice).await?;
     let through = out
         .slice
@@ -228,10 +235,8 @@ async fn full(
     let after = std::mem::replace(&mut c.sweep, through.clone().unwrap_or_default());
     out.swept = Some(Swept { after, through });
 
-    // The backlog gauge is counted once per sweep: it is the costliest
-    // count (up to COUNT_CAP rows) and only informs.
     let counts = store
-        .lease_counts(me, held as i64, expiry, &c.stranded, sweep_starts)
+        .lease_counts(me, held as i64, expiry, &c.stranded, backlog)
         .await?;
     // What this session holds is known here: a partition lost to someone
     // else (stolen, cancelled, closed by hand) is found missing from its
@@ -239,7 +244,12 @@ async fn full(
     // a little less.
     let mut mine = held as i64;
     ctx.metrics.sessions_alive.set(counts.sessions);
-    if sweep_starts {
+    if backlog {
+        // Holding nothing, the count read nothing: the next cycle counts
+        // what it leased rather than wait out the interval.
+        if held > 0 {
+            c.backlog = Some(Instant::now());
+        }
         ctx.metrics.backlog.set(counts.backlog);
     }
     let end = counts.stranded_end.clone().unwrap_or_default();

@@ -72,6 +72,24 @@ async fn pause_holds_work_and_resume_continues(db: TestDb) {
     assert_eq!(h.calls_for("p/1").len(), 1);
 }
 
+on_all_backends!(backlog_gauge_counts_held_items);
+async fn backlog_gauge_counts_held_items(db: TestDb) {
+    enqueue(&db, "p", false, &[("p/1", 0), ("p/2", 0), ("p/3", 0)]).await;
+    let (ok, out) = cli(&db, &["pause", "--partition", "p"]);
+    assert!(ok, "{out}");
+    let Scene(_h, p) = Scene::start(&db, &[], |_| done()).await;
+    // The first cycle holds nothing when it counts; the next one counts
+    // the paused partition it leased rather than wait out the 30 s
+    // between counts (cycles here are 200 ms apart).
+    let within = std::time::Duration::from_secs(15);
+    wait_for(
+        "the backlog gauge counts p's three items",
+        within,
+        || async { metric(&p.metrics().await, "feed_backlog_items") == 3.0 },
+    )
+    .await;
+}
+
 on_all_backends!(paused_in_flight_call_is_written);
 async fn paused_in_flight_call_is_written(db: TestDb) {
     enqueue(&db, "p", false, &[("p/1", 0)]).await;
