@@ -115,12 +115,12 @@ impl Store {
         // first few in index order (a filesort per refill).
         let n = want.len().next_power_of_two();
         let data = self.driver.data_column("i");
-        let seq = self.driver.seq();
+        let (seq, index) = (self.driver.seq(), self.driver.ready_index());
         let branches: Vec<String> = (0..n)
             .map(|b| {
                 let select = format!(
                     "SELECT i.id, i.partition_id, i.gate, {data} AS data, i.attempts, \
-                     i.version, i.{seq} AS seq FROM feed_items i WHERE i.partition_id = ? \
+                     i.version, i.{seq} AS seq FROM feed_items i{index} WHERE i.partition_id = ? \
                      AND i.status = 'available' \
                      AND i.gate = (SELECT p.gate FROM feed_partitions p WHERE p.id = ? AND p.owner = ? \
                      AND p.status = 'available' AND NOT p.paused) \

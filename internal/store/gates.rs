@@ -68,14 +68,17 @@ const KNOWN: [&str; 4] = [
 
 /// SQL for an item of the partition whose id is `partition` matching `cond`
 /// (the item aliased `i`).
-fn item_exists(cond: &str, partition: &str) -> String {
-    format!("EXISTS (SELECT 1 FROM feed_items i WHERE i.partition_id = {partition} AND {cond})")
+fn item_exists(d: Driver, cond: &str, partition: &str) -> String {
+    let index = d.ready_index();
+    format!(
+        "EXISTS (SELECT 1 FROM feed_items i{index} WHERE i.partition_id = {partition} AND {cond})"
+    )
 }
 
 /// SQL for "an item of the partition whose id is `partition` is still
 /// open" (neither `complete` nor `cancelled`): three range probes on the
 /// item index, whatever the statuses in between.
-fn open_items(partition: &str) -> String {
+fn open_items(d: Driver, partition: &str) -> String {
     let [_, cancelled, complete, _] = KNOWN;
     [
         format!("i.status < '{cancelled}'"),
@@ -83,7 +86,7 @@ fn open_items(partition: &str) -> String {
         format!("i.status > '{complete}'"),
     ]
     .iter()
-    .map(|c| item_exists(c, partition))
+    .map(|c| item_exists(d, c, partition))
     .collect::<Vec<_>>()
     .join(" OR ")
 }
@@ -96,9 +99,9 @@ fn open_items(partition: &str) -> String {
 /// the `WHERE` clause so that the planner can only find the rows by their
 /// ids (with stale statistics PostgreSQL would otherwise read every held
 /// partition through the owner index and filter the ids).
-fn verdict_column() -> String {
+fn verdict_column(d: Driver) -> String {
     let [available, _, _, failed] = KNOWN;
-    let on_p = |cond: &str| item_exists(cond, "p.id");
+    let on_p = |cond: &str| item_exists(d, cond, "p.id");
     let mut unknown = vec![
         on_p(&format!("i.status < '{available}'")),
         on_p(&format!("i.status > '{failed}'")),
@@ -116,7 +119,7 @@ fn verdict_column() -> String {
          WHEN {below} OR {unknown} THEN 'unrunnable' \
          WHEN p.on_failure <> 'continue' AND {blocked} THEN 'blocked' \
          ELSE 'next' END ELSE 'lost' END AS verdict",
-        open = open_items("p.id"),
+        open = open_items(d, "p.id"),
         waiting = on_p("i.status = 'available' AND i.gate = p.gate"),
         ready = on_p(
             "i.status = 'available' AND i.gate = p.gate \
@@ -153,7 +156,7 @@ impl Store {
         let sql = format!(
             "SELECT p.id, p.gate, p.version, p.auto_close, p.manual_checkpoint, {} \
              FROM feed_partitions p WHERE p.id IN ({list})",
-            verdict_column(),
+            verdict_column(self.driver),
         );
         let mut values: Vec<Value> = vec![me.into()];
         values.extend(padded);
@@ -191,10 +194,11 @@ impl Store {
     /// (None: nothing available is left), by one index probe each.
     async fn next_gates(&self, ids: &[PartitionId]) -> Result<HashMap<PartitionId, Option<i64>>> {
         let (list, values) = padded_ids(ids);
+        let index = self.driver.ready_index();
         let rows = self
             .query(
                 &format!(
-                    "SELECT p.id, (SELECT MIN(r.gate) FROM feed_items r WHERE r.partition_id = p.id \
+                    "SELECT p.id, (SELECT MIN(r.gate) FROM feed_items r{index} WHERE r.partition_id = p.id \
                      AND r.status = 'available' AND r.gate > p.gate) AS next_gate \
                      FROM feed_partitions p WHERE p.id IN ({list})"
                 ),
@@ -246,7 +250,7 @@ impl Store {
             parts.iter().map(|p| (p.id.clone(), p.version)).collect();
         let guard = format!(
             "NOT {}",
-            item_exists("i.status = 'available'", "feed_partitions.id")
+            item_exists(self.driver, "i.status = 'available'", "feed_partitions.id")
         );
         self.close_where(&parts, me, "version", &guard).await
     }
@@ -263,7 +267,7 @@ impl Store {
     ) -> Result<Vec<PartitionId>> {
         // Status and auto_close are tested inside the version's test, so that
         // the rows can only be found by their ids (as in `lease_many`).
-        let guard = format!("NOT ({})", open_items("feed_partitions.id"));
+        let guard = format!("NOT ({})", open_items(self.driver, "feed_partitions.id"));
         self.close_where(
             parts,
             me,

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use sea_orm::{FromQueryResult, QueryResult, Value};
 
-use super::driver::marks;
+use super::driver::{Driver, marks};
 use super::{Store, get, ms};
 use crate::ids::{PartitionId, SessionId};
 use crate::{Error, Result};
@@ -16,17 +16,18 @@ use crate::{Error, Result};
 /// forwards, on MySQL/MariaDB, a probe first walked past the entries that
 /// completed items leave delete-marked until purge removes them (on 100
 /// partitions mid-drain, 1,500 index entries each, twice per partition).
-fn newest_at_gate(seq: &str, also: &str) -> String {
+fn newest_at_gate(d: Driver, also: &str) -> String {
+    let (seq, index) = (d.seq(), d.ready_index());
     format!(
-        "(SELECT r.{seq} FROM feed_items r WHERE r.partition_id = p.id \
+        "(SELECT r.{seq} FROM feed_items r{index} WHERE r.partition_id = p.id \
          AND r.status = 'available' AND r.gate = p.gate{also} ORDER BY r.{seq} DESC LIMIT 1)"
     )
 }
 
 /// A test, for a partition aliased `p`, that it has an item ready to run
 /// now: not paused, and an item available at its gate past its `not_before`.
-fn ready(seq: &str) -> String {
-    let item = newest_at_gate(seq, " AND (r.not_before IS NULL OR r.not_before <= {now})");
+fn ready(d: Driver) -> String {
+    let item = newest_at_gate(d, " AND (r.not_before IS NULL OR r.not_before <= {now})");
     format!("NOT p.paused AND {item} IS NOT NULL")
 }
 
@@ -35,14 +36,21 @@ fn ready(seq: &str) -> String {
 /// or a failed item blocks it, or work waits at a later gate, or nothing is
 /// left and it closes by itself. It mirrors the gate decision so that idle
 /// partitions cost nothing to re-derive.
-fn stuck(seq: &str) -> String {
+fn stuck(d: Driver) -> String {
+    let item = |cond: &str| {
+        format!(
+            "EXISTS (SELECT 1 FROM feed_items r{} WHERE r.partition_id = p.id AND {cond})",
+            d.ready_index()
+        )
+    };
     format!(
-        "{} IS NULL AND ( \
-         EXISTS (SELECT 1 FROM feed_items r WHERE r.partition_id = p.id AND r.status = 'available' AND r.gate < p.gate) \
-         OR (p.on_failure <> 'continue' AND EXISTS (SELECT 1 FROM feed_items r WHERE r.partition_id = p.id AND r.status = 'failed')) \
-         OR (NOT p.manual_checkpoint AND EXISTS (SELECT 1 FROM feed_items r WHERE r.partition_id = p.id AND r.status = 'available' AND r.gate > p.gate)) \
-         OR (p.auto_close AND NOT EXISTS (SELECT 1 FROM feed_items r WHERE r.partition_id = p.id AND r.status = 'available')))",
-        newest_at_gate(seq, "")
+        "{} IS NULL AND ({} OR (p.on_failure <> 'continue' AND {}) \
+         OR (NOT p.manual_checkpoint AND {}) OR (p.auto_close AND NOT {}))",
+        newest_at_gate(d, ""),
+        item("r.status = 'available' AND r.gate < p.gate"),
+        item("r.status = 'failed'"),
+        item("r.status = 'available' AND r.gate > p.gate"),
+        item("r.status = 'available'"),
     )
 }
 
@@ -132,22 +140,29 @@ impl Store {
     ) -> Result<LeaseCounts> {
         let e = ms(expiry);
         // The slice of `complete` partitions, read once. Every id-ordered
-        // slice here is ordered by the whole `feed_partitions_held` key: with
-        // statistics from before a drain (no partition complete yet)
-        // PostgreSQL otherwise read every complete partition through the
-        // status index and sorted them (0.36 s per slice at 300,000).
-        let complete = "(SELECT id FROM feed_partitions WHERE status = 'complete' AND owner IS NULL \
-                        AND id > ? ORDER BY status, owner, id LIMIT ?)";
-        let others = |cond: &str| {
+        // slice here reads `feed_partitions_held` in its key's order: the
+        // driver's order for the unowned ones (PostgreSQL, ordered by less
+        // than the whole key with statistics from before a drain, read
+        // every complete partition through the status index and sorted
+        // them: 0.36 s per slice at 300,000; MariaDB, ordered by the whole
+        // key, sorted them all).
+        let unowned_order = self.driver.unowned_order();
+        let index = self.driver.ready_index();
+        let complete = format!(
+            "(SELECT id FROM feed_partitions WHERE status = 'complete' AND owner IS NULL \
+             AND id > ? ORDER BY {unowned_order} LIMIT ?)"
+        );
+        let others = |cond: &str, order: &str| {
             format!(
                 "(SELECT COUNT(*) FROM (SELECT 1 AS x FROM feed_partitions WHERE status = 'available' \
-                 AND {cond} ORDER BY status, owner, id LIMIT ?) o)"
+                 AND {cond} ORDER BY {order} LIMIT ?) o)"
             )
         };
+        let key = "status, owner, id";
         let (unowned, below, above) = (
-            others("owner IS NULL"),
-            others("owner < ?"),
-            others("owner > ?"),
+            others("owner IS NULL", unowned_order),
+            others("owner < ?", key),
+            others("owner > ?", key),
         );
         let left = (COUNT_CAP - held).max(0);
         let rows = self
@@ -157,10 +172,10 @@ impl Store {
                      (SELECT COUNT(*) FROM feed_processors WHERE heartbeat_at >= {{now}} - ?) AS sessions, \
                      (SELECT COUNT(*) FROM feed_processors WHERE heartbeat_at >= {{now}} - ? AND max_partitions IS NOT NULL) AS capped, \
                      ? + {unowned} + {below} + {above} AS active, \
-                     (SELECT COUNT(*) FROM (SELECT 1 AS x FROM feed_partitions p JOIN feed_items i ON i.partition_id = p.id \
+                     (SELECT COUNT(*) FROM (SELECT 1 AS x FROM feed_partitions p JOIN feed_items i{index} ON i.partition_id = p.id \
                       WHERE p.owner = ? AND p.status = 'available' AND i.status = 'available' LIMIT ?) b) AS backlog, \
                      c.stranded, c.stranded_slice, c.stranded_end \
-                     FROM (SELECT COUNT(CASE WHEN EXISTS (SELECT 1 FROM feed_items r \
+                     FROM (SELECT COUNT(CASE WHEN EXISTS (SELECT 1 FROM feed_items r{index} \
                       WHERE r.partition_id = x.id AND r.status = 'available') THEN 1 END) AS stranded, \
                       COUNT(*) AS stranded_slice, MAX(x.id) AS stranded_end FROM {complete} x) c"
                 ),
@@ -197,7 +212,7 @@ impl Store {
                     "SELECT COUNT(*) AS n FROM (SELECT 1 AS x FROM feed_partitions p \
                      WHERE p.status = 'available' AND (p.owner IS NULL OR p.owner NOT IN {LIVE}) \
                      AND {} LIMIT ?) f",
-                    ready(self.driver.seq())
+                    ready(self.driver)
                 ),
                 vec![ms(expiry).into(), limit.into()],
             )
@@ -230,7 +245,7 @@ impl Store {
                     "SELECT p.id, p.version, CASE WHEN {} THEN TRUE ELSE FALSE END AS ready \
                      FROM feed_partitions p WHERE p.status = 'available' AND \
                      (p.owner IS NULL OR p.owner NOT IN {LIVE}) ORDER BY ready DESC LIMIT ?",
-                    ready(self.driver.seq())
+                    ready(self.driver)
                 ),
                 vec![ms(expiry).into(), (limit as i64).into()],
             )
@@ -255,13 +270,16 @@ impl Store {
         limit: usize,
         me: &SessionId,
     ) -> Result<Vec<(PartitionId, i64)>> {
-        let page = "SELECT p.id FROM feed_partitions p WHERE p.status = 'available' \
-                    AND p.owner IS NULL AND p.id > ? ORDER BY p.status, p.owner, p.id LIMIT ?";
+        let page = format!(
+            "SELECT p.id FROM feed_partitions p WHERE p.status = 'available' \
+             AND p.owner IS NULL AND p.id > ? ORDER BY {} LIMIT ?",
+            self.driver.unowned_order()
+        );
         // The pick's own test is repeated on each row as it is written,
         // folded so that the rows can only be found by their ids (as an
         // index condition, PostgreSQL read every unowned partition through
         // the status index and searched the pick for each: 0.4 s per page).
-        let Some(picked) = self.driver.picked(page) else {
+        let Some(picked) = self.driver.picked(&page) else {
             let rows = self
                 .query(
                     &page.replace("SELECT p.id", "SELECT p.id, p.version"),
@@ -398,8 +416,8 @@ impl Store {
                      tenant, weight, max_in_flight \
                      FROM feed_partitions WHERE owner = ? AND status = 'available' AND id > ? \
                      ORDER BY status, owner, id LIMIT ?) p ORDER BY p.id",
-                    ready(self.driver.seq()),
-                    stuck(self.driver.seq())
+                    ready(self.driver),
+                    stuck(self.driver)
                 ),
                 vec![me.into(), after.into(), (limit as i64).into()],
             )
@@ -456,9 +474,12 @@ impl Store {
     /// reopening the partition).
     pub(crate) async fn reopen_stranded(&self, after: &str, end: &str) -> Result<u64> {
         self.exec(
-            "UPDATE feed_partitions SET status = 'available', version = version + 1, updated_at = {now} \
-             WHERE status = 'complete' AND id > ? AND id <= ? AND EXISTS (SELECT 1 FROM feed_items r \
-             WHERE r.partition_id = feed_partitions.id AND r.status = 'available')",
+            &format!(
+                "UPDATE feed_partitions SET status = 'available', version = version + 1, updated_at = {{now}} \
+                 WHERE status = 'complete' AND id > ? AND id <= ? AND EXISTS (SELECT 1 FROM feed_items r{} \
+                 WHERE r.partition_id = feed_partitions.id AND r.status = 'available')",
+                self.driver.ready_index()
+            ),
             vec![after.into(), end.into()],
         )
         .await

@@ -97,6 +97,12 @@ pub(crate) struct Dialect {
     stale_statistics: Option<&'static str>,
     /// Whether the server runs without autovacuum, where it has one.
     autovacuum_off: Option<&'static str>,
+    /// Follows `FROM feed_items <alias>` in a read of one partition's items
+    /// by status (a probe, a refill) to hold it to `feed_items_ready`.
+    ready_index: &'static str,
+    /// The `ORDER BY` list that reads the partitions of one status with no
+    /// owner in id order, along `feed_partitions_held (status, owner, id)`.
+    unowned_order: &'static str,
     /// Appended to an `INSERT` so that a row with the same key (the
     /// column named) gets the inserted values of the columns listed
     /// instead; with none listed the existing row stays as it is.
@@ -226,6 +232,16 @@ impl Driver {
     /// See [`Dialect::picked`].
     pub(crate) fn picked(self, pick: &str) -> Option<String> {
         self.dialect().picked.map(|f| f(pick))
+    }
+
+    /// See [`Dialect::ready_index`].
+    pub(crate) fn ready_index(self) -> &'static str {
+        self.dialect().ready_index
+    }
+
+    /// See [`Dialect::unowned_order`].
+    pub(crate) fn unowned_order(self) -> &'static str {
+        self.dialect().unowned_order
     }
 
     /// See [`Dialect::update_returning`].

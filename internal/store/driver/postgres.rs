@@ -35,6 +35,10 @@ pub(super) const DIALECT: Dialect = Dialect {
     ),
     upsert: super::on_conflict,
     autovacuum_off: Some("SELECT current_setting('autovacuum') = 'off' AS off"),
+    // The whole key: with statistics from before a drain PostgreSQL read a
+    // status's partitions through another index and sorted them.
+    unowned_order: "status, owner, id",
+    ready_index: "",
 };
 
 fn data_column(alias: &str) -> String {

@@ -31,6 +31,8 @@ pub(super) const DIALECT: Dialect = Dialect {
     stale_statistics: None,
     upsert: super::on_conflict,
     autovacuum_off: None,
+    unowned_order: "status, owner, id",
+    ready_index: "",
 };
 
 /// SQLite keeps whatever type a producer inserted (a TEXT literal stays
