@@ -67,8 +67,8 @@ const KNOWN: [&str; 4] = [
 ];
 
 /// SQL for an item of the partition whose id is `partition` matching `cond`
-/// (the item aliased `i`).
-fn item_exists(d: Driver, cond: &str, partition: &str) -> String {
+/// (the item aliased `i`), read through the ready index.
+pub(super) fn item_exists(d: Driver, cond: &str, partition: &str) -> String {
     let index = d.ready_index();
     format!(
         "EXISTS (SELECT 1 FROM feed_items i{index} WHERE i.partition_id = {partition} AND {cond})"

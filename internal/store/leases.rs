@@ -6,6 +6,7 @@ use std::time::Duration;
 use sea_orm::{FromQueryResult, QueryResult, Value};
 
 use super::driver::{Driver, marks};
+use super::gates::item_exists;
 use super::{Store, get, ms};
 use crate::ids::{PartitionId, SessionId};
 use crate::{Error, Result};
@@ -37,20 +38,15 @@ fn ready(d: Driver) -> String {
 /// left and it closes by itself. It mirrors the gate decision so that idle
 /// partitions cost nothing to re-derive.
 fn stuck(d: Driver) -> String {
-    let item = |cond: &str| {
-        format!(
-            "EXISTS (SELECT 1 FROM feed_items r{} WHERE r.partition_id = p.id AND {cond})",
-            d.ready_index()
-        )
-    };
+    let item = |cond: &str| item_exists(d, cond, "p.id");
     format!(
         "{} IS NULL AND ({} OR (p.on_failure <> 'continue' AND {}) \
          OR (NOT p.manual_checkpoint AND {}) OR (p.auto_close AND NOT {}))",
         newest_at_gate(d, ""),
-        item("r.status = 'available' AND r.gate < p.gate"),
-        item("r.status = 'failed'"),
-        item("r.status = 'available' AND r.gate > p.gate"),
-        item("r.status = 'available'"),
+        item("i.status = 'available' AND i.gate < p.gate"),
+        item("i.status = 'failed'"),
+        item("i.status = 'available' AND i.gate > p.gate"),
+        item("i.status = 'available'"),
     )
 }
 
@@ -148,6 +144,7 @@ impl Store {
         // key, sorted them all).
         let unowned_order = self.driver.unowned_order();
         let index = self.driver.ready_index();
+        let stranded = item_exists(self.driver, "i.status = 'available'", "x.id");
         let complete = format!(
             "(SELECT id FROM feed_partitions WHERE status = 'complete' AND owner IS NULL \
              AND id > ? ORDER BY {unowned_order} LIMIT ?)"
@@ -175,8 +172,7 @@ impl Store {
                      (SELECT COUNT(*) FROM (SELECT 1 AS x FROM feed_partitions p JOIN feed_items i{index} ON i.partition_id = p.id \
                       WHERE p.owner = ? AND p.status = 'available' AND i.status = 'available' LIMIT ?) b) AS backlog, \
                      c.stranded, c.stranded_slice, c.stranded_end \
-                     FROM (SELECT COUNT(CASE WHEN EXISTS (SELECT 1 FROM feed_items r{index} \
-                      WHERE r.partition_id = x.id AND r.status = 'available') THEN 1 END) AS stranded, \
+                     FROM (SELECT COUNT(CASE WHEN {stranded} THEN 1 END) AS stranded, \
                       COUNT(*) AS stranded_slice, MAX(x.id) AS stranded_end FROM {complete} x) c"
                 ),
                 vec![
@@ -476,9 +472,8 @@ impl Store {
         self.exec(
             &format!(
                 "UPDATE feed_partitions SET status = 'available', version = version + 1, updated_at = {{now}} \
-                 WHERE status = 'complete' AND id > ? AND id <= ? AND EXISTS (SELECT 1 FROM feed_items r{} \
-                 WHERE r.partition_id = feed_partitions.id AND r.status = 'available')",
-                self.driver.ready_index()
+                 WHERE status = 'complete' AND id > ? AND id <= ? AND {}",
+                item_exists(self.driver, "i.status = 'available'", "feed_partitions.id")
             ),
             vec![after.into(), end.into()],
         )
