@@ -15,6 +15,7 @@ conformance!(
     a_result_is_stored_once,
     stale_writers_are_refused_one_by_one,
     a_batch_is_fenced_row_by_row,
+    a_batch_from_two_sessions_is_fenced_by_each,
     a_batch_of_one_write_is_stored_whole,
     a_batch_of_mixed_writes_is_stored_whole,
     a_long_batch_of_one_write_is_stored_whole,
@@ -102,10 +103,15 @@ async fn write(k: &Kit, acks: &[Ack]) -> Vec<Written> {
 
 /// What the scene's rows must be after its acks were written.
 async fn scene_after(k: &Kit) {
+    scene_after_but_d(k).await;
+    assert_eq!(k.item_row("d").await, ("available".into(), 0, 0, 0));
+}
+
+/// The scene's rows of `p` after its acks were written.
+async fn scene_after_but_d(k: &Kit) {
     assert_eq!(k.item_row("a").await, ("complete".into(), 0, 1, 0));
     assert_eq!(k.item_row("b").await, ("available".into(), 0, 5, 0));
     assert_eq!(k.item_row("c").await, ("available".into(), 0, 0, 2));
-    assert_eq!(k.item_row("d").await, ("available".into(), 0, 0, 0));
     assert_eq!(k.item_row("e").await, ("complete".into(), 0, 1, 0));
 }
 
@@ -139,6 +145,24 @@ async fn a_batch_is_fenced_row_by_row(k: Kit) {
     use Written::{Stale, Yes};
     assert_eq!(got, vec![Yes, Stale, Stale, Stale, Yes]);
     scene_after(&k).await;
+}
+
+/// Results that two sessions delivered in one batch (a session registered
+/// again, with results of the old one still queued): each row is fenced
+/// on its own session and answered in its place.
+async fn a_batch_from_two_sessions_is_fenced_by_each(k: Kit) {
+    let mut acks = scene(&k).await;
+    // d (of q, held by s2) delivered by s2 passes; f (of p, held by s1)
+    // delivered by s2 does not.
+    k.item("f", "p", 0, "available").await;
+    acks[3].session = "s2".into();
+    acks.insert(1, done("f", "p", "s2", 0, 0));
+    let got = write(&k, &acks).await;
+    use Written::{Stale, Yes};
+    assert_eq!(got, vec![Yes, Stale, Stale, Stale, Yes, Yes]);
+    assert_eq!(k.item_row("d").await, ("complete".into(), 0, 1, 0));
+    assert_eq!(k.item_row("f").await, ("available".into(), 0, 0, 0));
+    scene_after_but_d(&k).await;
 }
 
 /// Session `s1` holding `p` with available items `ids`, and `q` with `y`.
