@@ -1,21 +1,26 @@
-//! The circuit breaker for handler outages that still answer: a 5xx, a
-//! timeout, a broken connection. Connection refused already holds dispatch
-//! off without counting attempts (the dispatch loop's `Outage`); a handler
-//! behind a load balancer answering 503 for ten minutes would otherwise
-//! burn every item's attempts and fail them.
+//! The circuit breaker for handler outages that still answer: a 502, 503
+//! or 504, a timeout, a broken connection. Connection refused already
+//! holds dispatch off without counting attempts (the dispatch loop's
+//! `Outage`); a handler behind a load balancer answering 503 for ten
+//! minutes would otherwise burn every item's attempts and fail them.
 //!
-//! The breaker keeps the last `calls` handler calls' results. Once at
-//! least half of that window has been seen and the share of outage
-//! failures in it reaches `ratio`, it opens: from then on an outage
-//! failure counts no attempt and is reported as "unreachable", which makes
-//! dispatch hold off and probe with one call at a time (with a growing
-//! hold-off, as for connection refused). The first call started after it
-//! opened that gets a real answer closes it: an answer to a call made
-//! before the outage says nothing about the handler now (on a busy
+//! The breaker keeps the last `calls` handler calls' results, each failure
+//! with the item it was for. It opens when at least half of that window
+//! has been seen and the items that failed as an outage in it, each
+//! counted once however often it failed, make up `ratio` of its calls.
+//! One item that times out or resets the connection again and again is
+//! evidence against that item, not the handler: it uses up its attempts
+//! and fails instead of holding every partition off.
+//! While the breaker is open an outage failure counts no attempt and is
+//! reported as "unreachable", which makes dispatch hold off and probe with
+//! one call at a time (with a growing hold-off, as for connection refused).
+//! The first call started after it opened that gets a real answer (any
+//! status but 502-504, a body included) closes it: an answer to a call
+//! made before the outage says nothing about the handler now (on a busy
 //! machine such answers are taken in late, and each one closing the
 //! breaker burned another round of attempts).
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::sync::Mutex;
 use std::time::Instant;
 
@@ -52,8 +57,9 @@ pub(crate) struct Breaker {
 
 #[derive(Debug, Default)]
 struct State {
-    /// The last calls' results, oldest first: true = an outage failure.
-    window: VecDeque<bool>,
+    /// The last calls' results, oldest first: the item an outage failure
+    /// was for (a batch's first item), None for an answer.
+    window: VecDeque<Option<String>>,
     /// When it opened; None while it is closed.
     opened: Option<Instant>,
 }
@@ -67,9 +73,10 @@ impl Breaker {
         }
     }
 
-    /// Records the result of one call, made at `started`: `outage` when it
-    /// failed as an outage does (a 5xx, a timeout, a broken connection).
-    pub(crate) fn record(&self, outage: bool, started: Instant) -> Turn {
+    /// Records the result of one call, made at `started`: `failed` names
+    /// the item when the call failed as an outage does (a 502-504, a
+    /// timeout, a broken connection).
+    pub(crate) fn record(&self, failed: Option<&str>, started: Instant) -> Turn {
         if self.calls == 0 {
             return Turn::Stays { open: false };
         }
@@ -78,22 +85,22 @@ impl Breaker {
         if s.opened.is_some_and(|at| started < at) {
             return Turn::Stays { open };
         }
-        if !outage && open {
+        if failed.is_none() && open {
             s.opened = None;
             s.window.clear();
-            s.window.push_back(false);
+            s.window.push_back(None);
             return Turn::Closed;
         }
-        s.window.push_back(outage);
+        s.window.push_back(failed.map(str::to_owned));
         if s.window.len() > self.calls {
             s.window.pop_front();
         }
-        if open || !outage {
+        if open || failed.is_none() {
             return Turn::Stays { open };
         }
-        let failed = s.window.iter().filter(|f| **f).count();
+        let items = s.window.iter().flatten().collect::<HashSet<_>>().len();
         let seen = s.window.len();
-        if seen * 2 >= self.calls && failed as f64 >= self.ratio * seen as f64 {
+        if seen * 2 >= self.calls && items as f64 >= self.ratio * seen as f64 {
             s.opened = Some(Instant::now());
             return Turn::Opened;
         }
@@ -105,10 +112,17 @@ impl Breaker {
 mod tests {
     use super::*;
 
+    /// Records a call: a failure of a new item each time, or an answer.
+    fn record(b: &Breaker, outage: bool) -> Turn {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let item = format!("i{}", NEXT.fetch_add(1, Ordering::Relaxed));
+        b.record(outage.then_some(item.as_str()), Instant::now())
+    }
+
     #[test]
     fn opens_on_a_share_of_failures_and_closes_on_an_answer() {
         let b = Breaker::new(20, 0.5);
-        let record = |b: &Breaker, outage| b.record(outage, Instant::now());
         // Half a window of failures opens it; not fewer.
         for _ in 0..9 {
             assert_eq!(record(&b, true), Turn::Stays { open: false });
@@ -139,10 +153,29 @@ mod tests {
         let b = Breaker::new(20, 0.5);
         let before = Instant::now();
         for _ in 0..9 {
-            b.record(true, Instant::now());
+            record(&b, true);
         }
-        assert_eq!(b.record(true, Instant::now()), Turn::Opened);
-        assert_eq!(b.record(false, before), Turn::Stays { open: true });
-        assert_eq!(b.record(false, Instant::now()), Turn::Closed);
+        assert_eq!(record(&b, true), Turn::Opened);
+        assert_eq!(b.record(None, before), Turn::Stays { open: true });
+        assert_eq!(b.record(None, Instant::now()), Turn::Closed);
+    }
+
+    #[test]
+    fn a_few_items_failing_again_and_again_do_not_open_it() {
+        // Nine poison items alone at the end of the work: however many
+        // times they fail, they are nine items of a window of 20, not an
+        // outage.
+        let b = Breaker::new(20, 0.5);
+        for _ in 0..20 {
+            assert_eq!(record(&b, false), Turn::Stays { open: false });
+        }
+        for round in 0..10 {
+            for item in 0..9 {
+                let turn = b.record(Some(&format!("poison-{item}")), Instant::now());
+                assert_eq!(turn, Turn::Stays { open: false }, "round {round}");
+            }
+        }
+        // A tenth item that fails makes half the window: it opens.
+        assert_eq!(b.record(Some("poison-9"), Instant::now()), Turn::Opened);
     }
 }

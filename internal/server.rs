@@ -28,6 +28,29 @@ pub struct Health {
     pub handler: AtomicBool,
     /// The circuit breaker is open: most calls failed as an outage.
     pub breaker_open: AtomicBool,
+    /// Why dispatch holds off, while it does: written with each heartbeat
+    /// so that `status` and the console show it.
+    pub hold: std::sync::Mutex<Option<Hold>>,
+}
+
+/// Why dispatch holds off (the handler unreachable, the breaker open), and since when.
+#[derive(Clone, Debug)]
+pub struct Hold {
+    /// The handler's URL (credentials redacted) and the last error.
+    pub reason: String,
+    /// When it began.
+    pub since: std::time::Instant,
+}
+
+impl Health {
+    /// Why dispatch holds off now; None when it does not.
+    pub fn hold(&self) -> Option<Hold> {
+        self.hold.lock().expect("hold lock").clone()
+    }
+
+    pub(crate) fn set_hold(&self, hold: Option<Hold>) {
+        *self.hold.lock().expect("hold lock") = hold;
+    }
 }
 
 #[derive(Clone)]
@@ -63,7 +86,8 @@ async fn readyz(State(s): State<AppState>) -> impl IntoResponse {
     let handler = s.health.handler.load(Ordering::Relaxed);
     let open = s.health.breaker_open.load(Ordering::Relaxed);
     let breaker = if open { "open" } else { "closed" };
-    let body = serde_json::json!({"database": db, "session": session, "handler": handler, "breaker": breaker});
+    let held = s.health.hold().map(|h| h.reason);
+    let body = serde_json::json!({"database": db, "session": session, "handler": handler, "breaker": breaker, "held": held});
     let code = if db && session && handler && !open {
         StatusCode::OK
     } else {

@@ -86,8 +86,12 @@ pub async fn keep(keeper: Keeper, cancel: CancellationToken) {
         }
         let id = session.id();
         let limit = beat_limit(&config);
+        let hold = health.hold();
+        let held = hold
+            .as_ref()
+            .map(|h| (h.reason.as_str(), h.since.elapsed()));
         let beat = store
-            .within(limit, store.heartbeat(&id, send_rate.get()))
+            .within(limit, store.heartbeat(&id, send_rate.get(), held))
             .await;
         match beat {
             Ok(true) => {

@@ -130,6 +130,36 @@ pub async fn status(a: StatusArgs) -> anyhow::Result<()> {
         }
         println!("{t}");
     }
+    if !s.retrying_items.is_empty() {
+        let mut t = table([
+            "waiting to retry",
+            "partition",
+            "gate",
+            "attempts",
+            "last error",
+        ]);
+        for f in s.retrying_items.iter().take(RETRYING_SHOWN) {
+            t.add_row([
+                clean(&f.id),
+                clean(&f.partition_id),
+                f.gate.to_string(),
+                f.attempts.to_string(),
+                clean(f.last_error.as_deref().unwrap_or_default()),
+            ]);
+        }
+        println!("{t}");
+        if s.retrying_items.len() > RETRYING_SHOWN {
+            println!(
+                "showing {RETRYING_SHOWN} of {}{} items waiting to retry (--json lists up to {LIST_LIMIT})",
+                s.retrying_items.len(),
+                if s.retrying_items.len() >= LIST_LIMIT {
+                    "+"
+                } else {
+                    ""
+                }
+            );
+        }
+    }
     if s.events_pending > 0 || s.events_failed > 0 {
         println!(
             "events      pending: {}  failed: {}{}",
@@ -170,8 +200,22 @@ pub async fn status(a: StatusArgs) -> anyhow::Result<()> {
     } else {
         println!("{t}");
     }
+    for p in &s.processors {
+        if let (Some(why), Some(since)) = (&p.held_reason, p.held_since) {
+            let held = (p.heartbeat_at - since + p.heartbeat_age_ms).max(0) as u64;
+            println!(
+                "processor {} holds dispatch off (for {}, no attempts counted): {}",
+                clean(&p.id),
+                humantime::format_duration(Duration::from_secs(held / 1000)),
+                clean(why)
+            );
+        }
+    }
     Ok(())
 }
+
+/// Items waiting to retry that the tables show.
+const RETRYING_SHOWN: usize = 20;
 
 pub async fn health(a: HealthArgs) -> anyhow::Result<()> {
     let client = reqwest::Client::builder()

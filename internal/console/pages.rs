@@ -137,6 +137,14 @@ async fn partition(
             ..Default::default()
         };
         let failed = s.items(&id, &failed).await?.data;
+        let retrying = s
+            .retrying_items(&[p.id.clone()], FAILED_FIRST as usize)
+            .await?;
+        let processors = s.processors().await?;
+        let held: Vec<_> = processors
+            .into_iter()
+            .filter(|s| p.owner.as_deref() == Some(s.id.as_str()))
+            .collect();
         let all = ItemFilter {
             status: q.status.clone().filter(|s| !s.is_empty()),
             after: q.after.clone().filter(|s| !s.is_empty()),
@@ -147,8 +155,12 @@ async fn partition(
         Ok::<_, crate::Error>(views::partition(
             &p,
             &viewer,
-            &failed,
-            &items,
+            views::Lists {
+                failed: &failed,
+                retrying: &retrying,
+                items: &items,
+                owner: &held,
+            },
             done_message(q.done.as_deref()),
         ))
     }

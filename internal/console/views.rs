@@ -183,8 +183,25 @@ pub fn overview(o: &Overview) -> Markup {
     }
 }
 
+/// A banner per processor whose dispatch holds off (the handler not
+/// there, the circuit breaker open): why, and since when.
+pub fn held_banner(list: &[ProcessorStatus]) -> Markup {
+    html! {
+        @for p in list {
+            @if let (Some(why), Some(since)) = (&p.held_reason, p.held_since) {
+                div.banner.held role="alert" data-id=(p.id) {
+                    strong { "Dispatch holds off" }
+                    " on processor " code { (cut(&p.id, 8)) } " since " (time(since))
+                    " (no attempts are counted): " (why)
+                }
+            }
+        }
+    }
+}
+
 pub fn processors(list: &[ProcessorStatus]) -> Markup {
     html! {
+        (held_banner(list))
         @if list.is_empty() { p.muted { "No live processors." } } @else {
             table {
                 thead { tr { th { "session" } th { "host" } th { "pid" } th { "version" } th { "partitions held" } th { "heartbeat age" } th title="the rate it holds itself to after the handler answered 429 (too many requests)" { "send rate" } } }
@@ -260,17 +277,30 @@ pub fn action(viewer: &Viewer, path: &str, label: &str, gate: Option<i64>) -> Ma
     }
 }
 
-pub fn partition(
-    p: &PartitionView,
-    viewer: &Viewer,
-    failed: &[ItemView],
-    items: &Page<ItemView>,
-    done: &str,
-) -> Markup {
+/// The item lists of a partition's page, and its owner's session.
+pub struct Lists<'a> {
+    /// Its failed items first.
+    pub failed: &'a [ItemView],
+    /// Its items waiting to retry after a failed attempt.
+    pub retrying: &'a [ItemView],
+    /// A page of all its items.
+    pub items: &'a Page<ItemView>,
+    /// The session that holds it (none when it is not held).
+    pub owner: &'a [ProcessorStatus],
+}
+
+pub fn partition(p: &PartitionView, viewer: &Viewer, lists: Lists<'_>, done: &str) -> Markup {
     let base = format!("/partitions/{}", enc(&p.id));
+    let Lists {
+        failed,
+        retrying,
+        items,
+        owner,
+    } = lists;
     html! {
         @if !done.is_empty() { p.flash { (done) } }
         div #live {
+            (held_banner(owner))
             dl.facts {
                 dt { "status" } dd #status { (status_badge(&p.status, p.paused)) }
                 dt { "gate" } dd #gate { (p.gate) }
@@ -313,6 +343,10 @@ pub fn partition(
             @if !failed.is_empty() {
                 h2 { "Failed items" }
                 (item_table(failed, viewer))
+            }
+            @if !retrying.is_empty() {
+                h2 #retrying { "Waiting to retry" }
+                (item_table(retrying, viewer))
             }
             h2 { "Items" }
             (item_table(&items.data, viewer))

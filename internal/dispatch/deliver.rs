@@ -30,8 +30,13 @@ pub(super) enum Delivery {
     /// gate) was written, or none was (rejected as stale, the session
     /// lost). Its partition's next refill reads from its first ready item.
     Again(Duration),
-    /// The handler could not be reached; nothing was written.
-    Unreachable,
+    /// The handler could not be reached (why); nothing was written.
+    Unreachable(String),
+    /// The handler still looks away (the breaker is open) but this
+    /// probe's failure was counted as an attempt (the item was probed
+    /// before in this outage): the outage goes on, and the item may be
+    /// ready again after the wait (None: it failed for good).
+    Away(Option<Duration>, String),
     /// The result could not be stored at all (the database is unreachable,
     /// or refused even the failed attempt): the item cools down here for a
     /// backoff before it may be fetched again.
@@ -43,13 +48,16 @@ pub(super) type Answered = mpsc::UnboundedSender<tokio::task::Id>;
 
 /// Calls the handler for `items` (one request; a batch when `--batch-size`
 /// is above 1), reports the answer on `answered`, then writes each item's
-/// fenced result. Runs as its own task.
+/// fenced result. `counted`: its failures count attempts even while the
+/// circuit breaker is open (a probe of an item already probed in this
+/// outage). Runs as its own task.
 pub(super) async fn deliver(
     ctx: &Context,
     me: &SessionId,
     items: Vec<ReadyItem>,
     permit: Option<Permit>,
     answered: &Answered,
+    counted: bool,
 ) -> Vec<(ItemId, Delivery)> {
     let span = match items.as_slice() {
         [one] => item_span(&one.fence),
@@ -95,19 +103,30 @@ pub(super) async fn deliver(
             let failed = Outcome::retry(message);
             outcomes = vec![failed; fences.len()];
         }
-        let outcomes = breaker(ctx, outcomes, started);
+        let first = fences.first().map_or("", |f| f.id.as_str());
+        let (outcomes, away) = breaker(ctx, outcomes, started, first, counted);
         let policy = Policy::from(&ctx.config);
         let mut each = fences.into_iter().zip(outcomes).map(|(fence, outcome)| {
             let span = (!single).then(|| item_span(&fence));
             let id = fence.id.clone();
             let done = async move {
-                match policy.decide(&fence, outcome) {
-                    Some((write, label)) => record(ctx, me, fence, write, label).await,
-                    None => {
+                let why = match outcome {
+                    Outcome::Unreachable { message } => {
                         ctx.metrics.handler_unreachable.inc();
-                        tracing::debug!("handler unreachable");
-                        Delivery::Unreachable
+                        tracing::debug!(error = %message, "handler unreachable");
+                        return Delivery::Unreachable(message);
                     }
+                    Outcome::Failed { ref message, .. } if away => message.clone(),
+                    _ => String::new(),
+                };
+                let delivery = match policy.decide(&fence, outcome) {
+                    Some((write, label)) => record(ctx, me, fence, write, label).await,
+                    None => Delivery::Unreachable("handler unreachable".into()),
+                };
+                match delivery {
+                    Delivery::Again(wait) if away => Delivery::Away(Some(wait), why),
+                    Delivery::Finished if away => Delivery::Away(None, why),
+                    other => other,
                 }
             };
             async move {
@@ -142,20 +161,37 @@ fn throttle(ctx: &Context, outcomes: &[Outcome]) {
         .set(rate.map_or(0, |r| r.round() as i64));
 }
 
-/// Feeds the result of the call made at `started` to the circuit breaker
-/// (an outage when every item of the call failed as one) and, while it is
-/// open, turns outage failures into "unreachable": no attempt is counted,
-/// and dispatch holds off and probes.
-fn breaker(ctx: &Context, outcomes: Vec<Outcome>, started: std::time::Instant) -> Vec<Outcome> {
+/// Feeds the result of the call made at `started` (for items `first`
+/// on) to the circuit breaker: an outage failure when every item of the
+/// call failed as one, nothing when the handler was not reached at all
+/// (the loop's hold-off deals with that). While the breaker is open,
+/// outage failures become "unreachable": no attempt is counted, and
+/// dispatch holds off and probes; unless `counted` (the same item probed
+/// again), so that an item that fails alone is not probed for ever: then
+/// they stay attempts, and the second value is true (the handler still
+/// looks away).
+fn breaker(
+    ctx: &Context,
+    outcomes: Vec<Outcome>,
+    started: std::time::Instant,
+    first: &str,
+    counted: bool,
+) -> (Vec<Outcome>, bool) {
+    if outcomes
+        .iter()
+        .any(|o| matches!(o, Outcome::Unreachable { .. }))
+    {
+        return (outcomes, false);
+    }
     let outage = outcomes.iter().all(Outcome::is_outage);
-    let turn = ctx.breaker.record(outage, started);
+    let turn = ctx.breaker.record(outage.then_some(first), started);
     match turn {
         Turn::Opened => {
             ctx.metrics.breaker_open.set(1);
             ctx.metrics.breaker_trips.inc();
             ctx.health.breaker_open.store(true, Ordering::Relaxed);
             tracing::warn!(
-                "circuit breaker open: most handler calls fail with 5xx or time out; dispatch holds off and probes (no attempts are counted)"
+                "circuit breaker open: most handler calls, for many items, fail with 502-504 or time out; dispatch holds off and probes (no attempts are counted)"
             );
         }
         Turn::Closed => {
@@ -166,9 +202,12 @@ fn breaker(ctx: &Context, outcomes: Vec<Outcome>, started: std::time::Instant) -
         Turn::Stays { .. } => {}
     }
     if !turn.open() {
-        return outcomes;
+        return (outcomes, false);
     }
-    outcomes
+    if counted {
+        return (outcomes, outage);
+    }
+    let outcomes = outcomes
         .into_iter()
         .map(|o| match o {
             Outcome::Failed {
@@ -178,7 +217,8 @@ fn breaker(ctx: &Context, outcomes: Vec<Outcome>, started: std::time::Instant) -
             } => Outcome::unreachable(format!("circuit breaker open: {message}")),
             other => other,
         })
-        .collect()
+        .collect();
+    (outcomes, false)
 }
 
 /// The 1-based attempt a delivery of this item is.

@@ -381,6 +381,10 @@ impl Dispatcher {
             gate.demand();
         }
         let binds = gate.binds();
+        let probing = self.outage.until.is_some();
+        if probing {
+            self.outage.prefer(&mut self.buffer);
+        }
         for _ in 0..calls {
             let n = self.buffer.len().min(per_call).min(room);
             if n == 0 {
@@ -408,12 +412,10 @@ impl Dispatcher {
             } else {
                 self.buffer.drain(..n).collect()
             };
-            if self.outage.until.is_some() {
-                self.outage.probe = Some(items[0].fence.id.clone());
-            }
+            let counted = probing && self.outage.probing(&items[0].fence.id);
             room -= items.len();
             let permit = gate.permit();
-            self.start(items, permit);
+            self.start(items, permit, counted);
         }
         drop(gate);
         // Keep a round of calls buffered ahead: the refill runs beside the
@@ -468,8 +470,9 @@ impl Dispatcher {
     }
 
     /// Starts one handler call for `items` (a batch, or one item); the
-    /// permit holds their tenants' in-flight slots until it answers.
-    fn start(&mut self, items: Vec<ReadyItem>, permit: Option<Permit>) {
+    /// permit holds their tenants' in-flight slots until it answers;
+    /// `counted`: its failures count attempts even while the breaker is open.
+    fn start(&mut self, items: Vec<ReadyItem>, permit: Option<Permit>, counted: bool) {
         let ids: Vec<ItemId> = items.iter().map(|i| i.fence.id.clone()).collect();
         for item in &items {
             self.in_flight
@@ -482,7 +485,7 @@ impl Dispatcher {
         // Boxed: the delivery's state machine is kilobytes, and a task's
         // future is moved several times on its way into the scheduler.
         let task = self.tasks.spawn(Box::pin(async move {
-            deliver(&ctx, &me, items, permit, &answered).await
+            deliver(&ctx, &me, items, permit, &answered, counted).await
         }));
         self.calling.insert(task.id());
         self.task_items.insert(task.id(), ids);
@@ -525,7 +528,8 @@ impl Dispatcher {
                 Delivery::Finished => None,
                 Delivery::Again(wait) => Some(*wait),
                 Delivery::Unwritten(cool) => Some(*cool),
-                Delivery::Unreachable => Some(Duration::ZERO),
+                Delivery::Unreachable(_) => Some(Duration::ZERO),
+                Delivery::Away(wait, _) => *wait,
             };
             if let Some(wait) = wait {
                 let refilling = self.refilling.is_some();
@@ -533,16 +537,18 @@ impl Dispatcher {
                     .again(&fence.partition_id, wait, Instant::now(), refilling);
             }
             match delivery {
-                Delivery::Unreachable => {
+                Delivery::Unreachable(why) | Delivery::Away(_, why) => {
                     health.store(false, Ordering::Relaxed);
-                    if self.outage.unreachable(&id, Instant::now()) {
-                        tracing::warn!(hold_off = ?self.outage.delay, "handler unreachable: dispatch holds off (no attempts are counted)");
-                    }
+                    self.held_off(&id, why);
                 }
                 Delivery::Finished | Delivery::Again(_) => {
                     health.store(true, Ordering::Relaxed);
-                    if self.outage.reachable() {
-                        tracing::info!("handler reachable again: resuming dispatch");
+                    if let Some(since) = self.outage.since
+                        && self.outage.reachable()
+                    {
+                        ctx.health.set_hold(None);
+                        let held = Duration::from_secs(since.elapsed().as_secs());
+                        tracing::info!(held_off = %humantime::format_duration(held), "handler reachable again: resuming dispatch");
                     }
                 }
                 Delivery::Unwritten(cool) => {
@@ -552,6 +558,30 @@ impl Dispatcher {
             }
         }
         self.ctx.metrics.in_flight.set(self.in_flight.len() as i64);
+    }
+
+    /// Takes in a delivery that did not reach the handler (`why`): dispatch
+    /// holds off, `status` shows why, and the log says so when it begins
+    /// and again every [`outage::WARN_EVERY`] while it lasts.
+    fn held_off(&mut self, item: &ItemId, why: &str) {
+        let now = Instant::now();
+        self.outage.unreachable(item, why, now);
+        let since = self.outage.since.unwrap_or(now);
+        let url = crate::store::redact(&self.ctx.config.handler_url);
+        self.ctx.health.set_hold(Some(crate::server::Hold {
+            reason: format!("handler at {url}: {why}"),
+            since: since.into_std(),
+        }));
+        if self.outage.warn_due(now) {
+            let held = Duration::from_secs(now.duration_since(since).as_secs());
+            tracing::warn!(
+                handler = %url,
+                error = %why,
+                held_off = %humantime::format_duration(held),
+                next_probe_in = ?self.outage.delay,
+                "dispatch holds off: the handler is not there (no attempts are counted); probing with one item"
+            );
+        }
     }
 
     /// Logs a delivery task that did not return; None = it panicked (the

@@ -251,7 +251,7 @@ fn error_answer(status: StatusCode, a: &Answer, retry_after: Option<Duration>) -
         message: format!("handler error (HTTP {}): {}", status.as_u16(), message),
         retry: retryable(status) && !no_retry,
         retry_after,
-        outage: status.is_server_error(),
+        outage: away(status),
         throttled: throttled(status, retry_after),
     })
 }
@@ -274,9 +274,17 @@ fn status_failed(status: StatusCode, body: &[u8], retry_after: Option<Duration>)
         ),
         retry,
         retry_after,
-        outage: status.is_server_error(),
+        outage: away(status),
         throttled: throttled(status, retry_after),
     }
+}
+
+/// Whether a status says "the handler is not there" rather than "the
+/// handler failed this item": 502, 503 and 504 come from a proxy or a
+/// service that is down or deploying. A 500 (or any other status) is the
+/// handler's own answer, an attempt like any other.
+fn away(status: StatusCode) -> bool {
+    matches!(status.as_u16(), 502..=504)
 }
 
 /// Whether a status says "too many": 429, or 503 with `Retry-After`.

@@ -32,14 +32,22 @@ impl Store {
     }
 
     /// Heartbeats a session, recording the rate it holds itself to after
-    /// throttle answers (0: none); false when the row is gone (the session
+    /// throttle answers (0: none) and why its dispatch holds off, for how
+    /// long (None: it does not); false when the row is gone (the session
     /// was declared dead and every lease it had is lost).
-    pub(crate) async fn heartbeat(&self, id: &SessionId, send_rate: i64) -> Result<bool> {
+    pub(crate) async fn heartbeat(
+        &self,
+        id: &SessionId,
+        send_rate: i64,
+        held: Option<(&str, Duration)>,
+    ) -> Result<bool> {
         let rate = (send_rate > 0).then_some(send_rate as f64);
+        let (reason, held_for) = held.map_or((None, None), |(r, d)| (Some(r), Some(ms(d))));
         let n = self
             .exec(
-                "UPDATE feed_processors SET heartbeat_at = {now}, send_rate = ? WHERE id = ?",
-                vec![rate.into(), id.into()],
+                "UPDATE feed_processors SET heartbeat_at = {now}, send_rate = ?, \
+                 held_reason = ?, held_since = {now} - ? WHERE id = ?",
+                vec![rate.into(), reason.into(), held_for.into(), id.into()],
             )
             .await?;
         Ok(n == 1)

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use sea_orm::{FromQueryResult, Value};
 use serde::Serialize;
 
+use super::driver::marks;
 use super::listing::{ItemView, PARTITION_COLUMNS, PartitionView, partition_row};
 use super::{Store, get};
 use crate::{Result, validate};
@@ -22,6 +23,10 @@ pub struct Status {
     pub partitions: Vec<PartitionView>,
     /// Failed items with their attempts and last error, at most [`LIST_LIMIT`].
     pub failed_items: Vec<ItemView>,
+    /// Items of the partitions listed that failed an attempt and wait to
+    /// be tried again (`available`, attempts above 0), with their last
+    /// error, at most [`LIST_LIMIT`].
+    pub retrying_items: Vec<ItemView>,
     /// Live and not yet reaped processor sessions.
     pub processors: Vec<ProcessorStatus>,
     /// Completion events waiting to be delivered (of the partition asked,
@@ -57,6 +62,12 @@ pub struct ProcessorStatus {
     /// Items per second it holds itself to after the handler answered
     /// "too many" (429, or 503 with `Retry-After`); None = not held back.
     pub send_rate: Option<f64>,
+    /// Why its dispatch holds off (the handler not there, the circuit
+    /// breaker open: the handler's URL and the last error); None = it
+    /// dispatches.
+    pub held_reason: Option<String>,
+    /// Since when its dispatch holds off (epoch ms, database clock).
+    pub held_since: Option<i64>,
 }
 
 /// Rows of one status with their count (`status, COUNT(*) AS n`).
@@ -118,12 +129,14 @@ impl Store {
                 values,
             )
             .await?;
+        let retrying_items = self.retrying_items(&ids, LIST_LIMIT).await?;
         let processors = self.processors().await?;
         let (events_pending, events_failed) = self.event_backlog(partition).await?;
         Ok(Status {
             partitions_by_status,
             partitions,
             failed_items,
+            retrying_items,
             processors,
             events_pending,
             events_failed,
@@ -132,11 +145,32 @@ impl Store {
 }
 
 impl Store {
+    /// Up to `limit` items of `partitions` waiting to retry after a failed
+    /// attempt, with their last error (read through the ready index, one
+    /// partition's available items at a time, as the item counts are).
+    pub async fn retrying_items(
+        &self,
+        partitions: &[String],
+        limit: usize,
+    ) -> Result<Vec<ItemView>> {
+        if partitions.is_empty() {
+            return Ok(Vec::new());
+        }
+        let filter = format!(
+            " WHERE i.partition_id IN ({}) AND i.status = 'available' AND i.attempts > 0 \
+             ORDER BY i.partition_id, i.id LIMIT {limit}",
+            marks(partitions.len())
+        );
+        let values = partitions.iter().map(|p| Value::from(p.as_str())).collect();
+        self.item_views(&filter, values).await
+    }
+
     /// Processor sessions (live and not yet reaped) with the partitions each holds.
     pub async fn processors(&self) -> Result<Vec<ProcessorStatus>> {
         self
             .query(
                 "SELECT s.id, s.hostname, s.pid, s.software_version, s.started_at, s.heartbeat_at, s.send_rate, \
+                 s.held_reason, s.held_since, \
                  {now} - s.heartbeat_at AS age, \
                  (SELECT COUNT(*) FROM feed_partitions p WHERE p.owner = s.id AND p.status = 'available') AS n \
                  FROM feed_processors s ORDER BY s.started_at",

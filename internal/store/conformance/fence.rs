@@ -22,6 +22,7 @@ conformance!(
     a_result_names_the_partition_it_was_delivered_from,
     a_failed_attempt_keeps_the_version,
     an_expired_session_writes_nothing,
+    a_heartbeat_records_why_dispatch_holds_off,
     a_refused_row_costs_only_itself,
 );
 
@@ -277,9 +278,29 @@ async fn an_expired_session_writes_nothing(k: Kit) {
     let w = write(&k, std::slice::from_ref(&ack)).await;
     assert_eq!(w, vec![Written::Stale]);
     assert_eq!(k.item_row("x").await, ("available".into(), 0, 0, 0));
-    assert!(k.store.heartbeat(&"s1".into(), 0).await.unwrap());
+    assert!(k.store.heartbeat(&"s1".into(), 0, None).await.unwrap());
     let w = write(&k, &[ack]).await;
     assert_eq!(w, vec![Written::Yes]);
+}
+
+/// A heartbeat records why the processor's dispatch holds off and since
+/// when (by the database clock), and clears both once it dispatches again.
+async fn a_heartbeat_records_why_dispatch_holds_off(k: Kit) {
+    k.session("s1").await;
+    let why = "handler at http://127.0.0.1:9/feed: connection refused";
+    let held = Some((why, Duration::from_secs(90)));
+    assert!(k.store.heartbeat(&"s1".into(), 0, held).await.unwrap());
+    let p = k.store.processors().await.unwrap();
+    assert_eq!(p[0].held_reason.as_deref(), Some(why));
+    let since = p[0].held_since.expect("held_since is set");
+    let ago = p[0].heartbeat_at - since;
+    assert!(
+        (89_000..=91_000).contains(&ago),
+        "held since {ago} ms before the heartbeat"
+    );
+    assert!(k.store.heartbeat(&"s1".into(), 0, None).await.unwrap());
+    let p = k.store.processors().await.unwrap();
+    assert_eq!((p[0].held_reason.as_deref(), p[0].held_since), (None, None));
 }
 
 /// A row the database refuses (here a trigger the test installs) is

@@ -1,0 +1,32 @@
+//! `feed_processors.held_reason` and `held_since`: why a processor's
+//! dispatch holds off (the handler not there, the circuit breaker open)
+//! and since when (epoch ms, database clock), NULL while it dispatches.
+//! Written with each heartbeat, so that `processor status`, the API and
+//! the console say what a processor that sends nothing is waiting for.
+
+use sea_orm_migration::prelude::*;
+
+#[derive(DeriveMigrationName)]
+pub struct Migration;
+
+const COLUMNS: [(&str, &str, &str); 2] = [
+    ("feed_processors", "held_reason", "TEXT NULL"),
+    ("feed_processors", "held_since", "BIGINT NULL"),
+];
+
+#[async_trait::async_trait]
+impl MigrationTrait for Migration {
+    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        for (table, column, definition) in COLUMNS {
+            crate::add_column(manager, table, column, definition).await?;
+        }
+        Ok(())
+    }
+
+    async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        for (table, column, _) in COLUMNS {
+            crate::drop_column(manager, table, column).await?;
+        }
+        Ok(())
+    }
+}
