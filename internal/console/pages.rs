@@ -138,7 +138,7 @@ async fn partition(
         };
         let failed = s.items(&id, &failed).await?.data;
         let retrying = s
-            .retrying_items(&[p.id.clone()], FAILED_FIRST as usize)
+            .retrying_items(std::slice::from_ref(&p.id), FAILED_FIRST as usize)
             .await?;
         let processors = s.processors().await?;
         let held: Vec<_> = processors
