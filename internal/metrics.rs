@@ -95,6 +95,9 @@ metrics! {
     /// The adaptive rate after throttle answers; 0 = not limited.
     adaptive_rate: Gauge = Gauge::default(), "adaptive_rate",
         "Items per second this processor sends at after throttle answers (0 = not limited)";
+    /// Since when dispatch holds off (Unix seconds); 0 while it dispatches.
+    held_off_since: Gauge = Gauge::default(), "held_off_since_seconds",
+        "Unix time since which dispatch holds off (handler not there, breaker open); 0 while it dispatches";
     /// Times the circuit breaker opened.
     breaker_trips: Counter = Counter::default(), "breaker_trips",
         "Times the circuit breaker opened";

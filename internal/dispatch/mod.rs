@@ -547,6 +547,7 @@ impl Dispatcher {
                         && self.outage.reachable()
                     {
                         ctx.health.set_hold(None);
+                        ctx.metrics.held_off_since.set(0);
                         let held = Duration::from_secs(since.elapsed().as_secs());
                         tracing::info!(held_off = %humantime::format_duration(held), "handler reachable again: resuming dispatch");
                     }
@@ -572,6 +573,10 @@ impl Dispatcher {
             reason: format!("handler at {url}: {why}"),
             since: since.into_std(),
         }));
+        if self.ctx.metrics.held_off_since.get() == 0 {
+            let began = crate::handler::unix_now() - now.duration_since(since).as_secs() as i64;
+            self.ctx.metrics.held_off_since.set(began);
+        }
         if self.outage.warn_due(now) {
             let held = Duration::from_secs(now.duration_since(since).as_secs());
             tracing::warn!(

@@ -270,6 +270,26 @@ async fn pages_render_without_javascript() {
     b.goto(&format!("{base}/")).await;
     b.wait_text("#count-available", "1").await;
     b.wait_text("#count-events-failed", "1").await;
+    // A processor whose dispatch holds off, holding the partition, and an
+    // item of it waiting to retry: the overview and the partition's page
+    // say why, and list the item with its last error.
+    db.sql(
+        "INSERT INTO feed_processors (id, hostname, pid, software_version, started_at, heartbeat_at, held_reason, held_since) \
+         VALUES ('held-proc', 'h', 1, 'v', 0, 0, 'handler at http://127.0.0.1:9/feed: connection refused', 1)",
+    )
+    .await;
+    db.sql("UPDATE feed_partitions SET owner = 'held-proc' WHERE id = 'quiet'")
+        .await;
+    db.sql("UPDATE feed_items SET attempts = 1, last_error = 'page 3 is blank' WHERE id = 'q/1'")
+        .await;
+    b.goto(&format!("{base}/")).await;
+    b.wait_text(".banner.held", "Dispatch holds off").await;
+    b.wait_text(".banner.held", "connection refused").await;
+    b.goto(&format!("{base}/partitions/quiet")).await;
+    b.wait_text(".banner.held", "http://127.0.0.1:9/feed").await;
+    b.wait_text("#retrying", "Waiting to retry").await;
+    b.wait_text("#retrying + table", "page 3 is blank").await;
+    b.screenshot("partition-held-off").await;
     b.goto(&format!("{base}/login")).await;
     b.wait_text("main", "read-only").await;
     b.close().await;

@@ -170,6 +170,12 @@ async fn a_handler_nobody_listens_at_is_reported_while_it_lasts(db: TestDb) {
     let body: Value = serde_json::from_str(&body).unwrap();
     assert!(body["held"].as_str().unwrap().contains("refused"), "{body}");
     assert_eq!(db.item_row("a").await.attempts, 0, "no attempt counted");
+    let since = metric(&proc.metrics().await, "feed_held_off_since_seconds");
+    let now = chrono::Utc::now().timestamp() as f64;
+    assert!(
+        since > now - 120.0 && since <= now,
+        "held off since {since}"
+    );
     let _handler = down.up(|_| crate::support::done()).await;
     db.wait_partition("p", "complete").await;
     wait_for("the hold to clear", Duration::from_secs(10), || async {
@@ -178,6 +184,8 @@ async fn a_handler_nobody_listens_at_is_reported_while_it_lasts(db: TestDb) {
         s["processors"][0]["held_reason"].is_null()
     })
     .await;
+    let since = metric(&proc.metrics().await, "feed_held_off_since_seconds");
+    assert_eq!(since, 0.0);
 }
 
 on_all_backends!(status_shows_items_waiting_to_retry);
