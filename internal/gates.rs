@@ -228,7 +228,10 @@ impl Held {
             self.versions.insert(id, version);
         }
         if let Some(e) = &c.error {
-            tracing::warn!(error = %e, "gate check failed; its partitions stay marked and are checked again");
+            static LOG: crate::ratelog::Every = crate::ratelog::Every::new();
+            if let Some(n) = LOG.due() {
+                tracing::warn!(error = %e, failures = n, "gate check failed; its partitions stay marked and are checked again after a pause");
+            }
         }
         metrics.partitions_held.set(self.versions.len() as i64);
         (c.ready, c.more)

@@ -27,7 +27,8 @@
 //! of partitions with ready work), `gates` (fan-in: advancing, closing and
 //! failing partitions), `server` and `metrics` (health and Prometheus
 //! metrics), `retention` (pruning finished partitions, one processor at a
-//! time), `backoff` (retry delays) and `validate` (what every entrance
+//! time), `backoff` (retry delays), `ratelog` (a lasting fault logged at
+//! a bounded rate) and `validate` (what every entrance
 //! accepts: ids, gates, filters) and `printable` (text made safe to print).
 
 pub(crate) mod backoff;
@@ -49,6 +50,7 @@ pub(crate) mod metrics;
 pub(crate) mod notify;
 pub(crate) mod policy;
 pub mod printable;
+pub(crate) mod ratelog;
 pub(crate) mod retention;
 pub(crate) mod rotation;
 pub mod run;

@@ -28,9 +28,17 @@ pub struct Health {
     pub handler: AtomicBool,
     /// The circuit breaker is open: most calls failed as an outage.
     pub breaker_open: AtomicBool,
-    /// Why dispatch holds off, while it does: written with each heartbeat
-    /// so that `status` and the console show it.
+    /// Why dispatch holds off for the handler, while it does: written
+    /// with each heartbeat so that `status` and the console show it.
     pub hold: std::sync::Mutex<Option<Hold>>,
+    /// Why dispatch holds off for the database (results it does not
+    /// take), while it does.
+    pub db_hold: std::sync::Mutex<Option<Hold>>,
+    /// Results whose write failed on the database and is being tried
+    /// again: dispatch starts no call while there are any.
+    pub(crate) writes_waiting: std::sync::atomic::AtomicUsize,
+    /// The log of results that could not be written.
+    pub(crate) unwritten: crate::ratelog::Every,
 }
 
 /// Why dispatch holds off (the handler unreachable, the breaker open), and since when.
@@ -43,9 +51,10 @@ pub struct Hold {
 }
 
 impl Health {
-    /// Why dispatch holds off now; None when it does not.
+    /// Why dispatch holds off now (the database first); None when it does not.
     pub fn hold(&self) -> Option<Hold> {
-        self.hold.lock().expect("hold lock").clone()
+        let db = self.db_hold.lock().expect("hold lock").clone();
+        db.or_else(|| self.hold.lock().expect("hold lock").clone())
     }
 
     pub(crate) fn set_hold(&self, hold: Option<Hold>) {

@@ -65,6 +65,9 @@ pub struct Keeper {
     pub config: Config,
 }
 
+/// Failed heartbeats, logged at a bounded rate.
+static HEARTBEAT_LOG: crate::ratelog::Every = crate::ratelog::Every::new();
+
 /// Heartbeats until cancelled; replaces the session when its row is gone.
 pub async fn keep(keeper: Keeper, cancel: CancellationToken) {
     let Keeper {
@@ -95,6 +98,9 @@ pub async fn keep(keeper: Keeper, cancel: CancellationToken) {
             .await;
         match beat {
             Ok(true) => {
+                if HEARTBEAT_LOG.over() {
+                    tracing::info!(session = %id, "heartbeat succeeded: the database is reachable again");
+                }
                 session.renewed();
                 health.database.store(
                     database_ok(&store, &config),
@@ -123,8 +129,8 @@ pub async fn keep(keeper: Keeper, cancel: CancellationToken) {
                 if !session.live(expiry) && !warned {
                     warned = true;
                     tracing::error!(session = %id, error = %e, "no successful heartbeat for the session expiry: results are no longer acknowledged until the database is back");
-                } else {
-                    tracing::warn!(session = %id, error = %e, "heartbeat failed");
+                } else if let Some(n) = HEARTBEAT_LOG.due() {
+                    tracing::warn!(session = %id, error = %e, failures = n, "heartbeat failed");
                 }
             }
         }

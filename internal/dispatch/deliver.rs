@@ -11,6 +11,7 @@ use tokio::sync::mpsc;
 use tracing::Instrument;
 
 use crate::breaker::Turn;
+use crate::completer::WriteError;
 use crate::context::Context;
 use crate::handler::{Job, Outcome};
 use crate::ids::{ItemId, SessionId};
@@ -247,6 +248,9 @@ pub(super) async fn record(
     let policy = Policy::from(cfg);
     let cool = policy.delay(attempt(&fence));
     let (mut write, mut label, mut fallback) = (write, label, false);
+    let mut waiting: Option<Waiting> = None;
+    let mut retry =
+        crate::backoff::Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
     loop {
         let (partition, item, gate, attempt) =
             (&fence.partition_id, &fence.id, fence.gate, attempt(&fence));
@@ -304,9 +308,61 @@ pub(super) async fn record(
                 tracing::error!(%partition, %item, gate, attempt, error = %why, retry_in = ?cool, "the database refused even the failed attempt; the item waits here before it runs again");
                 return Delivery::Unwritten(cool);
             }
-            Err(e) => {
-                tracing::error!(%partition, %item, gate, attempt, error = %e, retry_in = ?cool, "could not write the result; the item waits here before it runs again");
+            Err(WriteError::Database(e)) => {
+                // The database's fault, never the handler's: the answer is
+                // kept and its fenced write tried again on a fresh
+                // connection until it is stored, or refused as stale
+                // (the lease ended meanwhile).
+                let since = waiting
+                    .get_or_insert_with(|| Waiting::new(&ctx.health, &e))
+                    .since;
+                if let Some(n) = ctx.health.unwritten.due() {
+                    let held = Duration::from_secs(since.elapsed().as_secs());
+                    tracing::error!(
+                        error = %e,
+                        results_waiting = ctx.health.writes_waiting.load(Ordering::Relaxed),
+                        failed_writes = n,
+                        for_ = %humantime::format_duration(held),
+                        "the database does not take results: the handler's answers are kept and written again on fresh connections; dispatch holds off meanwhile"
+                    );
+                }
+                retry.wait().await;
+            }
+            Err(e @ WriteError::Stopped) => {
+                tracing::warn!(%partition, %item, gate, attempt, error = %e, "result not written: the processor is stopping; the item runs again");
                 return Delivery::Unwritten(cool);
+            }
+        }
+    }
+}
+
+/// A result whose write the database failed and that is being written
+/// again: while any is, dispatch starts no call (answers it could not
+/// store), and `status` says why.
+struct Waiting<'a> {
+    health: &'a crate::server::Health,
+    since: std::time::Instant,
+}
+
+impl<'a> Waiting<'a> {
+    fn new(health: &'a crate::server::Health, error: &str) -> Self {
+        let since = std::time::Instant::now();
+        if health.writes_waiting.fetch_add(1, Ordering::Relaxed) == 0 {
+            *health.db_hold.lock().expect("hold lock") = Some(crate::server::Hold {
+                reason: format!("the database does not take results: {error}"),
+                since,
+            });
+        }
+        Self { health, since }
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        if self.health.writes_waiting.fetch_sub(1, Ordering::Relaxed) == 1 {
+            *self.health.db_hold.lock().expect("hold lock") = None;
+            if self.health.unwritten.over() {
+                tracing::info!("the database takes results again: dispatch resumes");
             }
         }
     }

@@ -54,6 +54,9 @@ use refill::Fetched;
 /// statements per item, PostgreSQL 1.01-1.05x).
 const IN_FLIGHT_PER_SLOT: usize = 4;
 
+/// Longest pause before a gate check that keeps failing is tried again.
+const CHECK_PAUSE_MAX: Duration = Duration::from_secs(10);
+
 /// The loop's state: what is held, what is in flight, whether the handler is out.
 struct Dispatcher {
     ctx: Arc<Context>,
@@ -151,6 +154,7 @@ pub async fn run(ctx: Arc<Context>, cancel: CancellationToken) {
     // running dry: check gates at most once per poll interval then.
     let mut full = false;
     let mut next_check = Instant::now();
+    let (mut check_pause, mut check_after) = (Duration::ZERO, Instant::now());
     let mut acquire_due = false;
     loop {
         tokio::select! {
@@ -194,6 +198,14 @@ pub async fn run(ctx: Arc<Context>, cancel: CancellationToken) {
                 match done {
                     Ok(Upkeep::Cycle(me, cycle)) if me == d.me => d.cycled(cycle, &mut acquire),
                     Ok(Upkeep::Check(me, checked)) if me == d.me => {
+                        // A failed check is tried again after a pause that
+                        // grows while it keeps failing (its partitions stay
+                        // marked): never back to back.
+                        check_pause = match checked.error {
+                            Some(_) => (check_pause * 2).clamp(cfg.poll_interval, CHECK_PAUSE_MAX),
+                            None => Duration::ZERO,
+                        };
+                        check_after = Instant::now() + check_pause;
                         let (ready, more) = d.held.checked(checked, &ctx.metrics);
                         // A full chunk: the next one is checked at once.
                         if more {
@@ -228,7 +240,10 @@ pub async fn run(ctx: Arc<Context>, cancel: CancellationToken) {
             if acquire_due {
                 acquire_due = false;
                 d.start_cycle();
-            } else if (!full || Instant::now() >= next_check) && !d.held.marked.is_empty() {
+            } else if (!full || Instant::now() >= next_check)
+                && Instant::now() >= check_after
+                && !d.held.marked.is_empty()
+            {
                 next_check = Instant::now() + cfg.poll_interval;
                 d.start_check();
             }
@@ -360,7 +375,10 @@ impl Dispatcher {
                 return (now + cfg.poll_interval, false);
             }
         }
-        if !self.ctx.session.live(cfg.session_expiry) {
+        // No call while the session is not live, or while results wait
+        // for the database: their answers could not be stored.
+        let waiting = self.ctx.health.writes_waiting.load(Ordering::Relaxed);
+        if !self.ctx.session.live(cfg.session_expiry) || waiting > 0 {
             return (now + cfg.poll_interval, false);
         }
         let batch = cfg.batch_size;

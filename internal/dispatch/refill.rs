@@ -166,7 +166,7 @@ impl Dispatcher {
                     true
                 }
                 Err(e) => {
-                    tracing::warn!(error = %e, "polling for items failed; will retry");
+                    polling_failed(&e);
                     false
                 }
             },
@@ -179,7 +179,7 @@ impl Dispatcher {
             } => match items {
                 Ok(items) => self.take_in(&parts, &settled, &asks, want, started, items),
                 Err(e) => {
-                    tracing::warn!(error = %e, "polling for items failed; will retry");
+                    polling_failed(&e);
                     for p in parts {
                         self.rotation.offer(p);
                     }
@@ -295,4 +295,13 @@ pub(super) enum Fetched {
         started: Instant,
         items: Result<Vec<ReadyItem>>,
     },
+}
+
+/// Logs a failed refill at a bounded rate (it is retried after the poll
+/// interval; a database that is down fails every one).
+fn polling_failed(e: &crate::Error) {
+    static LOG: crate::ratelog::Every = crate::ratelog::Every::new();
+    if let Some(n) = LOG.due() {
+        tracing::warn!(error = %e, failures = n, "polling for items failed; will retry");
+    }
 }

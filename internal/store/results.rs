@@ -102,12 +102,14 @@ pub fn sanitize_error(message: &str) -> String {
 }
 
 /// Whether the database itself refused a statement (a constraint, a value
-/// it cannot store), as opposed to failing to run it (connection, timeout).
+/// it cannot store), as opposed to failing to run it (connection, timeout,
+/// a conflict to retry, a connection on a server that cannot write): only
+/// a refusal may become a failed attempt; the rest is the database's fault.
 fn refused(e: &Error) -> bool {
     match e {
-        Error::Db(DbErr::Exec(sea_orm::RuntimeErr::SqlxError(s)))
-        | Error::Db(DbErr::Query(sea_orm::RuntimeErr::SqlxError(s))) => {
-            s.as_database_error().is_some()
+        Error::Db(d @ DbErr::Exec(sea_orm::RuntimeErr::SqlxError(s)))
+        | Error::Db(d @ DbErr::Query(sea_orm::RuntimeErr::SqlxError(s))) => {
+            s.as_database_error().is_some() && !super::is_transient(d)
         }
         _ => false,
     }

@@ -299,6 +299,27 @@ pub(crate) fn value_rows(n: usize, cols: usize) -> String {
     vec![row.as_str(); n].join(", ")
 }
 
+/// Whether an error says the connection is on a server that cannot write
+/// (a standby, a demoted primary, a read-only replica): the statement is
+/// retried, and connections are checked for their role before reuse.
+pub fn is_wrong_node(err: &sea_orm::DbErr) -> bool {
+    use sea_orm::{DbErr, RuntimeErr};
+    let (DbErr::Conn(RuntimeErr::SqlxError(e))
+    | DbErr::Exec(RuntimeErr::SqlxError(e))
+    | DbErr::Query(RuntimeErr::SqlxError(e))) = err
+    else {
+        return false;
+    };
+    let Some(d) = e.as_database_error() else {
+        return false;
+    };
+    if let Some(pg) = d.try_downcast_ref::<sea_orm::sqlx::postgres::PgDatabaseError>() {
+        return pg.code() == postgres::READ_ONLY;
+    }
+    d.try_downcast_ref::<sea_orm::sqlx::mysql::MySqlDatabaseError>()
+        .is_some_and(|my| mysql::READ_ONLY.contains(&my.number()))
+}
+
 /// Whether an error is transient and the statement should be retried:
 /// a dropped or unavailable connection, or a conflict the database asks
 /// the client to retry. Read from the driver's error kind and codes, never

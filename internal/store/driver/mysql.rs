@@ -58,12 +58,17 @@ fn item_delete(n: usize, partition_ok: &str, batch: i64) -> String {
     )
 }
 
-/// Deadlock (1213) and lock wait timeout (1205); None for another
-/// driver's error.
+/// Deadlock (1213), lock wait timeout (1205), or a server that cannot
+/// write ([`READ_ONLY`]); None for another driver's error.
 pub(super) fn transient(d: &dyn DatabaseError) -> Option<bool> {
     let my = d.try_downcast_ref::<sea_orm::sqlx::mysql::MySqlDatabaseError>()?;
-    Some(matches!(my.number(), 1213 | 1205))
+    Some(matches!(my.number(), 1213 | 1205) || READ_ONLY.contains(&my.number()))
 }
+
+/// A write refused because the server is read-only (1290 `--read-only`,
+/// 1836 read-only mode, 1792 a read-only transaction): a replica, or a
+/// demoted primary; the connection is on the wrong node.
+pub(super) const READ_ONLY: [u16; 3] = [1290, 1836, 1792];
 
 /// `ON DUPLICATE KEY UPDATE` (MySQL names no key: any unique one counts).
 fn on_duplicate(key: &str, columns: &[&str]) -> String {

@@ -79,9 +79,19 @@ fn item_delete(n: usize, partition_ok: &str, batch: i64) -> String {
 }
 
 /// Serialization failure, deadlock, a connection ended by the server
-/// (57P0x) or a connection exception (08xxx); None for another driver's error.
+/// (57P0x), a connection exception (08xxx), or a connection on a server
+/// that cannot write (25006: a standby, a demoted primary); None for
+/// another driver's error.
 pub(super) fn transient(d: &dyn DatabaseError) -> Option<bool> {
     let pg = d.try_downcast_ref::<sea_orm::sqlx::postgres::PgDatabaseError>()?;
     let code = pg.code();
-    Some(matches!(code, "40001" | "40P01") || code.starts_with("57P0") || code.starts_with("08"))
+    Some(
+        matches!(code, "40001" | "40P01" | READ_ONLY)
+            || code.starts_with("57P0")
+            || code.starts_with("08"),
+    )
 }
+
+/// read_only_sql_transaction: a write (or LISTEN) on a server in recovery
+/// or read-only: the connection is on the wrong node.
+pub(super) const READ_ONLY: &str = "25006";
