@@ -34,6 +34,7 @@ mod refusals;
 mod retention;
 mod scale;
 mod sessions;
+mod startup;
 mod tenants;
 mod timing;
 mod webdriver;

@@ -85,3 +85,15 @@ pub(super) fn transient(d: &dyn DatabaseError) -> Option<bool> {
     let code = pg.code();
     Some(matches!(code, "40001" | "40P01") || code.starts_with("57P0") || code.starts_with("08"))
 }
+
+/// 3D000 (invalid_catalog_name: no such database) and 28P01 / 28000 (a
+/// wrong password, an unknown role, no pg_hba.conf entry); None for
+/// another driver's error.
+pub(super) fn refusal(d: &dyn DatabaseError) -> Option<Option<super::Refusal>> {
+    let pg = d.try_downcast_ref::<sea_orm::sqlx::postgres::PgDatabaseError>()?;
+    Some(match pg.code() {
+        "3D000" => Some(super::Refusal::NoDatabase),
+        "28P01" | "28000" => Some(super::Refusal::Login),
+        _ => None,
+    })
+}
