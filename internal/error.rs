@@ -14,9 +14,14 @@ pub enum Error {
     Connect {
         /// The URL with its password redacted.
         url: String,
-        /// The driver's message.
-        reason: String,
+        /// Why: refused, no answer, or the driver's words.
+        reason: crate::store::Unreachable,
     },
+    /// The database cannot be used as `--database-url` says, and waiting
+    /// will not change that (no such database, a refused login, an SQLite
+    /// file that cannot be opened); the message says what to do.
+    #[error(transparent)]
+    Unusable(#[from] crate::store::Unusable),
     /// A database call got no answer within `--statement-timeout` (a dead
     /// connection, or a database that stopped answering); a later call, on
     /// another connection, may succeed.
@@ -36,12 +41,23 @@ pub enum Error {
     #[error("{0}")]
     Conflict(String),
     /// The HTTP listener could not be started.
-    #[error("cannot listen on {addr}: {source}")]
+    #[error("cannot listen on {addr}: {error}{hint}")]
     Listen {
         /// The address from `--listen`.
         addr: String,
-        /// Why binding failed.
-        source: std::io::Error,
+        /// Why binding failed (said here only, not as a source, so that
+        /// a report of the error chain says it once).
+        error: std::io::Error,
+        /// What to do about it, starting with "; ".
+        hint: &'static str,
+    },
+    /// A task of the processor panicked; the processor stopped.
+    #[error("the {task} task panicked ({message}); the processor stopped (see the log above)")]
+    Panicked {
+        /// The task's name.
+        task: &'static str,
+        /// The panic's message.
+        message: String,
     },
 }
 

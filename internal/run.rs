@@ -30,7 +30,7 @@ use crate::ids::SessionId;
 use crate::metrics::Metrics;
 use crate::server::Health;
 use crate::session;
-use crate::store::{Store, redact};
+use crate::store::{Store, redact, shown};
 use crate::tasks::Tasks;
 use crate::{Config, Error, Result, dispatch, retention};
 
@@ -86,7 +86,8 @@ pub async fn run_with(
     config.validate()?;
     // Two groups: `work` stops at the signal; `session` (heartbeats and
     // result writes) goes on through the drain and stops after it.
-    let (work, session) = (Tasks::default(), Tasks::default());
+    let work = Tasks::default();
+    let session = work.beside();
     let stop = work.token();
     work.spawn("signal", async move {
         tokio::select! {
@@ -102,6 +103,9 @@ pub async fn run_with(
         drain(dispatch, &work.token(), ctx.config.drain_timeout).await;
     }
     shut_down(&work, &session, ctx.as_deref()).await;
+    if let Some((task, message)) = work.panicked() {
+        return Err(Error::Panicked { task, message });
+    }
     ran.map(drop)
 }
 
@@ -118,7 +122,10 @@ async fn start(
     let health = Arc::new(Health::default());
     if let Some(addr) = &config.listen {
         let app = crate::server::app(health.clone(), Arc::new(registry), &config);
-        work.spawn("listener", serve(bind(addr).await?, app, work.token()));
+        work.spawn(
+            "listener",
+            serve(crate::server::bind(addr, true).await?, app, work.token()),
+        );
     }
     let Some(store) = open(&config, &metrics, &health, &work.token()).await? else {
         return Ok(None);
@@ -184,7 +191,7 @@ async fn started(ctx: &Context) {
     for flag in [&ctx.health.session, &ctx.health.handler] {
         flag.store(true, Ordering::Relaxed);
     }
-    tracing::info!(session = %ctx.session.id(), database = %redact(&ctx.config.database_url), handler = %redact(&ctx.config.handler_url), "processor started");
+    tracing::info!(session = %ctx.session.id(), database = %shown(&ctx.config.database_url), handler = %redact(&ctx.config.handler_url), "processor started");
     if ctx.store.autovacuum_off().await.unwrap_or(false) {
         tracing::warn!(
             "autovacuum is off on this PostgreSQL server: feed_items and feed_partitions keep every dead row version and stale planner statistics, and statements slow down as work goes on; turn autovacuum on (Feed's tables carry their own settings for it) or run VACUUM ANALYZE on them often"
@@ -308,8 +315,11 @@ async fn register(
     }
 }
 
-/// Connects, retrying with backoff while the database is unreachable;
-/// None when shutdown came first. A URL that can never work fails at once.
+/// Connects, retrying with backoff (so logging at most one line per
+/// retry, 30 s apart at the longest) while the database is unreachable;
+/// None when shutdown came first. A database that cannot be used as the
+/// URL says (`store::Unusable`: no such database, a refused login, an
+/// SQLite file that cannot be opened) or a bad URL fails at once.
 async fn connect(config: &Config, cancel: &CancellationToken) -> Result<Option<Store>> {
     let pool = u32::try_from(config.concurrency / 4 + 4)
         .unwrap_or(32)
@@ -317,6 +327,7 @@ async fn connect(config: &Config, cancel: &CancellationToken) -> Result<Option<S
     let mut backoff = Backoff::new(Duration::from_millis(500), Duration::from_secs(30));
     loop {
         let delay = backoff.next_delay();
+        tracing::debug!(database = %shown(&config.database_url), "connecting to the database");
         let attempt = Store::connect_with(&config.database_url, pool, config.statement_timeout);
         let result = tokio::select! {
             _ = cancel.cancelled() => return Ok(None),
@@ -334,16 +345,6 @@ async fn connect(config: &Config, cancel: &CancellationToken) -> Result<Option<S
             _ = tokio::time::sleep(delay) => {}
         }
     }
-}
-
-/// Binds the health and metrics listener (`--listen`).
-async fn bind(addr: &str) -> Result<tokio::net::TcpListener> {
-    tokio::net::TcpListener::bind(addr)
-        .await
-        .map_err(|source| Error::Listen {
-            addr: addr.to_string(),
-            source,
-        })
 }
 
 /// Serves the health and metrics listener until `stop`.

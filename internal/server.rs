@@ -89,6 +89,27 @@ pub fn app(health: Arc<Health>, registry: Arc<Registry>, config: &crate::Config)
     app.merge(console.router())
 }
 
+/// Binds `--listen`; a failure says what to do. `off` says whether
+/// `--listen off` is there to run without a listener.
+pub async fn bind(addr: &str, off: bool) -> crate::Result<TcpListener> {
+    TcpListener::bind(addr).await.map_err(|error| {
+        let hint = match (error.kind(), off) {
+            (std::io::ErrorKind::AddrInUse, true) => {
+                "; another process listens there: give --listen a free address (e.g. 127.0.0.1:8081), or --listen off to run without the health listener"
+            }
+            (std::io::ErrorKind::AddrInUse, false) => {
+                "; another process listens there: give --listen a free address (e.g. 127.0.0.1:8081)"
+            }
+            _ => "; give --listen an address of this host, e.g. 127.0.0.1:8080",
+        };
+        crate::Error::Listen {
+            addr: addr.to_string(),
+            error,
+            hint,
+        }
+    })
+}
+
 async fn readyz(State(s): State<AppState>) -> impl IntoResponse {
     let db = s.health.database.load(Ordering::Relaxed);
     let session = s.health.session.load(Ordering::Relaxed);

@@ -10,6 +10,11 @@
 //! kept as `failed`. If the holder dies mid-send, the next holder sends the
 //! event again with the same id: delivery is at least once, and the
 //! `Idempotency-Key` lets the receiver drop the repeat.
+//!
+//! Nothing loops hot on a failing receiver: every retry of an event waits
+//! at least `--backoff-base`, whatever `Retry-After` says (`0` included),
+//! and a round that did not deliver every event it read is followed by a
+//! pause of `--poll-interval` before the next.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -95,7 +100,7 @@ impl Webhooks {
                 _ = cancel.cancelled() => break,
                 r = self.round() => r,
             };
-            let more = match round {
+            let again = match round {
                 Ok((held, more)) => {
                     if held && gauges_at.elapsed() >= GAUGES_EVERY {
                         self.gauges().await;
@@ -108,7 +113,7 @@ impl Webhooks {
                     false
                 }
             };
-            if !more {
+            if !again {
                 tokio::select! {
                     _ = cancel.cancelled() => break,
                     _ = tokio::time::sleep(self.ctx.config.poll_interval) => {}
@@ -121,8 +126,9 @@ impl Webhooks {
         }
     }
 
-    /// One round: (whether this processor holds the lease, whether more
-    /// events may be waiting).
+    /// One round: (whether this processor holds the lease, whether the
+    /// next round may start at once: it read a full batch and delivered
+    /// all of it).
     async fn round(&self) -> Result<(bool, bool)> {
         let (store, metrics) = (&self.ctx.store, &self.ctx.metrics);
         let me = self.ctx.session.id();
@@ -130,7 +136,7 @@ impl Webhooks {
             return Ok((false, false));
         }
         let events = store.deliverable(BATCH).await?;
-        let more = events.len() == BATCH;
+        let full = events.len() == BATCH;
         let sent: Vec<(Event, Sent)> = futures_util::stream::iter(events)
             .map(|e| async move {
                 let sent = self.send(&e).await;
@@ -149,7 +155,7 @@ impl Webhooks {
         for (e, s) in &sent {
             self.failed(e, s).await?;
         }
-        Ok((true, more))
+        Ok((true, full && delivered.len() == sent.len()))
     }
 
     /// Stores a failed attempt: a retry after its backoff, or `failed`.
@@ -164,8 +170,7 @@ impl Webhooks {
             Sent::Retry(why, _) if out_of_attempts => (why, None),
             Sent::Retry(why, after) => {
                 let (base, cap) = (config.backoff_base, config.backoff_max);
-                let wait = after.unwrap_or_else(|| backoff::delay(base, cap, attempt));
-                (why, Some(wait.min(cap)))
+                (why, Some(retry_delay(*after, base, cap, attempt)))
             }
         };
         match retry_in {
@@ -255,6 +260,14 @@ fn answered(status: StatusCode, retry_after: Option<Duration>) -> Sent {
     }
 }
 
+/// The wait before an event's next attempt: `Retry-After` when the
+/// receiver sent one, else the backoff of `attempt`; never below `base`
+/// (a `Retry-After: 0` must not make a hot loop) nor above `cap`.
+fn retry_delay(after: Option<Duration>, base: Duration, cap: Duration, attempt: u32) -> Duration {
+    let wait = after.unwrap_or_else(|| backoff::delay(base, cap, attempt));
+    wait.clamp(base, cap.max(base))
+}
+
 fn retry_after(headers: &HeaderMap) -> Option<Duration> {
     headers
         .get(reqwest::header::RETRY_AFTER)
@@ -301,5 +314,20 @@ mod tests {
             Sent::Refused(_)
         ));
         assert_eq!(occurred_at(1_700_000_000_123), "2023-11-14T22:13:20.123Z");
+    }
+
+    #[test]
+    fn every_retry_waits_at_least_the_backoff_base() {
+        let (base, cap) = (Duration::from_secs(1), Duration::from_secs(60));
+        for attempt in 1..30 {
+            for after in [None, Some(Duration::ZERO), Some(Duration::from_millis(10))] {
+                let d = retry_delay(after, base, cap, attempt);
+                assert!(d >= base && d <= cap, "{after:?} {attempt}: {d:?}");
+            }
+        }
+        let later = Some(Duration::from_secs(5));
+        assert_eq!(retry_delay(later, base, cap, 1), Duration::from_secs(5));
+        let far = Some(Duration::from_secs(600));
+        assert_eq!(retry_delay(far, base, cap, 1), cap);
     }
 }

@@ -4,7 +4,7 @@
 use anyhow::Context;
 use clap::Args;
 
-use super::{DbArgs, connect, duration};
+use super::{DbArgs, connect, create, duration};
 
 secret_flags!(
     AdminTokenArgs { admin_token, admin_token_file, env = "FEED_ADMIN_TOKEN", what = "admin token" },
@@ -161,10 +161,8 @@ pub async fn ui(
 ) -> anyhow::Result<()> {
     let token = a.token.token()?;
     let producer_token = a.producer_token.token()?;
-    let store = connect(&a.db).await?;
-    let listener = tokio::net::TcpListener::bind(&a.listen)
-        .await
-        .with_context(|| format!("listening on {}", a.listen))?;
+    let store = create(&a.db).await?;
+    let listener = feed::server::bind(&a.listen, false).await?;
     tracing::info!(
         listen = %a.listen,
         actions = token.is_some(),

@@ -8,7 +8,7 @@ use anyhow::Context;
 use clap::Args;
 use feed::store::{OnFailure, PartitionSpec, RetryScope};
 
-use super::{DbArgs, connect};
+use super::{DbArgs, connect, create};
 
 #[derive(Args)]
 pub struct EnqueueArgs {
@@ -83,7 +83,7 @@ pub async fn enqueue(a: EnqueueArgs) -> anyhow::Result<()> {
         }
     }
     bar.set_message(format!("writing {} items in one transaction", items.len()));
-    let store = connect(&a.db).await?;
+    let store = create(&a.db).await?;
     let mut spec = PartitionSpec::default();
     spec.auto_close = !a.no_auto_close;
     spec.manual_checkpoint = a.manual_checkpoint;

@@ -5,7 +5,7 @@ use clap::{Args, Subcommand};
 use feed::limits::Rate;
 use feed::store::limits::Limit;
 
-use super::{DbArgs, connect};
+use super::{DbArgs, connect, create};
 use crate::status::table;
 
 #[derive(Args)]
@@ -88,7 +88,7 @@ pub async fn limits(a: LimitsArgs) -> anyhow::Result<()> {
 }
 
 async fn set(a: SetArgs) -> anyhow::Result<()> {
-    let store = connect(&a.db).await?;
+    let store = create(&a.db).await?;
     let mut limit = store
         .limits()
         .await?

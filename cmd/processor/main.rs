@@ -243,15 +243,34 @@ fn exit_quietly_on_closed_pipe() {
     }));
 }
 
+/// Opens the database of a command that reads or changes what is there:
+/// an SQLite file that does not exist is an error, not a new empty
+/// database. Says on stderr which database it opened.
 async fn connect(db: &DbArgs) -> anyhow::Result<feed::Store> {
-    let store = feed::Store::connect(&db.url(), 4).await?;
+    let url = db.url();
+    let store = feed::Store::connect_existing(&url, 4).await?;
+    opened(store, &url).await
+}
+
+/// Opens the database of a command that may start one (`migrate`,
+/// `enqueue`, `ui`, `limits`): a `mode=rwc` SQLite file is created.
+async fn create(db: &DbArgs) -> anyhow::Result<feed::Store> {
+    let url = db.url();
+    let store = feed::Store::connect(&url, 4).await?;
+    opened(store, &url).await
+}
+
+/// Migrates, and says which database this is (on stderr, so that
+/// `--json` output stays JSON).
+async fn opened(store: feed::Store, url: &str) -> anyhow::Result<feed::Store> {
+    eprintln!("database: {}", feed::store::shown(url));
     store.migrate().await.context("applying migrations")?;
     Ok(store)
 }
 
 async fn migrate(db: DbArgs) -> anyhow::Result<()> {
     init_logs(LogFormat::Text, LOGS);
-    connect(&db).await?;
+    create(&db).await?;
     println!("migrations applied");
     Ok(())
 }

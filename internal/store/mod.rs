@@ -5,6 +5,8 @@
 //! lives in `driver`, one file per database. Operator controls live in `controls`, the console's read
 //! models in [`listing`], retention in [`prune`].
 
+mod connect;
+mod connect_error;
 mod controls;
 mod dispatch;
 pub mod driver;
@@ -32,11 +34,10 @@ use std::time::Duration;
 
 use prometheus_client::metrics::counter::Counter;
 
-use sea_orm::{
-    ConnectOptions, ConnectionTrait, Database, DatabaseConnection, DbBackend, DbErr, QueryResult,
-    Value,
-};
+use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, DbErr, QueryResult, Value};
 
+pub use connect::shown;
+pub use connect_error::{Unreachable, Unusable};
 pub(crate) use dispatch::{Ask, Fence, ReadyItem};
 pub use driver::Driver;
 pub(crate) use driver::is_transient;
@@ -108,100 +109,6 @@ fn get<T: sea_orm::TryGetable>(row: &QueryResult, col: &str) -> Result<T> {
 }
 
 impl Store {
-    /// Connects to a `sqlite:`, `postgres:` or `mysql:` (or `mariadb:`) URL.
-    /// SQLite gets WAL and a busy timeout so readers never block the writer.
-    ///
-    /// ```no_run
-    /// # async fn f() -> feed::Result<()> {
-    /// let store = feed::Store::connect("postgres://feed:secret@db/feed", 8).await?;
-    /// store.migrate().await?;
-    /// # Ok(()) }
-    /// ```
-    pub async fn connect(url: &str, max_connections: u32) -> Result<Store> {
-        Self::connect_with(url, max_connections, DEFAULT_STATEMENT_TIMEOUT).await
-    }
-
-    /// [`Store::connect`] with a time limit on every statement attempt
-    /// (acquiring a connection included): one cut off is retried on another
-    /// connection, and a pooled connection that does not answer a ping
-    /// within the limit is closed rather than reused.
-    pub async fn connect_with(
-        url: &str,
-        max_connections: u32,
-        statement_timeout: Duration,
-    ) -> Result<Store> {
-        let scheme = url.split(':').next().unwrap_or_default();
-        let url = match scheme {
-            "sqlite" | "postgres" | "postgresql" | "mysql" => url.to_string(),
-            "mariadb" => url.replacen("mariadb", "mysql", 1),
-            _ => {
-                return Err(Error::DatabaseUrl(format!(
-                    "{}: the scheme must be sqlite:, postgres: or mysql: (e.g. sqlite://feed.db?mode=rwc)",
-                    redact(url)
-                )));
-            }
-        };
-        if scheme != "sqlite"
-            && let Err(e) = url::Url::parse(&url)
-        {
-            return Err(Error::DatabaseUrl(format!(
-                "{}: {e}; expected e.g. postgres://user:password@host:5432/db",
-                redact(&url)
-            )));
-        }
-        let mut opts = ConnectOptions::new(url.clone());
-        opts.max_connections(max_connections.max(2))
-            .min_connections(1)
-            .connect_timeout(Duration::from_secs(10))
-            .acquire_timeout(Duration::from_secs(5))
-            .set_application_name("feed-processor")
-            .sqlx_logging(false);
-        if scheme == "sqlite" {
-            // No network between Feed and the file: a connection cannot die
-            // in the pool, and a ping is a hop to its worker thread and back.
-            opts.map_sqlx_sqlite_opts(driver::sqlite::connect_options)
-                .test_before_acquire(false);
-        }
-        let bound = Arc::new(Bound::new(statement_timeout));
-        let limit = statement_timeout;
-        let released = bound.clone();
-        opts.map_sqlx_postgres_pool_opts(move |o| {
-            let released = released.clone();
-            o.after_release(move |conn, _| timeout::release_check(conn, &released))
-                .after_connect(|_, _| {
-                    nodelay::set_on_open_sockets();
-                    Box::pin(async { Ok(()) })
-                })
-        });
-        let released = bound.clone();
-        opts.map_sqlx_mysql_pool_opts(move |o| {
-            let released = released.clone();
-            o.after_release(move |conn, _| timeout::release_check(conn, &released))
-                .after_connect(move |conn, _| {
-                    nodelay::set_on_open_sockets();
-                    timeout::end_idle_transactions(conn, limit)
-                })
-        });
-        let db = Database::connect(opts).await.map_err(|e| Error::Connect {
-            url: redact(&url),
-            reason: e.to_string().replace(&url, &redact(&url)),
-        })?;
-        let backend = db.get_database_backend();
-        let driver = Driver::of(backend).ok_or_else(|| {
-            Error::DatabaseUrl(format!(
-                "{}: Feed does not run on {backend:?}",
-                redact(&url)
-            ))
-        })?;
-        Ok(Store {
-            db,
-            driver,
-            statements: Counter::default(),
-            bound,
-            timeouts: Counter::default(),
-        })
-    }
-
     /// Counts into `counter` from now on (the processor's exported metric).
     pub(crate) fn set_statement_counter(&mut self, counter: Counter) {
         counter.inc_by(self.statements.get());

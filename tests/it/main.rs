@@ -35,6 +35,7 @@ mod refusals;
 mod retention;
 mod scale;
 mod sessions;
+mod startup;
 mod tenants;
 mod timing;
 mod webdriver;

@@ -4,14 +4,15 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
 use crate::cli::processor;
 use crate::on_all_backends;
 use crate::support::{
-    Handler, Proc, Reserved, Scene, TestDb, done, metric, no_retry, signed, wait_for,
+    Handler, Proc, Reserved, Scene, TestDb, done, metric, no_retry, numbered, retry_after, signed,
+    wait_for,
 };
 
 const SECRET: &str = "events-secret-0123456789";
@@ -240,4 +241,61 @@ async fn a_refused_event_is_kept_and_retried_on_request(db: TestDb) {
     assert!(String::from_utf8_lossy(&o.stdout).contains("1 failed events back to pending"));
     all_delivered(&db, 1).await;
     assert_eq!(receiver.calls().len(), 2);
+}
+
+on_all_backends!(a_receiver_answering_429_retry_after_0_is_not_hammered);
+/// A receiver that answers every event `429` with `Retry-After: 0`: each
+/// event is tried again no sooner than `--backoff-base` (1 s here), so 100
+/// events make at most about 100 calls a second, and none fails before its
+/// 25 attempts could have been spent at that floor.
+async fn a_receiver_answering_429_retry_after_0_is_not_hammered(db: TestDb) {
+    let receiver = Handler::start(|_| retry_after(429, "0", "slow down")).await;
+    let ids = numbered("e", 100);
+    for id in &ids {
+        db.partition_of(id, true, false, "block", &[format!("{id}/1")])
+            .await;
+    }
+    let url = receiver.url();
+    let extra = [
+        "--events-url",
+        url.as_str(),
+        "--backoff-base",
+        "1s",
+        "--backoff-max",
+        "5s",
+    ];
+    let _scene = Scene::start(&db, &extra, |_| done()).await;
+    wait_for("the first event calls", Duration::from_secs(60), || async {
+        !receiver.calls().is_empty()
+    })
+    .await;
+    let first = receiver.calls()[0].at;
+    let window = Duration::from_secs(4);
+    tokio::time::sleep_until((first + window).into()).await;
+    let calls: Vec<_> = receiver
+        .calls()
+        .into_iter()
+        .filter(|c| c.at < first + window)
+        .collect();
+    // Each event at most once a second: 100 × (4 s / 1 s + 1) at most.
+    assert!(calls.len() <= 500, "{} calls in {window:?}", calls.len());
+    let mut by_event: std::collections::HashMap<String, Vec<Instant>> = Default::default();
+    for c in &calls {
+        by_event
+            .entry(c.idempotency_key.clone())
+            .or_default()
+            .push(c.at);
+    }
+    for (event, at) in &by_event {
+        for pair in at.windows(2) {
+            let gap = pair[1] - pair[0];
+            // The floor is measured on the database's clock; 0.9 s allows
+            // for the two clocks drifting apart.
+            assert!(gap >= Duration::from_millis(900), "event {event}: {gap:?}");
+        }
+    }
+    let failed = db
+        .count("SELECT COUNT(*) AS n FROM feed_events WHERE status = 'failed'")
+        .await;
+    assert_eq!(failed, 0, "no event spent 25 attempts within {window:?}");
 }

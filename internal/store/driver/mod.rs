@@ -344,6 +344,26 @@ pub fn is_transient(err: &sea_orm::DbErr) -> bool {
     }
 }
 
+/// A refusal to connect that lasts until someone acts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Refusal {
+    /// The server has no database of the URL's name.
+    NoDatabase,
+    /// The server refused the login.
+    Login,
+    /// SQLite cannot open (or create) the file.
+    CannotOpen,
+}
+
+/// Whether an error met while connecting is a [`Refusal`], read from the
+/// driver's codes (each driver says which of its codes are).
+pub(crate) fn refusal(d: &dyn sea_orm::sqlx::error::DatabaseError) -> Option<Refusal> {
+    mysql::refusal(d)
+        .or_else(|| sqlite::refusal(d))
+        .or_else(|| postgres::refusal(d))
+        .flatten()
+}
+
 /// An integer column whose type differs by backend (PostgreSQL's
 /// `LENGTH(…)` is 4-byte, the others' 8-byte): read as whichever fits.
 pub struct Int(pub i64);

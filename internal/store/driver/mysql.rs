@@ -70,6 +70,18 @@ pub(super) fn transient(d: &dyn DatabaseError) -> Option<bool> {
 /// demoted primary; the connection is on the wrong node.
 pub(super) const READ_ONLY: [u16; 3] = [1290, 1836, 1792];
 
+/// 1049 (unknown database), 1045 (access denied: user or password), 1044
+/// (the user may not use the database) and 1698 (access denied to a user
+/// that logs in another way); None for another driver's error.
+pub(super) fn refusal(d: &dyn DatabaseError) -> Option<Option<super::Refusal>> {
+    let my = d.try_downcast_ref::<sea_orm::sqlx::mysql::MySqlDatabaseError>()?;
+    Some(match my.number() {
+        1049 => Some(super::Refusal::NoDatabase),
+        1044 | 1045 | 1698 => Some(super::Refusal::Login),
+        _ => None,
+    })
+}
+
 /// `ON DUPLICATE KEY UPDATE` (MySQL names no key: any unique one counts).
 fn on_duplicate(key: &str, columns: &[&str]) -> String {
     if columns.is_empty() {

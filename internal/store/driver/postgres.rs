@@ -95,3 +95,15 @@ pub(super) fn transient(d: &dyn DatabaseError) -> Option<bool> {
 /// read_only_sql_transaction: a write (or LISTEN) on a server in recovery
 /// or read-only: the connection is on the wrong node.
 pub(super) const READ_ONLY: &str = "25006";
+
+/// 3D000 (invalid_catalog_name: no such database) and 28P01 / 28000 (a
+/// wrong password, an unknown role, no pg_hba.conf entry); None for
+/// another driver's error.
+pub(super) fn refusal(d: &dyn DatabaseError) -> Option<Option<super::Refusal>> {
+    let pg = d.try_downcast_ref::<sea_orm::sqlx::postgres::PgDatabaseError>()?;
+    Some(match pg.code() {
+        "3D000" => Some(super::Refusal::NoDatabase),
+        "28P01" | "28000" => Some(super::Refusal::Login),
+        _ => None,
+    })
+}

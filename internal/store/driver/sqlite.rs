@@ -72,6 +72,18 @@ pub(super) fn transient(d: &dyn DatabaseError) -> Option<bool> {
     Some(code.parse::<i32>().is_ok_and(|c| matches!(c & 0xff, 5 | 6)))
 }
 
+/// CANTOPEN (primary code 14): the file cannot be opened or created;
+/// None for another driver's error.
+pub(super) fn refusal(d: &dyn DatabaseError) -> Option<Option<super::Refusal>> {
+    let e = d.try_downcast_ref::<sea_orm::sqlx::sqlite::SqliteError>()?;
+    let code = e
+        .code()
+        .unwrap_or_default()
+        .parse::<i32>()
+        .unwrap_or_default();
+    Some((code & 0xff == 14).then_some(super::Refusal::CannotOpen))
+}
+
 /// WAL so readers never block the writer, a busy timeout instead of
 /// immediate `SQLITE_BUSY`, and foreign keys on (an item must name an
 /// existing partition, as elsewhere). Memory-mapping the file was tried and

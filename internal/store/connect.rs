@@ -1,0 +1,251 @@
+//! Opening a store: the pool, its settings per database, and a first
+//! login that says why a database cannot be reached.
+//!
+//! A failure either lasts until someone acts (`Unusable`: no such
+//! database, a refused login, an SQLite file that cannot be opened or
+//! created; or a URL that does not parse) or may pass by itself
+//! (`Unreachable`: refused, no answer); see `connect_error`. Commands exit
+//! at once on the first, with what to do; `run` waits out the second.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use prometheus_client::metrics::counter::Counter;
+use sea_orm::{ConnectOptions, Database, DbErr, RuntimeErr};
+
+use super::connect_error::{Target, Unreachable, address, classify, clean, unreachable_as};
+use super::driver;
+use super::timeout::{self, Bound};
+use super::{Driver, Store, nodelay, redact};
+use crate::{Error, Result};
+
+/// How long one attempt to log in may take.
+pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+impl Store {
+    /// Connects to a `sqlite:`, `postgres:` or `mysql:` (or `mariadb:`) URL.
+    /// SQLite gets WAL and a busy timeout so readers never block the writer.
+    ///
+    /// ```no_run
+    /// # async fn f() -> feed::Result<()> {
+    /// let store = feed::Store::connect("postgres://feed:secret@db/feed", 8).await?;
+    /// store.migrate().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn connect(url: &str, max_connections: u32) -> Result<Store> {
+        open(url, max_connections, super::DEFAULT_STATEMENT_TIMEOUT, true).await
+    }
+
+    /// [`Store::connect`], but an SQLite file that does not exist is an
+    /// error even with `mode=rwc`: a command that reads must not leave an
+    /// empty database behind (run in the wrong folder, say).
+    pub async fn connect_existing(url: &str, max_connections: u32) -> Result<Store> {
+        open(
+            url,
+            max_connections,
+            super::DEFAULT_STATEMENT_TIMEOUT,
+            false,
+        )
+        .await
+    }
+
+    /// [`Store::connect`] with a time limit on every statement attempt
+    /// (acquiring a connection included): one cut off is retried on another
+    /// connection, and a pooled connection that does not answer a ping
+    /// within the limit is closed rather than reused.
+    pub async fn connect_with(
+        url: &str,
+        max_connections: u32,
+        statement_timeout: Duration,
+    ) -> Result<Store> {
+        open(url, max_connections, statement_timeout, true).await
+    }
+}
+
+/// The URL as it is shown: password redacted, and an SQLite file as an
+/// absolute path, so that "which database was that?" has one answer.
+pub fn shown(url: &str) -> String {
+    match sqlite_file(url) {
+        Some(path) => {
+            let query = url.split_once('?').map(|(_, q)| format!("?{q}"));
+            redact(&format!(
+                "sqlite://{}{}",
+                path.display(),
+                query.unwrap_or_default()
+            ))
+        }
+        None => redact(url),
+    }
+}
+
+/// An SQLite URL's file as an absolute path; None for another database
+/// or an in-memory one.
+pub(super) fn sqlite_file(url: &str) -> Option<PathBuf> {
+    use sea_orm::sqlx::sqlite::SqliteConnectOptions;
+    if !url.starts_with("sqlite:") || url.contains(":memory:") || url.contains("mode=memory") {
+        return None;
+    }
+    let opts: SqliteConnectOptions = url.parse().ok()?;
+    std::path::absolute(opts.get_filename()).ok()
+}
+
+async fn open(url: &str, max_connections: u32, limit: Duration, create: bool) -> Result<Store> {
+    let target = target(url, create)?;
+    let url = target.url.as_str();
+    if target.driver != Driver::Sqlite {
+        // The pool retries a refused connection itself until its acquire
+        // timeout and then says only that it timed out: one direct login
+        // first says why, at once.
+        first_login(&target).await?;
+    }
+    let mut opts = ConnectOptions::new(url);
+    opts.max_connections(max_connections.max(2))
+        .min_connections(1)
+        .connect_timeout(CONNECT_TIMEOUT)
+        .acquire_timeout(Duration::from_secs(5))
+        .set_application_name("feed-processor")
+        .sqlx_logging(false);
+    if target.driver == Driver::Sqlite {
+        // No network between Feed and the file: a connection cannot die
+        // in the pool, and a ping is a hop to its worker thread and back.
+        let existing_only = target.existing_only;
+        opts.map_sqlx_sqlite_opts(move |o| {
+            let o = driver::sqlite::connect_options(o);
+            if existing_only {
+                o.create_if_missing(false)
+            } else {
+                o
+            }
+        })
+        .test_before_acquire(false);
+    }
+    let bound = Arc::new(Bound::new(limit));
+    let released = bound.clone();
+    opts.map_sqlx_postgres_pool_opts(move |o| {
+        let released = released.clone();
+        o.after_release(move |conn, _| timeout::release_check(conn, &released))
+            .after_connect(|_, _| {
+                nodelay::set_on_open_sockets();
+                Box::pin(async { Ok(()) })
+            })
+    });
+    let released = bound.clone();
+    opts.map_sqlx_mysql_pool_opts(move |o| {
+        let released = released.clone();
+        o.after_release(move |conn, _| timeout::release_check(conn, &released))
+            .after_connect(move |conn, _| {
+                nodelay::set_on_open_sockets();
+                timeout::end_idle_transactions(conn, limit)
+            })
+    });
+    let db = Database::connect(opts).await.map_err(|e| match &e {
+        DbErr::Conn(RuntimeErr::SqlxError(s)) => classify(s, &target),
+        _ => unreachable_as(&target, Unreachable::Other(clean(&e.to_string(), url))),
+    })?;
+    Ok(Store {
+        db,
+        driver: target.driver,
+        statements: Counter::default(),
+        bound,
+        timeouts: Counter::default(),
+    })
+}
+
+/// Checks the URL's scheme and shape; what is being opened.
+fn target(url: &str, create: bool) -> Result<Target> {
+    let scheme = url.split(':').next().unwrap_or_default();
+    let (url, driver) = match scheme {
+        "sqlite" => (url.to_string(), Driver::Sqlite),
+        "postgres" | "postgresql" => (url.to_string(), Driver::Postgres),
+        "mysql" => (url.to_string(), Driver::MySql),
+        "mariadb" => (url.replacen("mariadb", "mysql", 1), Driver::MySql),
+        _ => {
+            return Err(Error::DatabaseUrl(format!(
+                "{}: the scheme must be sqlite:, postgres: or mysql: (e.g. sqlite://feed.db?mode=rwc)",
+                redact(url)
+            )));
+        }
+    };
+    if driver != Driver::Sqlite
+        && let Err(e) = url::Url::parse(&url)
+    {
+        return Err(Error::DatabaseUrl(format!(
+            "{}: {e}; expected e.g. postgres://user:password@host:5432/db",
+            redact(&url)
+        )));
+    }
+    let rwc = driver == Driver::Sqlite && query_value(&url, "mode").as_deref() == Some("rwc");
+    Ok(Target {
+        url,
+        driver,
+        create: rwc,
+        existing_only: !create,
+    })
+}
+
+/// The value of `key` in the URL's query.
+pub(super) fn query_value(url: &str, key: &str) -> Option<String> {
+    let (_, query) = url.split_once('?')?;
+    url::form_urlencoded::parse(query.as_bytes())
+        .find(|(k, _)| k == key)
+        .map(|(_, v)| v.into_owned())
+}
+
+/// One login on a connection of its own, closed at once.
+async fn first_login(target: &Target) -> Result<()> {
+    use sea_orm::sqlx::mysql::MySqlConnectOptions;
+    use sea_orm::sqlx::postgres::PgConnectOptions;
+    use sea_orm::sqlx::{ConnectOptions as _, Connection as _};
+    let url = target.url.as_str();
+    let login = async {
+        match target.driver {
+            Driver::Postgres => {
+                let opts: PgConnectOptions = url.parse()?;
+                opts.application_name("feed-processor")
+                    .connect()
+                    .await?
+                    .close()
+                    .await
+            }
+            Driver::MySql => {
+                url.parse::<MySqlConnectOptions>()?
+                    .connect()
+                    .await?
+                    .close()
+                    .await
+            }
+            Driver::Sqlite => Ok(()),
+        }
+    };
+    match tokio::time::timeout(CONNECT_TIMEOUT, login).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(classify(&e, target)),
+        Err(_) => Err(unreachable_as(
+            target,
+            Unreachable::TimedOut {
+                addr: address(url),
+                after: CONNECT_TIMEOUT,
+            },
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sqlite_files_are_shown_absolute_and_network_urls_redacted() {
+        let cwd = std::env::current_dir().unwrap();
+        assert_eq!(
+            shown("sqlite://feed.db?mode=rwc"),
+            format!("sqlite://{}/feed.db?mode=rwc", cwd.display())
+        );
+        assert_eq!(shown("sqlite:///tmp/a.db"), "sqlite:///tmp/a.db");
+        assert_eq!(
+            shown("postgres://u:pw@h:5432/db"),
+            "postgres://u:***@h:5432/db"
+        );
+    }
+}
