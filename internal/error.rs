@@ -27,6 +27,13 @@ pub enum Error {
     /// another connection, may succeed.
     #[error("the database did not answer within {0:?} (statement timeout)")]
     StatementTimeout(std::time::Duration),
+    /// The database's server takes no writes (a standby, a demoted
+    /// primary, a read-only replica): the connection is on the wrong node;
+    /// a later call, once the primary is reachable, may succeed.
+    #[error(
+        "the database server takes no writes (a standby or a demoted primary, read-only); waiting for the primary"
+    )]
+    WrongNode,
     /// The configuration is inconsistent.
     #[error("invalid configuration: {0}")]
     Config(String),

@@ -17,7 +17,7 @@ use sea_orm::{ConnectOptions, Database, DbErr, RuntimeErr};
 use super::connect_error::{Target, Unreachable, address, classify, clean, unreachable_as};
 use super::driver;
 use super::timeout::{self, Bound};
-use super::{Driver, Store, nodelay, redact};
+use super::{Driver, Store, nodelay, redact, role};
 use crate::{Error, Result};
 
 /// How long one attempt to log in may take.
@@ -122,12 +122,15 @@ async fn open(url: &str, max_connections: u32, limit: Duration, create: bool) ->
     }
     let bound = Arc::new(Bound::new(limit));
     let released = bound.clone();
+    // Commands that write (run, migrate, enqueue…) take no connection to a
+    // server that cannot write; those that only read may read a standby.
+    let primary = create;
     opts.map_sqlx_postgres_pool_opts(move |o| {
-        let released = released.clone();
-        o.after_release(move |conn, _| timeout::release_check(conn, &released))
-            .after_connect(|_, _| {
+        let (released, connected) = (released.clone(), released.clone());
+        o.after_release(move |conn, _| role::pg_after_release(conn, &released))
+            .after_connect(move |conn, _| {
                 nodelay::set_on_open_sockets();
-                Box::pin(async { Ok(()) })
+                role::pg_after_connect(conn, primary, &connected)
             })
     });
     let released = bound.clone();

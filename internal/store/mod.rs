@@ -21,6 +21,7 @@ pub mod overview;
 pub mod producer;
 pub mod prune;
 mod results;
+mod role;
 mod sessions;
 pub mod status;
 mod timeout;
@@ -228,16 +229,22 @@ impl Store {
             match tokio::time::timeout(limit, call).await {
                 Ok(Ok(v)) => return Ok(v),
                 Ok(Err(e)) if attempt < 8 && is_transient(&e) => {
+                    if driver::is_wrong_node(&e) {
+                        self.bound.wrong_node();
+                    }
                     tracing::debug!(error = %e, attempt, "transient database error; retrying");
                 }
-                Ok(Err(e)) => return Err(e.into()),
+                Ok(Err(e)) => return Err(self.explain(e.into())),
                 Err(_) => {
                     let e = self.cut_off(limit);
                     cut += 1;
                     let retrying = cut < 2 && attempt < 8;
-                    tracing::warn!(limit = ?limit, attempt, retrying, "database statement got no answer within the statement timeout");
+                    static LOG: crate::ratelog::Every = crate::ratelog::Every::new();
+                    if let Some(n) = LOG.due() {
+                        tracing::warn!(limit = ?limit, attempt, retrying, cut_off = n, "database statement got no answer within the statement timeout");
+                    }
                     if !retrying {
-                        return Err(e);
+                        return Err(self.explain(e));
                     }
                 }
             }
@@ -278,6 +285,24 @@ impl Store {
     }
 
     /// Records an attempt cut off after `limit`; the error to report.
+    /// A statement's final error, said as what it means: while connections
+    /// are refused or fail because the server takes no writes, a timeout or
+    /// a pool that could not connect is that, not a silent database.
+    fn explain(&self, e: Error) -> Error {
+        let wrong = match &e {
+            Error::StatementTimeout(_) | Error::Db(DbErr::ConnectionAcquire(_)) => {
+                self.bound.wrong_node_within(self.bound.limit)
+            }
+            Error::Db(d) => driver::is_wrong_node(d),
+            _ => false,
+        };
+        if wrong {
+            self.bound.wrong_node();
+            return Error::WrongNode;
+        }
+        e
+    }
+
     fn cut_off(&self, limit: Duration) -> Error {
         self.bound.timed_out();
         self.timeouts.inc();

@@ -27,6 +27,9 @@ pub(crate) struct Bound {
     pub(crate) limit: Duration,
     /// When an attempt was last cut off, so readiness can report it.
     last: Mutex<Option<Instant>>,
+    /// When a statement was last refused because its connection's server
+    /// takes no writes (see `role`).
+    wrong_node: Mutex<Option<Instant>>,
 }
 
 impl Bound {
@@ -34,7 +37,21 @@ impl Bound {
         Self {
             limit,
             last: Mutex::new(None),
+            wrong_node: Mutex::new(None),
         }
+    }
+
+    /// A statement was refused because its server takes no writes.
+    pub(crate) fn wrong_node(&self) {
+        *self.wrong_node.lock().expect("bound lock") = Some(Instant::now());
+    }
+
+    /// Whether a statement was refused so within the last `window`.
+    pub(crate) fn wrong_node_within(&self, window: Duration) -> bool {
+        self.wrong_node
+            .lock()
+            .expect("bound lock")
+            .is_some_and(|t| t.elapsed() < window)
     }
 
     pub(crate) fn timed_out(&self) {
@@ -51,7 +68,7 @@ impl Bound {
 }
 
 /// What sqlx's pool hooks return.
-type Hook<'c, T> = Pin<Box<dyn Future<Output = Result<T, sqlx::Error>> + Send + 'c>>;
+pub(crate) type Hook<'c, T> = Pin<Box<dyn Future<Output = Result<T, sqlx::Error>> + Send + 'c>>;
 
 /// sqlx's `after_release` hook. When a connection goes back to the pool,
 /// sqlx pings it (to flush whatever an interrupted statement left) with no

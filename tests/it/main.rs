@@ -18,6 +18,7 @@ mod cli;
 mod completion;
 mod console_api;
 mod controls;
+mod dbfaults;
 mod enqueue_api;
 mod failures;
 mod fencing;
