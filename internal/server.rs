@@ -28,6 +28,10 @@ pub struct Health {
     pub handler: AtomicBool,
     /// The circuit breaker is open: most calls failed as an outage.
     pub breaker_open: AtomicBool,
+    /// The last heartbeat reached a server that takes no writes (a
+    /// standby, a demoted primary): the database is there, its primary
+    /// is not.
+    pub not_primary: AtomicBool,
     /// Why dispatch holds off for the handler, while it does: written
     /// with each heartbeat so that `status` and the console show it.
     pub hold: std::sync::Mutex<Option<Hold>>,
@@ -117,7 +121,8 @@ async fn readyz(State(s): State<AppState>) -> impl IntoResponse {
     let open = s.health.breaker_open.load(Ordering::Relaxed);
     let breaker = if open { "open" } else { "closed" };
     let held = s.health.hold().map(|h| h.reason);
-    let body = serde_json::json!({"database": db, "session": session, "handler": handler, "breaker": breaker, "held": held});
+    let primary = !s.health.not_primary.load(Ordering::Relaxed);
+    let body = serde_json::json!({"database": db, "primary": primary, "session": session, "handler": handler, "breaker": breaker, "held": held});
     let code = if db && session && handler && !open {
         StatusCode::OK
     } else {

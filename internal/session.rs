@@ -98,6 +98,9 @@ pub async fn keep(keeper: Keeper, cancel: CancellationToken) {
             .await;
         match beat {
             Ok(true) => {
+                health
+                    .not_primary
+                    .store(false, std::sync::atomic::Ordering::Relaxed);
                 if HEARTBEAT_LOG.over() {
                     tracing::info!(session = %id, "heartbeat succeeded: the database is reachable again");
                 }
@@ -126,6 +129,10 @@ pub async fn keep(keeper: Keeper, cancel: CancellationToken) {
                 health
                     .database
                     .store(false, std::sync::atomic::Ordering::Relaxed);
+                let wrong = matches!(e, crate::Error::WrongNode);
+                health
+                    .not_primary
+                    .store(wrong, std::sync::atomic::Ordering::Relaxed);
                 if !session.live(expiry) && !warned {
                     warned = true;
                     tracing::error!(session = %id, error = %e, "no successful heartbeat for the session expiry: results are no longer acknowledged until the database is back");

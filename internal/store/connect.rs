@@ -170,6 +170,14 @@ fn target(url: &str, create: bool) -> Result<Target> {
             )));
         }
     };
+    if driver != Driver::Sqlite && several_hosts(&url) {
+        return Err(Error::DatabaseUrl(format!(
+            "{}: Feed takes one host per URL, not libpq's list of hosts; put what follows the \
+             primary in front of the cluster (HAProxy with Patroni's /primary check, a DNS name \
+             your provider moves on failover, or PgBouncer) and give its address",
+            redact(&url)
+        )));
+    }
     if driver != Driver::Sqlite
         && let Err(e) = url::Url::parse(&url)
     {
@@ -185,6 +193,14 @@ fn target(url: &str, create: bool) -> Result<Target> {
         create: rwc,
         existing_only: !create,
     })
+}
+
+/// Whether the URL names several hosts (`postgres://h1:5432,h2:5432/db`).
+fn several_hosts(url: &str) -> bool {
+    let rest = url.split_once("://").map_or("", |(_, r)| r);
+    let authority = rest.split(['/', '?']).next().unwrap_or_default();
+    let hosts = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    hosts.contains(',')
 }
 
 /// The value of `key` in the URL's query.
@@ -236,6 +252,15 @@ async fn first_login(target: &Target) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn several_hosts_are_seen_in_the_authority_only() {
+        assert!(super::several_hosts(
+            "postgres://u:p@h1:5432,h2:5432/db?target_session_attrs=read-write"
+        ));
+        assert!(!super::several_hosts("postgres://u:p,w@h1:5432/db"));
+        assert!(!super::several_hosts("postgres://h1/db?options=a,b"));
+    }
+
     use super::*;
 
     #[test]

@@ -280,7 +280,7 @@ impl Store {
         let call = std::pin::pin!(call);
         match tokio::time::timeout(limit, call).await {
             Ok(r) => Ok(r?),
-            Err(_) => Err(self.cut_off(limit)),
+            Err(_) => Err(self.explain(self.cut_off(limit))),
         }
     }
 

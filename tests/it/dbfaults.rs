@@ -89,6 +89,15 @@ async fn a_database_that_takes_no_writes_costs_no_attempt(db: TestDb) {
         },
     )
     .await;
+    wait_for(
+        "/readyz to name the missing primary",
+        Duration::from_secs(20),
+        || async {
+            let body = reqwest::get(&ready).await.unwrap().text().await.unwrap();
+            body.contains("\"primary\":false")
+        },
+    )
+    .await;
     let calls = handler.calls().len();
     read_only(&db, false).await;
     db.wait_complete(20).await;

@@ -164,6 +164,17 @@ async fn an_sqlite_file_that_cannot_be_opened_ends_run_with_what_to_do() {
     assert!(!missing.exists() && !dir.path().join("new.db").exists());
 }
 
+#[tokio::test]
+/// libpq's list of hosts is not taken: the command says what to put in
+/// front of the cluster instead, at once.
+async fn several_hosts_in_one_url_end_run_with_what_to_use() {
+    let url =
+        "postgres://postgres@127.0.0.1:5432,127.0.0.2:5432/db?target_session_attrs=read-write";
+    run(url, &[])
+        .gives_up(&["one host per URL", "HAProxy", "/primary"])
+        .await;
+}
+
 backend_tests!(a_refused_port_is_waited_for_and_said: postgres => Postgres, mariadb => Mysql);
 /// Nothing listens at the database's port: `run` keeps retrying (it may
 /// come up) and logs "connection refused at host:port" with the password
