@@ -12,39 +12,68 @@ use tokio::sync::{Notify, Semaphore};
 use crate::backend_tests;
 use crate::support::{Scene, TestDb, done, numbered, wait_for};
 
-/// Sets (or resets) `default_transaction_read_only` on the test's database
-/// from the server's admin database, and ends the database's sessions so
-/// that every connection opens again under the new setting: to the
-/// processor it looks like a failover onto a node that takes no writes.
-async fn read_only(db: &TestDb, on: bool) {
-    let name = db
-        .url
-        .rsplit('/')
-        .next()
-        .unwrap()
-        .split('?')
-        .next()
-        .unwrap();
-    let admin = testkit::Servers::default()
-        .admin(testkit::Backend::Postgres)
+/// The test database's name.
+fn name(db: &TestDb) -> String {
+    let tail = db.url.rsplit('/').next().unwrap();
+    tail.split('?').next().unwrap().to_string()
+}
+
+/// Runs `sqls` on the server's admin database.
+async fn admin(db: &TestDb, sqls: &[String]) {
+    let url = testkit::Servers::default()
+        .admin(db.backend)
         .unwrap()
         .unwrap();
-    let conn = sea_orm::Database::connect(admin).await.unwrap();
-    let set = if on {
-        format!("ALTER DATABASE {name} SET default_transaction_read_only = on")
-    } else {
-        format!("ALTER DATABASE {name} RESET default_transaction_read_only")
-    };
-    conn.execute_unprepared(&set).await.unwrap();
-    conn.execute_unprepared(&format!(
-        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{name}'"
-    ))
-    .await
-    .unwrap();
+    let conn = sea_orm::Database::connect(url).await.unwrap();
+    for sql in sqls {
+        conn.execute_unprepared(sql)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
     conn.close().await.unwrap();
 }
 
-backend_tests!(a_database_that_takes_no_writes_costs_no_attempt: postgres => Postgres);
+/// The URL the processor uses. On MariaDB the server's `read_only` binds
+/// only users without READ ONLY ADMIN, so it logs in as such a user.
+async fn writer_url(db: &TestDb) -> String {
+    if db.backend != testkit::Backend::Mysql {
+        return db.url.clone();
+    }
+    let (n, user) = (name(db), format!("ro_{}", &name(db)[7..19]));
+    admin(
+        db,
+        &[
+            format!("CREATE USER '{user}'@'%' IDENTIFIED BY 'pw'"),
+            format!("GRANT ALL ON {n}.* TO '{user}'@'%'"),
+        ],
+    )
+    .await;
+    db.url.replacen("root@", &format!("{user}:pw@"), 1)
+}
+
+/// Makes the database take no writes (or take them again), as a failover
+/// onto a demoted primary or a replica looks to the processor. PostgreSQL:
+/// `default_transaction_read_only` on the database, and its sessions
+/// ended so that every connection opens again under it. MariaDB: the
+/// server's `read_only` (root, which the suite's other tests use, is not
+/// bound by it).
+async fn read_only(db: &TestDb, on: bool) {
+    let n = name(db);
+    let sqls = match (db.backend, on) {
+        (testkit::Backend::Mysql, _) => vec![format!("SET GLOBAL read_only = {}", on as u8)],
+        (_, true) => vec![
+            format!("ALTER DATABASE {n} SET default_transaction_read_only = on"),
+            format!("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{n}'"),
+        ],
+        (_, false) => vec![
+            format!("ALTER DATABASE {n} RESET default_transaction_read_only"),
+            format!("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{n}'"),
+        ],
+    };
+    admin(db, &sqls).await;
+}
+
+backend_tests!(a_database_that_takes_no_writes_costs_no_attempt: postgres => Postgres, mariadb => Mysql);
 /// The handler holds its first answer; meanwhile the database stops
 /// taking writes and the processor's connections are cut. The answer is
 /// kept (no attempt, no second call for it), dispatch holds off (no other
@@ -63,7 +92,8 @@ async fn a_database_that_takes_no_writes_costs_no_attempt(db: TestDb) {
         "--statement-timeout",
         "2s",
     ];
-    let Scene(handler, proc) = Scene::start_async(&db, &args, move |call| {
+    let writer = TestDb::alias(&db, &writer_url(&db).await);
+    let Scene(handler, proc) = Scene::start_async(&writer, &args, move |call| {
         let (a, r) = (a.clone(), r.clone());
         async move {
             if call.item == "i0" {
@@ -119,4 +149,8 @@ async fn a_database_that_takes_no_writes_costs_no_attempt(db: TestDb) {
         log.contains("the database takes results again"),
         "recovery is said"
     );
+    if db.backend == testkit::Backend::Mysql {
+        let user = format!("ro_{}", &name(&db)[7..19]);
+        admin(&db, &[format!("DROP USER '{user}'@'%'")]).await;
+    }
 }
