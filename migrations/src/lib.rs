@@ -103,10 +103,17 @@ pub(crate) async fn drop_column(
 ) -> Result<(), DbErr> {
     use sea_orm_migration::sea_orm::ConnectionTrait;
     if has_column(manager, table, column).await? {
-        manager
+        let dropped = manager
             .get_connection()
             .execute_unprepared(&format!("ALTER TABLE {table} DROP COLUMN {column}"))
-            .await?;
+            .await;
+        // Gone meanwhile (seen once on SQLite under load: the column was
+        // listed, then not there to drop): what was asked for.
+        if let Err(e) = dropped
+            && has_column(manager, table, column).await?
+        {
+            return Err(e);
+        }
     }
     Ok(())
 }

@@ -59,7 +59,12 @@ async fn wait_exits_by_outcome(db: TestDb) {
     let _scene = Scene::start(&db, &[], |_| done()).await;
     let (code, text) = outcome(ok).await;
     assert_eq!(code, Some(0), "{text}");
-    let out: Value = serde_json::from_str(text.trim()).unwrap();
+    // The JSON on stdout, then the line on stderr that names the database.
+    let out: Value = serde_json::Deserializer::from_str(&text)
+        .into_iter()
+        .next()
+        .unwrap()
+        .unwrap();
     assert_eq!(
         (&out["status"], &out["finished"], &out["counts"]["complete"]),
         (&json!("complete"), &json!(true), &json!(2)),
