@@ -1,0 +1,386 @@
+//! Signing requests (README: Signatures): Standard Webhooks (`webhook-id`,
+//! `webhook-timestamp`, `webhook-signature`) and Feed's own
+//! `Feed-Signature`, with one key per secret (several during a rotation).
+//!
+//! Item requests and event requests never sign the same string, so a
+//! request Feed signed for an item (whose body a producer chose) cannot
+//! pass for an event: `Feed-Signature` starts an event's string with
+//! `v2 event` instead of `v2` and covers `Feed-Event`; a Standard Webhooks
+//! id is an event's number for an event and always holds a `:` (an item's
+//! `<id>:<version>`) or starts with `batch_` for an item request.
+
+use base64::Engine;
+use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
+use hmac::{Hmac, Mac};
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+use sha2::{Digest, Sha256};
+
+use crate::{Error, Result};
+
+/// Which signatures a request carries (`--signature-scheme`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SignatureScheme {
+    /// Standard Webhooks and `Feed-Signature`.
+    #[default]
+    Both,
+    /// Standard Webhooks only.
+    Standard,
+    /// `Feed-Signature` only.
+    Feed,
+}
+
+impl SignatureScheme {
+    fn standard(self) -> bool {
+        self != SignatureScheme::Feed
+    }
+
+    fn feed(self) -> bool {
+        self != SignatureScheme::Standard
+    }
+}
+
+/// What a request delivers, which decides the string `Feed-Signature` signs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Item,
+    Event,
+}
+
+/// The request headers an item's v2 signature covers, in this order; one
+/// that is absent counts as empty.
+pub const SIGNED_HEADERS: [&str; 6] = [
+    "feed-item-id",
+    "feed-partition-id",
+    "feed-gate",
+    "feed-attempt",
+    "idempotency-key",
+    "feed-batch",
+];
+
+/// The request headers an event's v2 signature covers, in this order.
+pub const EVENT_SIGNED_HEADERS: [&str; 5] = [
+    "feed-event",
+    "feed-partition-id",
+    "feed-gate",
+    "feed-attempt",
+    "idempotency-key",
+];
+
+/// `whsec_` secrets are base64, padded or not, as the reference libraries read them.
+const WHSEC: GeneralPurpose = GeneralPurpose::new(
+    &base64::alphabet::STANDARD,
+    GeneralPurposeConfig::new().with_decode_padding_mode(DecodePaddingMode::Indifferent),
+);
+
+/// The HMAC key of a secret: `whsec_<base64>` is the decoded bytes (the
+/// Standard Webhooks form); any other text is its own bytes (what Feed
+/// always used, and what the libraries call a raw secret).
+pub fn signing_key(secret: &str) -> Result<Vec<u8>> {
+    let key = match secret.strip_prefix("whsec_") {
+        Some(b64) => WHSEC.decode(b64).map_err(|_| {
+            Error::Invalid(
+                "a secret starting with whsec_ must be base64 after the prefix (the Standard \
+                 Webhooks form); give any other secret without the prefix"
+                    .into(),
+            )
+        })?,
+        None => secret.as_bytes().to_vec(),
+    };
+    if key.is_empty() {
+        return Err(Error::Invalid("a signing secret is empty".into()));
+    }
+    Ok(key)
+}
+
+/// The `webhook-id` of an item's step: its `Idempotency-Key`, with `%`
+/// and `.` percent-encoded. The spec asks for an id without `.`, or an
+/// item id chosen by a producer could shift where the signed string's
+/// id ends; the encoding is one to one, so retries keep the same id.
+pub fn webhook_id(idempotency_key: &str) -> String {
+    let mut out = String::with_capacity(idempotency_key.len());
+    for c in idempotency_key.chars() {
+        match c {
+            '%' => out.push_str("%25"),
+            '.' => out.push_str("%2E"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// The `webhook-id` of a batch request: `batch_` and a hash of its items'
+/// idempotency keys, so a batch of the same steps sent again has the same id.
+pub fn batch_webhook_id<'a>(keys: impl IntoIterator<Item = &'a str>) -> String {
+    let mut hash = Sha256::new();
+    for key in keys {
+        hash.update(key.as_bytes());
+        hash.update(b"\n");
+    }
+    format!("batch_{}", hex::encode(&hash.finalize()[..16]))
+}
+
+/// `t=<unix>,v1=<hex HMAC-SHA256 of "t.body">`: the first scheme, which
+/// signs the body only (sent beside v2 with `--signature-v1`, items only).
+pub fn signature(secret: &[u8], t: i64, body: &[u8]) -> String {
+    let t = t.to_string();
+    format!("t={t},v1={}", hex::encode(v1(&mac(secret), &t, body)))
+}
+
+/// An item request's v2 signature: hex HMAC-SHA256 of `v2`, the time and
+/// each of [`SIGNED_HEADERS`]'s values, each followed by a newline, then
+/// the body. Header values cannot hold a newline, so the string is
+/// unambiguous, and no Feed header can be changed without breaking it.
+pub fn signature_v2(secret: &[u8], t: i64, headers: &HeaderMap, body: &[u8]) -> String {
+    hex::encode(v2(&mac(secret), Kind::Item, &t.to_string(), headers, body))
+}
+
+/// An event request's v2 signature: as [`signature_v2`], but the string
+/// starts with `v2 event` and covers [`EVENT_SIGNED_HEADERS`].
+pub fn event_signature_v2(secret: &[u8], t: i64, headers: &HeaderMap, body: &[u8]) -> String {
+    hex::encode(v2(&mac(secret), Kind::Event, &t.to_string(), headers, body))
+}
+
+fn mac(key: &[u8]) -> Hmac<Sha256> {
+    Hmac::<Sha256>::new_from_slice(key).expect("HMAC takes any key length")
+}
+
+fn v1(key: &Hmac<Sha256>, t: &str, body: &[u8]) -> [u8; 32] {
+    let mut mac = key.clone();
+    mac.update(t.as_bytes());
+    mac.update(b".");
+    mac.update(body);
+    mac.finalize().into_bytes().into()
+}
+
+fn v2(key: &Hmac<Sha256>, kind: Kind, t: &str, headers: &HeaderMap, body: &[u8]) -> [u8; 32] {
+    let mut mac = key.clone();
+    let (first, names): (&[u8], &[&str]) = match kind {
+        Kind::Item => (b"v2\n", &SIGNED_HEADERS),
+        Kind::Event => (b"v2 event\n", &EVENT_SIGNED_HEADERS),
+    };
+    mac.update(first);
+    mac.update(t.as_bytes());
+    mac.update(b"\n");
+    for name in names {
+        mac.update(headers.get(*name).map_or(&b""[..], |v| v.as_bytes()));
+        mac.update(b"\n");
+    }
+    mac.update(body);
+    mac.finalize().into_bytes().into()
+}
+
+/// Standard Webhooks: HMAC-SHA256 of `{id}.{t}.{body}`.
+fn standard(key: &Hmac<Sha256>, id: &str, t: &str, body: &[u8]) -> [u8; 32] {
+    let mut mac = key.clone();
+    mac.update(id.as_bytes());
+    mac.update(b".");
+    mac.update(t.as_bytes());
+    mac.update(b".");
+    mac.update(body);
+    mac.finalize().into_bytes().into()
+}
+
+const WEBHOOK_ID: HeaderName = HeaderName::from_static("webhook-id");
+const WEBHOOK_TIMESTAMP: HeaderName = HeaderName::from_static("webhook-timestamp");
+const WEBHOOK_SIGNATURE: HeaderName = HeaderName::from_static("webhook-signature");
+const FEED_SIGNATURE: HeaderName = HeaderName::from_static("feed-signature");
+
+/// Signs requests with every key, in the schemes configured. Each key's
+/// HMAC state is prepared once; a request costs one pass over its body
+/// per key and scheme.
+pub(crate) struct Signer {
+    keys: Vec<Hmac<Sha256>>,
+    scheme: SignatureScheme,
+    /// Also v1 in `Feed-Signature` (items only: v1 signs the body alone,
+    /// so it could not tell an event from an item).
+    v1: bool,
+}
+
+impl Signer {
+    /// The signer of `secrets` (given by `flag`); None when there is none
+    /// (unsigned requests).
+    pub fn new(
+        flag: &str,
+        secrets: &[String],
+        scheme: SignatureScheme,
+        v1: bool,
+    ) -> Result<Option<Signer>> {
+        if secrets.is_empty() {
+            return Ok(None);
+        }
+        let keys = secrets
+            .iter()
+            .map(|s| signing_key(s).map(|k| mac(&k)))
+            .collect::<Result<_>>()
+            .map_err(|e| Error::Config(format!("{flag}: {e}")))?;
+        Ok(Some(Signer { keys, scheme, v1 }))
+    }
+
+    /// Whether requests carry Standard Webhooks headers (and so need a `webhook-id`).
+    pub fn standard(&self) -> bool {
+        self.scheme.standard()
+    }
+
+    /// Adds the signature headers of a request to `out`: `feed` holds the
+    /// Feed headers the request carries (which `Feed-Signature` covers),
+    /// `id` is its `webhook-id`, `t` the Unix time.
+    pub fn sign(
+        &self,
+        kind: Kind,
+        out: &mut HeaderMap,
+        feed: &HeaderMap,
+        id: &str,
+        body: &[u8],
+        t: i64,
+    ) {
+        let t = t.to_string();
+        if self.scheme.standard() {
+            let mut sigs = String::with_capacity(self.keys.len() * 48);
+            for key in &self.keys {
+                if !sigs.is_empty() {
+                    sigs.push(' ');
+                }
+                sigs.push_str("v1,");
+                base64::engine::general_purpose::STANDARD
+                    .encode_string(standard(key, id, &t, body), &mut sigs);
+            }
+            out.insert(WEBHOOK_ID, value(id.to_owned()));
+            out.insert(WEBHOOK_TIMESTAMP, value(t.clone()));
+            out.insert(WEBHOOK_SIGNATURE, value(sigs));
+        }
+        if self.scheme.feed() {
+            let mut sig = format!("t={t}");
+            if self.v1 && kind == Kind::Item {
+                for key in &self.keys {
+                    sig.push_str(",v1=");
+                    sig.push_str(&hex::encode(v1(key, &t, body)));
+                }
+            }
+            for key in &self.keys {
+                sig.push_str(",v2=");
+                sig.push_str(&hex::encode(v2(key, kind, &t, feed, body)));
+            }
+            out.insert(FEED_SIGNATURE, value(sig));
+        }
+    }
+}
+
+/// A header value Feed built: ids already sent as header values, digits,
+/// base64 and hex.
+fn value(text: String) -> HeaderValue {
+    HeaderValue::try_from(text).expect("a signature header is printable ASCII")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn item_headers() -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (name, value) in [
+            ("feed-item-id", "i1"),
+            ("feed-partition-id", "p1"),
+            ("feed-gate", "0"),
+            ("feed-attempt", "1"),
+            ("idempotency-key", "i1:3"),
+        ] {
+            h.insert(name, value.parse().unwrap());
+        }
+        h
+    }
+
+    #[test]
+    fn feed_signatures() {
+        // Reference value: printf '1.{}' | openssl dgst -sha256 -hmac k
+        assert_eq!(
+            signature(b"k", 1, b"{}"),
+            "t=1,v1=3dd49b2593d0f9a349e9e71c4bde3e2b862c2be4003fe9b4ba81332029310158"
+        );
+        // v2 covers the Feed headers: reference from Python's hmac over
+        // "v2\n1\ni1\np1\n0\n1\ni1:3\n\n{}".
+        let mut h = item_headers();
+        let v2 = "a4b418f7b1272c7e7fe75bda8f52adbc0a31d3ab9391ec74e179dba04a9fc997";
+        assert_eq!(signature_v2(b"k", 1, &h, b"{}"), v2);
+        let signer = Signer::new("-", &["k".into()], SignatureScheme::Feed, false)
+            .unwrap()
+            .unwrap();
+        let mut out = HeaderMap::new();
+        signer.sign(Kind::Item, &mut out, &h, "i1:3", b"{}", 1);
+        assert_eq!(out["feed-signature"], format!("t=1,v2={v2}").as_str());
+        assert!(out.get("webhook-signature").is_none(), "feed scheme only");
+        h.insert("feed-gate", "1".parse().unwrap());
+        assert_ne!(
+            signature_v2(b"k", 1, &h, b"{}"),
+            v2,
+            "a changed header breaks it"
+        );
+    }
+
+    #[test]
+    fn an_event_never_signs_an_item_string() {
+        // The same headers and body signed as an item and as an event differ.
+        let mut h = item_headers();
+        h.insert("feed-event", "partition.complete".parse().unwrap());
+        assert_ne!(
+            signature_v2(b"k", 1, &h, b"{}"),
+            event_signature_v2(b"k", 1, &h, b"{}")
+        );
+        // Reference from Python's hmac over "v2 event\n1\npartition.complete\np1\n0\n1\ni1:3\n{}".
+        assert_eq!(
+            event_signature_v2(b"k", 1, &h, b"{}"),
+            "18cd8d9cf18112e40e51129105ab4f633dbe20f8d44bb7e77bc883b4e25ea946"
+        );
+    }
+
+    #[test]
+    fn secrets_and_ids() {
+        assert_eq!(signing_key("raw secret").unwrap(), b"raw secret");
+        assert_eq!(signing_key("whsec_AAEC").unwrap(), [0, 1, 2]);
+        assert_eq!(signing_key("whsec_AAE").unwrap(), [0, 1], "unpadded");
+        assert!(signing_key("whsec_not base64!").is_err());
+        assert!(signing_key("").is_err() && signing_key("whsec_").is_err());
+        assert_eq!(webhook_id("i1:3"), "i1:3");
+        assert_eq!(webhook_id("a.b%c:2"), "a%2Eb%25c:2");
+        assert_ne!(webhook_id("a.b:2"), webhook_id("a%2Eb:2"));
+        let one = batch_webhook_id(["a:1", "b:1"]);
+        assert_eq!(one, batch_webhook_id(["a:1", "b:1"]));
+        assert_ne!(one, batch_webhook_id(["a:1", "b:2"]));
+        assert!(one.starts_with("batch_") && one.len() == 38);
+    }
+
+    #[test]
+    fn standard_webhooks_as_the_reference_crate_signs() {
+        // Two secrets (a rotation): one signature each, space-separated;
+        // the third-party crate verifies each with its own secret.
+        let (new, old) = ("whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD", "old raw secret");
+        let secrets = [new.to_string(), old.to_string()];
+        let signer = Signer::new("-", &secrets, SignatureScheme::Both, true)
+            .unwrap()
+            .unwrap();
+        let body = br#"{"email":"test@example.com"}"#;
+        let t = chrono::Utc::now().timestamp();
+        let mut out = HeaderMap::new();
+        signer.sign(Kind::Item, &mut out, &item_headers(), "i1:3", body, t);
+        let reference = standardwebhooks::Webhook::new(new).unwrap();
+        let expected = reference.sign("i1:3", t, body).unwrap();
+        let sigs = out["webhook-signature"].to_str().unwrap();
+        assert_eq!(sigs.split(' ').next(), Some(expected.as_str()));
+        assert_eq!(out["webhook-id"], "i1:3");
+        assert_eq!(out["webhook-timestamp"], t.to_string().as_str());
+        reference.verify(body, &out).unwrap();
+        let raw = standardwebhooks::Webhook::from_bytes(old.as_bytes().to_vec()).unwrap();
+        raw.verify(body, &out).unwrap();
+        assert!(reference.verify(b"{}", &out).is_err(), "another body");
+        // Feed-Signature carries v1 and v2 of each key.
+        let feed = out["feed-signature"].to_str().unwrap();
+        assert_eq!(feed.matches(",v1=").count(), 2);
+        assert_eq!(feed.matches(",v2=").count(), 2);
+        // An event never carries v1 (it signs the body alone).
+        let mut out = HeaderMap::new();
+        signer.sign(Kind::Event, &mut out, &HeaderMap::new(), "7", body, t);
+        let feed = out["feed-signature"].to_str().unwrap();
+        assert!(!feed.contains("v1=") && feed.matches(",v2=").count() == 2);
+        reference.verify(body, &out).unwrap();
+    }
+}
