@@ -177,7 +177,12 @@ async fn events_verify_and_item_requests_replayed_to_them_fail(db: TestDb) {
     db.item("forged", "p", 0, fake).await;
     let items = Handler::start(|c| unless(verifies(c), done())).await;
     let url = receiver.url();
-    let flags = [&SECRETS[..], &["--events-url", &url]].concat();
+    // The secrets from a file this time, one a line.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("secrets");
+    std::fs::write(&file, format!("{NEW}\n\n{OLD}\n")).unwrap();
+    let file = file.display().to_string();
+    let flags = ["--signing-secret-file", &file, "--events-url", &url];
     let _p = Proc::start(&db, &items.url(), &flags);
     wait_for("the event delivered", Duration::from_secs(60), || async {
         db.count("SELECT COUNT(*) AS n FROM feed_events WHERE status = 'delivered'")
