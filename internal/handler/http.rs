@@ -357,7 +357,7 @@ impl Handler for HttpHandler {
         };
         let id = match self.signer.as_ref().is_some_and(Signer::standard) {
             true => webhook_id(&job.idempotency_key),
-            false => String::new(),
+            false => "".into(),
         };
         match self.post(h, &id, job.data.clone()).await {
             Ok(a) => parse_response(a.status, &a.body, a.retry_after),

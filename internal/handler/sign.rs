@@ -9,6 +9,8 @@
 //! id is an event's number for an event and always holds a `:` (an item's
 //! `<id>:<version>`) or starts with `batch_` for an item request.
 
+use std::borrow::Cow;
+
 use base64::Engine;
 use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
 use hmac::{Hmac, Mac};
@@ -67,6 +69,24 @@ pub const EVENT_SIGNED_HEADERS: [&str; 5] = [
     "idempotency-key",
 ];
 
+/// [`SIGNED_HEADERS`] and [`EVENT_SIGNED_HEADERS`] as header names, built
+/// once (a lookup by `&str` checks and hashes the name every time).
+const ITEM_NAMES: [HeaderName; 6] = [
+    HeaderName::from_static("feed-item-id"),
+    HeaderName::from_static("feed-partition-id"),
+    HeaderName::from_static("feed-gate"),
+    HeaderName::from_static("feed-attempt"),
+    HeaderName::from_static("idempotency-key"),
+    HeaderName::from_static("feed-batch"),
+];
+const EVENT_NAMES: [HeaderName; 5] = [
+    HeaderName::from_static("feed-event"),
+    HeaderName::from_static("feed-partition-id"),
+    HeaderName::from_static("feed-gate"),
+    HeaderName::from_static("feed-attempt"),
+    HeaderName::from_static("idempotency-key"),
+];
+
 /// `whsec_` secrets are base64, padded or not, as the reference libraries read them.
 const WHSEC: GeneralPurpose = GeneralPurpose::new(
     &base64::alphabet::STANDARD,
@@ -97,8 +117,11 @@ pub fn signing_key(secret: &str) -> Result<Vec<u8>> {
 /// and `.` percent-encoded. The spec asks for an id without `.`, or an
 /// item id chosen by a producer could shift where the signed string's
 /// id ends; the encoding is one to one, so retries keep the same id.
-pub fn webhook_id(idempotency_key: &str) -> String {
-    let mut out = String::with_capacity(idempotency_key.len());
+pub fn webhook_id(idempotency_key: &str) -> Cow<'_, str> {
+    if !idempotency_key.contains(['.', '%']) {
+        return Cow::Borrowed(idempotency_key);
+    }
+    let mut out = String::with_capacity(idempotency_key.len() + 8);
     for c in idempotency_key.chars() {
         match c {
             '%' => out.push_str("%25"),
@@ -106,7 +129,7 @@ pub fn webhook_id(idempotency_key: &str) -> String {
             c => out.push(c),
         }
     }
-    out
+    Cow::Owned(out)
 }
 
 /// The `webhook-id` of a batch request: `batch_` and a hash of its items'
@@ -155,15 +178,15 @@ fn v1(key: &Hmac<Sha256>, t: &str, body: &[u8]) -> [u8; 32] {
 
 fn v2(key: &Hmac<Sha256>, kind: Kind, t: &str, headers: &HeaderMap, body: &[u8]) -> [u8; 32] {
     let mut mac = key.clone();
-    let (first, names): (&[u8], &[&str]) = match kind {
-        Kind::Item => (b"v2\n", &SIGNED_HEADERS),
-        Kind::Event => (b"v2 event\n", &EVENT_SIGNED_HEADERS),
+    let (first, names): (&[u8], &[HeaderName]) = match kind {
+        Kind::Item => (b"v2\n", &ITEM_NAMES),
+        Kind::Event => (b"v2 event\n", &EVENT_NAMES),
     };
     mac.update(first);
     mac.update(t.as_bytes());
     mac.update(b"\n");
     for name in names {
-        mac.update(headers.get(*name).map_or(&b""[..], |v| v.as_bytes()));
+        mac.update(headers.get(name).map_or(&b""[..], |v| v.as_bytes()));
         mac.update(b"\n");
     }
     mac.update(body);
@@ -250,20 +273,28 @@ impl Signer {
             out.insert(WEBHOOK_SIGNATURE, value(sigs));
         }
         if self.scheme.feed() {
-            let mut sig = format!("t={t}");
+            let mut sig = String::with_capacity(16 + self.keys.len() * 2 * 68);
+            sig.push_str("t=");
+            sig.push_str(&t);
             if self.v1 && kind == Kind::Item {
                 for key in &self.keys {
-                    sig.push_str(",v1=");
-                    sig.push_str(&hex::encode(v1(key, &t, body)));
+                    push_hex(&mut sig, ",v1=", v1(key, &t, body));
                 }
             }
             for key in &self.keys {
-                sig.push_str(",v2=");
-                sig.push_str(&hex::encode(v2(key, kind, &t, feed, body)));
+                push_hex(&mut sig, ",v2=", v2(key, kind, &t, feed, body));
             }
             out.insert(FEED_SIGNATURE, value(sig));
         }
     }
+}
+
+/// Appends `label` and `mac` in hex to `out`.
+fn push_hex(out: &mut String, label: &str, mac: [u8; 32]) {
+    let mut hex = [0u8; 64];
+    hex::encode_to_slice(mac, &mut hex).expect("64 hex digits");
+    out.push_str(label);
+    out.push_str(std::str::from_utf8(&hex).expect("hex is ASCII"));
 }
 
 /// A header value Feed built: ids already sent as header values, digits,
@@ -330,6 +361,17 @@ mod tests {
         assert_eq!(
             event_signature_v2(b"k", 1, &h, b"{}"),
             "18cd8d9cf18112e40e51129105ab4f633dbe20f8d44bb7e77bc883b4e25ea946"
+        );
+    }
+
+    #[test]
+    fn header_names_are_the_documented_ones() {
+        assert!(ITEM_NAMES.iter().map(HeaderName::as_str).eq(SIGNED_HEADERS));
+        assert!(
+            EVENT_NAMES
+                .iter()
+                .map(HeaderName::as_str)
+                .eq(EVENT_SIGNED_HEADERS)
         );
     }
 
