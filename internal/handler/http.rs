@@ -20,7 +20,8 @@ use rustls_platform_verifier::BuilderVerifierExt;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::answer::{parse_batch_response, parse_response, parse_retry_after};
-use super::sign::{Kind, Signer, batch_webhook_id, webhook_id};
+use super::keys::{batch_webhook_id, webhook_id};
+use super::sign::{Kind, Signer};
 use super::{Handler, Job, Outcome};
 use crate::{Config, Error, Result};
 

@@ -9,14 +9,16 @@ use async_trait::async_trait;
 
 mod answer;
 mod http;
+mod keys;
 mod sign;
 
 pub(crate) use answer::parse_retry_after;
 pub use http::HttpHandler;
 pub(crate) use http::{client, endpoint, error_chain, fixed_headers, unix_now};
+pub use keys::{batch_webhook_id, signing_key, webhook_id};
 pub use sign::{
-    EVENT_SIGNED_HEADERS, SIGNED_HEADERS, SignatureScheme, batch_webhook_id, event_signature_v2,
-    signature, signature_v2, signing_key, webhook_id,
+    EVENT_SIGNED_HEADERS, SIGNED_HEADERS, SignatureScheme, event_signature_v2, signature,
+    signature_v2,
 };
 pub(crate) use sign::{Kind, Signer};
 

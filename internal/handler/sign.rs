@@ -2,21 +2,20 @@
 //! `webhook-timestamp`, `webhook-signature`) and Feed's own
 //! `Feed-Signature`, with one key per secret (several during a rotation).
 //!
-//! Item requests and event requests never sign the same string, so a
-//! request Feed signed for an item (whose body a producer chose) cannot
-//! pass for an event: `Feed-Signature` starts an event's string with
-//! `v2 event` instead of `v2` and covers `Feed-Event`; a Standard Webhooks
-//! id is an event's number for an event and always holds a `:` (an item's
-//! `<id>:<version>`) or starts with `batch_` for an item request.
-
-use std::borrow::Cow;
+//! A request Feed signed for an item (whose body a producer chose) must
+//! not pass for an event. `Feed-Signature` starts an event's string with
+//! `v2 event` instead of `v2` and covers `Feed-Event`, so it never
+//! verifies as the other kind. Standard Webhooks signs only the id, the
+//! time and the body: there the id tells them apart (an event's is its
+//! number; an item request's holds a `:`, `<id>:<version>`, or starts
+//! with `batch_`), which an events receiver sharing the secret checks.
 
 use base64::Engine;
-use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
 use hmac::{Hmac, Mac};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
-use sha2::{Digest, Sha256};
+use sha2::Sha256;
 
+use super::keys::signing_key;
 use crate::{Error, Result};
 
 /// Which signatures a request carries (`--signature-scheme`).
@@ -86,62 +85,6 @@ const EVENT_NAMES: [HeaderName; 5] = [
     HeaderName::from_static("feed-attempt"),
     HeaderName::from_static("idempotency-key"),
 ];
-
-/// `whsec_` secrets are base64, padded or not, as the reference libraries read them.
-const WHSEC: GeneralPurpose = GeneralPurpose::new(
-    &base64::alphabet::STANDARD,
-    GeneralPurposeConfig::new().with_decode_padding_mode(DecodePaddingMode::Indifferent),
-);
-
-/// The HMAC key of a secret: `whsec_<base64>` is the decoded bytes (the
-/// Standard Webhooks form); any other text is its own bytes (what Feed
-/// always used, and what the libraries call a raw secret).
-pub fn signing_key(secret: &str) -> Result<Vec<u8>> {
-    let key = match secret.strip_prefix("whsec_") {
-        Some(b64) => WHSEC.decode(b64).map_err(|_| {
-            Error::Invalid(
-                "a secret starting with whsec_ must be base64 after the prefix (the Standard \
-                 Webhooks form); give any other secret without the prefix"
-                    .into(),
-            )
-        })?,
-        None => secret.as_bytes().to_vec(),
-    };
-    if key.is_empty() {
-        return Err(Error::Invalid("a signing secret is empty".into()));
-    }
-    Ok(key)
-}
-
-/// The `webhook-id` of an item's step: its `Idempotency-Key`, with `%`
-/// and `.` percent-encoded. The spec asks for an id without `.`, or an
-/// item id chosen by a producer could shift where the signed string's
-/// id ends; the encoding is one to one, so retries keep the same id.
-pub fn webhook_id(idempotency_key: &str) -> Cow<'_, str> {
-    if !idempotency_key.contains(['.', '%']) {
-        return Cow::Borrowed(idempotency_key);
-    }
-    let mut out = String::with_capacity(idempotency_key.len() + 8);
-    for c in idempotency_key.chars() {
-        match c {
-            '%' => out.push_str("%25"),
-            '.' => out.push_str("%2E"),
-            c => out.push(c),
-        }
-    }
-    Cow::Owned(out)
-}
-
-/// The `webhook-id` of a batch request: `batch_` and a hash of its items'
-/// idempotency keys, so a batch of the same steps sent again has the same id.
-pub fn batch_webhook_id<'a>(keys: impl IntoIterator<Item = &'a str>) -> String {
-    let mut hash = Sha256::new();
-    for key in keys {
-        hash.update(key.as_bytes());
-        hash.update(b"\n");
-    }
-    format!("batch_{}", hex::encode(&hash.finalize()[..16]))
-}
 
 /// `t=<unix>,v1=<hex HMAC-SHA256 of "t.body">`: the first scheme, which
 /// signs the body only (sent beside v2 with `--signature-v1`, items only).
@@ -373,22 +316,6 @@ mod tests {
                 .map(HeaderName::as_str)
                 .eq(EVENT_SIGNED_HEADERS)
         );
-    }
-
-    #[test]
-    fn secrets_and_ids() {
-        assert_eq!(signing_key("raw secret").unwrap(), b"raw secret");
-        assert_eq!(signing_key("whsec_AAEC").unwrap(), [0, 1, 2]);
-        assert_eq!(signing_key("whsec_AAE").unwrap(), [0, 1], "unpadded");
-        assert!(signing_key("whsec_not base64!").is_err());
-        assert!(signing_key("").is_err() && signing_key("whsec_").is_err());
-        assert_eq!(webhook_id("i1:3"), "i1:3");
-        assert_eq!(webhook_id("a.b%c:2"), "a%2Eb%25c:2");
-        assert_ne!(webhook_id("a.b:2"), webhook_id("a%2Eb:2"));
-        let one = batch_webhook_id(["a:1", "b:1"]);
-        assert_eq!(one, batch_webhook_id(["a:1", "b:1"]));
-        assert_ne!(one, batch_webhook_id(["a:1", "b:2"]));
-        assert!(one.starts_with("batch_") && one.len() == 38);
     }
 
     #[test]
