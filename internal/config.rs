@@ -36,8 +36,12 @@ pub struct Config {
     pub backoff_max: Duration,
     /// Extra request headers; values may be secrets.
     pub headers: Vec<(String, String)>,
-    /// HMAC-SHA256 key for `Feed-Signature`.
-    pub signing_secret: Option<String>,
+    /// HMAC-SHA256 signing secrets of requests: `whsec_<base64>` or raw
+    /// text (README: Signatures); several during a rotation, each signing
+    /// every request. Empty = unsigned.
+    pub signing_secrets: Vec<String>,
+    /// Which signatures requests carry (`--signature-scheme`).
+    pub signature_scheme: crate::handler::SignatureScheme,
     /// `Content-Type` of requests.
     pub content_type: String,
     /// Also sign with v1 (the body only) beside v2 (`--signature-v1`), for
@@ -81,8 +85,8 @@ pub struct Config {
     pub events_url: Option<String>,
     /// Extra headers of event requests; None = the handler's `headers`.
     pub events_headers: Option<Vec<(String, String)>>,
-    /// Signing key of event requests; None = the handler's `signing_secret`.
-    pub events_signing_secret: Option<String>,
+    /// Signing secrets of event requests; empty = the handler's `signing_secrets`.
+    pub events_signing_secrets: Vec<String>,
     /// Delivery attempts per event before it is kept as failed; 0 = unlimited.
     pub events_max_attempts: u32,
     /// Items per second the whole fleet sends to the handler (`--rate-limit`).
@@ -161,7 +165,8 @@ impl Config {
             backoff_base: Self::BACKOFF_BASE,
             backoff_max: Self::BACKOFF_MAX,
             headers: Vec::new(),
-            signing_secret: None,
+            signing_secrets: Vec::new(),
+            signature_scheme: crate::handler::SignatureScheme::Both,
             content_type: Self::CONTENT_TYPE.into(),
             signature_v1: false,
             max_response_bytes: Self::MAX_RESPONSE_BYTES,
@@ -179,7 +184,7 @@ impl Config {
             batch_wait: Self::BATCH_WAIT,
             events_url: None,
             events_headers: None,
-            events_signing_secret: None,
+            events_signing_secrets: Vec::new(),
             events_max_attempts: Self::EVENTS_MAX_ATTEMPTS,
             rate_limit: None,
             rate_burst: None,
@@ -228,6 +233,25 @@ impl Config {
         if !(self.breaker_ratio > 0.0 && self.breaker_ratio <= 1.0) {
             return bad("--breaker-ratio must be above 0 and at most 1, e.g. 0.5");
         }
+        if self.signature_v1 && self.signature_scheme == crate::handler::SignatureScheme::Standard {
+            return bad(
+                "--signature-v1 adds v1 to Feed-Signature, which --signature-scheme standard does not send",
+            );
+        }
+        use crate::handler::Signer;
+        Signer::new(
+            "--signing-secret",
+            &self.signing_secrets,
+            self.signature_scheme,
+            false,
+        )?;
+        let events = &self.events_signing_secrets;
+        Signer::new(
+            "--events-signing-secret",
+            events,
+            self.signature_scheme,
+            false,
+        )?;
         if self.ui && self.listen.is_none() {
             return bad("--ui serves the dashboard on --listen, which is off");
         }

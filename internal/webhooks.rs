@@ -1,5 +1,6 @@
 //! `run --events-url`: delivers completion events (rows of `feed_events`)
-//! as signed webhooks.
+//! as signed webhooks (`webhook-id` is the event id; `Feed-Signature`
+//! signs an event's string, never an item's: see `handler::sign`).
 //!
 //! One processor at a time sends: the processors race for the `events`
 //! row of `feed_maintenance` (a lease on the database clock, renewed each
@@ -26,7 +27,7 @@ use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
 use crate::context::Context;
-use crate::handler::{client, endpoint, error_chain, fixed_headers, signature_header, unix_now};
+use crate::handler::{Kind, Signer, client, endpoint, error_chain, fixed_headers, unix_now};
 use crate::store::events::{Counts, Event};
 use crate::{Result, backoff};
 
@@ -43,7 +44,8 @@ pub struct Webhooks {
     client: reqwest::Client,
     url: reqwest::Url,
     headers: HeaderMap,
-    secret: Option<Vec<u8>>,
+    /// Signs each event; None = unsigned.
+    signer: Option<Signer>,
     /// Outlives a round: a round's requests end within the request
     /// timeout, and the holder renews at each round.
     lease: Duration,
@@ -77,16 +79,16 @@ impl Webhooks {
             return Ok(None);
         };
         let headers = config.events_headers.as_ref().unwrap_or(&config.headers);
-        let secret = config
-            .events_signing_secret
-            .as_ref()
-            .or(config.signing_secret.as_ref());
+        let (flag, secrets) = match config.events_signing_secrets.as_slice() {
+            [] => ("--signing-secret", &config.signing_secrets),
+            _ => ("--events-signing-secret", &config.events_signing_secrets),
+        };
         Ok(Some(Webhooks {
             ctx: ctx.clone(),
             client: client(config.request_timeout, PARALLEL)?,
             url: endpoint("--events-url", url)?,
             headers: fixed_headers("application/json", headers, "--events-header")?,
-            secret: secret.map(|s| s.clone().into_bytes()),
+            signer: Signer::new(flag, secrets, config.signature_scheme, false)?,
             lease: config.request_timeout + config.session_expiry * 2,
         }))
     }
@@ -218,10 +220,11 @@ impl Webhooks {
             .client
             .post(self.url.clone())
             .headers(self.headers.clone());
-        if let Some(secret) = &self.secret {
-            let v1 = self.ctx.config.signature_v1;
-            let sig = signature_header(secret, unix_now(), &extra, &body, v1);
-            req = req.header("Feed-Signature", sig);
+        if let Some(signer) = &self.signer {
+            let mut signed = HeaderMap::with_capacity(4);
+            let id = e.id.to_string();
+            signer.sign(Kind::Event, &mut signed, &extra, &id, &body, unix_now());
+            req = req.headers(signed);
         }
         match req.headers(extra).body(body).send().await {
             Ok(r) => answered(r.status(), retry_after(r.headers())),

@@ -4,19 +4,31 @@
 use anyhow::Context;
 use clap::Args;
 use feed::Config;
+use feed::handler::SignatureScheme;
 use humantime::Duration;
 
 use super::{DbArgs, LogFormat, controls, duration, init_logs, shutdown_signal};
 
-secret_flags!(
+secret_list_flags!(
     SigningSecretArgs { signing_secret, signing_secret_file, env = "FEED_SIGNING_SECRET", what = "signing secret" },
-    "Sign requests: Feed-Signature: t=<unix>,v1=<hex HMAC-SHA256 of \"t.body\"> [default: none]"
+    "Sign requests (Standard Webhooks and Feed-Signature): whsec_<base64> as the spec says, any other text as its own bytes; repeat it to sign with several during a rotation (FEED_SIGNING_SECRET takes one a line) [default: none]"
 );
 
-secret_flags!(
+secret_list_flags!(
     EventsSecretArgs { events_signing_secret, events_signing_secret_file, env = "FEED_EVENTS_SIGNING_SECRET", what = "events signing secret" },
-    "Sign event requests as item requests are signed [default: the --signing-secret]"
+    "Sign event requests with this secret instead, repeatable as --signing-secret is [default: the --signing-secret]"
 );
+
+/// `--signature-scheme`.
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum Scheme {
+    /// Standard Webhooks (webhook-id, webhook-timestamp, webhook-signature) and Feed-Signature
+    Both,
+    /// Standard Webhooks only
+    Standard,
+    /// Feed-Signature only
+    Feed,
+}
 
 #[derive(Args)]
 pub struct RunArgs {
@@ -68,8 +80,11 @@ pub struct RunArgs {
     header_file: Option<HeaderFile>,
     #[command(flatten)]
     signing_secret: SigningSecretArgs,
-    /// Also sign requests with v1 (the body only) beside v2, for handlers that still check v1;
-    /// v1 goes away in a later release
+    /// Which signatures a signed request carries
+    #[arg(long, env = "FEED_SIGNATURE_SCHEME", value_enum, default_value_t = Scheme::Both)]
+    signature_scheme: Scheme,
+    /// Also sign item requests with v1 (the body only) beside v2 in Feed-Signature, for handlers
+    /// that still check v1; v1 goes away in a later release
     #[arg(long, env = "FEED_SIGNATURE_V1")]
     signature_v1: bool,
     /// Content-Type of requests
@@ -200,7 +215,12 @@ pub async fn run(a: RunArgs) -> anyhow::Result<()> {
         .into_iter()
         .chain(a.header_file.map(|f| f.0).unwrap_or_default())
         .collect();
-    c.signing_secret = a.signing_secret.value();
+    c.signing_secrets = a.signing_secret.values();
+    c.signature_scheme = match a.signature_scheme {
+        Scheme::Both => SignatureScheme::Both,
+        Scheme::Standard => SignatureScheme::Standard,
+        Scheme::Feed => SignatureScheme::Feed,
+    };
     c.content_type = a.content_type;
     c.signature_v1 = a.signature_v1;
     c.max_response_bytes = a.max_response_bytes;
@@ -218,7 +238,7 @@ pub async fn run(a: RunArgs) -> anyhow::Result<()> {
     c.batch_wait = a.batch_wait.into();
     c.events_url = a.events_url;
     c.events_headers = (!a.events_headers.is_empty()).then_some(a.events_headers);
-    c.events_signing_secret = a.events_signing_secret.value();
+    c.events_signing_secrets = a.events_signing_secret.values();
     c.events_max_attempts = a.events_max_attempts;
     c.rate_limit = a.rate_limit;
     c.rate_burst = a.rate_burst;

@@ -38,3 +38,51 @@ macro_rules! secret_flags {
         }
     };
 }
+
+/// The secrets of a file, one a line.
+#[derive(Clone)]
+pub struct Lines(pub Vec<String>);
+
+/// Reads a file of secrets while the flags are parsed: one a line, blank
+/// lines skipped (a single secret's trailing newline is not part of it).
+pub fn read_lines(path: &str) -> Result<Lines, String> {
+    let text = read_file(path)?;
+    Ok(Lines(
+        text.lines()
+            .map(|l| l.trim_end_matches('\r'))
+            .filter(|l| !l.is_empty())
+            .map(str::to_string)
+            .collect(),
+    ))
+}
+
+/// Declares the flag pair of a list of secrets (several at once during a
+/// rotation): the inline flag repeatable (its variable takes one a line),
+/// the file one a line.
+macro_rules! secret_list_flags {
+    ($name:ident { $inline:ident, $file:ident, env = $env:literal, what = $what:literal }, $help:literal) => {
+        #[doc = concat!("The ", $what, "s, inline or from a file.")]
+        #[derive(clap::Args, Clone, Default)]
+        pub struct $name {
+            #[doc = $help]
+            #[arg(long, env = $env, hide_env_values = true, value_delimiter = '\n', conflicts_with = stringify!($file))]
+            $inline: Vec<String>,
+            #[arg(
+                long,
+                env = concat!($env, "_FILE"),
+                value_parser = $crate::secret::read_lines,
+                help = concat!("Read the ", $what, "s from this file, one a line (blank lines skipped) [default: none]")
+            )]
+            $file: Option<$crate::secret::Lines>,
+        }
+
+        impl $name {
+            /// The secrets, from whichever flag was given.
+            pub fn values(&self) -> Vec<String> {
+                let inline = self.$inline.iter().filter(|s| !s.is_empty()).cloned();
+                let file = self.$file.iter().flat_map(|f| f.0.iter().cloned());
+                inline.chain(file).collect()
+            }
+        }
+    };
+}

@@ -1,71 +1,15 @@
 //! Reading a handler's answer, one item's or a batch's (README: The
-//! handler protocol), and signing requests.
+//! handler protocol).
 
 use std::time::Duration;
 
 use bytes::Bytes;
-use hmac::{Hmac, Mac};
 use reqwest::StatusCode;
-use reqwest::header::HeaderMap;
 use serde::Deserialize;
 use serde_json::value::RawValue;
-use sha2::Sha256;
 
 use super::Outcome;
 use crate::validate::MAX_GATE;
-
-/// `t=<unix>,v1=<hex HMAC-SHA256 of "t.body">`: the first scheme, which
-/// signs the body only (sent beside v2 with `--signature-v1`).
-pub fn signature(secret: &[u8], t: i64, body: &[u8]) -> String {
-    let mut mac = Hmac::<Sha256>::new_from_slice(secret).expect("HMAC takes any key length");
-    mac.update(t.to_string().as_bytes());
-    mac.update(b".");
-    mac.update(body);
-    format!("t={t},v1={}", hex::encode(mac.finalize().into_bytes()))
-}
-
-/// The request headers a v2 signature covers, in this order; one that is
-/// absent counts as empty.
-pub const SIGNED_HEADERS: [&str; 6] = [
-    "feed-item-id",
-    "feed-partition-id",
-    "feed-gate",
-    "feed-attempt",
-    "idempotency-key",
-    "feed-batch",
-];
-
-/// The v2 signature: hex HMAC-SHA256 of `v2`, the time and each of
-/// [`SIGNED_HEADERS`]'s values, each followed by a newline, then the
-/// body. Header values cannot hold a newline, so the string is
-/// unambiguous, and no Feed header can be changed without breaking it.
-pub fn signature_v2(secret: &[u8], t: i64, headers: &HeaderMap, body: &[u8]) -> String {
-    let mut mac = Hmac::<Sha256>::new_from_slice(secret).expect("HMAC takes any key length");
-    mac.update(format!("v2\n{t}\n").as_bytes());
-    for name in SIGNED_HEADERS {
-        mac.update(headers.get(name).map_or(&b""[..], |v| v.as_bytes()));
-        mac.update(b"\n");
-    }
-    mac.update(body);
-    hex::encode(mac.finalize().into_bytes())
-}
-
-/// The `Feed-Signature` value: `t=<unix>,v2=<hex>`, with the v1 value
-/// between them when `with_v1` (for handlers that still check v1).
-pub fn signature_header(
-    secret: &[u8],
-    t: i64,
-    headers: &HeaderMap,
-    body: &[u8],
-    with_v1: bool,
-) -> String {
-    let v2 = signature_v2(secret, t, headers, body);
-    if with_v1 {
-        format!("{},v2={v2}", signature(secret, t, body))
-    } else {
-        format!("t={t},v2={v2}")
-    }
-}
 
 /// `Retry-After` as delay-seconds or an HTTP date.
 pub fn parse_retry_after(v: &str) -> Option<Duration> {
@@ -450,40 +394,12 @@ mod tests {
     }
 
     #[test]
-    fn retry_after_and_signature() {
+    fn retry_after() {
         assert_eq!(parse_retry_after("7"), Some(Duration::from_secs(7)));
         let later = std::time::SystemTime::now() + Duration::from_secs(100);
         let d = parse_retry_after(&httpdate::fmt_http_date(later)).unwrap();
         assert!(d > Duration::from_secs(90) && d <= Duration::from_secs(100));
         assert_eq!(parse_retry_after("soon"), None);
-        // Reference value: printf '1.{}' | openssl dgst -sha256 -hmac k
-        assert_eq!(
-            signature(b"k", 1, b"{}"),
-            "t=1,v1=3dd49b2593d0f9a349e9e71c4bde3e2b862c2be4003fe9b4ba81332029310158"
-        );
-        // v2 covers the Feed headers: reference from Python's hmac over
-        // "v2\n1\ni1\np1\n0\n1\ni1:3\n\n{}".
-        let mut h = HeaderMap::new();
-        for (name, value) in [
-            ("feed-item-id", "i1"),
-            ("feed-partition-id", "p1"),
-            ("feed-gate", "0"),
-            ("feed-attempt", "1"),
-            ("idempotency-key", "i1:3"),
-        ] {
-            h.insert(name, value.parse().unwrap());
-        }
-        let v2 = "a4b418f7b1272c7e7fe75bda8f52adbc0a31d3ab9391ec74e179dba04a9fc997";
-        assert_eq!(
-            signature_header(b"k", 1, &h, b"{}", false),
-            format!("t=1,v2={v2}")
-        );
-        h.insert("feed-gate", "1".parse().unwrap());
-        assert_ne!(
-            signature_v2(b"k", 1, &h, b"{}"),
-            v2,
-            "a changed header breaks it"
-        );
     }
 
     #[test]

@@ -19,7 +19,9 @@ use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use rustls_platform_verifier::BuilderVerifierExt;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use super::answer::{parse_batch_response, parse_response, parse_retry_after, signature_header};
+use super::answer::{parse_batch_response, parse_response, parse_retry_after};
+use super::keys::{batch_webhook_id, webhook_id};
+use super::sign::{Kind, Signer};
 use super::{Handler, Job, Outcome};
 use crate::{Config, Error, Result};
 
@@ -34,9 +36,8 @@ pub struct HttpHandler {
     client: HandlerClient,
     uri: http::Uri,
     headers: HeaderMap,
-    secret: Option<Vec<u8>>,
-    /// Also send the v1 signature (body only) beside v2.
-    signature_v1: bool,
+    /// Signs each request; None = unsigned.
+    signer: Option<Signer>,
     timeout: Duration,
     max_bytes: usize,
     budget: Arc<Semaphore>,
@@ -91,8 +92,12 @@ impl HttpHandler {
             client,
             uri,
             headers,
-            secret: config.signing_secret.clone().map(String::into_bytes),
-            signature_v1: config.signature_v1,
+            signer: Signer::new(
+                "--signing-secret",
+                &config.signing_secrets,
+                config.signature_scheme,
+                config.signature_v1,
+            )?,
             timeout: config.request_timeout,
             max_bytes: config.max_response_bytes,
             budget: Arc::new(Semaphore::new(budget_units)),
@@ -111,12 +116,17 @@ impl HttpHandler {
             .expect("the response budget is never closed")
     }
 
-    /// POSTs `body` with the fixed headers, `extra` and the signature, and
-    /// reads the answer up to the byte cap, all within `--request-timeout`;
-    /// Err = the outcome of every item of the request (no answer, or one
-    /// too large).
-    async fn post(&self, extra: HeaderMap, body: Bytes) -> std::result::Result<Answered, Outcome> {
-        match tokio::time::timeout(self.timeout, self.exchange(extra, body)).await {
+    /// POSTs `body` with the fixed headers, `extra` and the signatures (`id`
+    /// is its `webhook-id`), and reads the answer up to the byte cap, all
+    /// within `--request-timeout`; Err = the outcome of every item of the
+    /// request (no answer, or one too large).
+    async fn post(
+        &self,
+        extra: HeaderMap,
+        id: &str,
+        body: Bytes,
+    ) -> std::result::Result<Answered, Outcome> {
+        match tokio::time::timeout(self.timeout, self.exchange(extra, id, body)).await {
             Ok(answered) => answered,
             Err(_) => {
                 Err(Outcome::retry("handler did not answer within --request-timeout").outage())
@@ -127,6 +137,7 @@ impl HttpHandler {
     async fn exchange(
         &self,
         extra: HeaderMap,
+        id: &str,
         body: Bytes,
     ) -> std::result::Result<Answered, Outcome> {
         let mut req = http::Request::new(Full::new(body.clone()));
@@ -134,10 +145,8 @@ impl HttpHandler {
         *req.uri_mut() = self.uri.clone();
         let headers = req.headers_mut();
         headers.clone_from(&self.headers);
-        if let Some(secret) = &self.secret {
-            let sig = signature_header(secret, unix_now(), &extra, &body, self.signature_v1);
-            let sig = HeaderValue::try_from(sig).expect("a signature is printable ASCII");
-            headers.insert(SIGNATURE, sig);
+        if let Some(signer) = &self.signer {
+            signer.sign(Kind::Item, headers, &extra, id, &body, unix_now());
         }
         drop(body);
         headers.extend(extra);
@@ -324,7 +333,6 @@ const ATTEMPT: HeaderName = HeaderName::from_static("feed-attempt");
 const PROCESSOR_ID: HeaderName = HeaderName::from_static("feed-processor-id");
 const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
 const BATCH: HeaderName = HeaderName::from_static("feed-batch");
-const SIGNATURE: HeaderName = HeaderName::from_static("feed-signature");
 
 /// The per-item headers of a single-item request.
 fn item_headers(job: &Job) -> std::result::Result<HeaderMap, Outcome> {
@@ -348,7 +356,11 @@ impl Handler for HttpHandler {
             Ok(h) => h,
             Err(failed) => return failed,
         };
-        match self.post(h, job.data.clone()).await {
+        let id = match self.signer.as_ref().is_some_and(Signer::standard) {
+            true => webhook_id(&job.idempotency_key),
+            false => "".into(),
+        };
+        match self.post(h, &id, job.data.clone()).await {
             Ok(a) => parse_response(a.status, &a.body, a.retry_after),
             Err(failed) => failed,
         }
@@ -364,7 +376,11 @@ impl Handler for HttpHandler {
             Ok(v) => h.insert(PROCESSOR_ID, v),
             Err(failed) => return vec![failed; jobs.len()],
         };
-        let answered = self.post(h, Bytes::from(batch_body(jobs))).await;
+        let id = match self.signer.as_ref().is_some_and(Signer::standard) {
+            true => batch_webhook_id(jobs.iter().map(|j| j.idempotency_key.as_str())),
+            false => String::new(),
+        };
+        let answered = self.post(h, &id, Bytes::from(batch_body(jobs))).await;
         let outcome = match answered
             .map(|a| parse_batch_response(a.status, &a.body, a.retry_after, jobs.len()))
         {

@@ -9,11 +9,18 @@ use async_trait::async_trait;
 
 mod answer;
 mod http;
+mod keys;
+mod sign;
 
 pub(crate) use answer::parse_retry_after;
-pub use answer::{SIGNED_HEADERS, signature, signature_header, signature_v2};
 pub use http::HttpHandler;
 pub(crate) use http::{client, endpoint, error_chain, fixed_headers, unix_now};
+pub use keys::{batch_webhook_id, signing_key, webhook_id};
+pub use sign::{
+    EVENT_SIGNED_HEADERS, SIGNED_HEADERS, SignatureScheme, event_signature_v2, signature,
+    signature_v2,
+};
+pub(crate) use sign::{Kind, Signer};
 
 /// One delivery of an item to a handler. Fields may be added: read them,
 /// do not build one.

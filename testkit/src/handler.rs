@@ -148,8 +148,23 @@ pub fn json(status: u16, body: serde_json::Value) -> Response {
 }
 
 /// What a handler does with `Feed-Signature` (v2): recompute the HMAC of
-/// the time, the Feed headers and `body` with the secret, and compare.
+/// the time, the Feed headers and `body` with the secret, and compare
+/// with each `v2` value (one per secret during a rotation).
 pub fn signed(call: &Call, secret: &[u8], body: &[u8]) -> bool {
+    verify_v2(call, |t| {
+        feed::handler::signature_v2(secret, t, &call.headers, body)
+    })
+}
+
+/// What an events receiver does with `Feed-Signature` (v2): as [`signed`],
+/// with the string of an event, which no item request's matches.
+pub fn signed_event(call: &Call, secret: &[u8], body: &[u8]) -> bool {
+    verify_v2(call, |t| {
+        feed::handler::event_signature_v2(secret, t, &call.headers, body)
+    })
+}
+
+fn verify_v2(call: &Call, expected: impl Fn(i64) -> String) -> bool {
     let Some(header) = call
         .headers
         .get("feed-signature")
@@ -157,12 +172,17 @@ pub fn signed(call: &Call, secret: &[u8], body: &[u8]) -> bool {
     else {
         return false;
     };
-    let parts: std::collections::HashMap<&str, &str> = header
+    let parts: Vec<(&str, &str)> = header
         .split(',')
         .filter_map(|p| p.split_once('='))
         .collect();
-    let (Some(t), Some(v2)) = (parts.get("t").and_then(|t| t.parse().ok()), parts.get("v2")) else {
+    let Some(t) = parts
+        .iter()
+        .find(|(k, _)| *k == "t")
+        .and_then(|(_, t)| t.parse().ok())
+    else {
         return false;
     };
-    feed::handler::signature_v2(secret, t, &call.headers, body) == *v2
+    let expected = expected(t);
+    parts.iter().any(|(k, v)| *k == "v2" && *v == expected)
 }

@@ -11,7 +11,7 @@ pub mod process;
 pub mod stats;
 
 pub use db::{Backend, Database, Servers};
-pub use handler::{Call, Handler, json, signed};
+pub use handler::{Call, Handler, json, signed, signed_event};
 pub use metrics::{Outcomes, metric};
 pub use process::{Process, Reserved, free_port};
 pub use stats::{Stats, percentile};

@@ -414,6 +414,27 @@ fn bad_command_lines_exit_2_with_one_line() {
             "--heartbeat-interval must be shorter",
         ),
         (
+            &[
+                "run",
+                "--handler-url",
+                "http://x/",
+                "--signing-secret",
+                "whsec_pw-s3cret!",
+            ],
+            "--signing-secret: a secret starting with whsec_ must be base64",
+        ),
+        (
+            &[
+                "run",
+                "--handler-url",
+                "http://x/",
+                "--signature-scheme",
+                "standard",
+                "--signature-v1",
+            ],
+            "--signature-v1 adds v1 to Feed-Signature",
+        ),
+        (
             &["retry", "--partition", "a", "--all"],
             "cannot be used with",
         ),

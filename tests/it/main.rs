@@ -36,6 +36,7 @@ mod refusals;
 mod retention;
 mod scale;
 mod sessions;
+mod signatures;
 mod startup;
 mod tenants;
 mod timing;

@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use sea_orm::{ConnectionTrait, DbBackend, QueryResult, Statement, TryGetableMany};
-pub use testkit::{Backend, Call, Handler, Reserved, free_port, json, metric, signed};
+pub use testkit::{
+    Backend, Call, Handler, Reserved, free_port, json, metric, signed, signed_event,
+};
 use testkit::{Database, Process};
 
 /// A uniquely named database, dropped when the test ends.

@@ -1,5 +1,5 @@
 //! Completion events delivered as signed webhooks (`run --events-url`):
-//! once each, in order, signed as items are; kept through a killed sender,
+//! once each, in order, signed as events; kept through a killed sender,
 //! a receiver that is down, and one that refuses them for good.
 
 use std::sync::Arc;
@@ -12,7 +12,7 @@ use crate::cli::processor;
 use crate::on_all_backends;
 use crate::support::{
     Handler, Proc, Reserved, Scene, TestDb, done, metric, no_retry, numbered, retry_after, signed,
-    wait_for,
+    signed_event, wait_for,
 };
 
 const SECRET: &str = "events-secret-0123456789";
@@ -79,7 +79,11 @@ async fn events_are_delivered_signed_once(db: TestDb) {
         assert_eq!(c.header("feed-event"), body["event"].as_str());
         assert_eq!(c.header("feed-attempt"), Some("1"));
         assert_eq!(body["partition_id"].as_str(), Some(c.partition.as_str()));
-        assert!(signed(c, SECRET.as_bytes(), &c.body), "signed as items are");
+        assert!(
+            signed_event(c, SECRET.as_bytes(), &c.body),
+            "signed as an event"
+        );
+        assert!(!signed(c, SECRET.as_bytes(), &c.body), "never as an item");
         let at = body["occurred_at"].as_str().unwrap();
         assert!(chrono::DateTime::parse_from_rfc3339(at).is_ok(), "{at}");
         kinds.push((
