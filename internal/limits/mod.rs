@@ -461,7 +461,14 @@ fn load(limits: &Limits, rows: Vec<Limit>, batch: usize) {
             match t.rate.take() {
                 // Unchanged: keep the tokens reserved.
                 Some(p) if p.rate == new.rate && p.burst == new.burst => p,
-                _ => new,
+                _ => {
+                    // Written by hand: said once per change of the row.
+                    if new.rate != r {
+                        tracing::warn!(tenant = %l.tenant, rate = r, used = %Rate(new.rate),
+                            "a tenant's rate in feed_limits is out of range (1/h to 1000000/s); using the nearest");
+                    }
+                    new
+                }
             }
         });
         s.tenants.insert(l.tenant, t);

@@ -14,7 +14,7 @@ use std::collections::VecDeque;
 
 use tokio::time::{Duration, Instant};
 
-use super::DEMAND;
+use super::{DEMAND, Rate};
 
 /// Tokens are reserved this many seconds' worth at a time at least (and
 /// at least one batch); the bucket lets two such chunks go at once by
@@ -68,8 +68,10 @@ struct Reservation {
 }
 
 impl Pool {
-    /// A pool for the bucket `name`, for sends of up to `batch` items.
+    /// A pool for the bucket `name`, for sends of up to `batch` items, at
+    /// `rate` taken within what it can pace (see [`Rate::clamp`]).
     pub fn new(name: String, rate: f64, burst: Option<u32>, batch: usize, now: Instant) -> Self {
+        let rate = Rate::clamp(rate);
         let chunk = (rate * CHUNK_SECONDS).ceil().max(batch as f64).max(1.0);
         Self {
             name,
