@@ -19,7 +19,7 @@ impl Rate {
 
     /// A rate of `per_second` items, or why the limiter cannot pace it.
     pub fn new(per_second: f64) -> Result<Rate, String> {
-        Self::check(per_second).map_err(|why| format!("{per_second:?}/s {why}; {EXAMPLE}"))
+        Self::check(per_second).map_err(|why| format!("{per_second:?}/s {why}: {RANGE}"))
     }
 
     fn check(per_second: f64) -> Result<Rate, &'static str> {
@@ -45,7 +45,9 @@ impl Rate {
 }
 
 /// How to write one, for error messages.
-const EXAMPLE: &str = "write a count per unit from 1/h to 1000000/s, e.g. 500/s, 30/m or 10/h";
+const EXAMPLE: &str = "write a positive count per unit, e.g. 500/s, 30/m or 1000/h";
+/// The same for a rate out of range.
+const RANGE: &str = "write one from 1/h to 1000000/s, e.g. 500/s, 30/m or 1000/h";
 
 impl FromStr for Rate {
     type Err = String;
@@ -63,7 +65,7 @@ impl FromStr for Rate {
         if !(count.is_finite() && count > 0.0) {
             return Err(bad());
         }
-        Rate::check(count / per).map_err(|why| format!("{s:?} {why}; {EXAMPLE}"))
+        Rate::check(count / per).map_err(|why| format!("{s:?} {why}: {RANGE}"))
     }
 }
 
