@@ -130,7 +130,7 @@ async fn drain(
         } else {
             set(db, tenant, &["--rate", &format!("{rate}/s")]);
         }
-        procs.extend(two(db, h, &["--concurrency", "4"]));
+        procs.extend(two(db, h, &["--concurrency", "8"]));
     }
     // Work once both processors are live, so each leases half of it.
     for db in &dbs {
