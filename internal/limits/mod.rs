@@ -16,13 +16,17 @@
 //!
 //! Dispatch checks them without waiting on the database: the claims run in
 //! this module's task, which dispatch wakes when it runs short, and which
-//! wakes dispatch when tokens or slots arrive. With no limit set, dispatch
-//! skips all of it.
+//! wakes dispatch when slots arrive and when tokens arrive or come due (a
+//! tenant held back is told no instant to look again at: were it not
+//! woken, a low rate would send only when something else woke dispatch).
+//! With no limit set, dispatch skips all of it.
 
 mod adaptive;
 mod pool;
 mod rate;
 mod share;
+#[cfg(test)]
+mod tests;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -42,6 +46,9 @@ use share::grant;
 /// Demand older than this no longer draws tokens or slots; tokens claimed
 /// before are dropped rather than saved up.
 pub(crate) const DEMAND: Duration = Duration::from_secs(1);
+/// Dispatch with no items to send for this long is idle: the limits are
+/// read every ten heartbeats then, and at once when it has items again.
+const IDLE: Duration = Duration::from_secs(5);
 /// A tenant short of slots asks again no sooner than this.
 const RECLAIM: Duration = Duration::from_millis(100);
 
@@ -190,7 +197,19 @@ impl Gate<'_> {
     /// Records that dispatch has items to send, limited or not: while it
     /// has, the limits table is read every heartbeat (else every ten).
     pub(crate) fn demand(&mut self) {
-        self.state.demand_at = Some(self.now);
+        self.demanded();
+    }
+
+    /// Records demand now; an idle processor's limits may be ten
+    /// heartbeats old, so the limits task is woken to read them at once.
+    fn demanded(&mut self) {
+        let s = &mut self.state;
+        if s.demand_at
+            .is_none_or(|t| self.now.saturating_duration_since(t) >= IDLE)
+        {
+            self.short = true;
+        }
+        s.demand_at = Some(self.now);
     }
 
     /// A tenant's share of dispatch against other tenants (1 = even).
@@ -213,8 +232,8 @@ impl Gate<'_> {
     /// against every limit, or says why it may not go.
     pub(crate) fn admit(&mut self, tenant: Option<&str>) -> Result<(), Blocked> {
         let now = self.now;
+        self.demanded();
         let s = &mut *self.state;
-        s.demand_at = Some(now);
         if !s.loaded {
             self.short = true;
             return Err(Blocked::All(None));
@@ -231,7 +250,11 @@ impl Gate<'_> {
                     t.peak = t.peak.max(t.calls + t.refused);
                 }
                 if let Some(p) = &mut t.rate {
-                    p.wanted_at = Some(now);
+                    if no_token {
+                        p.wait(now);
+                    } else {
+                        p.wanted_at = Some(now);
+                    }
                 }
                 self.short = true;
                 return Err(Blocked::Tenant);
@@ -241,6 +264,7 @@ impl Gate<'_> {
             p.wanted_at = Some(now);
             p.mature(now);
             if let Err(at) = p.spend(now) {
+                p.wait(now);
                 self.short = true;
                 return Err(Blocked::All(at));
             }
@@ -299,7 +323,11 @@ impl Gate<'_> {
             t.peak = t.peak.max(cap);
         }
         if let Some(p) = &mut t.rate {
-            p.wanted_at = Some(self.now);
+            if p.spendable(self.now) {
+                p.wanted_at = Some(self.now);
+            } else {
+                p.wait(self.now);
+            }
         }
         self.short = true;
     }
@@ -357,6 +385,7 @@ pub(crate) async fn run(ctx: Claimer, cancel: CancellationToken) {
     loop {
         expire(&limits);
         let next = step(&ctx, &limits).await;
+        let next = next.min(came_due(&limits, Instant::now()));
         tokio::select! {
             _ = cancel.cancelled() => return,
             _ = limits.short.notified() => {}
@@ -376,7 +405,7 @@ async fn step(ctx: &Claimer, limits: &Limits) -> Instant {
         let s = limits.lock();
         let busy = s
             .demand_at
-            .is_some_and(|t| now.saturating_duration_since(t) < DEMAND * 5);
+            .is_some_and(|t| now.saturating_duration_since(t) < IDLE);
         let every = if busy { ctx.every } else { ctx.every * 10 };
         let due = !s.loaded
             || s.read_at
@@ -432,7 +461,14 @@ fn load(limits: &Limits, rows: Vec<Limit>, batch: usize) {
             match t.rate.take() {
                 // Unchanged: keep the tokens reserved.
                 Some(p) if p.rate == new.rate && p.burst == new.burst => p,
-                _ => new,
+                _ => {
+                    // Written by hand: said once per change of the row.
+                    if new.rate != r {
+                        tracing::warn!(tenant = %l.tenant, rate = r, used = %Rate(new.rate),
+                            "a tenant's rate in feed_limits is out of range (1/h to 1000000/s); using the nearest");
+                    }
+                    new
+                }
             }
         });
         s.tenants.insert(l.tenant, t);
@@ -554,8 +590,12 @@ async fn run_claim(ctx: &Claimer, limits: &Limits, due: Due) -> Option<Instant> 
                     None
                 }
                 Ok(None) => {
-                    t.cap = None;
-                    None
+                    // The cap is gone from feed_limits, and its other limits
+                    // may have changed with it: read them before the cap is
+                    // let go (dropping it alone would send unlimited until
+                    // the next read).
+                    s.read_at = None;
+                    Some(Instant::now())
                 }
                 Err(e) => {
                     tracing::warn!(tenant = %tenant, error = %e, "cannot claim in-flight slots; will retry");
@@ -564,6 +604,29 @@ async fn run_claim(ctx: &Claimer, limits: &Limits, due: Due) -> Option<Instant> 
             }
         }
     }
+}
+
+/// Wakes dispatch when a token that a send waited for has come due;
+/// returns when the next such token comes due at the latest.
+fn came_due(limits: &Limits, now: Instant) -> Instant {
+    let mut next = now + DEMAND;
+    let mut s = limits.lock();
+    let State { fleet, tenants, .. } = &mut *s;
+    let mut wake = false;
+    for p in fleet
+        .iter_mut()
+        .chain(tenants.values_mut().filter_map(|t| t.rate.as_mut()))
+    {
+        match p.came_due(now) {
+            Ok(due) => wake |= due,
+            Err(at) => next = next.min(at.unwrap_or(next)),
+        }
+    }
+    drop(s);
+    if wake {
+        limits.ready.notify_one();
+    }
+    next
 }
 
 /// Drops tokens nobody asked for lately, so that none are saved up.

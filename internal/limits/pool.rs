@@ -14,7 +14,7 @@ use std::collections::VecDeque;
 
 use tokio::time::{Duration, Instant};
 
-use super::DEMAND;
+use super::{DEMAND, Rate};
 
 /// Tokens are reserved this many seconds' worth at a time at least (and
 /// at least one batch); the bucket lets two such chunks go at once by
@@ -49,6 +49,11 @@ pub(super) struct Pool {
     spent_at: Instant,
     /// When a send last needed a token of this pool.
     pub wanted_at: Option<Instant>,
+    /// A send was held back for want of a token since dispatch was last
+    /// woken for one: until one comes due the pool counts as wanted, and
+    /// the limits task wakes dispatch when it does (a tenant held back is
+    /// told no instant to look again at, unlike the fleet).
+    pub waiting: bool,
     /// The next reservation waits until then (after a failure).
     pub not_before: Instant,
 }
@@ -63,8 +68,10 @@ struct Reservation {
 }
 
 impl Pool {
-    /// A pool for the bucket `name`, for sends of up to `batch` items.
+    /// A pool for the bucket `name`, for sends of up to `batch` items, at
+    /// `rate` taken within what it can pace (see [`Rate::clamp`]).
     pub fn new(name: String, rate: f64, burst: Option<u32>, batch: usize, now: Instant) -> Self {
+        let rate = Rate::clamp(rate);
         let chunk = (rate * CHUNK_SECONDS).ceil().max(batch as f64).max(1.0);
         Self {
             name,
@@ -77,14 +84,45 @@ impl Pool {
             pace: 0.0,
             spent_at: now,
             wanted_at: None,
+            waiting: false,
             not_before: now,
         }
     }
 
-    /// Whether a send wanted a token lately.
+    /// Whether a send wanted a token lately, or waits for one.
     pub fn wanted(&self, now: Instant) -> bool {
-        self.wanted_at
-            .is_some_and(|t| now.saturating_duration_since(t) < DEMAND)
+        self.waiting
+            || self
+                .wanted_at
+                .is_some_and(|t| now.saturating_duration_since(t) < DEMAND)
+    }
+
+    /// Records that a send was held back for want of a token.
+    pub fn wait(&mut self, now: Instant) {
+        self.wanted_at = Some(now);
+        self.waiting = true;
+    }
+
+    /// For a pool a send waits on: whether a token has come due (the wait
+    /// ends, and its demand counts from now), or else when the next will
+    /// (None: none is reserved; the reservation's arrival wakes dispatch).
+    pub fn came_due(&mut self, now: Instant) -> Result<bool, Option<Instant>> {
+        if !self.waiting {
+            return Ok(false);
+        }
+        if self.spendable(now) {
+            self.waiting = false;
+            self.wanted_at = Some(now);
+            return Ok(true);
+        }
+        Err(self.next_due())
+    }
+
+    /// When the next reserved token comes due.
+    fn next_due(&self) -> Option<Instant> {
+        self.reserved
+            .front()
+            .map(|r| r.start + Duration::from_secs_f64((r.due + 1.0) / self.rate))
     }
 
     /// Moves reserved tokens that have come due to the spendable ones.
@@ -122,10 +160,7 @@ impl Pool {
             self.spent_at = now;
             return Ok(());
         }
-        Err(self
-            .reserved
-            .front()
-            .map(|r| r.start + Duration::from_secs_f64((r.due + 1.0) / self.rate)))
+        Err(self.next_due())
     }
 
     /// Gives back a token spent for a send that did not go.

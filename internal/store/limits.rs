@@ -8,9 +8,10 @@ use sea_orm::ConnectionTrait;
 use serde::Serialize;
 
 use super::{Store, get, ms};
-use crate::Result;
 use crate::ids::{PartitionId, SessionId};
+use crate::limits::Rate;
 use crate::validate;
+use crate::{Error, Result};
 
 /// One tenant's limits, as `feed_limits` holds them (None = no limit).
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
@@ -88,8 +89,13 @@ impl Store {
     }
 
     /// Writes a tenant's limits (all of its columns: read, change, write).
+    /// A rate the limiter cannot pace (see [`Rate::new`]) is refused.
     pub async fn set_limit(&self, limit: &Limit) -> Result<()> {
         validate::id("tenant", &limit.tenant)?;
+        if let Some(r) = limit.rate {
+            Rate::new(r)
+                .map_err(|e| Error::Invalid(format!("tenant {}'s rate: {e}", limit.tenant)))?;
+        }
         let up = self.driver.upsert(
             "tenant",
             &["max_in_flight", "rate", "burst", "weight", "updated_at"],
@@ -195,7 +201,9 @@ impl Store {
             let paid: i64 = get(row, "paid_until")?;
             let now = get::<i64>(row, "now")? * 1000;
             let start = paid.max(now);
-            let until = start + cost;
+            // Saturating: a rate is at least 1/h (`Rate::MIN`), but a row
+            // written by hand must not overflow the arithmetic either.
+            let until = start.saturating_add(cost);
             let moved = self
                 .exec(
                     "UPDATE feed_buckets SET paid_until = ? WHERE name = ? AND paid_until = ?",
@@ -203,7 +211,7 @@ impl Store {
                 )
                 .await?;
             if moved == 1 {
-                return Ok(Some(start - tolerance - now));
+                return Ok(Some(start.saturating_sub(tolerance).saturating_sub(now)));
             }
         }
         Ok(None)

@@ -159,3 +159,120 @@ async fn partition_overrides_set_its_cap_and_its_share(db: TestDb) {
         "weight 4 got {ratio:.1}x the calls of weight 1"
     );
 }
+
+/// A rate the limiter cannot pace, given to `processor run --rate-limit`
+/// or `processor limits set --rate`: exit 2 before anything starts, with a
+/// message naming the flag and showing how to write one (it used to panic
+/// in the rate pool: "cannot convert float seconds to Duration").
+#[test]
+fn rates_the_limiter_cannot_pace_exit_2() {
+    let run = ["run", "--handler-url", "http://x/", "--rate-limit"];
+    let set = ["limits", "set", "--tenant", "a", "--rate"];
+    for (args, rate, says) in [
+        (&run[..], "1e-20/s", "below the least rate, 1/h"),
+        (&run[..], "1e300/s", "above the greatest rate, 1000000/s"),
+        (&run[..], "inf/s", "is not a rate"),
+        (&set[..], "1e-20/s", "below the least rate, 1/h"),
+        (&set[..], "0.5/h", "below the least rate, 1/h"),
+    ] {
+        let mut all = args.to_vec();
+        all.extend([rate, "--database-url", "sqlite::memory:"]);
+        let o = crate::cli::processor(&all, "");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{all:?}: {err}");
+        let flag = args.last().unwrap();
+        assert!(
+            err.contains(&format!("'{flag} <")) && err.contains(says) && err.contains("e.g. 500/s"),
+            "{all:?}: {err}"
+        );
+        assert!(!err.contains("panicked"), "{all:?}: {err}");
+    }
+}
+
+on_all_backends!(rates_out_of_range_are_refused_by_the_api_and_the_library);
+/// `PUT /api/v1/limits/{tenant}` and `Store::set_limit` refuse a rate the
+/// limiter cannot pace, saying how to write one, and store nothing.
+async fn rates_out_of_range_are_refused_by_the_api_and_the_library(db: TestDb) {
+    use crate::console_api::{TOKEN, send, serve};
+    let base = serve(db.store.clone(), Some(TOKEN)).await;
+    for body in [
+        r#"{"rate": "1e-20/s"}"#,
+        r#"{"rate": 1e-20}"#,
+        r#"{"rate": 1e300}"#,
+    ] {
+        let (code, e) = send(
+            reqwest::Method::PUT,
+            &base,
+            "/api/v1/limits/acme",
+            Some(TOKEN),
+            Some(body),
+        )
+        .await;
+        let message = e["error"]["message"].as_str().unwrap_or_default();
+        assert_eq!(code, reqwest::StatusCode::BAD_REQUEST, "{body}: {e}");
+        assert!(
+            message.contains("greatest rate") || message.contains("least rate, 1/h"),
+            "{body}: {message}"
+        );
+        assert!(message.contains("e.g. 500/s"), "{body}: {message}");
+    }
+    let mut limit = feed::store::limits::Limit {
+        tenant: "acme".into(),
+        rate: Some(1e-20),
+        ..Default::default()
+    };
+    let e = db.store.set_limit(&limit).await.unwrap_err().to_string();
+    assert!(e.contains("acme") && e.contains("least rate"), "{e}");
+    limit.rate = Some(f64::INFINITY);
+    assert!(db.store.set_limit(&limit).await.is_err());
+    assert_eq!(db.count("SELECT COUNT(*) AS n FROM feed_limits").await, 0);
+}
+
+on_all_backends!(a_rate_written_by_hand_out_of_range_is_taken_as_the_nearest);
+/// Rates written into `feed_limits` by hand that the limiter cannot pace
+/// do not crash the processor: 1e-20/s is taken as 1/h (its first burst
+/// of two items goes, then none), 1e300/s as 1000000/s (all of it goes),
+/// and each is warned about once, not every heartbeat.
+async fn a_rate_written_by_hand_out_of_range_is_taken_as_the_nearest(db: TestDb) {
+    db.sql(
+        "INSERT INTO feed_limits (tenant, rate, updated_at) VALUES ('tiny', 1e-20, 0), ('huge', 1e300, 0)",
+    )
+    .await;
+    enqueue(&db, "tiny-0", 10, of("tiny")).await;
+    enqueue(&db, "huge-0", 100, of("huge")).await;
+    let h = Handler::start(|_| done()).await;
+    let mut p = Proc::start(&db, &h.url(), &[]);
+    let done_in = |partition: &'static str| {
+        let db = &db;
+        async move {
+            db.count(&format!(
+                "SELECT COUNT(*) AS n FROM feed_items WHERE partition_id = '{partition}' AND status = 'complete'"
+            ))
+            .await
+        }
+    };
+    wait_for("huge's items done", Duration::from_secs(30), || async {
+        done_in("huge-0").await == 100
+    })
+    .await;
+    wait_for("tiny's burst done", Duration::from_secs(10), || async {
+        done_in("tiny-0").await == 2
+    })
+    .await;
+    // Five heartbeats more: tiny sends nothing, nothing is warned again.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    p.check_alive().expect("the processor runs");
+    let log = p.log();
+    assert_eq!(
+        done_in("tiny-0").await,
+        2,
+        "{}",
+        crate::support::tail(&log, 20)
+    );
+    let warned = log.lines().filter(|l| l.contains("out of range")).count();
+    assert_eq!(warned, 2, "{}", crate::support::tail(&log, 20));
+    assert!(
+        log.contains("used=1/h") && log.contains("used=1000000/s"),
+        "{log}"
+    );
+}

@@ -7,4 +7,5 @@
 mod live_limits;
 mod rate_limit;
 mod statement_timeout;
+mod tenant_rates;
 mod tenant_share;
