@@ -76,7 +76,8 @@ pub fn app(health: Arc<Health>, registry: Arc<Registry>, config: &crate::Config)
     }
     let console = crate::console::Console::lazy(&config.database_url, config.admin_token.clone())
         .with_producer_token(config.producer_token.clone())
-        .allowing(&config.allowed_hosts);
+        .allowing(&config.allowed_hosts)
+        .trusting(&config.trusted_proxies);
     app.merge(console.router())
 }
 

@@ -9,6 +9,7 @@
 
 mod api;
 mod auth;
+mod client;
 mod completion;
 mod enqueue;
 mod limits;
@@ -26,12 +27,14 @@ use axum::response::{IntoResponse, Response};
 use tokio::sync::OnceCell;
 
 pub use auth::{AdminToken, ProducerToken};
+pub use client::parse_proxy;
 pub use enqueue::MAX_ENQUEUE_BODY_BYTES;
 
 use crate::{Error, Store};
 
 /// The address a request came from, for logs and throttles (the server
-/// puts it on each request).
+/// puts the peer's on each request; behind a `--trusted-proxy`, the
+/// console replaces it by the client the proxy forwards for).
 #[derive(Clone, Copy, Debug)]
 pub struct ClientAddr(pub std::net::SocketAddr);
 
@@ -49,6 +52,8 @@ pub struct Console {
     producer_token: Option<ProducerToken>,
     /// Failed token attempts, per client address and overall.
     throttle: Arc<throttle::Throttle>,
+    /// Proxies whose `X-Forwarded-For` names the client (`--trusted-proxy`).
+    trusted_proxies: Arc<[ipnet::IpNet]>,
     /// Host names answered besides IP addresses and `localhost`.
     allowed_hosts: Arc<[String]>,
     /// Logins to the pages.
@@ -64,6 +69,7 @@ impl Console {
             token,
             producer_token: None,
             throttle: Arc::default(),
+            trusted_proxies: Arc::from([]),
             allowed_hosts: Arc::from([]),
             sessions: Arc::default(),
         }
@@ -77,6 +83,7 @@ impl Console {
             token,
             producer_token: None,
             throttle: Arc::default(),
+            trusted_proxies: Arc::from([]),
             allowed_hosts: Arc::from([]),
             sessions: Arc::default(),
         }
@@ -97,6 +104,13 @@ impl Console {
         self
     }
 
+    /// Counts wrong tokens against the client a proxy in `proxies`
+    /// forwards for (`X-Forwarded-For`) rather than against the proxy.
+    pub fn trusting(mut self, proxies: &[ipnet::IpNet]) -> Self {
+        self.trusted_proxies = proxies.into();
+        self
+    }
+
     /// The answer to an API action the caller may not take (no or a wrong
     /// bearer token, or guessing too fast); None lets it through.
     fn refusal(
@@ -108,20 +122,21 @@ impl Console {
         self.guarded(client, "API", bearer).err().map(|g| g.json())
     }
 
-    /// Runs `check` (a comparison with the admin token) for a request from
-    /// `client`, unless that address, or everyone, has used up its failed
-    /// attempts; a wrong token counts as one.
+    /// Runs `check` (a comparison with a token) for a request `what`
+    /// (`API`, `login`, `enqueue`) from `client`, unless that client has
+    /// used up its failed attempts (see `throttle`); a wrong token counts
+    /// as one.
     fn guarded(
         &self,
         client: Option<&ClientAddr>,
         what: &str,
         check: impl FnOnce() -> Result<(), auth::Refusal>,
     ) -> Result<(), Guarded> {
-        let ip = client.map_or(IpAddr::from([0, 0, 0, 0]), |c| c.0.ip());
-        self.throttle.admit(ip).map_err(Guarded::Wait)?;
+        let (ip, kind) = (client_ip(client), throttle::Kind::of(what));
+        self.throttle.admit(kind, ip).map_err(Guarded::Wait)?;
         check().map_err(|r| {
             if r.0 == StatusCode::UNAUTHORIZED {
-                self.throttle.failed(ip, what);
+                self.throttle.failed(kind, ip, what);
             }
             Guarded::Refused(r)
         })
@@ -143,8 +158,17 @@ impl Console {
                 self.clone(),
                 check_host,
             ))
+            .layer(axum::middleware::from_fn_with_state(
+                self.clone(),
+                client::resolve,
+            ))
             .with_state(self)
     }
+}
+
+/// The client's address; unspecified when the server did not say.
+fn client_ip(client: Option<&ClientAddr>) -> IpAddr {
+    client.map_or(IpAddr::from([0, 0, 0, 0]), |c| c.0.ip())
 }
 
 /// Why [`Console::guarded`] refused a request.
@@ -162,7 +186,7 @@ impl Guarded {
             Guarded::Wait(d) => {
                 let secs = d.as_secs().max(1);
                 let message =
-                    format!("too many wrong admin tokens from this address; try again in {secs} s");
+                    format!("too many wrong tokens from this address; try again in {secs} s");
                 let mut r = api_error(StatusCode::TOO_MANY_REQUESTS, &message);
                 r.headers_mut()
                     .insert(header::RETRY_AFTER, HeaderValue::from(secs));

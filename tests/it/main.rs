@@ -36,6 +36,7 @@ mod retention;
 mod scale;
 mod sessions;
 mod tenants;
+mod throttle;
 mod timing;
 mod webdriver;
 mod webhooks;
