@@ -3,14 +3,14 @@
 //! `processor export` writes them), and the completion events (`GET
 //! /events`, and `POST /events/retry`, which needs the admin token).
 
-use axum::Extension;
 use axum::body::{Body, Bytes};
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
-use super::{ClientAddr, Console, api_error, json_error};
+use super::admit::Admin;
+use super::{Console, api_error, json_error};
 use crate::store::events::EventScope;
 use crate::store::export::{Export, ExportedItem};
 
@@ -104,15 +104,7 @@ struct RetryBody {
     id: Option<i64>,
 }
 
-pub(super) async fn retry(
-    State(c): State<Console>,
-    client: Option<Extension<ClientAddr>>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    if let Some(r) = c.refusal(client.as_deref(), &headers) {
-        return r;
-    }
+pub(super) async fn retry(State(c): State<Console>, _: Admin, body: Bytes) -> Response {
     let b: RetryBody = if body.is_empty() {
         RetryBody::default()
     } else {

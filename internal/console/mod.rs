@@ -7,6 +7,7 @@
 //! over the API (`enqueue`) takes it or the producer token. Everything
 //! shown from the database is escaped by the templates and cut to a preview.
 
+mod admit;
 mod api;
 mod auth;
 mod client;
@@ -26,6 +27,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use tokio::sync::OnceCell;
 
+pub use admit::MAX_ACTION_BODY_BYTES;
 pub use auth::{AdminToken, ProducerToken};
 pub use client::parse_proxy;
 pub use enqueue::MAX_ENQUEUE_BODY_BYTES;
@@ -154,6 +156,8 @@ impl Console {
             .merge(pages::routes())
             .nest("/api/v1", api::routes())
             .layer(axum::middleware::map_response(secure_headers))
+            // Enqueue's route sets its own, larger cap.
+            .layer(axum::extract::DefaultBodyLimit::max(MAX_ACTION_BODY_BYTES))
             .layer(axum::middleware::from_fn_with_state(
                 self.clone(),
                 check_host,

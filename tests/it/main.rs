@@ -10,6 +10,7 @@ mod proxy;
 mod support;
 
 mod batch;
+mod bodies;
 mod breaker;
 mod browser;
 mod chaos;
