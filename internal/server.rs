@@ -16,6 +16,7 @@ use tokio::sync::Semaphore;
 use tower::ServiceExt;
 
 use crate::console::ClientAddr;
+use crate::write_idle::WriteIdle;
 
 /// What `/readyz` reports, kept current by the session and dispatch loops.
 #[derive(Debug, Default)]
@@ -125,11 +126,16 @@ const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 /// A request (its body included) must be handled within this time.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// Once answering, a write to a client that reads nothing for this long
+/// closes its connection, and frees what its answer held (an export).
+pub const WRITE_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// Serves `app` on `listener` until `stop` resolves, then lets requests
 /// in progress finish (up to [`REQUEST_TIMEOUT`]). Unlike a bare
 /// `axum::serve`, idle and slow sockets are closed ([`HEADER_TIMEOUT`]),
-/// every request is bounded in time, open connections are capped, and
-/// each request carries its [`ClientAddr`].
+/// every request is bounded in time, a client that stops reading an
+/// answer is dropped ([`WRITE_IDLE_TIMEOUT`]), open connections are
+/// capped, and each request carries its [`ClientAddr`].
 pub async fn serve(
     listener: TcpListener,
     app: Router,
@@ -169,7 +175,10 @@ pub async fn serve(
         let conn = hyper::server::conn::http1::Builder::new()
             .timer(hyper_util::rt::TokioTimer::new())
             .header_read_timeout(HEADER_TIMEOUT)
-            .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+            .serve_connection(
+                hyper_util::rt::TokioIo::new(WriteIdle::new(stream, WRITE_IDLE_TIMEOUT, addr)),
+                service,
+            );
         let conn = graceful.watch(conn);
         tokio::spawn(async move {
             let _ = conn.await;

@@ -30,6 +30,7 @@ use tokio::sync::OnceCell;
 pub use admit::MAX_ACTION_BODY_BYTES;
 pub use auth::{AdminToken, ProducerToken};
 pub use client::parse_proxy;
+pub use completion::EXPORT_BUDGET_BYTES;
 pub use enqueue::MAX_ENQUEUE_BODY_BYTES;
 
 use crate::{Error, Store};
@@ -60,6 +61,8 @@ pub struct Console {
     allowed_hosts: Arc<[String]>,
     /// Logins to the pages.
     sessions: Arc<auth::Sessions>,
+    /// Room for exported items, shared by all exports (see `completion`).
+    exports: Arc<tokio::sync::Semaphore>,
 }
 
 impl Console {
@@ -74,6 +77,7 @@ impl Console {
             trusted_proxies: Arc::from([]),
             allowed_hosts: Arc::from([]),
             sessions: Arc::default(),
+            exports: completion::export_budget(),
         }
     }
 
@@ -88,6 +92,7 @@ impl Console {
             trusted_proxies: Arc::from([]),
             allowed_hosts: Arc::from([]),
             sessions: Arc::default(),
+            exports: completion::export_budget(),
         }
     }
 

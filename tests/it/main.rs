@@ -20,6 +20,7 @@ mod completion;
 mod console_api;
 mod controls;
 mod enqueue_api;
+mod exports;
 mod failures;
 mod fencing;
 mod gates;
