@@ -23,6 +23,9 @@ use crate::write_idle::WriteIdle;
 pub struct Health {
     /// The last statement reached the database.
     pub database: AtomicBool,
+    /// The schema is there: migrations are applied (or not asked for).
+    /// Until then the console answers 503.
+    pub schema: AtomicBool,
     /// The session is live (heartbeat within the expiry).
     pub session: AtomicBool,
     /// The last delivery reached the handler.
@@ -71,11 +74,12 @@ pub fn router(health: Arc<Health>, registry: Arc<Registry>) -> Router {
 
 /// [`router`], plus the console when `config.ui` is set.
 pub fn app(health: Arc<Health>, registry: Arc<Registry>, config: &crate::Config) -> Router {
-    let app = router(health, registry);
+    let app = router(health.clone(), registry);
     if !config.ui {
         return app;
     }
     let console = crate::console::Console::lazy(&config.database_url, config.admin_token.clone())
+        .until_ready(health.clone())
         .with_producer_token(config.producer_token.clone())
         .allowing(&config.allowed_hosts)
         .trusting(&config.trusted_proxies);
@@ -84,13 +88,14 @@ pub fn app(health: Arc<Health>, registry: Arc<Registry>, config: &crate::Config)
 
 async fn readyz(State(s): State<AppState>) -> impl IntoResponse {
     let db = s.health.database.load(Ordering::Relaxed);
+    let schema = s.health.schema.load(Ordering::Relaxed);
     let session = s.health.session.load(Ordering::Relaxed);
     let handler = s.health.handler.load(Ordering::Relaxed);
     let open = s.health.breaker_open.load(Ordering::Relaxed);
     let breaker = if open { "open" } else { "closed" };
     let held = s.health.hold().map(|h| h.reason);
-    let body = serde_json::json!({"database": db, "session": session, "handler": handler, "breaker": breaker, "held": held});
-    let code = if db && session && handler && !open {
+    let body = serde_json::json!({"database": db, "schema": schema, "session": session, "handler": handler, "breaker": breaker, "held": held});
+    let code = if db && schema && session && handler && !open {
         StatusCode::OK
     } else {
         StatusCode::SERVICE_UNAVAILABLE

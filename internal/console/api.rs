@@ -116,6 +116,7 @@ async fn status(State(c): State<Console>) -> Response {
 }
 
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct PartitionQuery {
     status: Option<String>,
     prefix: Option<String>,
@@ -144,6 +145,7 @@ async fn partition(State(c): State<Console>, Path(id): Path<String>) -> Response
 }
 
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct ItemQuery {
     gate: Option<i64>,
     status: Option<String>,

@@ -18,6 +18,7 @@ use crate::store::events::EventScope;
 use crate::store::export::{Export, ExportedItem, Planned};
 
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 pub(super) struct ExportQuery {
     status: Option<String>,
     gate: Option<i64>,
@@ -152,6 +153,7 @@ pub(super) async fn export(
 }
 
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 pub(super) struct EventQuery {
     partition: Option<String>,
     status: Option<String>,

@@ -63,6 +63,9 @@ pub struct Console {
     sessions: Arc<auth::Sessions>,
     /// Room for exported items, shared by all exports (see `completion`).
     exports: Arc<tokio::sync::Semaphore>,
+    /// Inside a processor: its health, whose `schema` says when the
+    /// database may be used (503 before).
+    health: Option<Arc<crate::server::Health>>,
 }
 
 impl Console {
@@ -78,6 +81,7 @@ impl Console {
             allowed_hosts: Arc::from([]),
             sessions: Arc::default(),
             exports: completion::export_budget(),
+            health: None,
         }
     }
 
@@ -93,6 +97,7 @@ impl Console {
             allowed_hosts: Arc::from([]),
             sessions: Arc::default(),
             exports: completion::export_budget(),
+            health: None,
         }
     }
 
@@ -101,6 +106,13 @@ impl Console {
     /// nothing else; the admin token always may.
     pub fn with_producer_token(mut self, token: Option<ProducerToken>) -> Self {
         self.producer_token = token;
+        self
+    }
+
+    /// Answers 503 to every request that needs the database until
+    /// `health` says its schema is there (a processor migrating it).
+    pub fn until_ready(mut self, health: Arc<crate::server::Health>) -> Self {
+        self.health = Some(health);
         self
     }
 
@@ -150,6 +162,16 @@ impl Console {
     }
 
     async fn store(&self) -> crate::Result<&Store> {
+        let starting = self
+            .health
+            .as_ref()
+            .is_some_and(|h| !h.schema.load(std::sync::atomic::Ordering::Relaxed));
+        if starting {
+            return Err(Error::Unavailable(
+                "the processor is starting: the database schema is not ready yet; try again shortly"
+                    .into(),
+            ));
+        }
         self.store
             .get_or_try_init(|| Store::connect(&self.database_url, 4))
             .await
@@ -263,25 +285,57 @@ async fn secure_headers(mut r: Response) -> Response {
 }
 
 /// The HTTP status and the message to show for a library error: 404
-/// unknown, 409 does not apply; database details are logged, not shown.
+/// unknown, 409 does not apply, 503 not ready yet or the database
+/// unreachable; database details are logged, not shown.
 fn public(e: Error) -> (StatusCode, String) {
     let code = match e {
         Error::NotFound(_) => StatusCode::NOT_FOUND,
         Error::Conflict(_) => StatusCode::CONFLICT,
         Error::Invalid(_) => StatusCode::BAD_REQUEST,
+        Error::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+        Error::Connect { .. } | Error::StatementTimeout(_) => {
+            tracing::warn!(error = %e, "console request failed");
+            let text = "the database is unreachable or does not answer; try again shortly";
+            return (StatusCode::SERVICE_UNAVAILABLE, text.into());
+        }
         _ => StatusCode::INTERNAL_SERVER_ERROR,
     };
     if code == StatusCode::INTERNAL_SERVER_ERROR {
         tracing::warn!(error = %e, "console request failed");
         return (code, "internal error; see the server's log".into());
     }
-    (code, e.to_string())
+    (code, without_driver_text(e.to_string()))
 }
 
+/// Where a database driver's own text starts in a message (sea-orm's
+/// and sqlx's words), which names tables, constraints and lines of the
+/// server's code.
+const DRIVER_TEXT: [&str; 5] = [
+    "Execution Error",
+    "Query Error",
+    "Connection Error",
+    "error returned from database",
+    "database error:",
+];
+
+/// `message` up to any database driver's text in it, which goes to the
+/// log instead: a client sees a stable message.
+fn without_driver_text(message: String) -> String {
+    let Some(at) = DRIVER_TEXT.iter().filter_map(|m| message.find(m)).min() else {
+        return message;
+    };
+    tracing::warn!(error = %message, "console request refused; the database's own text is logged, not shown");
+    message[..at].trim_end_matches([':', ' ', ';']).to_string()
+}
 /// A library error as a JSON answer.
 pub(crate) fn json_error(e: Error) -> Response {
     let (code, message) = public(e);
-    api_error(code, &message)
+    let mut r = api_error(code, &message);
+    if code == StatusCode::SERVICE_UNAVAILABLE {
+        r.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+    }
+    r
 }
 
 /// Every failed API answer: `{"error": {"message": …}}` with `code`.
@@ -319,6 +373,18 @@ pub(crate) async fn json_errors(r: Response) -> Response {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn database_text_is_not_shown() {
+        let shown = super::without_driver_text(
+            "an item id already exists; nothing was written: Execution Error: error returned \
+             from database: (code: 1555) UNIQUE constraint failed: feed_items.id"
+                .into(),
+        );
+        assert_eq!(shown, "an item id already exists; nothing was written");
+        let plain = "gate 1 is not above partition p's current gate 1";
+        assert_eq!(super::without_driver_text(plain.into()), plain);
+    }
+
     #[test]
     fn hosts() {
         let allowed = ["feed.example".to_string()];

@@ -77,10 +77,7 @@ async fn bodies_wait_for_authentication(db: TestDb) {
     let p = Proc::start(&db, &h.url(), &["--ui", "--admin-token", TOKEN]);
     let addr = p.listen.clone().unwrap();
     let base = format!("http://{addr}");
-    crate::support::wait_for("the console", Duration::from_secs(30), || async {
-        reqwest::get(format!("{base}/healthz")).await.is_ok()
-    })
-    .await;
+    crate::support::wait_console(&base).await;
     let json = "Content-Type: application/json";
     let form = "Content-Type: application/x-www-form-urlencoded";
     let wrong = "Authorization: Bearer wrong-token-0123456789";

@@ -98,10 +98,7 @@ async fn stalled_export_readers_are_bounded_and_cut(db: TestDb) {
     let mut p = Proc::start(&db, &h.url(), &["--ui"]);
     let addr = p.listen.clone().unwrap();
     let url = format!("http://{addr}/api/v1/partitions/big/items.ndjson");
-    crate::support::wait_for("the console", Duration::from_secs(30), || async {
-        reqwest::get(format!("http://{addr}/healthz")).await.is_ok()
-    })
-    .await;
+    crate::support::wait_console(&format!("http://{addr}")).await;
     let whole = |url: String| async move {
         let text = reqwest::get(url).await.unwrap().text().await.unwrap();
         text.lines().count()

@@ -26,6 +26,7 @@ mod fencing;
 mod gates;
 mod hardening;
 mod hostile;
+mod inputs;
 mod library;
 mod liveness;
 mod migrations;

@@ -4,7 +4,6 @@
 //! the client is the one `X-Forwarded-For` names.
 
 use std::net::IpAddr;
-use std::time::Duration;
 
 use reqwest::StatusCode;
 use serde_json::json;
@@ -27,10 +26,7 @@ async fn console(db: &TestDb, extra: &[&str]) -> (Proc, Handler, String) {
     args.extend_from_slice(extra);
     let p = Proc::start(db, &h.url(), &args);
     let base = format!("http://{}", p.listen.clone().unwrap());
-    crate::support::wait_for("the console", Duration::from_secs(30), || async {
-        reqwest::get(format!("{base}/healthz")).await.is_ok()
-    })
-    .await;
+    crate::support::wait_console(&base).await;
     (p, h, base)
 }
 
