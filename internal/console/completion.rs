@@ -46,14 +46,17 @@ fn units(plan: &Planned) -> u32 {
     u32::try_from(units).unwrap_or(u32::MAX)
 }
 
-/// One item's line, holding its page's share of the budget until it is
-/// written.
-struct Line {
+/// Small lines are sent together up to this size; a larger line alone.
+const FRAME_BYTES: usize = 64 << 10;
+
+/// Lines of items, holding their page's share of the budget until they
+/// are written.
+struct Lines {
     text: String,
     _room: Arc<OwnedSemaphorePermit>,
 }
 
-impl AsRef<[u8]> for Line {
+impl AsRef<[u8]> for Lines {
     fn as_ref(&self) -> &[u8] {
         self.text.as_bytes()
     }
@@ -71,19 +74,25 @@ struct Sending {
 }
 
 impl Sending {
-    /// The next line, one item at a time (a page is never one string);
-    /// reads the next page when this one is sent, once there is room.
+    /// The next lines (up to [`FRAME_BYTES`], or one larger line: a page
+    /// is never one string); reads the next page when this one is sent,
+    /// once there is room.
     async fn next(mut self) -> Option<(crate::Result<Bytes>, Sending)> {
         loop {
             if self.failed {
                 return None;
             }
-            if let Some(item) = self.page.next() {
-                let mut text = crate::lines::export_line(&item);
+            let mut text = String::new();
+            // Small lines go out together, up to a frame of 64 KiB.
+            while text.len() < FRAME_BYTES {
+                let Some(item) = self.page.next() else { break };
+                text.push_str(&crate::lines::export_line(&item));
                 text.push('\n');
+            }
+            if !text.is_empty() {
                 let room = self.room.clone().expect("a page in hand has its room");
-                let line = Line { text, _room: room };
-                return Some((Ok(Bytes::from_owner(line)), self));
+                let lines = Lines { text, _room: room };
+                return Some((Ok(Bytes::from_owner(lines)), self));
             }
             self.room = None;
             match self.read().await {
