@@ -72,6 +72,10 @@ pub struct Config {
     /// (`--allowed-host`): a page on another name reaching it through DNS
     /// rebinding is refused.
     pub allowed_hosts: Vec<String>,
+    /// Reverse proxies (addresses or networks) whose `X-Forwarded-For`
+    /// names the client that wrong tokens count against
+    /// (`--trusted-proxy`); none by default.
+    pub trusted_proxies: Vec<ipnet::IpNet>,
     /// Prune finished partitions older than this every few minutes; None = keep them.
     pub retention: Option<Duration>,
     /// Items per handler request; 1 = one item per request, above 1 = the
@@ -179,6 +183,7 @@ impl Config {
             admin_token: None,
             producer_token: None,
             allowed_hosts: Vec::new(),
+            trusted_proxies: Vec::new(),
             retention: None,
             batch_size: Self::BATCH_SIZE,
             batch_wait: Self::BATCH_WAIT,

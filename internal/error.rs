@@ -47,6 +47,10 @@ pub enum Error {
     /// advancing a partition that is not manual); the message says why.
     #[error("{0}")]
     Conflict(String),
+    /// Not ready to serve yet (the schema is still being migrated); the
+    /// same request will succeed later.
+    #[error("{0}")]
+    Unavailable(String),
     /// The HTTP listener could not be started.
     #[error("cannot listen on {addr}: {error}{hint}")]
     Listen {

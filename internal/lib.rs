@@ -61,6 +61,7 @@ pub mod store;
 pub(crate) mod tasks;
 pub mod validate;
 pub(crate) mod webhooks;
+pub(crate) mod write_idle;
 
 pub use config::Config;
 pub use error::{Error, Result};

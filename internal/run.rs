@@ -283,6 +283,7 @@ async fn open(
             r = store.migrate() => r?,
         }
     }
+    health.schema.store(true, Ordering::Relaxed);
     Ok(Some(store))
 }
 

@@ -16,12 +16,16 @@ use tokio::sync::Semaphore;
 use tower::ServiceExt;
 
 use crate::console::ClientAddr;
+use crate::write_idle::WriteIdle;
 
 /// What `/readyz` reports, kept current by the session and dispatch loops.
 #[derive(Debug, Default)]
 pub struct Health {
     /// The last statement reached the database.
     pub database: AtomicBool,
+    /// The schema is there: migrations are applied (or not asked for).
+    /// Until then the console answers 503.
+    pub schema: AtomicBool,
     /// The session is live (heartbeat within the expiry).
     pub session: AtomicBool,
     /// The last delivery reached the handler.
@@ -83,13 +87,15 @@ pub fn router(health: Arc<Health>, registry: Arc<Registry>) -> Router {
 
 /// [`router`], plus the console when `config.ui` is set.
 pub fn app(health: Arc<Health>, registry: Arc<Registry>, config: &crate::Config) -> Router {
-    let app = router(health, registry);
+    let app = router(health.clone(), registry);
     if !config.ui {
         return app;
     }
     let console = crate::console::Console::lazy(&config.database_url, config.admin_token.clone())
+        .until_ready(health.clone())
         .with_producer_token(config.producer_token.clone())
-        .allowing(&config.allowed_hosts);
+        .allowing(&config.allowed_hosts)
+        .trusting(&config.trusted_proxies);
     app.merge(console.router())
 }
 
@@ -116,14 +122,15 @@ pub async fn bind(addr: &str, off: bool) -> crate::Result<TcpListener> {
 
 async fn readyz(State(s): State<AppState>) -> impl IntoResponse {
     let db = s.health.database.load(Ordering::Relaxed);
+    let schema = s.health.schema.load(Ordering::Relaxed);
     let session = s.health.session.load(Ordering::Relaxed);
     let handler = s.health.handler.load(Ordering::Relaxed);
     let open = s.health.breaker_open.load(Ordering::Relaxed);
     let breaker = if open { "open" } else { "closed" };
     let held = s.health.hold().map(|h| h.reason);
     let primary = !s.health.not_primary.load(Ordering::Relaxed);
-    let body = serde_json::json!({"database": db, "primary": primary, "session": session, "handler": handler, "breaker": breaker, "held": held});
-    let code = if db && session && handler && !open {
+    let body = serde_json::json!({"database": db, "primary": primary, "schema": schema, "session": session, "handler": handler, "breaker": breaker, "held": held});
+    let code = if db && schema && session && handler && !open {
         StatusCode::OK
     } else {
         StatusCode::SERVICE_UNAVAILABLE
@@ -159,11 +166,16 @@ const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 /// A request (its body included) must be handled within this time.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// Once answering, a write to a client that reads nothing for this long
+/// closes its connection, and frees what its answer held (an export).
+pub const WRITE_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// Serves `app` on `listener` until `stop` resolves, then lets requests
 /// in progress finish (up to [`REQUEST_TIMEOUT`]). Unlike a bare
 /// `axum::serve`, idle and slow sockets are closed ([`HEADER_TIMEOUT`]),
-/// every request is bounded in time, open connections are capped, and
-/// each request carries its [`ClientAddr`].
+/// every request is bounded in time, a client that stops reading an
+/// answer is dropped ([`WRITE_IDLE_TIMEOUT`]), open connections are
+/// capped, and each request carries its [`ClientAddr`].
 pub async fn serve(
     listener: TcpListener,
     app: Router,
@@ -203,7 +215,10 @@ pub async fn serve(
         let conn = hyper::server::conn::http1::Builder::new()
             .timer(hyper_util::rt::TokioTimer::new())
             .header_read_timeout(HEADER_TIMEOUT)
-            .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+            .serve_connection(
+                hyper_util::rt::TokioIo::new(WriteIdle::new(stream, WRITE_IDLE_TIMEOUT, addr)),
+                service,
+            );
         let conn = graceful.watch(conn);
         tokio::spawn(async move {
             let _ = conn.await;

@@ -81,6 +81,22 @@ pub struct PruneArgs {
     dry_run: bool,
 }
 
+/// `--trusted-proxy`, for the console of `run --ui` and `ui`.
+#[derive(Args)]
+pub struct TrustedProxyArgs {
+    /// A reverse proxy (address or network, e.g. 10.0.0.7 or 10.0.0.0/8) whose
+    /// X-Forwarded-For names the client, so that wrong tokens count against that client and
+    /// not against everyone behind the proxy; repeatable (FEED_TRUSTED_PROXY takes several,
+    /// comma-separated) [default: none: X-Forwarded-For is ignored]
+    #[arg(
+        long = "trusted-proxy",
+        env = "FEED_TRUSTED_PROXY",
+        value_delimiter = ',',
+        value_parser = feed::console::parse_proxy
+    )]
+    pub proxies: Vec<ipnet::IpNet>,
+}
+
 #[derive(Args)]
 pub struct UiArgs {
     #[command(flatten)]
@@ -96,6 +112,8 @@ pub struct UiArgs {
         value_delimiter = ','
     )]
     allowed_hosts: Vec<String>,
+    #[command(flatten)]
+    trusted_proxies: TrustedProxyArgs,
     #[command(flatten)]
     token: AdminTokenArgs,
     #[command(flatten)]
@@ -172,6 +190,7 @@ pub async fn ui(
     let app = feed::console::Console::new(store, token)
         .with_producer_token(producer_token)
         .allowing(&a.allowed_hosts)
+        .trusting(&a.trusted_proxies.proxies)
         .router();
     feed::server::serve(listener, app, shutdown)
         .await

@@ -108,6 +108,8 @@ pub struct RunArgs {
         value_delimiter = ','
     )]
     allowed_hosts: Vec<String>,
+    #[command(flatten)]
+    trusted_proxies: controls::TrustedProxyArgs,
     /// Log format
     #[arg(long, env = "FEED_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
@@ -233,6 +235,7 @@ pub async fn run(a: RunArgs) -> anyhow::Result<()> {
     c.admin_token = a.token.token()?;
     c.producer_token = a.producer_token.token()?;
     c.allowed_hosts = a.allowed_hosts;
+    c.trusted_proxies = a.trusted_proxies.proxies;
     c.retention = a.retention.map(Into::into);
     c.batch_size = a.batch_size;
     c.batch_wait = a.batch_wait.into();

@@ -9,13 +9,13 @@
 
 use axum::extract::{DefaultBodyLimit, Path, Query, State};
 use axum::handler::Handler;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
-use axum::{Extension, Json, Router};
+use axum::{Json, Router};
 use serde::Deserialize;
 
-use super::ClientAddr;
+use super::admit::Admin;
 use super::{Console, api_error, auth, completion, enqueue, json_error, json_errors, limits};
 use crate::store::listing::{ItemFilter, PartitionFilter};
 
@@ -116,6 +116,7 @@ async fn status(State(c): State<Console>) -> Response {
 }
 
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct PartitionQuery {
     status: Option<String>,
     prefix: Option<String>,
@@ -144,6 +145,7 @@ async fn partition(State(c): State<Console>, Path(id): Path<String>) -> Response
 }
 
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct ItemQuery {
     gate: Option<i64>,
     status: Option<String>,
@@ -176,13 +178,9 @@ struct CheckpointBody {
 async fn act(
     State(c): State<Console>,
     Path((id, action)): Path<(String, String)>,
-    client: Option<Extension<ClientAddr>>,
-    headers: HeaderMap,
+    _: Admin,
     body: axum::body::Bytes,
 ) -> Response {
-    if let Some(r) = c.refusal(client.as_deref(), &headers) {
-        return r;
-    }
     let gate = if body.is_empty() {
         None
     } else {
@@ -214,15 +212,7 @@ async fn act(
     answer(store.partition(&id).await)
 }
 
-async fn retry_item(
-    State(c): State<Console>,
-    Path(id): Path<String>,
-    client: Option<Extension<ClientAddr>>,
-    headers: HeaderMap,
-) -> Response {
-    if let Some(r) = c.refusal(client.as_deref(), &headers) {
-        return r;
-    }
+async fn retry_item(State(c): State<Console>, Path(id): Path<String>, _: Admin) -> Response {
     let store = match c.store().await {
         Ok(s) => s,
         Err(e) => return json_error(e),
@@ -246,13 +236,9 @@ async fn list_limits(State(c): State<Console>) -> Response {
 async fn set_limit(
     State(c): State<Console>,
     Path(tenant): Path<String>,
-    client: Option<Extension<ClientAddr>>,
-    headers: HeaderMap,
+    _: Admin,
     body: axum::body::Bytes,
 ) -> Response {
-    if let Some(r) = c.refusal(client.as_deref(), &headers) {
-        return r;
-    }
     let change = match limits::Change::from_json(&body) {
         Ok(change) => change,
         Err(e) => return json_error(e),
@@ -270,15 +256,7 @@ struct Cleared {
 }
 
 /// `DELETE /limits/{tenant}`: `{"tenant", "removed"}` (false when it had none).
-async fn clear_limit(
-    State(c): State<Console>,
-    Path(tenant): Path<String>,
-    client: Option<Extension<ClientAddr>>,
-    headers: HeaderMap,
-) -> Response {
-    if let Some(r) = c.refusal(client.as_deref(), &headers) {
-        return r;
-    }
+async fn clear_limit(State(c): State<Console>, Path(tenant): Path<String>, _: Admin) -> Response {
     let store = match c.store().await {
         Ok(s) => s,
         Err(e) => return json_error(e),

@@ -24,6 +24,7 @@ pub const MAX_ENQUEUE_BODY_BYTES: usize = 16 << 20;
 /// Settings of a partition the request creates, as the flags of
 /// `processor enqueue`; ignored when the partition exists.
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 pub(super) struct EnqueueQuery {
     /// Close when nothing is left (default true; `--no-auto-close`).
     auto_close: Option<bool>,

@@ -7,10 +7,13 @@
 //! over the API (`enqueue`) takes it or the producer token. Everything
 //! shown from the database is escaped by the templates and cut to a preview.
 
+mod admit;
 mod api;
 mod auth;
+mod client;
 mod completion;
 mod enqueue;
+mod errors;
 mod limits;
 mod pages;
 mod throttle;
@@ -22,16 +25,22 @@ use std::sync::Arc;
 use axum::Router;
 use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use tokio::sync::OnceCell;
 
+pub use admit::MAX_ACTION_BODY_BYTES;
 pub use auth::{AdminToken, ProducerToken};
+pub use client::parse_proxy;
+pub use completion::EXPORT_BUDGET_BYTES;
 pub use enqueue::MAX_ENQUEUE_BODY_BYTES;
 
 use crate::{Error, Store};
+use errors::public;
+pub(crate) use errors::{api_error, json_error, json_errors};
 
 /// The address a request came from, for logs and throttles (the server
-/// puts it on each request).
+/// puts the peer's on each request; behind a `--trusted-proxy`, the
+/// console replaces it by the client the proxy forwards for).
 #[derive(Clone, Copy, Debug)]
 pub struct ClientAddr(pub std::net::SocketAddr);
 
@@ -49,10 +58,17 @@ pub struct Console {
     producer_token: Option<ProducerToken>,
     /// Failed token attempts, per client address and overall.
     throttle: Arc<throttle::Throttle>,
+    /// Proxies whose `X-Forwarded-For` names the client (`--trusted-proxy`).
+    trusted_proxies: Arc<[ipnet::IpNet]>,
     /// Host names answered besides IP addresses and `localhost`.
     allowed_hosts: Arc<[String]>,
     /// Logins to the pages.
     sessions: Arc<auth::Sessions>,
+    /// Room for exported items, shared by all exports (see `completion`).
+    exports: Arc<tokio::sync::Semaphore>,
+    /// Inside a processor: its health, whose `schema` says when the
+    /// database may be used (503 before).
+    health: Option<Arc<crate::server::Health>>,
 }
 
 impl Console {
@@ -64,8 +80,11 @@ impl Console {
             token,
             producer_token: None,
             throttle: Arc::default(),
+            trusted_proxies: Arc::from([]),
             allowed_hosts: Arc::from([]),
             sessions: Arc::default(),
+            exports: completion::export_budget(),
+            health: None,
         }
     }
 
@@ -77,8 +96,11 @@ impl Console {
             token,
             producer_token: None,
             throttle: Arc::default(),
+            trusted_proxies: Arc::from([]),
             allowed_hosts: Arc::from([]),
             sessions: Arc::default(),
+            exports: completion::export_budget(),
+            health: None,
         }
     }
 
@@ -90,10 +112,24 @@ impl Console {
         self
     }
 
+    /// Answers 503 to every request that needs the database until
+    /// `health` says its schema is there (a processor migrating it).
+    pub fn until_ready(mut self, health: Arc<crate::server::Health>) -> Self {
+        self.health = Some(health);
+        self
+    }
+
     /// Also answers requests for these host names (`--allowed-host`); IP
     /// addresses and `localhost` are always answered.
     pub fn allowing(mut self, hosts: &[String]) -> Self {
         self.allowed_hosts = hosts.iter().map(|h| h.to_ascii_lowercase()).collect();
+        self
+    }
+
+    /// Counts wrong tokens against the client a proxy in `proxies`
+    /// forwards for (`X-Forwarded-For`) rather than against the proxy.
+    pub fn trusting(mut self, proxies: &[ipnet::IpNet]) -> Self {
+        self.trusted_proxies = proxies.into();
         self
     }
 
@@ -108,26 +144,37 @@ impl Console {
         self.guarded(client, "API", bearer).err().map(|g| g.json())
     }
 
-    /// Runs `check` (a comparison with the admin token) for a request from
-    /// `client`, unless that address, or everyone, has used up its failed
-    /// attempts; a wrong token counts as one.
+    /// Runs `check` (a comparison with a token) for a request `what`
+    /// (`API`, `login`, `enqueue`) from `client`, unless that client has
+    /// used up its failed attempts (see `throttle`); a wrong token counts
+    /// as one.
     fn guarded(
         &self,
         client: Option<&ClientAddr>,
         what: &str,
         check: impl FnOnce() -> Result<(), auth::Refusal>,
     ) -> Result<(), Guarded> {
-        let ip = client.map_or(IpAddr::from([0, 0, 0, 0]), |c| c.0.ip());
-        self.throttle.admit(ip).map_err(Guarded::Wait)?;
+        let (ip, kind) = (client_ip(client), throttle::Kind::of(what));
+        self.throttle.admit(kind, ip).map_err(Guarded::Wait)?;
         check().map_err(|r| {
             if r.0 == StatusCode::UNAUTHORIZED {
-                self.throttle.failed(ip, what);
+                self.throttle.failed(kind, ip, what);
             }
             Guarded::Refused(r)
         })
     }
 
     async fn store(&self) -> crate::Result<&Store> {
+        let starting = self
+            .health
+            .as_ref()
+            .is_some_and(|h| !h.schema.load(std::sync::atomic::Ordering::Relaxed));
+        if starting {
+            return Err(Error::Unavailable(
+                "the processor is starting: the database schema is not ready yet; try again shortly"
+                    .into(),
+            ));
+        }
         self.store
             .get_or_try_init(|| Store::connect(&self.database_url, 4))
             .await
@@ -139,12 +186,23 @@ impl Console {
             .merge(pages::routes())
             .nest("/api/v1", api::routes())
             .layer(axum::middleware::map_response(secure_headers))
+            // Enqueue's route sets its own, larger cap.
+            .layer(axum::extract::DefaultBodyLimit::max(MAX_ACTION_BODY_BYTES))
             .layer(axum::middleware::from_fn_with_state(
                 self.clone(),
                 check_host,
             ))
+            .layer(axum::middleware::from_fn_with_state(
+                self.clone(),
+                client::resolve,
+            ))
             .with_state(self)
     }
+}
+
+/// The client's address; unspecified when the server did not say.
+fn client_ip(client: Option<&ClientAddr>) -> IpAddr {
+    client.map_or(IpAddr::from([0, 0, 0, 0]), |c| c.0.ip())
 }
 
 /// Why [`Console::guarded`] refused a request.
@@ -162,7 +220,7 @@ impl Guarded {
             Guarded::Wait(d) => {
                 let secs = d.as_secs().max(1);
                 let message =
-                    format!("too many wrong admin tokens from this address; try again in {secs} s");
+                    format!("too many wrong tokens from this address; try again in {secs} s");
                 let mut r = api_error(StatusCode::TOO_MANY_REQUESTS, &message);
                 r.headers_mut()
                     .insert(header::RETRY_AFTER, HeaderValue::from(secs));
@@ -227,61 +285,6 @@ async fn secure_headers(mut r: Response) -> Response {
     );
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     r
-}
-
-/// The HTTP status and the message to show for a library error: 404
-/// unknown, 409 does not apply; database details are logged, not shown.
-fn public(e: Error) -> (StatusCode, String) {
-    let code = match e {
-        Error::NotFound(_) => StatusCode::NOT_FOUND,
-        Error::Conflict(_) => StatusCode::CONFLICT,
-        Error::Invalid(_) => StatusCode::BAD_REQUEST,
-        _ => StatusCode::INTERNAL_SERVER_ERROR,
-    };
-    if code == StatusCode::INTERNAL_SERVER_ERROR {
-        tracing::warn!(error = %e, "console request failed");
-        return (code, "internal error; see the server's log".into());
-    }
-    (code, e.to_string())
-}
-
-/// A library error as a JSON answer.
-pub(crate) fn json_error(e: Error) -> Response {
-    let (code, message) = public(e);
-    api_error(code, &message)
-}
-
-/// Every failed API answer: `{"error": {"message": …}}` with `code`.
-pub(crate) fn api_error(code: StatusCode, message: &str) -> Response {
-    let body = serde_json::json!({ "error": { "message": message } });
-    (code, axum::Json(body)).into_response()
-}
-
-/// Turns an error the framework answered in plain text (a query that does
-/// not parse, a body too large or of the wrong type, an unknown path or
-/// method) into the API's JSON error, so every failure has one shape.
-pub(crate) async fn json_errors(r: Response) -> Response {
-    let failed = r.status().is_client_error() || r.status().is_server_error();
-    let json = r
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
-    if !failed || json {
-        return r;
-    }
-    let code = r.status();
-    let text = axum::body::to_bytes(r.into_body(), 64 << 10)
-        .await
-        .map(|b| String::from_utf8_lossy(&b).trim().to_string())
-        .unwrap_or_default();
-    let message = if text.is_empty() {
-        code.canonical_reason()
-            .unwrap_or("request failed")
-            .to_string()
-    } else {
-        text
-    };
-    api_error(code, &message)
 }
 
 #[cfg(test)]

@@ -13,6 +13,7 @@ use maud::Markup;
 use serde::Deserialize;
 
 use super::ClientAddr;
+use super::admit::{LoggedIn, MayLogIn};
 use super::api::Action;
 use super::views::{self, Viewer, enc};
 use super::{Console, Guarded, auth, limits, public};
@@ -49,7 +50,7 @@ async fn asset(kind: &'static str, body: &'static str) -> Response {
 }
 
 impl Console {
-    fn viewer(&self, headers: &HeaderMap) -> Viewer {
+    pub(super) fn viewer(&self, headers: &HeaderMap) -> Viewer {
         match &self.token {
             None => Viewer::ReadOnly,
             Some(_) => match self.sessions.csrf(headers) {
@@ -69,7 +70,7 @@ impl FromRequestParts<Console> for Viewer {
     }
 }
 
-fn page(code: StatusCode, title: &str, viewer: &Viewer, body: Markup) -> Response {
+pub(super) fn page(code: StatusCode, title: &str, viewer: &Viewer, body: Markup) -> Response {
     (code, Html(views::layout(title, viewer, body).into_string())).into_response()
 }
 
@@ -238,6 +239,7 @@ async fn partition_action(
     State(c): State<Console>,
     headers: HeaderMap,
     Path((id, name)): Path<(String, String)>,
+    _: LoggedIn,
     Form(form): Form<ActionForm>,
 ) -> Response {
     let viewer = c.viewer(&headers);
@@ -283,6 +285,7 @@ async fn item_retry(
     State(c): State<Console>,
     headers: HeaderMap,
     Path(id): Path<String>,
+    _: LoggedIn,
     Form(form): Form<ActionForm>,
 ) -> Response {
     let back = match async { c.store().await?.item(&id).await }.await {
@@ -336,6 +339,7 @@ struct LimitForm {
 async fn limits_set(
     State(c): State<Console>,
     headers: HeaderMap,
+    _: LoggedIn,
     Form(form): Form<LimitForm>,
 ) -> Response {
     let viewer = c.viewer(&headers);
@@ -386,6 +390,7 @@ async fn limits_clear(
     State(c): State<Console>,
     headers: HeaderMap,
     Path(tenant): Path<String>,
+    _: LoggedIn,
     Form(form): Form<ActionForm>,
 ) -> Response {
     let ask = Ask {
@@ -460,6 +465,7 @@ async fn login(
     State(c): State<Console>,
     client: Option<Extension<ClientAddr>>,
     headers: HeaderMap,
+    _: MayLogIn,
     Form(f): Form<LoginForm>,
 ) -> Response {
     let next = local(f.next.as_deref());
@@ -507,6 +513,7 @@ async fn login(
 async fn logout(
     State(c): State<Console>,
     headers: HeaderMap,
+    _: LoggedIn,
     Form(f): Form<ActionForm>,
 ) -> Response {
     if let Err((code, text)) = auth::check_form(c.token.as_ref(), &c.sessions, &headers, &f.csrf) {

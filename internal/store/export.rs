@@ -2,14 +2,25 @@
 //! read in keyset pages (each starts after the last `seq` of the one
 //! before, one range of `feed_items_written`), so a partition of any size
 //! streams in bounded memory.
+//!
+//! A page is bounded by bytes, not only by items: each is planned first
+//! from its items' sizes ([`Export::plan`]: at most [`PAGE`] items and
+//! [`PAGE_BYTES`] of data, or one larger item alone), and only then read
+//! ([`Export::fetch`]), so that a reader can make room for it before any
+//! data comes in.
 
 use sea_orm::{FromQueryResult, Value};
 
 use super::Store;
+use super::driver::Int;
 use crate::{Result, validate};
 
-/// Items read per page.
+/// Items read per page at most.
 pub const PAGE: usize = 500;
+
+/// Bytes of item data a page holds at most: 1 MiB. An item larger than
+/// that is a page of its own.
+pub const PAGE_BYTES: usize = 1 << 20;
 
 /// One item as exported.
 #[derive(Clone, Debug, FromQueryResult)]
@@ -42,9 +53,23 @@ pub struct Export {
     done: bool,
 }
 
+/// The next page, as planned from its items' sizes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Planned {
+    /// Items in it.
+    pub items: usize,
+    /// Their data's bytes, as they were when planned.
+    pub bytes: usize,
+    /// The `seq` of its last item.
+    last: i64,
+    /// Nothing comes after it.
+    last_page: bool,
+}
+
 impl Store {
     /// An export of `partition`'s items, optionally only those with
-    /// `status` and at `gate`; read it with [`Export::next_page`].
+    /// `status` and at `gate`; read it with [`Export::next_page`]. Invalid
+    /// for a status no item can have or a gate out of range.
     pub fn export(
         &self,
         partition: &str,
@@ -53,7 +78,10 @@ impl Store {
     ) -> Result<Export> {
         validate::filter("partition id", partition)?;
         if let Some(s) = status {
-            validate::filter("status", s)?;
+            validate::status(s)?;
+        }
+        if let Some(g) = gate {
+            validate::gate("gate", g)?;
         }
         Ok(Export {
             store: self.clone(),
@@ -67,19 +95,10 @@ impl Store {
 }
 
 impl Export {
-    /// The next page of items (at most [`PAGE`]), or None after the last.
-    /// NotFound when the partition does not exist.
-    pub async fn next_page(&mut self) -> Result<Option<Vec<ExportedItem>>> {
-        if self.done {
-            return Ok(None);
-        }
-        let b = self.store.driver;
-        let seq = b.seq();
-        let mut sql = format!(
-            "SELECT i.{seq} AS seq, i.id, i.gate, i.status, i.attempts, i.last_error, {} AS data \
-             FROM feed_items i WHERE i.partition_id = ?",
-            b.data_column("i")
-        );
+    /// `SELECT columns` of this export's items after `after`, in order.
+    fn select(&self, columns: &str, after: Option<i64>) -> (String, Vec<Value>) {
+        let seq = self.store.driver.seq();
+        let mut sql = format!("SELECT {columns} FROM feed_items i WHERE i.partition_id = ?");
         let mut values: Vec<Value> = vec![self.partition.clone().into()];
         if let Some(s) = &self.status {
             sql.push_str(" AND i.status = ?");
@@ -89,12 +108,63 @@ impl Export {
             sql.push_str(" AND i.gate = ?");
             values.push(g.into());
         }
-        if let Some(a) = self.after {
+        if let Some(a) = after {
             sql.push_str(&format!(" AND i.{seq} > ?"));
             values.push(a.into());
         }
+        (sql, values)
+    }
+
+    /// Plans the next page from its items' sizes (no data is read); None
+    /// after the last. NotFound when the partition does not exist.
+    pub async fn plan(&mut self) -> Result<Option<Planned>> {
+        if self.done {
+            return Ok(None);
+        }
+        let b = self.store.driver;
+        let seq = b.seq();
+        let columns = format!("i.{seq} AS seq, LENGTH({}) AS size", b.data_column("i"));
+        let (mut sql, mut values) = self.select(&columns, self.after);
         sql.push_str(&format!(" ORDER BY i.{seq} LIMIT ?"));
         values.push((PAGE as i64).into());
+        let rows = self.store.query(&sql, values).await?;
+        if rows.is_empty() {
+            if self.after.is_none() {
+                self.store.partition_exists(&self.partition).await?;
+            }
+            self.done = true;
+            return Ok(None);
+        }
+        let mut plan = Planned {
+            items: 0,
+            bytes: 0,
+            last: 0,
+            last_page: false,
+        };
+        for row in &rows {
+            let size = usize::try_from(row.try_get::<Int>("", "size")?.0).unwrap_or(0);
+            if plan.items > 0 && plan.bytes + size > PAGE_BYTES {
+                return Ok(Some(plan));
+            }
+            plan.items += 1;
+            plan.bytes += size;
+            plan.last = row.try_get("", "seq")?;
+        }
+        plan.last_page = rows.len() < PAGE;
+        Ok(Some(plan))
+    }
+
+    /// Reads the page `plan` planned (its items still there) and moves past it.
+    pub async fn fetch(&mut self, plan: Planned) -> Result<Vec<ExportedItem>> {
+        let b = self.store.driver;
+        let seq = b.seq();
+        let columns = format!(
+            "i.{seq} AS seq, i.id, i.gate, i.status, i.attempts, i.last_error, {} AS data",
+            b.data_column("i")
+        );
+        let (mut sql, mut values) = self.select(&columns, self.after);
+        sql.push_str(&format!(" AND i.{seq} <= ? ORDER BY i.{seq}"));
+        values.push(plan.last.into());
         let page = self
             .store
             .query(&sql, values)
@@ -102,11 +172,22 @@ impl Export {
             .iter()
             .map(|r| Ok(ExportedItem::from_query_result(r, "")?))
             .collect::<Result<Vec<_>>>()?;
-        if page.is_empty() && self.after.is_none() {
-            self.store.partition_exists(&self.partition).await?;
+        self.after = Some(plan.last);
+        self.done = plan.last_page;
+        Ok(page)
+    }
+
+    /// The next page of items (at most [`PAGE`] items and [`PAGE_BYTES`],
+    /// or one larger item), or None after the last. NotFound when the
+    /// partition does not exist.
+    pub async fn next_page(&mut self) -> Result<Option<Vec<ExportedItem>>> {
+        while let Some(plan) = self.plan().await? {
+            let page = self.fetch(plan).await?;
+            // Empty when its items were pruned meanwhile: go on.
+            if !page.is_empty() {
+                return Ok(Some(page));
+            }
         }
-        self.done = page.len() < PAGE;
-        self.after = page.last().map(|i| i.seq).or(self.after);
-        Ok((!page.is_empty()).then_some(page))
+        Ok(None)
     }
 }

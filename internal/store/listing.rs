@@ -318,6 +318,9 @@ impl Store {
     pub async fn items(&self, partition: &str, f: &ItemFilter) -> Result<Page<ItemView>> {
         validate::filter("partition id", partition)?;
         check(f.status.as_deref(), f.after.as_deref())?;
+        if let Some(g) = f.gate {
+            validate::gate("gate", g)?;
+        }
         let limit = clamp(f.limit);
         let mut sql = " WHERE i.partition_id = ?".to_string();
         let mut values: Vec<Value> = vec![partition.into()];

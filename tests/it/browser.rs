@@ -105,6 +105,7 @@ async fn dashboard_drives_a_running_processor() {
         || async { !proc.metrics().await.is_empty() },
     )
     .await;
+    crate::support::wait_console(&base).await;
 
     // Log in.
     b.goto(&format!("{base}/login")).await;

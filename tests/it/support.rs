@@ -424,6 +424,19 @@ where
     }
 }
 
+/// Waits (up to a minute) until the console at `base` (`run --ui`)
+/// serves its API: its listener answers before the processor's
+/// migrations are done, and the API answers 503 until then.
+pub async fn wait_console(base: &str) {
+    let url = format!("{base}/api/v1/status");
+    wait_for("the console", Duration::from_secs(60), || async {
+        reqwest::get(&url)
+            .await
+            .is_ok_and(|r| r.status() == StatusCode::OK)
+    })
+    .await;
+}
+
 /// Whether `cond` held within `timeout` (polled every 50 ms), for a test
 /// that says more than [`wait_for`] when it did not.
 pub async fn waited<F, Fut>(timeout: Duration, mut cond: F) -> bool
