@@ -54,6 +54,10 @@ use refill::Fetched;
 /// statements per item, PostgreSQL 1.01-1.05x).
 const IN_FLIGHT_PER_SLOT: usize = 4;
 
+/// Rounds of calls the prefetch buffer may hold when most of it is held
+/// back by tenants' limits.
+const HELD_BACK_ROUNDS: usize = 4;
+
 /// Longest pause before a gate check that keeps failing is tried again.
 const CHECK_PAUSE_MAX: Duration = Duration::from_secs(10);
 
@@ -435,15 +439,33 @@ impl Dispatcher {
             let permit = gate.permit();
             self.start(items, permit, counted);
         }
+        // Items that may go now: those of tenants held back by their limits
+        // wait in the buffer, and must not keep other tenants' work out.
+        let ready = if binds {
+            let rotation = &self.rotation;
+            let held_back = |i: &&ReadyItem| {
+                rotation
+                    .tenant(&i.fence.partition_id)
+                    .is_some_and(|t| gate.tenant_blocked(t))
+            };
+            self.buffer.len() - self.buffer.iter().filter(held_back).count()
+        } else {
+            self.buffer.len()
+        };
         drop(gate);
         // Keep a round of calls buffered ahead: the refill runs beside the
         // loop, so calls that free up meanwhile start from the buffer, and
         // one statement serves several completions. (A refill that ends
         // polls again at once; one that found partitions dry while others
-        // wait in the rotation lets the next start at once too.)
+        // wait in the rotation lets the next start at once too.) Held-back
+        // items count only up to a bound, so the buffer stays bounded.
         let target = cfg.concurrency * batch;
-        if self.refilling.is_none() && now >= self.refill_at && self.buffer.len() < target {
-            self.start_refill(target * 2 - self.buffer.len());
+        if self.refilling.is_none()
+            && now >= self.refill_at
+            && ready < target
+            && self.buffer.len() < target * HELD_BACK_ROUNDS
+        {
+            self.start_refill(target * 2 - ready);
         }
         (next, self.more)
     }

@@ -216,3 +216,42 @@ async fn a_low_fleet_rate_holds_with_two_processors(db: TestDb) {
         panic!("{e}");
     }
 }
+
+on_all_backends!(alone tenants_at_different_rates_share_a_processor);
+/// Tenants at 5 and 200 items a second in one database, served by the
+/// same processor: the slow tenant's items held back in its buffer do not
+/// keep the fast tenant's out (they filled it, and 200/s got no call for
+/// seconds at a time): both hold their rates.
+async fn tenants_at_different_rates_share_a_processor(db: TestDb) {
+    let h = handler().await;
+    set(&db, "r5", &["--rate", "5/s"]);
+    set(&db, "r200", &["--rate", "200/s"]);
+    let mut procs = two(&db, &h, &["--concurrency", "8"]);
+    procs.truncate(1);
+    wait_for("one session", Duration::from_secs(30), || async {
+        db.sessions().await.len() == 1
+    })
+    .await;
+    for p in 0..4 {
+        enqueue(&db, &format!("r5-{p}"), 50, of("r5")).await;
+        enqueue(&db, &format!("r200-{p}"), 700, of("r200")).await;
+    }
+    wait_for("both tenants called", Duration::from_secs(30), || async {
+        let calls = h.calls();
+        ["r5-", "r200-"]
+            .iter()
+            .all(|t| calls.iter().any(|c| c.partition.starts_with(t)))
+    })
+    .await;
+    let from = Instant::now() + Duration::from_secs(2);
+    tokio::time::sleep(WINDOW * WINDOWS + Duration::from_secs(2)).await;
+    let calls = h.calls();
+    drop(procs);
+    let mut wrong = Vec::new();
+    for (tenant, rate) in [("r5", 5.0), ("r200", 200.0)] {
+        let counts = windows(&calls, &format!("{tenant}-"), from);
+        eprintln!("tenant {tenant} at {rate}/s beside the other: {counts:?} per {WINDOW:?}");
+        wrong.extend(off(tenant, rate, &counts));
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
