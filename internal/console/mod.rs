@@ -11,6 +11,7 @@ mod api;
 mod auth;
 mod completion;
 mod enqueue;
+mod enqueue_body;
 mod limits;
 mod pages;
 mod throttle;
@@ -26,7 +27,7 @@ use axum::response::{IntoResponse, Response};
 use tokio::sync::OnceCell;
 
 pub use auth::{AdminToken, ProducerToken};
-pub use enqueue::MAX_ENQUEUE_BODY_BYTES;
+pub use enqueue::{MAX_ENQUEUE_BODY_BYTES, MAX_ENQUEUE_ITEMS};
 
 use crate::{Error, Store};
 

@@ -108,13 +108,13 @@ pub struct NewItem {
     pub id: Option<String>,
     /// Gate; None = the partition's current gate.
     pub gate: Option<i64>,
-    /// Bytes forwarded to the handler (normally JSON).
-    pub data: Vec<u8>,
+    /// Bytes forwarded to the handler unchanged (normally JSON).
+    pub data: bytes::Bytes,
 }
 
 impl NewItem {
     /// An item of `data` with a new UUID as its id, at the partition's gate.
-    pub fn new(data: impl Into<Vec<u8>>) -> Self {
+    pub fn new(data: impl Into<bytes::Bytes>) -> Self {
         Self {
             id: None,
             gate: None,
@@ -375,7 +375,7 @@ async fn insert_items(
         );
         values.push(partition.into());
         values.push(item.gate.unwrap_or(gate).into());
-        values.push(item.data.clone().into());
+        values.push(item.data.to_vec().into());
     }
     let sql = format!("INSERT INTO feed_items (id, partition_id, gate, data) VALUES {rows}");
     txn.execute_raw(b.stmt(&sql, values)).await.map_err(|e| {

@@ -19,6 +19,7 @@ mod completion;
 mod console_api;
 mod controls;
 mod enqueue_api;
+mod exact_data;
 mod failures;
 mod fencing;
 mod gates;
