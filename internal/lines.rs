@@ -29,10 +29,15 @@ const EXPECTED: &str = "expected {\"id\"?: string, \"gate\"?: int, \"data\": any
 /// that its output enqueues as it is (the items start over as available).
 const EXPORTED: [&str; 3] = ["status", "attempts", "last_error"];
 
-/// Reads every item of `input`, calling `on_line` once per line read (for
-/// a progress display). The first bad line fails the whole read, naming its
-/// line number, so that nothing is written.
-pub fn read(input: impl BufRead, raw: bool, mut on_line: impl FnMut()) -> Result<Vec<NewItem>> {
+/// Reads every item of `input` with the number of the line it came from
+/// (from 1), calling `on_line` once per line read (for a progress
+/// display). The first bad line fails the whole read, naming its line
+/// number, so that nothing is written.
+pub fn read(
+    input: impl BufRead,
+    raw: bool,
+    mut on_line: impl FnMut(),
+) -> Result<Vec<(usize, NewItem)>> {
     let mut items = Vec::new();
     for (n, line) in input.lines().enumerate() {
         let line = line.map_err(|e| Error::Invalid(format!("reading line {}: {e}", n + 1)))?;
@@ -42,7 +47,7 @@ pub fn read(input: impl BufRead, raw: bool, mut on_line: impl FnMut()) -> Result
         }
         let item = parse(&line, raw)
             .map_err(|e| Error::Invalid(format!("line {}: {e}; nothing was written", n + 1)))?;
-        items.push(item);
+        items.push((n + 1, item));
     }
     Ok(items)
 }
@@ -223,14 +228,13 @@ mod tests {
         let items = read(input.as_bytes(), false, || seen += 1).unwrap();
         assert_eq!(seen, 3);
         assert_eq!(items.len(), 2);
-        assert_eq!(
-            (items[0].id.as_deref(), items[0].gate),
-            (Some("a"), Some(2))
-        );
-        assert_eq!(items[0].data, br#"{"x": 1}"#.to_vec());
-        assert_eq!((items[1].id.as_deref(), items[1].gate), (None, None));
+        assert_eq!((items[0].0, items[1].0), (1, 3), "line numbers");
+        let (a, b) = (&items[0].1, &items[1].1);
+        assert_eq!((a.id.as_deref(), a.gate), (Some("a"), Some(2)));
+        assert_eq!(a.data, br#"{"x": 1}"#.to_vec());
+        assert_eq!((b.id.as_deref(), b.gate), (None, None));
         let raw = read("not json\n".as_bytes(), true, || {}).unwrap();
-        assert_eq!(raw[0].data, b"not json".to_vec());
+        assert_eq!(raw[0].1.data, b"not json".to_vec());
     }
 
     #[test]

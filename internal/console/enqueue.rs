@@ -71,6 +71,11 @@ struct Answer<'a> {
     items: usize,
     created: bool,
     reopened: bool,
+    /// The partition is `failed`: the items wait until it is retried.
+    failed: bool,
+    /// Why the items wait, when they do.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    message: Option<String>,
     /// Every item's id in the body's order, generated ones included.
     ids: Vec<String>,
 }
@@ -99,7 +104,8 @@ pub(super) async fn enqueue(
         Err(rejection) => return api_error(StatusCode::BAD_REQUEST, &rejection.body_text()),
     };
     let (parts, body) = request.into_parts();
-    let body = match enqueue_body::read(&parts.headers, body).await {
+    // Held until the answer: the body and the items written from it.
+    let (body, _budget) = match enqueue_body::read(&parts.headers, body).await {
         Ok(b) => b,
         Err((code, message)) => return api_error(code, &message),
     };
@@ -119,13 +125,22 @@ pub(super) async fn enqueue(
                 items = r.items,
                 created = r.created,
                 reopened = r.reopened,
+                failed = r.failed,
                 "items enqueued over the API"
             );
+            let message = r.failed.then(|| {
+                format!(
+                    "partition {id} is failed: these items run once its failed items are \
+                     retried (POST /api/v1/partitions/{{id}}/retry or processor retry)"
+                )
+            });
             let answer = Answer {
                 partition: &id,
                 items: r.items,
                 created: r.created,
                 reopened: r.reopened,
+                failed: r.failed,
+                message,
                 ids,
             };
             axum::Json(answer).into_response()

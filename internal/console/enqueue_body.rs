@@ -9,6 +9,7 @@ use bytes::Bytes;
 use http_body_util::BodyExt;
 use serde::de::{Deserializer, SeqAccess, Visitor};
 use serde_json::value::RawValue;
+use tokio::sync::{Semaphore, SemaphorePermit};
 
 use crate::store::NewItem;
 
@@ -23,19 +24,39 @@ pub const MAX_ENQUEUE_BODY_BYTES: usize = 16 << 20;
 /// its body's size. More answer 413.
 pub const MAX_ENQUEUE_ITEMS: usize = 10_000;
 
+/// The enqueue bodies held at once by this process, in KiB: 32 MiB, two
+/// bodies at the cap. A request takes its announced size (the cap when it
+/// announces none) before it reads a byte, and gives it back with its
+/// answer; others wait their turn (within the request timeout). With the
+/// copies the database drivers make while writing, that bounds what all
+/// enqueues together hold to about 160 MiB.
+static BUDGET_KIB: Semaphore = Semaphore::const_new(32 << 10);
+
 /// Why a body was refused: the status and what to say.
 pub(super) type Refused = (StatusCode, String);
 
 /// Reads the body into one buffer allocated at its announced size (or
-/// grown up to the cap when it announces none). A body over
+/// grown up to the cap when it announces none), within the budget: the
+/// permit returned holds the body's share of it until dropped. A body over
 /// [`MAX_ENQUEUE_BODY_BYTES`] is refused once the cap is passed; one that
 /// announces such a size is read up to there without being kept, so that
 /// a client that sends it all gets the answer rather than a closed socket.
-pub(super) async fn read(headers: &HeaderMap, body: Body) -> Result<Bytes, Refused> {
+pub(super) async fn read(
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<(Bytes, SemaphorePermit<'static>), Refused> {
     let announced = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<usize>().ok());
+    let held = announced
+        .unwrap_or(MAX_ENQUEUE_BODY_BYTES)
+        .min(MAX_ENQUEUE_BODY_BYTES);
+    let kib = u32::try_from(held.div_ceil(1024)).expect("16 MiB in KiB fits");
+    let permit = BUDGET_KIB
+        .acquire_many(kib)
+        .await
+        .expect("the budget is never closed");
     let keep = announced.is_none_or(|n| n <= MAX_ENQUEUE_BODY_BYTES);
     let mut buf = Vec::with_capacity(match announced {
         Some(n) if keep => n,
@@ -60,7 +81,7 @@ pub(super) async fn read(headers: &HeaderMap, body: Body) -> Result<Bytes, Refus
             buf.extend_from_slice(&data);
         }
     }
-    Ok(Bytes::from(buf))
+    Ok((Bytes::from(buf), permit))
 }
 
 /// The items of a body: a JSON array when its first non-whitespace byte

@@ -11,6 +11,7 @@ pub mod driver;
 pub mod events;
 pub mod export;
 mod gates;
+mod insert;
 mod leases;
 pub mod limits;
 pub mod listing;

@@ -5,7 +5,8 @@ use sea_orm::{
     TransactionTrait, Value,
 };
 
-use super::driver::{Driver, is_transient};
+use super::driver::is_transient;
+use super::insert::{insert_items, statements};
 use super::{Store, get};
 use crate::backoff::Backoff;
 use crate::{Error, Result, validate};
@@ -145,9 +146,11 @@ pub struct Enqueued {
     pub created: bool,
     /// The partition was `complete` and is `available` again.
     pub reopened: bool,
+    /// The partition is `failed`: the items were written and wait, with
+    /// the rest of it, until its failed items are retried
+    /// ([`Store::retry_failed`], `processor retry`).
+    pub failed: bool,
 }
-
-const BATCH: usize = 500;
 
 impl Store {
     pub(super) async fn begin_write(&self) -> Result<DatabaseTransaction> {
@@ -168,9 +171,13 @@ impl Store {
 
     /// Creates or extends a partition and inserts `items`, all in one
     /// transaction: on any error nothing is written. Items below the
-    /// partition's current gate are refused (they could never run); adding to
-    /// a `complete` partition reopens it. `spec` applies when the partition
-    /// is created.
+    /// partition's current gate are refused (they could never run), and so
+    /// is a `cancelled` partition ([`Error::Conflict`]); adding to a
+    /// `complete` partition reopens it, adding to a `failed` one leaves it
+    /// failed (see [`Enqueued::failed`]). `spec` applies when the partition
+    /// is created. On SQLite the transaction holds the database's one write
+    /// lock: keep a call to about 10,000 items so that dispatch is not held
+    /// up for long.
     ///
     /// ```no_run
     /// # async fn f() -> feed::Result<()> {
@@ -252,6 +259,12 @@ impl Store {
             .first()
             .ok_or_else(|| Error::NotFound(format!("partition {partition}")))?;
         let (gate, status) = (get::<i64>(row, "gate")?, get::<String>(row, "status")?);
+        if status == "cancelled" {
+            return Err(Error::Conflict(format!(
+                "partition {partition} is cancelled: nothing of it runs again, so nothing was \
+                 written; enqueue into another partition"
+            )));
+        }
         for (n, item) in items.iter().enumerate() {
             if let Some(g) = item.gate
                 && g < gate
@@ -270,7 +283,7 @@ impl Store {
             vec![partition.into()],
         )))
         .await?;
-        for chunk in items.chunks(BATCH) {
+        for chunk in statements(items) {
             self.bounded(insert_items(&txn, b, partition, gate, chunk))
                 .await?;
         }
@@ -279,6 +292,7 @@ impl Store {
             items: items.len(),
             created,
             reopened: status == "complete",
+            failed: status == "failed",
         })
     }
 
@@ -352,40 +366,4 @@ impl Store {
         self.bounded(txn.commit()).await?;
         Ok(Retried { items: n, moved })
     }
-}
-
-async fn insert_items(
-    txn: &DatabaseTransaction,
-    b: Driver,
-    partition: &str,
-    gate: i64,
-    items: &[NewItem],
-) -> Result<()> {
-    if items.is_empty() {
-        return Ok(());
-    }
-    let rows = vec!["(?, ?, ?, ?)"; items.len()].join(", ");
-    let mut values: Vec<Value> = Vec::with_capacity(items.len() * 4);
-    for item in items {
-        values.push(
-            item.id
-                .clone()
-                .unwrap_or_else(|| uuid::Uuid::new_v4().to_string())
-                .into(),
-        );
-        values.push(partition.into());
-        values.push(item.gate.unwrap_or(gate).into());
-        values.push(item.data.to_vec().into());
-    }
-    let sql = format!("INSERT INTO feed_items (id, partition_id, gate, data) VALUES {rows}");
-    txn.execute_raw(b.stmt(&sql, values)).await.map_err(|e| {
-        if matches!(e.sql_err(), Some(sea_orm::SqlErr::UniqueConstraintViolation(_))) {
-            Error::Invalid(format!(
-                "an item id already exists (ids are unique across all partitions); nothing was written: {e}"
-            ))
-        } else {
-            Error::Db(e)
-        }
-    })?;
-    Ok(())
 }
