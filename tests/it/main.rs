@@ -19,6 +19,7 @@ mod completion;
 mod console_api;
 mod controls;
 mod enqueue_api;
+mod enqueue_inputs;
 mod enqueue_memory;
 mod enqueue_state;
 mod exact_data;
