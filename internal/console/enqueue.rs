@@ -3,7 +3,9 @@
 //! JSON lines, each item `{"id"?: string, "gate"?: int, "data": any}` as
 //! `processor enqueue` reads them (the same parser, [`crate::lines::parse`]),
 //! written in one transaction: a bad item rejects the whole request and
-//! nothing is written. The producer token or the admin token allows it.
+//! nothing is written. The admin token and the legacy `--producer-token`
+//! allow any partition; a producer token of `feed_producer_tokens` only
+//! what its scope does (see `tokens`).
 
 use axum::Extension;
 use axum::extract::rejection::QueryRejection;
@@ -12,7 +14,8 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
-use super::{ClientAddr, Console, api_error, auth, enqueue_body, json_error};
+use super::tokens::{self, Producer};
+use super::{ClientAddr, Console, api_error, enqueue_body, json_error};
 use crate::store::{NewItem, OnFailure, PartitionSpec};
 
 pub use super::enqueue_body::{MAX_ENQUEUE_BODY_BYTES, MAX_ENQUEUE_ITEMS};
@@ -87,30 +90,49 @@ pub(super) async fn enqueue(
     query: Result<Query<EnqueueQuery>, QueryRejection>,
     request: Request,
 ) -> Response {
-    // The token first: nothing of the body is read for a refused request.
-    let check = || {
-        auth::check_producer(
-            c.token.as_ref(),
-            c.producer_token.as_ref(),
-            request.headers(),
-        )
+    // The token first: nothing of the body is read for a refused request,
+    // and nothing is looked up for an address that has guessed too much.
+    if let Err(g) = c.guarded(client.as_deref(), "enqueue", || Ok(())) {
+        return g.json();
+    }
+    let producer = match tokens::producer(&c, request.headers()).await {
+        Ok(p) => p,
+        Err(e) => return json_error(e),
+    };
+    let check = || match &producer {
+        Producer::Refused(r) => Err(*r),
+        _ => Ok(()),
     };
     if let Err(g) = c.guarded(client.as_deref(), "enqueue", check) {
         return g.json();
     }
+    let scope = match producer {
+        Producer::Scoped(scope) => Some(scope),
+        _ => None,
+    };
     let spec = match query.as_ref().map(|q| q.spec()) {
         Ok(Ok(spec)) => spec,
         Ok(Err(message)) => return api_error(StatusCode::BAD_REQUEST, message),
         Err(rejection) => return api_error(StatusCode::BAD_REQUEST, &rejection.body_text()),
     };
+    // What the token may not do is refused before the body is read.
+    if let Some(scope) = &scope
+        && let Err(e) = scope.admit(&id, &mut spec.clone(), &[])
+    {
+        return json_error(e);
+    }
     let (parts, body) = request.into_parts();
     // Held until the answer: the body and the items written from it.
     let (body, _budget) = match enqueue_body::read(&parts.headers, body).await {
         Ok(b) => b,
         Err((code, message)) => return api_error(code, &message),
     };
+    let prefix = scope
+        .as_ref()
+        .and_then(|s| s.prefix.as_deref())
+        .unwrap_or("");
     let items = match enqueue_body::parse(&body) {
-        Ok(items) => with_ids(items),
+        Ok(items) => with_ids(items, prefix),
         Err((code, message)) => return api_error(code, &message),
     };
     let ids: Vec<String> = items.iter().filter_map(|i| i.id.clone()).collect();
@@ -118,10 +140,11 @@ pub(super) async fn enqueue(
         Ok(s) => s,
         Err(e) => return json_error(e),
     };
-    match store.enqueue(&id, &spec, items).await {
+    match store.enqueue_as(&id, &spec, items, scope.as_ref()).await {
         Ok(r) => {
             tracing::info!(
                 partition = %id,
+                token = scope.as_ref().map_or("", |s| s.id.as_str()),
                 items = r.items,
                 created = r.created,
                 reopened = r.reopened,
@@ -149,14 +172,14 @@ pub(super) async fn enqueue(
     }
 }
 
-/// Gives every item without an id a new UUID, so that the answer can
-/// name it.
-fn with_ids(items: Vec<NewItem>) -> Vec<NewItem> {
+/// Gives every item without an id a new UUID after `prefix` (a scoped
+/// token's), so that the answer can name it.
+fn with_ids(items: Vec<NewItem>, prefix: &str) -> Vec<NewItem> {
     items
         .into_iter()
         .map(|item| match item.id {
             Some(_) => item,
-            None => item.with_id(uuid::Uuid::new_v4().to_string()),
+            None => item.with_id(format!("{prefix}{}", uuid::Uuid::new_v4())),
         })
         .collect()
 }
@@ -168,7 +191,7 @@ mod tests {
     #[test]
     fn generated_ids_are_given_and_kept() {
         let body = bytes::Bytes::from_static(b"{\"id\": \"mine\", \"data\": 1}\n{\"data\": 2}");
-        let items = with_ids(enqueue_body::parse(&body).unwrap());
+        let items = with_ids(enqueue_body::parse(&body).unwrap(), "");
         assert_eq!(items[0].id.as_deref(), Some("mine"));
         let generated = items[1].id.as_deref().unwrap();
         assert!(uuid::Uuid::parse_str(generated).is_ok(), "{generated}");

@@ -15,6 +15,7 @@ mod enqueue_body;
 mod limits;
 mod pages;
 mod throttle;
+mod tokens;
 mod views;
 
 use std::net::IpAddr;
@@ -236,6 +237,7 @@ fn public(e: Error) -> (StatusCode, String) {
     let code = match e {
         Error::NotFound(_) => StatusCode::NOT_FOUND,
         Error::Conflict(_) => StatusCode::CONFLICT,
+        Error::Forbidden(_) => StatusCode::FORBIDDEN,
         Error::Invalid(_) => StatusCode::BAD_REQUEST,
         _ => StatusCode::INTERNAL_SERVER_ERROR,
     };

@@ -23,6 +23,7 @@ mod results;
 mod sessions;
 pub mod status;
 mod timeout;
+pub mod tokens;
 pub mod wait;
 
 #[cfg(test)]
@@ -48,6 +49,7 @@ pub use producer::{Enqueued, NewItem, OnFailure, PartitionSpec, Retried, RetrySc
 pub(crate) use results::{Ack, ItemWrite, Written, sanitize_error};
 use timeout::Bound;
 pub use timeout::DEFAULT_STATEMENT_TIMEOUT;
+pub use tokens::ProducerScope;
 
 use crate::backoff::Backoff;
 use crate::{Error, Result};

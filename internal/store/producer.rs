@@ -5,6 +5,7 @@ use sea_orm::{
     TransactionTrait, Value,
 };
 
+use super::ProducerScope;
 use super::driver::is_transient;
 use super::insert::{insert_items, statements};
 use super::{Store, get};
@@ -194,7 +195,26 @@ impl Store {
         spec: &PartitionSpec,
         items: Vec<NewItem>,
     ) -> Result<Enqueued> {
+        self.enqueue_as(partition, spec, items, None).await
+    }
+
+    /// [`Store::enqueue`] on behalf of a producer token: what its `scope`
+    /// does not allow is refused with [`Error::Forbidden`] (another
+    /// tenant, a partition of another tenant, an id outside its prefix, a
+    /// weight or max in flight above its caps), and a partition it creates
+    /// belongs to its tenant. None is the library's own, unscoped, enqueue.
+    pub async fn enqueue_as(
+        &self,
+        partition: &str,
+        spec: &PartitionSpec,
+        items: Vec<NewItem>,
+        scope: Option<&ProducerScope>,
+    ) -> Result<Enqueued> {
         validate::id("partition id", partition)?;
+        let mut spec = spec.clone();
+        if let Some(scope) = scope {
+            scope.admit(partition, &mut spec, &items)?;
+        }
         if let Some(t) = &spec.tenant {
             validate::id("tenant", t)?;
         }
@@ -208,7 +228,7 @@ impl Store {
         }
         let mut backoff = Backoff::new(Duration::from_millis(20), Duration::from_secs(2));
         for attempt in 1.. {
-            match self.enqueue_once(partition, spec, &items).await {
+            match self.enqueue_once(partition, &spec, &items, scope).await {
                 Err(Error::Db(e)) if attempt < 8 && is_transient(&e) => backoff.wait().await,
                 other => return other,
             }
@@ -221,6 +241,7 @@ impl Store {
         partition: &str,
         spec: &PartitionSpec,
         items: &[NewItem],
+        scope: Option<&ProducerScope>,
     ) -> Result<Enqueued> {
         let b = self.driver;
         let txn = self.begin_write().await?;
@@ -249,7 +270,7 @@ impl Store {
         let rows = self
             .bounded(txn.query_all_raw(b.stmt(
                 &format!(
-                    "SELECT gate, status FROM feed_partitions WHERE id = ?{}",
+                    "SELECT gate, status, tenant FROM feed_partitions WHERE id = ?{}",
                     b.for_update()
                 ),
                 vec![partition.into()],
@@ -259,6 +280,15 @@ impl Store {
             .first()
             .ok_or_else(|| Error::NotFound(format!("partition {partition}")))?;
         let (gate, status) = (get::<i64>(row, "gate")?, get::<String>(row, "status")?);
+        if let Some(scope) = scope
+            && get::<Option<String>>(row, "tenant")?.as_deref() != Some(scope.tenant.as_str())
+        {
+            return Err(Error::Forbidden(format!(
+                "producer token {}: partition {partition} exists and is not tenant {:?}'s; \
+                 nothing was written",
+                scope.id, scope.tenant
+            )));
+        }
         if status == "cancelled" {
             return Err(Error::Conflict(format!(
                 "partition {partition} is cancelled: nothing of it runs again, so nothing was \

@@ -33,6 +33,7 @@ mod library;
 mod liveness;
 mod migrations;
 mod netfault;
+mod producer_tokens;
 mod protocol;
 mod races;
 mod recovery;
