@@ -154,7 +154,8 @@ pub(super) async fn enqueue(
             let message = r.failed.then(|| {
                 format!(
                     "partition {id} is failed: these items run once its failed items are \
-                     retried (POST /api/v1/partitions/{{id}}/retry or processor retry)"
+                     retried (POST /api/v1/partitions/{}/retry or processor retry)",
+                    percent_encoding::utf8_percent_encode(&id, percent_encoding::NON_ALPHANUMERIC)
                 )
             });
             let answer = Answer {
