@@ -60,36 +60,38 @@ impl Drop for Ui {
     }
 }
 
-/// Bodies of just under 16 MiB: (what, body, the status it answers).
-fn bodies(n: usize) -> Vec<(&'static str, String, u16)> {
-    let cap = MAX_ENQUEUE_BODY_BYTES - 64;
+/// The shapes of body sent: (what, the status it answers).
+const SHAPES: [(&str, u16); 4] = [
     // An array of 8 million zeros: no item is an object.
-    let zeros = format!("[{}0]", "0,".repeat(cap / 2 - 2));
+    ("zeros", 400),
     // 1.5 million tiny items: far past the item cap.
-    let tiny = "{\"data\":0}\n".repeat(cap / 11);
+    ("tiny items", 413),
     // The most items a request may hold, 16 MiB in all.
-    let size = cap / MAX_ENQUEUE_ITEMS - 40;
-    let item = |i: usize| {
-        format!(
-            "{{\"id\":\"m{n}-{i:05}\",\"data\":\"{}\"}}\n",
-            "x".repeat(size)
-        )
-    };
-    let many: String = (0..MAX_ENQUEUE_ITEMS).map(item).collect();
+    ("the most items", 200),
     // One item of 16 MiB.
-    let one = format!(
-        "{{\"id\":\"m{n}-one\",\"data\":\"{}\"}}",
-        "y".repeat(cap - 40)
-    );
-    for b in [&zeros, &tiny, &many, &one] {
-        assert!(b.len() <= MAX_ENQUEUE_BODY_BYTES && b.len() > 15 << 20);
-    }
-    vec![
-        ("zeros", zeros, 400),
-        ("tiny items", tiny, 413),
-        ("the most items", many, 200),
-        ("one item", one, 200),
-    ]
+    ("one item", 200),
+];
+
+/// A body of just under 16 MiB of the shape `SHAPES[shape]`, its ids
+/// marked with `n`.
+fn body(shape: usize, n: usize) -> String {
+    let cap = MAX_ENQUEUE_BODY_BYTES - 64;
+    let body = match shape {
+        0 => format!("[{}0]", "0,".repeat(cap / 2 - 2)),
+        1 => "{\"data\":0}\n".repeat(cap / 11),
+        2 => {
+            let data = "x".repeat(cap / MAX_ENQUEUE_ITEMS - 40);
+            (0..MAX_ENQUEUE_ITEMS)
+                .map(|i| format!("{{\"id\":\"m{n}-{i:05}\",\"data\":\"{data}\"}}\n"))
+                .collect()
+        }
+        _ => format!(
+            "{{\"id\":\"m{n}-one\",\"data\":\"{}\"}}",
+            "y".repeat(cap - 40)
+        ),
+    };
+    assert!(body.len() <= MAX_ENQUEUE_BODY_BYTES && body.len() > 15 << 20);
+    body
 }
 
 async fn post(base: &str, partition: String, body: String) -> (u16, String) {
@@ -111,17 +113,15 @@ async fn enqueue_memory_is_bounded(db: TestDb) {
     let ui = Ui::start(&db).await;
     let idle = ui.peak();
     // One at a time, then eight at once.
-    for (what, body, want) in bodies(0) {
-        let (code, text) = post(&ui.base, format!("one-{what}"), body).await;
+    for (shape, (what, want)) in SHAPES.into_iter().enumerate() {
+        let (code, text) = post(&ui.base, format!("one-{what}"), body(shape, 0)).await;
         assert_eq!(code, want, "{what}: {text}");
-        println!("after one {what}: {:.0} MiB", ui.peak());
     }
     let single = ui.peak();
-    for shape in 0..4 {
+    for (shape, (what, want)) in SHAPES.into_iter().enumerate() {
         let mut sends = Vec::new();
         for n in 1..=8 {
-            let (what, body, want) = bodies(n).swap_remove(shape);
-            let base = ui.base.clone();
+            let (base, body) = (ui.base.clone(), body(shape, n));
             sends.push(tokio::spawn(async move {
                 let (code, text) = post(&base, format!("eight-{what}"), body).await;
                 assert_eq!(code, want, "{what}: {text}");
@@ -130,7 +130,6 @@ async fn enqueue_memory_is_bounded(db: TestDb) {
         for s in sends {
             s.await.unwrap();
         }
-        println!("after eight at once of shape {shape}: {:.0} MiB", ui.peak());
     }
     let peak = ui.peak();
     println!(
