@@ -40,6 +40,10 @@ pub enum Error {
     /// Input from a producer or the command line was rejected; nothing was written.
     #[error("{0}")]
     Invalid(String),
+    /// The caller's token does not allow this (a producer token outside
+    /// its scope); nothing was written.
+    #[error("{0}")]
+    Forbidden(String),
     /// Something the user asked for does not exist.
     #[error("not found: {0}")]
     NotFound(String),

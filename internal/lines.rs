@@ -3,13 +3,18 @@
 //! `data_base64` for data that is not JSON, or with `raw` each line is an
 //! item's data as it is; blank lines are skipped), and what `processor
 //! export` writes, which `enqueue` reads back.
+//!
+//! An item's data is kept byte for byte: the JSON text of `data` exactly as
+//! sent (its big numbers, key order, duplicate keys and inner whitespace),
+//! from its first character to its last. No tree of it is ever built.
 
 use std::io::BufRead;
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
+use bytes::Bytes;
 use serde::Serialize;
-use serde_json::Value;
+use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde_json::value::RawValue;
 
 use crate::store::NewItem;
@@ -24,10 +29,15 @@ const EXPECTED: &str = "expected {\"id\"?: string, \"gate\"?: int, \"data\": any
 /// that its output enqueues as it is (the items start over as available).
 const EXPORTED: [&str; 3] = ["status", "attempts", "last_error"];
 
-/// Reads every item of `input`, calling `on_line` once per line read (for
-/// a progress display). The first bad line fails the whole read, naming its
-/// line number, so that nothing is written.
-pub fn read(input: impl BufRead, raw: bool, mut on_line: impl FnMut()) -> Result<Vec<NewItem>> {
+/// Reads every item of `input` with the number of the line it came from
+/// (from 1), calling `on_line` once per line read (for a progress
+/// display). The first bad line fails the whole read, naming its line
+/// number, so that nothing is written.
+pub fn read(
+    input: impl BufRead,
+    raw: bool,
+    mut on_line: impl FnMut(),
+) -> Result<Vec<(usize, NewItem)>> {
     let mut items = Vec::new();
     for (n, line) in input.lines().enumerate() {
         let line = line.map_err(|e| Error::Invalid(format!("reading line {}: {e}", n + 1)))?;
@@ -37,59 +47,140 @@ pub fn read(input: impl BufRead, raw: bool, mut on_line: impl FnMut()) -> Result
         }
         let item = parse(&line, raw)
             .map_err(|e| Error::Invalid(format!("line {}: {e}; nothing was written", n + 1)))?;
-        items.push(item);
+        items.push((n + 1, item));
     }
     Ok(items)
 }
 
 /// One line: `{"id"?, "gate"?, "data"}` (or `"data_base64"`), or with
-/// `raw` the data itself.
+/// `raw` the data itself. The data is copied out of `line`.
 pub fn parse(line: &str, raw: bool) -> std::result::Result<NewItem, String> {
     if raw {
         return Ok(NewItem::new(line.as_bytes().to_vec()));
     }
-    let value: Value = serde_json::from_str(line).map_err(|e| {
+    item(line, |data| Bytes::copy_from_slice(data.as_bytes()))
+}
+
+/// [`parse`] for an item read out of `body` (`text` is a slice of it):
+/// its data is a slice of `body`, not a copy.
+pub(crate) fn parse_within(text: &str, body: &Bytes) -> std::result::Result<NewItem, String> {
+    item(text, |data| body.slice_ref(data.as_bytes()))
+}
+
+/// An item from `text`; `data` makes the item's data of the JSON text of
+/// its `data` field.
+fn item(text: &str, data: impl FnOnce(&str) -> Bytes) -> std::result::Result<NewItem, String> {
+    let fields: Envelope<'_> = serde_json::from_str(text).map_err(|e| {
+        if e.classify() == serde_json::error::Category::Data {
+            return format!("not a JSON object; {EXPECTED}");
+        }
         let what = e.to_string().replace(" at line 1 column", " at column");
         format!("{what}; {EXPECTED}")
     })?;
-    let Value::Object(mut fields) = value else {
-        return Err(format!("not a JSON object; {EXPECTED}"));
-    };
-    if let Some(k) = fields.keys().find(|k| {
-        !["id", "gate", "data", "data_base64"].contains(&k.as_str())
-            && !EXPORTED.contains(&k.as_str())
-    }) {
-        return Err(format!("unknown field `{k}`; {EXPECTED}"));
+    if let Some(problem) = fields.problem {
+        return Err(problem);
     }
-    let data = match (fields.remove("data"), fields.remove("data_base64")) {
-        (Some(d), None) => serde_json::to_vec(&d).map_err(|e| e.to_string())?,
-        (None, Some(Value::String(b))) => BASE64
-            .decode(b.as_bytes())
-            .map_err(|e| format!("data_base64 is not base64: {e}"))?,
-        (None, Some(_)) => return Err("data_base64 must be a string".into()),
+    let bytes = match (fields.data, fields.data_base64) {
+        (Some(d), None) => data(d.get()),
+        (None, Some(b)) => {
+            let b: String = serde_json::from_str(b.get())
+                .map_err(|_| "data_base64 must be a string".to_string())?;
+            let decoded = BASE64
+                .decode(b.as_bytes())
+                .map_err(|e| format!("data_base64 is not base64: {e}"))?;
+            Bytes::from(decoded)
+        }
         (Some(_), Some(_)) => return Err("give data or data_base64, not both".into()),
         (None, None) => return Err(format!("missing field `data`; {EXPECTED}")),
     };
-    let mut item = NewItem::new(data);
-    match fields.remove("id") {
-        None | Some(Value::Null) => {}
-        Some(Value::String(id)) => item = item.with_id(id),
-        Some(_) => return Err("id must be a string".into()),
+    let mut item = NewItem::new(bytes);
+    if let Some(id) = fields.id.filter(|v| v.get() != "null") {
+        let id: String =
+            serde_json::from_str(id.get()).map_err(|_| "id must be a string".to_string())?;
+        item = item.with_id(id);
     }
-    match fields.remove("gate") {
-        None | Some(Value::Null) => {}
-        Some(g) => match g.as_i64() {
-            Some(g) if g >= 0 => item = item.at_gate(g),
-            Some(_) => return Err("gate must not be negative".into()),
-            None => return Err(format!("gate must be an integer, not {g}")),
-        },
+    if let Some(gate) = fields.gate.filter(|v| v.get() != "null") {
+        match serde_json::from_str::<i64>(gate.get()) {
+            Ok(g) if g >= 0 => item = item.at_gate(g),
+            Ok(_) => return Err("gate must not be negative".into()),
+            Err(_) => return Err(format!("gate must be an integer, not {}", gate.get())),
+        }
     }
     Ok(item)
 }
 
+/// An item line's fields, each still the JSON text it was sent as, and the
+/// first thing wrong with its keys (an unknown or repeated one).
+#[derive(Default)]
+struct Envelope<'a> {
+    id: Option<&'a RawValue>,
+    gate: Option<&'a RawValue>,
+    data: Option<&'a RawValue>,
+    data_base64: Option<&'a RawValue>,
+    problem: Option<String>,
+}
+
+impl<'de> serde::Deserialize<'de> for Envelope<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        d.deserialize_map(EnvelopeVisitor)
+    }
+}
+
+struct EnvelopeVisitor;
+
+impl<'de> Visitor<'de> for EnvelopeVisitor {
+    type Value = Envelope<'de>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("an item object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(
+        self,
+        mut map: A,
+    ) -> std::result::Result<Self::Value, A::Error> {
+        let mut e = Envelope::default();
+        let mut seen: Vec<String> = Vec::with_capacity(4);
+        while let Some(key) = map.next_key::<String>()? {
+            let slot = match key.as_str() {
+                "id" => Some(&mut e.id),
+                "gate" => Some(&mut e.gate),
+                "data" => Some(&mut e.data),
+                "data_base64" => Some(&mut e.data_base64),
+                _ => None,
+            };
+            match slot {
+                Some(slot) => *slot = Some(map.next_value::<&'de RawValue>()?),
+                None => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+            if e.problem.is_none() {
+                if seen.contains(&key) {
+                    e.problem = Some(format!(
+                        "field `{key}` is given twice; give each field once"
+                    ));
+                } else if slot_known(&key) {
+                    seen.push(key);
+                } else {
+                    e.problem = Some(format!("unknown field `{key}`; {EXPECTED}"));
+                }
+            }
+        }
+        Ok(e)
+    }
+}
+
+/// Whether an item line may hold the field `key`.
+fn slot_known(key: &str) -> bool {
+    ["id", "gate", "data", "data_base64"].contains(&key) || EXPORTED.contains(&key)
+}
+
 /// One exported item as a JSON line (without the newline): `id`, `gate`,
-/// `status`, `attempts`, `last_error`, and `data` when the data is JSON,
-/// else `data_base64`.
+/// `status`, `attempts`, `last_error`, and `data` when the data is JSON on
+/// one line (written as it is stored, byte for byte), else `data_base64`
+/// (data that is not JSON, spans lines or has whitespace around it), so
+/// that the line enqueues back to the very same bytes.
 pub fn export_line(item: &ExportedItem) -> String {
     #[derive(Serialize)]
     struct Line<'a> {
@@ -99,7 +190,7 @@ pub fn export_line(item: &ExportedItem) -> String {
         attempts: i32,
         last_error: Option<&'a str>,
         #[serde(skip_serializing_if = "Option::is_none")]
-        data: Option<Box<RawValue>>,
+        data: Option<&'a RawValue>,
         #[serde(skip_serializing_if = "Option::is_none")]
         data_base64: Option<String>,
     }
@@ -116,15 +207,14 @@ pub fn export_line(item: &ExportedItem) -> String {
     serde_json::to_string(&line).expect("a line of strings, numbers and valid JSON")
 }
 
-/// The data as it is when it is JSON on one line, re-written on one line
-/// when it spans several; None when it is not JSON.
-fn json_data(data: &[u8]) -> Option<Box<RawValue>> {
-    let text = std::str::from_utf8(data).ok()?.trim();
-    if text.contains(['\n', '\r']) {
-        let v: Value = serde_json::from_str(text).ok()?;
-        return RawValue::from_string(v.to_string()).ok();
+/// The data as it is, when it is JSON that a line can carry unchanged: on
+/// one line, without whitespace around it. None otherwise.
+fn json_data(data: &[u8]) -> Option<&RawValue> {
+    let text = std::str::from_utf8(data).ok()?;
+    if text.contains(['\n', '\r']) || text.trim() != text {
+        return None;
     }
-    RawValue::from_string(text.to_string()).ok()
+    serde_json::from_str::<&RawValue>(text).ok()
 }
 
 #[cfg(test)]
@@ -138,14 +228,13 @@ mod tests {
         let items = read(input.as_bytes(), false, || seen += 1).unwrap();
         assert_eq!(seen, 3);
         assert_eq!(items.len(), 2);
-        assert_eq!(
-            (items[0].id.as_deref(), items[0].gate),
-            (Some("a"), Some(2))
-        );
-        assert_eq!(items[0].data, br#"{"x":1}"#.to_vec());
-        assert_eq!((items[1].id.as_deref(), items[1].gate), (None, None));
+        assert_eq!((items[0].0, items[1].0), (1, 3), "line numbers");
+        let (a, b) = (&items[0].1, &items[1].1);
+        assert_eq!((a.id.as_deref(), a.gate), (Some("a"), Some(2)));
+        assert_eq!(a.data, br#"{"x": 1}"#.to_vec());
+        assert_eq!((b.id.as_deref(), b.gate), (None, None));
         let raw = read("not json\n".as_bytes(), true, || {}).unwrap();
-        assert_eq!(raw[0].data, b"not json".to_vec());
+        assert_eq!(raw[0].1.data, b"not json".to_vec());
     }
 
     #[test]
@@ -179,13 +268,48 @@ mod tests {
     }
 
     #[test]
+    fn data_is_kept_byte_for_byte() {
+        let data = r#"{"z":1, "big":12345678901234567890123,"f":1.10,"z":2,"e":"\u00e9"}"#;
+        for line in [
+            format!(r#"{{"data": {data}}}"#),
+            format!("{{ \"id\" : \"a\" , \"data\" :\t{data}  }}"),
+        ] {
+            assert_eq!(parse(&line, false).unwrap().data, data.as_bytes());
+        }
+        // Escaped keys are the same keys.
+        let item = parse(r#"{"d\u0061ta": [1.0]}"#, false).unwrap();
+        assert_eq!(item.data, &b"[1.0]"[..]);
+    }
+
+    #[test]
+    fn repeated_fields_are_refused() {
+        for line in [
+            r#"{"data": 1, "data": 2}"#,
+            r#"{"id": "a", "data": 1, "id": "b"}"#,
+            r#"{"data": 1, "d\u0061ta": 2}"#,
+            r#"{"data": 1, "status": "failed", "status": "complete"}"#,
+        ] {
+            let e = parse(line, false).unwrap_err();
+            assert!(e.contains("is given twice"), "{line}: {e}");
+        }
+        // Repeated keys inside the data are the data's own business.
+        assert!(parse(r#"{"data": {"a": 1, "a": 2}}"#, false).is_ok());
+    }
+
+    #[test]
     fn exported_lines_enqueue_as_they_are() {
-        let cases: [(&[u8], &str); 4] = [
+        let cases: [(&[u8], &str); 6] = [
             (
-                br#"{"b":1,"a":[true,null]}"#,
-                r#""data":{"b":1,"a":[true,null]}"#,
+                br#"{"b":1,"a":[true,null],"n":1.10}"#,
+                r#""data":{"b":1,"a":[true,null],"n":1.10}"#,
             ),
-            (b"{\n  \"x\": 1\n}\n", r#""data":{"x":1}"#),
+            (br#"{"x": 1, "x": 2}"#, r#""data":{"x": 1, "x": 2}"#),
+            // Lines or whitespace around the data: base64, which keeps them.
+            (
+                b"{\n  \"x\": 1\n}\n",
+                r#""data_base64":"ewogICJ4IjogMQp9Cg==""#,
+            ),
+            (b" 1", r#""data_base64":"IDE=""#),
             (b"not json", r#""data_base64":"bm90IGpzb24=""#),
             (&[0xff, 0x00], r#""data_base64":"/wA=""#),
         ];
@@ -196,11 +320,7 @@ mod tests {
             assert!(line.contains(r#""status":"failed","attempts":2"#), "{line}");
             let item = parse(&line, false).unwrap();
             assert_eq!((item.id.as_deref(), item.gate), (Some("i"), Some(3)));
-            let same = serde_json::from_slice::<Value>(data).ok();
-            match same {
-                Some(v) => assert_eq!(serde_json::from_slice::<Value>(&item.data).unwrap(), v),
-                None => assert_eq!(item.data, data),
-            }
+            assert_eq!(item.data, data, "{line}");
         }
         let both = parse(r#"{"data": 1, "data_base64": "AA=="}"#, false);
         assert!(both.unwrap_err().contains("not both"));
@@ -208,6 +328,11 @@ mod tests {
             parse(r#"{"data_base64": "%%"}"#, false)
                 .unwrap_err()
                 .contains("not base64")
+        );
+        assert!(
+            parse(r#"{"data_base64": 1}"#, false)
+                .unwrap_err()
+                .contains("must be a string")
         );
         assert!(
             parse(r#"{"id": 1, "data": 1}"#, false)
@@ -224,6 +349,13 @@ mod tests {
                 .unwrap_err()
                 .contains("missing field `data`")
         );
-        assert_eq!(parse(r#"{"data": null}"#, false).unwrap().data, b"null");
+        assert_eq!(
+            parse(r#"{"data": null}"#, false).unwrap().data,
+            &b"null"[..]
+        );
+        let nulls = parse(r#"{"id": null, "gate": null, "data": 0}"#, false).unwrap();
+        assert_eq!((nulls.id, nulls.gate), (None, None));
+        let escaped = parse(r#"{"id": "a\u00e9", "data": 0}"#, false).unwrap();
+        assert_eq!(escaped.id.as_deref(), Some("aé"));
     }
 }

@@ -182,10 +182,7 @@ pub async fn serve(
     stop: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
     raise_open_files();
-    let app = app.layer(tower_http::timeout::TimeoutLayer::with_status_code(
-        StatusCode::REQUEST_TIMEOUT,
-        REQUEST_TIMEOUT,
-    ));
+    let app = bounded(app, REQUEST_TIMEOUT);
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     tokio::pin!(stop);
@@ -230,11 +227,56 @@ pub async fn serve(
     Ok(())
 }
 
+/// `app` with every request cut off after `limit`, answered 408 in the
+/// API's JSON error shape.
+fn bounded(app: Router, limit: Duration) -> Router {
+    app.layer(tower_http::timeout::TimeoutLayer::with_status_code(
+        StatusCode::REQUEST_TIMEOUT,
+        limit,
+    ))
+    .layer(axum::middleware::map_response(move |r| timed_out(r, limit)))
+}
+
+/// The timeout's empty 408 as a JSON error that says what happened.
+async fn timed_out(r: axum::response::Response, limit: Duration) -> axum::response::Response {
+    if r.status() != StatusCode::REQUEST_TIMEOUT || r.headers().contains_key(header::CONTENT_TYPE) {
+        return r;
+    }
+    let message = format!(
+        "the request was not handled within {} s and was stopped; an enqueue stopped so is \
+         rolled back (nothing of it is written): send it again",
+        limit.as_secs_f64()
+    );
+    crate::console::api_error(StatusCode::REQUEST_TIMEOUT, &message)
+}
+
 /// Raises this process's soft limit of open files to its hard limit, so
 /// that many sockets (idle console clients, handler connections) cannot
 /// starve the database of file descriptors; logs when it cannot.
 fn raise_open_files() {
     if let Err(e) = rlimit::increase_nofile_limit(u64::MAX) {
         tracing::warn!(error = %e, "could not raise the open-file limit");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_timeout_answers_the_api_error_shape() {
+        let app = Router::new().route("/slow", get(std::future::pending::<&'static str>));
+        let request = axum::http::Request::get("/slow")
+            .body(axum::body::Body::empty())
+            .unwrap();
+        let r = bounded(app, Duration::from_millis(20))
+            .oneshot(request)
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::REQUEST_TIMEOUT);
+        let body = axum::body::to_bytes(r.into_body(), 1 << 16).await.unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        let message = v["error"]["message"].as_str().unwrap();
+        assert!(message.contains("within 0.02 s"), "{message}");
     }
 }

@@ -3,6 +3,8 @@
 //! every backend, gates exact in JavaScript, and text filters without the
 //! characters a database refuses.
 
+use unicode_normalization::UnicodeNormalization;
+
 use crate::status::Status;
 use crate::{Error, Result};
 
@@ -13,16 +15,31 @@ pub const MAX_ID_BYTES: usize = 255;
 /// number in the console and the API.
 pub const MAX_GATE: i64 = 1 << 53;
 
-/// Refuses an id that is empty, longer than [`MAX_ID_BYTES`] or holds a
-/// control character (no header, log line or terminal could carry it).
-/// `what` names it in the error ("partition id", "item id").
+/// Refuses an id (or a tenant) that is empty, longer than
+/// [`MAX_ID_BYTES`], holds a control character (no header, log line or
+/// terminal could carry it) or an invisible one that can make one id look
+/// like another ([`invisible`]), or is not in Unicode NFC: `café` written
+/// with a combining accent would be a second id that looks the same, so it
+/// is refused, naming the NFC form to use, rather than changed behind the
+/// producer's back. `what` names it in the error ("partition id", "item id").
 pub fn id(what: &str, id: &str) -> Result<()> {
     let why = if id.is_empty() {
-        "is empty"
+        "is empty".to_string()
     } else if id.len() > MAX_ID_BYTES {
-        "is longer than 255 bytes"
+        "is longer than 255 bytes".to_string()
     } else if id.chars().any(char::is_control) {
-        "holds a control character"
+        "holds a control character".to_string()
+    } else if let Some(c) = id.chars().find(|&c| invisible(c)) {
+        format!(
+            "holds U+{:04X}, an invisible or reordering character that would make it look like another id",
+            u32::from(c)
+        )
+    } else if !unicode_normalization::is_nfc(id) {
+        let nfc: String = id.nfc().collect();
+        format!(
+            "is not in Unicode NFC (a character with a combining mark that has a composed form): write it {:?}",
+            shown(&nfc)
+        )
     } else {
         return Ok(());
     };
@@ -30,6 +47,27 @@ pub fn id(what: &str, id: &str) -> Result<()> {
         "{what} {:?} {why}; use 1 to 255 bytes of printable text",
         shown(id)
     )))
+}
+
+/// Characters that show nothing, or change the order in which the rest
+/// is shown: bidirectional controls (U+061C, U+200E, U+200F, U+202A to
+/// U+202E, U+2066 to U+2069), line and paragraph separators (U+2028,
+/// U+2029) and zero-width or otherwise invisible format characters
+/// (U+00AD, U+180E, U+200B to U+200D, U+2060 to U+2064, U+206A to U+206F,
+/// U+FEFF, U+FFF9 to U+FFFB).
+pub fn invisible(c: char) -> bool {
+    matches!(
+        c,
+        '\u{00AD}'
+            | '\u{061C}'
+            | '\u{180E}'
+            | '\u{200B}'..='\u{200F}'
+            | '\u{2028}'..='\u{202E}'
+            | '\u{2060}'..='\u{2064}'
+            | '\u{2066}'..='\u{206F}'
+            | '\u{FEFF}'
+            | '\u{FFF9}'..='\u{FFFB}'
+    )
 }
 
 /// Refuses a gate outside 0..=[`MAX_GATE`].
@@ -64,7 +102,8 @@ pub fn status(value: &str) -> Result<()> {
     )))
 }
 
-/// At most 80 characters of `text`, for an error message.
+/// At most 80 characters of `text`, for an error message (shown with
+/// `{:?}`, which writes invisible characters as `\u{…}`).
 fn shown(text: &str) -> String {
     text.chars().take(80).collect()
 }
@@ -81,6 +120,32 @@ mod tests {
             assert!(id("item id", bad).is_err(), "{bad:?}");
         }
         assert!(id("item id", &"x".repeat(256)).is_err());
+    }
+
+    #[test]
+    fn invisible_and_unnormalised_ids() {
+        for bad in [
+            "invoice\u{202E}fdp.exe",
+            "a\u{2028}b",
+            "a\u{2029}b",
+            "\u{200B}acme",
+            "acme\u{FEFF}",
+            "a\u{2066}b\u{2069}",
+            "a\u{200E}",
+        ] {
+            let e = id("tenant", bad).unwrap_err().to_string();
+            assert!(e.contains("invisible or reordering"), "{bad:?}: {e}");
+            assert!(e.contains("\\u{"), "the message shows the character: {e}");
+            assert!(!e.chars().any(invisible), "{e}");
+        }
+        let e = id("partition id", "cafe\u{301}").unwrap_err().to_string();
+        assert!(
+            e.contains("not in Unicode NFC") && e.contains("\"café\""),
+            "{e}"
+        );
+        for good in ["café", "Zoë/1", "日本語", "a-b_c.d:e", "\u{1F600}"] {
+            assert!(id("item id", good).is_ok(), "{good:?}");
+        }
     }
 
     #[test]

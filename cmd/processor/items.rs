@@ -1,12 +1,12 @@
-//! The producer commands: `enqueue` (JSON lines in one transaction) and
-//! `retry`.
+//! The producer commands: `enqueue` (JSON lines, in transactions of
+//! 10,000 items) and `retry`.
 
 use std::io::BufRead;
 use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
-use feed::store::{OnFailure, PartitionSpec, RetryScope};
+use feed::store::{NewItem, OnFailure, PartitionSpec, RetryScope};
 
 use super::{DbArgs, connect, create};
 
@@ -68,6 +68,11 @@ pub struct RetryArgs {
     pub all: bool,
 }
 
+/// Items per transaction of `processor enqueue`: on SQLite a transaction
+/// holds the one write lock, and this many commit in a fraction of a
+/// second, so dispatch goes on between them.
+const CHUNK: usize = feed::console::MAX_ENQUEUE_ITEMS;
+
 pub async fn enqueue(a: EnqueueArgs) -> anyhow::Result<()> {
     let reader: Box<dyn BufRead> = match a.file.as_deref() {
         None | Some("-") => Box::new(std::io::stdin().lock()),
@@ -78,11 +83,10 @@ pub async fn enqueue(a: EnqueueArgs) -> anyhow::Result<()> {
     let bar = progress();
     let mut items = feed::lines::read(reader, a.raw, || bar.inc(1))?;
     if let Some(prefix) = &a.id_prefix {
-        for item in &mut items {
+        for (_, item) in &mut items {
             item.id = item.id.take().map(|id| format!("{prefix}{id}"));
         }
     }
-    bar.set_message(format!("writing {} items in one transaction", items.len()));
     let store = create(&a.db).await?;
     let mut spec = PartitionSpec::default();
     spec.auto_close = !a.no_auto_close;
@@ -92,20 +96,52 @@ pub async fn enqueue(a: EnqueueArgs) -> anyhow::Result<()> {
     spec.tenant = a.tenant;
     spec.weight = a.weight;
     spec.max_in_flight = a.max_in_flight;
-    let r = store.enqueue(&a.partition, &spec, items).await?;
-    bar.finish_and_clear();
-    let what = if r.created {
-        "created"
-    } else if r.reopened {
-        "reopened"
-    } else {
-        "extended"
+    let partition = crate::status::clean(&a.partition);
+    let total = items.len();
+    let (mut written, mut first) = (0, None);
+    // An empty input still creates the partition.
+    let chunks: Vec<&[(usize, NewItem)]> = match items.len() {
+        0 => vec![&[]],
+        _ => items.chunks(CHUNK).collect(),
     };
-    println!(
-        "{} items enqueued; partition {} {what}",
-        r.items,
-        crate::status::clean(&a.partition)
-    );
+    for chunk in chunks {
+        bar.set_message(format!("writing: {written} of {total} items written"));
+        let batch = chunk.iter().map(|(_, item)| item.clone()).collect();
+        let started = std::time::Instant::now();
+        let r = match store.enqueue(&a.partition, &spec, batch).await {
+            Ok(r) => r,
+            Err(e) if written == 0 => return Err(e.into()),
+            Err(e) => {
+                let line = chunk[0].0;
+                return Err(anyhow::Error::new(e).context(format!(
+                    "the first {written} items (up to line {}) were written, nothing from line \
+                     {line} on: enqueue those lines again (tail -n +{line} FILE | processor enqueue …)",
+                    line - 1
+                )));
+            }
+        };
+        written += r.items;
+        first.get_or_insert(r);
+        if store.backend() == sea_orm::DbBackend::Sqlite && written < total {
+            // Leave the write lock to the processors as long as this
+            // transaction held it (at most 100 ms): SQLite's waiting writers
+            // poll, and would not get it if the next began at once.
+            tokio::time::sleep(started.elapsed().min(Duration::from_millis(100))).await;
+        }
+    }
+    bar.finish_and_clear();
+    let what = match &first {
+        Some(r) if r.created => "created",
+        Some(r) if r.reopened => "reopened",
+        _ => "extended",
+    };
+    println!("{written} items enqueued; partition {partition} {what}");
+    if first.is_some_and(|r| r.failed) {
+        println!(
+            "partition {partition} is failed: its new items run once its failed items are retried \
+             (processor retry --partition {partition})"
+        );
+    }
     Ok(())
 }
 

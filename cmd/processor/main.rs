@@ -11,6 +11,7 @@ mod items;
 mod limits;
 mod run;
 mod status;
+mod tokens;
 
 use std::process::ExitCode;
 
@@ -72,6 +73,8 @@ enum Command {
     Events(events::EventsArgs),
     /// Per-tenant flow control: set, list or clear a tenant's max in flight, rate and weight.
     Limits(limits::LimitsArgs),
+    /// Producer tokens for the enqueue API, each bound to a tenant: create, list or revoke them.
+    Tokens(tokens::TokensArgs),
 }
 
 #[derive(Args, Clone)]
@@ -188,6 +191,7 @@ async fn main() -> ExitCode {
         Command::Export(args) => events::export(args).await,
         Command::Events(args) => events::events(args).await,
         Command::Limits(args) => limits::limits(args).await,
+        Command::Tokens(args) => tokens::tokens(args).await,
         Command::Ui(args) => match shutdown_signal() {
             Ok(stop) => {
                 init_logs(LogFormat::Text, LOGS);

@@ -16,7 +16,9 @@ use axum::{Json, Router};
 use serde::Deserialize;
 
 use super::admit::Admin;
-use super::{Console, api_error, auth, completion, enqueue, json_error, json_errors, limits};
+use super::{
+    Console, api_error, auth, completion, enqueue, json_error, json_errors, limits, tokens,
+};
 use crate::store::listing::{ItemFilter, PartitionFilter};
 
 /// A control on one partition.
@@ -86,6 +88,11 @@ pub(super) fn routes() -> Router<Console> {
         .route("/events", get(completion::events))
         .route("/events/retry", post(completion::retry))
         .route("/items/{id}/retry", post(retry_item))
+        .route("/producer-tokens", get(tokens::list).post(tokens::create))
+        .route(
+            "/producer-tokens/{id}",
+            axum::routing::delete(tokens::revoke),
+        )
         .route("/limits", get(list_limits))
         .route("/limits/{tenant}", put(set_limit).delete(clear_limit))
         .fallback(|| async {

@@ -3,23 +3,22 @@
 //! JSON lines, each item `{"id"?: string, "gate"?: int, "data": any}` as
 //! `processor enqueue` reads them (the same parser, [`crate::lines::parse`]),
 //! written in one transaction: a bad item rejects the whole request and
-//! nothing is written. The producer token or the admin token allows it.
+//! nothing is written. The admin token and the legacy `--producer-token`
+//! allow any partition; a producer token of `feed_producer_tokens` only
+//! what its scope does (see `tokens`).
 
 use axum::Extension;
 use axum::extract::rejection::QueryRejection;
-use axum::extract::{FromRequest, Path, Query, Request, State};
+use axum::extract::{Path, Query, Request, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
-use serde_json::value::RawValue;
 
-use super::{ClientAddr, Console, api_error, auth, json_error};
+use super::tokens::{self, Producer};
+use super::{ClientAddr, Console, api_error, enqueue_body, json_error};
 use crate::store::{NewItem, OnFailure, PartitionSpec};
 
-/// The largest body `POST /api/v1/partitions/{id}/items` reads: 16 MiB.
-/// A larger one answers 413; split the items into several requests (each
-/// is its own transaction).
-pub const MAX_ENQUEUE_BODY_BYTES: usize = 16 << 20;
+pub use super::enqueue_body::{MAX_ENQUEUE_BODY_BYTES, MAX_ENQUEUE_ITEMS};
 
 /// Settings of a partition the request creates, as the flags of
 /// `processor enqueue`; ignored when the partition exists.
@@ -76,6 +75,11 @@ struct Answer<'a> {
     items: usize,
     created: bool,
     reopened: bool,
+    /// The partition is `failed`: the items wait until it is retried.
+    failed: bool,
+    /// Why the items wait, when they do.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    message: Option<String>,
     /// Every item's id in the body's order, generated ones included.
     ids: Vec<String>,
 }
@@ -87,57 +91,81 @@ pub(super) async fn enqueue(
     query: Result<Query<EnqueueQuery>, QueryRejection>,
     request: Request,
 ) -> Response {
-    // The token first: nothing of the body is read for a refused request.
-    let check = || {
-        auth::check_producer(
-            c.token.as_ref(),
-            c.producer_token.as_ref(),
-            request.headers(),
-        )
+    // The token first: nothing of the body is read for a refused request,
+    // and nothing is looked up for an address that has guessed too much.
+    if let Err(g) = c.guarded(client.as_deref(), "enqueue", || Ok(())) {
+        return g.json();
+    }
+    let producer = match tokens::producer(&c, request.headers()).await {
+        Ok(p) => p,
+        Err(e) => return json_error(e),
+    };
+    let check = || match &producer {
+        Producer::Refused(r) => Err(*r),
+        _ => Ok(()),
     };
     if let Err(g) = c.guarded(client.as_deref(), "enqueue", check) {
         return g.json();
     }
+    let scope = match producer {
+        Producer::Scoped(scope) => Some(scope),
+        _ => None,
+    };
     let spec = match query.as_ref().map(|q| q.spec()) {
         Ok(Ok(spec)) => spec,
         Ok(Err(message)) => return api_error(StatusCode::BAD_REQUEST, message),
         Err(rejection) => return api_error(StatusCode::BAD_REQUEST, &rejection.body_text()),
     };
-    // Bounded by the route's `DefaultBodyLimit`.
-    let body = match axum::body::Bytes::from_request(request, &c).await {
+    // What the token may not do is refused before the body is read.
+    if let Some(scope) = &scope
+        && let Err(e) = scope.admit(&id, &mut spec.clone(), &[])
+    {
+        return json_error(e);
+    }
+    let (parts, body) = request.into_parts();
+    // Held until the answer: the body and the items written from it.
+    let (body, _budget) = match enqueue_body::read(&parts.headers, body).await {
         Ok(b) => b,
-        Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => {
-            let message = format!(
-                "the body is over the limit of {MAX_ENQUEUE_BODY_BYTES} bytes (16 MiB); \
-                 split the items into several requests"
-            );
-            return api_error(StatusCode::PAYLOAD_TOO_LARGE, &message);
-        }
-        Err(e) => return api_error(e.status(), &e.body_text()),
+        Err((code, message)) => return api_error(code, &message),
     };
-    let items = match parse(&body) {
-        Ok(items) => with_ids(items),
-        Err(message) => return api_error(StatusCode::BAD_REQUEST, &message),
+    let prefix = scope
+        .as_ref()
+        .and_then(|s| s.prefix.as_deref())
+        .unwrap_or("");
+    let items = match enqueue_body::parse(&body) {
+        Ok(items) => with_ids(items, prefix),
+        Err((code, message)) => return api_error(code, &message),
     };
     let ids: Vec<String> = items.iter().filter_map(|i| i.id.clone()).collect();
     let store = match c.store().await {
         Ok(s) => s,
         Err(e) => return json_error(e),
     };
-    match store.enqueue(&id, &spec, items).await {
+    match store.enqueue_as(&id, &spec, items, scope.as_ref()).await {
         Ok(r) => {
             tracing::info!(
                 partition = %id,
+                token = scope.as_ref().map_or("", |s| s.id.as_str()),
                 items = r.items,
                 created = r.created,
                 reopened = r.reopened,
+                failed = r.failed,
                 "items enqueued over the API"
             );
+            let message = r.failed.then(|| {
+                format!(
+                    "partition {id} is failed: these items run once its failed items are \
+                     retried (POST /api/v1/partitions/{}/retry or processor retry)",
+                    percent_encoding::utf8_percent_encode(&id, percent_encoding::NON_ALPHANUMERIC)
+                )
+            });
             let answer = Answer {
                 partition: &id,
                 items: r.items,
                 created: r.created,
                 reopened: r.reopened,
+                failed: r.failed,
+                message,
                 ids,
             };
             axum::Json(answer).into_response()
@@ -146,115 +174,26 @@ pub(super) async fn enqueue(
     }
 }
 
-/// Gives every item without an id a new UUID, so that the answer can
-/// name it.
-fn with_ids(items: Vec<NewItem>) -> Vec<NewItem> {
+/// Gives every item without an id a new UUID after `prefix` (a scoped
+/// token's), so that the answer can name it.
+fn with_ids(items: Vec<NewItem>, prefix: &str) -> Vec<NewItem> {
     items
         .into_iter()
         .map(|item| match item.id {
             Some(_) => item,
-            None => item.with_id(uuid::Uuid::new_v4().to_string()),
+            None => item.with_id(format!("{prefix}{}", uuid::Uuid::new_v4())),
         })
         .collect()
-}
-
-/// The items of a body: a JSON array when its first non-whitespace byte
-/// is `[`, else JSON lines (blank lines skipped). The first bad item fails
-/// the whole body, naming it ("item N" of an array, "line N" of lines).
-fn parse(body: &[u8]) -> Result<Vec<NewItem>, String> {
-    let text = std::str::from_utf8(body).map_err(|e| {
-        let line = body[..e.valid_up_to()]
-            .iter()
-            .filter(|&&b| b == b'\n')
-            .count()
-            + 1;
-        format!("line {line}: not UTF-8; nothing was written")
-    })?;
-    let parse_one =
-        |item: &str| crate::lines::parse(item, false).map_err(|e| e.replace(" (or use --raw)", ""));
-    let items = if text.trim_start().starts_with('[') {
-        let elements: Vec<&RawValue> = serde_json::from_str(text).map_err(|e| {
-            format!("the body is not a JSON array of items: {e}; nothing was written")
-        })?;
-        elements
-            .iter()
-            .enumerate()
-            .map(|(n, raw)| {
-                parse_one(raw.get())
-                    .map_err(|e| format!("item {}: {e}; nothing was written", n + 1))
-            })
-            .collect::<Result<Vec<_>, _>>()?
-    } else {
-        text.lines()
-            .enumerate()
-            .filter(|(_, line)| !line.trim().is_empty())
-            .map(|(n, line)| {
-                parse_one(line).map_err(|e| format!("line {}: {e}; nothing was written", n + 1))
-            })
-            .collect::<Result<Vec<_>, _>>()?
-    };
-    if items.is_empty() {
-        return Err(
-            "the body holds no items; send a JSON array of items or JSON lines, \
-             each {\"id\"?: string, \"gate\"?: int, \"data\": any}"
-                .into(),
-        );
-    }
-    Ok(items)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn summary(items: &[NewItem]) -> Vec<(Option<&str>, Option<i64>, String)> {
-        items
-            .iter()
-            .map(|i| {
-                let data = String::from_utf8(i.data.clone()).unwrap();
-                (i.id.as_deref(), i.gate, data)
-            })
-            .collect()
-    }
-
-    #[test]
-    fn arrays_and_lines_read_alike() {
-        let lines = "{\"id\": \"a\", \"gate\": 2, \"data\": {\"x\": 1}}\r\n\n  \n{\"data\": [1]}";
-        let array = " \n[{\"id\": \"a\", \"gate\": 2, \"data\": {\"x\": 1}}, {\"data\": [1]}]\n";
-        let want = vec![
-            (Some("a"), Some(2), r#"{"x":1}"#.to_string()),
-            (None, None, "[1]".to_string()),
-        ];
-        assert_eq!(summary(&parse(lines.as_bytes()).unwrap()), want);
-        assert_eq!(summary(&parse(array.as_bytes()).unwrap()), want);
-        // One line holding an array of one item is an array.
-        assert_eq!(parse(b"[{\"data\": null}]").unwrap().len(), 1);
-    }
-
-    #[test]
-    fn bad_items_name_their_place() {
-        let e = parse(b"{\"data\": 1}\n{\"data\": 2}\n{\"dta\": 3}\n{\"data\": 4}\n").unwrap_err();
-        assert!(e.starts_with("line 3: unknown field `dta`"), "{e}");
-        assert!(
-            e.ends_with("nothing was written") && !e.contains("--raw"),
-            "{e}"
-        );
-        let e = parse(b"[{\"data\": 1}, 7]").unwrap_err();
-        assert!(e.starts_with("item 2: "), "{e}");
-        let e = parse(b"[{\"data\": 1}, {\"gate\": -1, \"data\": 2}]").unwrap_err();
-        assert!(e.starts_with("item 2: gate must not be negative"), "{e}");
-        let e = parse(b"[{\"data\": 1}").unwrap_err();
-        assert!(e.starts_with("the body is not a JSON array"), "{e}");
-        let e = parse(b"{\"data\": 1}\n{\"data\": \"\xff\"}\n").unwrap_err();
-        assert!(e.starts_with("line 2: not UTF-8"), "{e}");
-        for empty in [&b""[..], b"\n \n", b"[]", b" [ ] "] {
-            assert!(parse(empty).unwrap_err().contains("no items"));
-        }
-    }
-
     #[test]
     fn generated_ids_are_given_and_kept() {
-        let items = with_ids(parse(b"{\"id\": \"mine\", \"data\": 1}\n{\"data\": 2}").unwrap());
+        let body = bytes::Bytes::from_static(b"{\"id\": \"mine\", \"data\": 1}\n{\"data\": 2}");
+        let items = with_ids(enqueue_body::parse(&body).unwrap(), "");
         assert_eq!(items[0].id.as_deref(), Some("mine"));
         let generated = items[1].id.as_deref().unwrap();
         assert!(uuid::Uuid::parse_str(generated).is_ok(), "{generated}");

@@ -14,6 +14,7 @@ pub(super) fn public(e: Error) -> (StatusCode, String) {
     let code = match e {
         Error::NotFound(_) => StatusCode::NOT_FOUND,
         Error::Conflict(_) => StatusCode::CONFLICT,
+        Error::Forbidden(_) => StatusCode::FORBIDDEN,
         Error::Invalid(_) => StatusCode::BAD_REQUEST,
         Error::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
         Error::Connect { .. } | Error::StatementTimeout(_) => {

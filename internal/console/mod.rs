@@ -13,10 +13,12 @@ mod auth;
 mod client;
 mod completion;
 mod enqueue;
+mod enqueue_body;
 mod errors;
 mod limits;
 mod pages;
 mod throttle;
+mod tokens;
 mod views;
 
 use std::net::IpAddr;
@@ -32,7 +34,7 @@ pub use admit::MAX_ACTION_BODY_BYTES;
 pub use auth::{AdminToken, ProducerToken};
 pub use client::parse_proxy;
 pub use completion::EXPORT_BUDGET_BYTES;
-pub use enqueue::MAX_ENQUEUE_BODY_BYTES;
+pub use enqueue::{MAX_ENQUEUE_BODY_BYTES, MAX_ENQUEUE_ITEMS};
 
 use crate::{Error, Store};
 use errors::public;

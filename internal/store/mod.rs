@@ -13,6 +13,7 @@ pub mod driver;
 pub mod events;
 pub mod export;
 mod gates;
+mod insert;
 mod leases;
 pub mod limits;
 pub mod listing;
@@ -25,6 +26,7 @@ mod role;
 mod sessions;
 pub mod status;
 mod timeout;
+pub mod tokens;
 pub mod wait;
 
 #[cfg(test)]
@@ -49,6 +51,7 @@ pub use producer::{Enqueued, NewItem, OnFailure, PartitionSpec, Retried, RetrySc
 pub(crate) use results::{Ack, ItemWrite, Written, sanitize_error};
 use timeout::Bound;
 pub use timeout::DEFAULT_STATEMENT_TIMEOUT;
+pub use tokens::ProducerScope;
 
 use crate::backoff::Backoff;
 use crate::{Error, Result};

@@ -5,7 +5,9 @@ use sea_orm::{
     TransactionTrait, Value,
 };
 
-use super::driver::{Driver, is_transient};
+use super::ProducerScope;
+use super::driver::is_transient;
+use super::insert::{insert_items, statements};
 use super::{Store, get};
 use crate::backoff::Backoff;
 use crate::{Error, Result, validate};
@@ -108,13 +110,13 @@ pub struct NewItem {
     pub id: Option<String>,
     /// Gate; None = the partition's current gate.
     pub gate: Option<i64>,
-    /// Bytes forwarded to the handler (normally JSON).
-    pub data: Vec<u8>,
+    /// Bytes forwarded to the handler unchanged (normally JSON).
+    pub data: bytes::Bytes,
 }
 
 impl NewItem {
     /// An item of `data` with a new UUID as its id, at the partition's gate.
-    pub fn new(data: impl Into<Vec<u8>>) -> Self {
+    pub fn new(data: impl Into<bytes::Bytes>) -> Self {
         Self {
             id: None,
             gate: None,
@@ -145,9 +147,11 @@ pub struct Enqueued {
     pub created: bool,
     /// The partition was `complete` and is `available` again.
     pub reopened: bool,
+    /// The partition is `failed`: the items were written and wait, with
+    /// the rest of it, until its failed items are retried
+    /// ([`Store::retry_failed`], `processor retry`).
+    pub failed: bool,
 }
-
-const BATCH: usize = 500;
 
 impl Store {
     pub(super) async fn begin_write(&self) -> Result<DatabaseTransaction> {
@@ -168,9 +172,13 @@ impl Store {
 
     /// Creates or extends a partition and inserts `items`, all in one
     /// transaction: on any error nothing is written. Items below the
-    /// partition's current gate are refused (they could never run); adding to
-    /// a `complete` partition reopens it. `spec` applies when the partition
-    /// is created.
+    /// partition's current gate are refused (they could never run), and so
+    /// is a `cancelled` partition ([`Error::Conflict`]); adding to a
+    /// `complete` partition reopens it, adding to a `failed` one leaves it
+    /// failed (see [`Enqueued::failed`]). `spec` applies when the partition
+    /// is created. On SQLite the transaction holds the database's one write
+    /// lock: keep a call to about 10,000 items so that dispatch is not held
+    /// up for long.
     ///
     /// ```no_run
     /// # async fn f() -> feed::Result<()> {
@@ -187,7 +195,26 @@ impl Store {
         spec: &PartitionSpec,
         items: Vec<NewItem>,
     ) -> Result<Enqueued> {
+        self.enqueue_as(partition, spec, items, None).await
+    }
+
+    /// [`Store::enqueue`] on behalf of a producer token: what its `scope`
+    /// does not allow is refused with [`Error::Forbidden`] (another
+    /// tenant, a partition of another tenant, an id outside its prefix, a
+    /// weight or max in flight above its caps), and a partition it creates
+    /// belongs to its tenant. None is the library's own, unscoped, enqueue.
+    pub async fn enqueue_as(
+        &self,
+        partition: &str,
+        spec: &PartitionSpec,
+        items: Vec<NewItem>,
+        scope: Option<&ProducerScope>,
+    ) -> Result<Enqueued> {
         validate::id("partition id", partition)?;
+        let mut spec = spec.clone();
+        if let Some(scope) = scope {
+            scope.admit(partition, &mut spec, &items)?;
+        }
         if let Some(t) = &spec.tenant {
             validate::id("tenant", t)?;
         }
@@ -201,7 +228,7 @@ impl Store {
         }
         let mut backoff = Backoff::new(Duration::from_millis(20), Duration::from_secs(2));
         for attempt in 1.. {
-            match self.enqueue_once(partition, spec, &items).await {
+            match self.enqueue_once(partition, &spec, &items, scope).await {
                 Err(Error::Db(e)) if attempt < 8 && is_transient(&e) => backoff.wait().await,
                 other => return other,
             }
@@ -214,6 +241,7 @@ impl Store {
         partition: &str,
         spec: &PartitionSpec,
         items: &[NewItem],
+        scope: Option<&ProducerScope>,
     ) -> Result<Enqueued> {
         let b = self.driver;
         let txn = self.begin_write().await?;
@@ -242,7 +270,7 @@ impl Store {
         let rows = self
             .bounded(txn.query_all_raw(b.stmt(
                 &format!(
-                    "SELECT gate, status FROM feed_partitions WHERE id = ?{}",
+                    "SELECT gate, status, tenant FROM feed_partitions WHERE id = ?{}",
                     b.for_update()
                 ),
                 vec![partition.into()],
@@ -252,6 +280,21 @@ impl Store {
             .first()
             .ok_or_else(|| Error::NotFound(format!("partition {partition}")))?;
         let (gate, status) = (get::<i64>(row, "gate")?, get::<String>(row, "status")?);
+        if let Some(scope) = scope
+            && get::<Option<String>>(row, "tenant")?.as_deref() != Some(scope.tenant.as_str())
+        {
+            return Err(Error::Forbidden(format!(
+                "producer token {}: partition {partition} exists and is not tenant {:?}'s; \
+                 nothing was written",
+                scope.id, scope.tenant
+            )));
+        }
+        if status == "cancelled" {
+            return Err(Error::Conflict(format!(
+                "partition {partition} is cancelled: nothing of it runs again, so nothing was \
+                 written; enqueue into another partition"
+            )));
+        }
         for (n, item) in items.iter().enumerate() {
             if let Some(g) = item.gate
                 && g < gate
@@ -270,7 +313,7 @@ impl Store {
             vec![partition.into()],
         )))
         .await?;
-        for chunk in items.chunks(BATCH) {
+        for chunk in statements(items) {
             self.bounded(insert_items(&txn, b, partition, gate, chunk))
                 .await?;
         }
@@ -279,6 +322,7 @@ impl Store {
             items: items.len(),
             created,
             reopened: status == "complete",
+            failed: status == "failed",
         })
     }
 
@@ -352,40 +396,4 @@ impl Store {
         self.bounded(txn.commit()).await?;
         Ok(Retried { items: n, moved })
     }
-}
-
-async fn insert_items(
-    txn: &DatabaseTransaction,
-    b: Driver,
-    partition: &str,
-    gate: i64,
-    items: &[NewItem],
-) -> Result<()> {
-    if items.is_empty() {
-        return Ok(());
-    }
-    let rows = vec!["(?, ?, ?, ?)"; items.len()].join(", ");
-    let mut values: Vec<Value> = Vec::with_capacity(items.len() * 4);
-    for item in items {
-        values.push(
-            item.id
-                .clone()
-                .unwrap_or_else(|| uuid::Uuid::new_v4().to_string())
-                .into(),
-        );
-        values.push(partition.into());
-        values.push(item.gate.unwrap_or(gate).into());
-        values.push(item.data.clone().into());
-    }
-    let sql = format!("INSERT INTO feed_items (id, partition_id, gate, data) VALUES {rows}");
-    txn.execute_raw(b.stmt(&sql, values)).await.map_err(|e| {
-        if matches!(e.sql_err(), Some(sea_orm::SqlErr::UniqueConstraintViolation(_))) {
-            Error::Invalid(format!(
-                "an item id already exists (ids are unique across all partitions); nothing was written: {e}"
-            ))
-        } else {
-            Error::Db(e)
-        }
-    })?;
-    Ok(())
 }

@@ -9,11 +9,11 @@ use serde_json::{Value, json};
 use crate::on_all_backends;
 use crate::support::TestDb;
 
-const ADMIN: &str = "test-admin-token-0123456789";
-const PRODUCER: &str = "test-producer-token-9876543210";
+pub const ADMIN: &str = "test-admin-token-0123456789";
+pub const PRODUCER: &str = "test-producer-token-9876543210";
 
 /// Serves the console with these tokens on a free port; returns its base URL.
-async fn serve(store: feed::Store, admin: Option<&str>, producer: Option<&str>) -> String {
+pub async fn serve(store: feed::Store, admin: Option<&str>, producer: Option<&str>) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let admin = admin.map(|t| AdminToken::new(t).unwrap());
@@ -32,7 +32,7 @@ async fn serve(store: feed::Store, admin: Option<&str>, producer: Option<&str>) 
 /// POSTs `body` to `path` with `content_type` (None = no header) and the
 /// bearer token (None = no Authorization header); the status and the
 /// answer as JSON (Null when it is not JSON).
-async fn send(
+pub async fn send(
     base: &str,
     path: &str,
     token: Option<&str>,
@@ -56,12 +56,12 @@ async fn send(
 
 /// Enqueues `body` (a JSON array or JSON lines) into `partition` with the
 /// producer token.
-async fn enqueue(base: &str, partition: &str, body: &str) -> (StatusCode, Value) {
+pub async fn enqueue(base: &str, partition: &str, body: &str) -> (StatusCode, Value) {
     let path = format!("/api/v1/partitions/{partition}/items");
     send(base, &path, Some(PRODUCER), None, body.to_string()).await
 }
 
-fn message(answer: &Value) -> &str {
+pub fn message(answer: &Value) -> &str {
     answer["error"]["message"]
         .as_str()
         .unwrap_or_else(|| panic!("no error message in {answer}"))

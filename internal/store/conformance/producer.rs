@@ -17,7 +17,7 @@ fn item(id: &str, gate: Option<i64>) -> NewItem {
     NewItem {
         id: Some(id.into()),
         gate,
-        data: br#"{"n":1}"#.to_vec(),
+        data: bytes::Bytes::from_static(br#"{"n":1}"#),
     }
 }
 
@@ -68,7 +68,7 @@ async fn enqueue_creates_extends_and_reopens(k: Kit) {
     let anon = NewItem {
         id: None,
         gate: None,
-        data: b"{}".to_vec(),
+        data: bytes::Bytes::from_static(b"{}"),
     };
     assert_eq!(
         k.store

@@ -1,0 +1,172 @@
+//! Producer tokens on the API: who an enqueue comes from (the admin
+//! token or the legacy `--producer-token`, unscoped; a producer token of
+//! `feed_producer_tokens`, bound to its scope), and the admin's
+//! `GET`/`POST /api/v1/producer-tokens` and `DELETE
+//! /api/v1/producer-tokens/{id}`.
+
+use axum::Extension;
+use axum::extract::{Path, Request, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+
+use super::{ClientAddr, Console, api_error, auth, json_error};
+use crate::store::ProducerScope;
+
+/// Who sends an enqueue.
+pub(super) enum Producer {
+    /// The admin token, or the legacy `--producer-token`: any partition.
+    Unscoped,
+    /// A producer token: its scope only.
+    Scoped(ProducerScope),
+    /// Neither: why not.
+    Refused(auth::Refusal),
+}
+
+/// The bearer token of a request, if any.
+fn bearer(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim)
+}
+
+const NO_TOKEN: auth::Refusal = (
+    StatusCode::UNAUTHORIZED,
+    "a valid producer or admin token is required: Authorization: Bearer <token>",
+);
+
+const DISABLED: auth::Refusal = (
+    StatusCode::FORBIDDEN,
+    "enqueueing over the API is disabled: create a producer token (processor tokens create \
+     --tenant T) or start the dashboard with --producer-token or --producer-token-file (or \
+     --admin-token / --admin-token-file)",
+);
+
+/// Who the request's token belongs to: the configured tokens are compared
+/// first (in constant time), then a producer token is looked up by its
+/// hash. A wrong token is a 401 (which the throttle counts); 403 only when
+/// no token of any kind exists, so there is nothing to guess.
+pub(super) async fn producer(c: &Console, headers: &HeaderMap) -> crate::Result<Producer> {
+    let configured = auth::check_producer(c.token.as_ref(), c.producer_token.as_ref(), headers);
+    let Err(refusal) = configured else {
+        return Ok(Producer::Unscoped);
+    };
+    let store = c.store().await?;
+    if let Some(given) = bearer(headers)
+        && let Some(scope) = store.producer_scope(given).await?
+    {
+        return Ok(Producer::Scoped(scope));
+    }
+    if refusal.0 != StatusCode::FORBIDDEN {
+        return Ok(Producer::Refused(refusal));
+    }
+    Ok(Producer::Refused(if store.has_producer_tokens().await? {
+        NO_TOKEN
+    } else {
+        DISABLED
+    }))
+}
+
+/// `POST /producer-tokens`: what the new token may do.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct New {
+    tenant: String,
+    prefix: Option<String>,
+    max_weight: Option<u32>,
+    max_in_flight: Option<u32>,
+}
+
+/// The answer to a created token: its scope and, this once, the token.
+#[derive(serde::Serialize)]
+struct Created {
+    #[serde(flatten)]
+    scope: ProducerScope,
+    token: String,
+}
+
+/// The largest body of `POST /producer-tokens`.
+const MAX_BODY: usize = 4 << 10;
+
+pub(super) async fn list(
+    State(c): State<Console>,
+    client: Option<Extension<ClientAddr>>,
+    headers: HeaderMap,
+) -> Response {
+    if let Some(r) = c.refusal(client.as_deref(), &headers) {
+        return r;
+    }
+    match c.store().await {
+        Ok(s) => match s.producer_tokens().await {
+            Ok(list) => axum::Json(list).into_response(),
+            Err(e) => json_error(e),
+        },
+        Err(e) => json_error(e),
+    }
+}
+
+pub(super) async fn create(
+    State(c): State<Console>,
+    client: Option<Extension<ClientAddr>>,
+    request: Request,
+) -> Response {
+    if let Some(r) = c.refusal(client.as_deref(), request.headers()) {
+        return r;
+    }
+    let Ok(body) = axum::body::to_bytes(request.into_body(), MAX_BODY).await else {
+        return api_error(StatusCode::PAYLOAD_TOO_LARGE, "the body is over 4 KiB");
+    };
+    let new: New = match serde_json::from_slice(&body) {
+        Ok(n) => n,
+        Err(e) => {
+            let message = format!(
+                "the body must be {{\"tenant\": T, \"prefix\"?: P, \"max_weight\"?: N, \
+                 \"max_in_flight\"?: N}}: {e}"
+            );
+            return api_error(StatusCode::BAD_REQUEST, &message);
+        }
+    };
+    let mut scope = match ProducerScope::new(new.tenant) {
+        Ok(s) => s,
+        Err(e) => return json_error(e),
+    };
+    scope.prefix = new.prefix;
+    scope.max_weight = new.max_weight;
+    scope.max_in_flight = new.max_in_flight;
+    let store = match c.store().await {
+        Ok(s) => s,
+        Err(e) => return json_error(e),
+    };
+    match store.create_producer_token(&scope).await {
+        Ok((scope, token)) => {
+            tracing::info!(token = %scope.id, tenant = %scope.tenant, "producer token created over the API");
+            axum::Json(Created { scope, token }).into_response()
+        }
+        Err(e) => json_error(e),
+    }
+}
+
+pub(super) async fn revoke(
+    State(c): State<Console>,
+    Path(id): Path<String>,
+    client: Option<Extension<ClientAddr>>,
+    headers: HeaderMap,
+) -> Response {
+    if let Some(r) = c.refusal(client.as_deref(), &headers) {
+        return r;
+    }
+    let store = match c.store().await {
+        Ok(s) => s,
+        Err(e) => return json_error(e),
+    };
+    match store.revoke_producer_token(&id).await {
+        Ok(true) => {
+            tracing::info!(token = %id, "producer token revoked over the API");
+            axum::Json(serde_json::json!({"id": id, "revoked": true})).into_response()
+        }
+        Ok(false) => api_error(StatusCode::NOT_FOUND, "no producer token has this id"),
+        Err(e) => json_error(e),
+    }
+}

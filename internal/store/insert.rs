@@ -1,0 +1,86 @@
+//! Inserting an enqueue's items: in statements bounded by items and bytes.
+
+use sea_orm::{ConnectionTrait, DatabaseTransaction, Value};
+
+use super::NewItem;
+use super::driver::Driver;
+use crate::{Error, Result};
+
+/// Items per insert statement at most.
+const BATCH: usize = 500;
+
+/// Data per insert statement at most (one larger item goes alone): the
+/// drivers copy each value on its way in, so this bounds those copies.
+const BATCH_BYTES: usize = 1 << 20;
+
+/// `items` cut into the runs each insert statement carries: at most
+/// [`BATCH`] items and [`BATCH_BYTES`] of data, at least one item.
+pub(super) fn statements(items: &[NewItem]) -> impl Iterator<Item = &[NewItem]> {
+    let mut rest = items;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        let (mut n, mut bytes) = (0, 0);
+        while n < rest.len() && n < BATCH && (n == 0 || bytes + rest[n].data.len() <= BATCH_BYTES) {
+            bytes += rest[n].data.len();
+            n += 1;
+        }
+        let (run, after) = rest.split_at(n);
+        rest = after;
+        Some(run)
+    })
+}
+
+pub(super) async fn insert_items(
+    txn: &DatabaseTransaction,
+    b: Driver,
+    partition: &str,
+    gate: i64,
+    items: &[NewItem],
+) -> Result<()> {
+    if items.is_empty() {
+        return Ok(());
+    }
+    let rows = vec!["(?, ?, ?, ?)"; items.len()].join(", ");
+    let mut values: Vec<Value> = Vec::with_capacity(items.len() * 4);
+    for item in items {
+        values.push(
+            item.id
+                .clone()
+                .unwrap_or_else(|| uuid::Uuid::new_v4().to_string())
+                .into(),
+        );
+        values.push(partition.into());
+        values.push(item.gate.unwrap_or(gate).into());
+        values.push(item.data.to_vec().into());
+    }
+    let sql = format!("INSERT INTO feed_items (id, partition_id, gate, data) VALUES {rows}");
+    txn.execute_raw(b.stmt(&sql, values)).await.map_err(|e| {
+        if matches!(e.sql_err(), Some(sea_orm::SqlErr::UniqueConstraintViolation(_))) {
+            Error::Invalid(format!(
+                "an item id already exists (ids are unique across all partitions); nothing was written: {e}"
+            ))
+        } else {
+            Error::Db(e)
+        }
+    })?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statements_are_bounded_by_items_and_bytes() {
+        let sizes = |items: &[NewItem]| statements(items).map(<[NewItem]>::len).collect::<Vec<_>>();
+        let small: Vec<NewItem> = (0..1200).map(|_| NewItem::new(vec![0; 10])).collect();
+        assert_eq!(sizes(&small), [500, 500, 200]);
+        let big: Vec<NewItem> = (0..5).map(|_| NewItem::new(vec![0; 400 << 10])).collect();
+        assert_eq!(sizes(&big), [2, 2, 1]);
+        let huge = vec![NewItem::new(vec![0; 3 << 20]), NewItem::new(vec![0; 1])];
+        assert_eq!(sizes(&huge), [1, 1]);
+        assert!(sizes(&[]).is_empty());
+    }
+}
