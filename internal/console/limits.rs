@@ -3,7 +3,7 @@
 //! as `processor limits set` applies its flags (what is not given keeps its
 //! value; a max in flight of 0 is no cap).
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use crate::limits::Rate;
 use crate::store::limits::Limit;
@@ -87,6 +87,33 @@ fn rate(text: &str, from: Source) -> Result<f64> {
         .map_err(|e| invalid(format!("{e}, or {} for no rate", from.none())))
 }
 
+/// A JSON object's fields in the order sent, a field given twice kept
+/// twice (a map would keep only the last, silently).
+struct Fields(Vec<(String, Value)>);
+
+impl<'de> serde::Deserialize<'de> for Fields {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = Fields;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> std::result::Result<Fields, A::Error> {
+                let mut out = Vec::new();
+                while let Some(entry) = map.next_entry()? {
+                    out.push(entry);
+                }
+                Ok(Fields(out))
+            }
+        }
+        d.deserialize_map(Visit)
+    }
+}
+
 impl Change {
     /// From the API's JSON object: a field absent keeps its value, `null`
     /// removes it. An empty body changes nothing.
@@ -95,12 +122,19 @@ impl Change {
         if body.iter().all(u8::is_ascii_whitespace) {
             return Ok(Change::default());
         }
-        let fields: Map<String, Value> = serde_json::from_slice(body).map_err(|_| {
+        let Fields(fields) = serde_json::from_slice(body).map_err(|_| {
             invalid(format!(
                 "the body must be a JSON object with any of {FIELDS}, \
                  e.g. {{\"max_in_flight\": 10, \"rate\": \"100/s\", \"weight\": 2}}"
             ))
         })?;
+        let mut seen = std::collections::HashSet::new();
+        if let Some((twice, _)) = fields.iter().find(|(f, _)| !seen.insert(f.as_str())) {
+            return Err(invalid(format!(
+                "field {:?} is given twice; give each field once",
+                crate::printable::printable(twice)
+            )));
+        }
         let mut c = Change::default();
         for (field, v) in &fields {
             let n = || -> Result<Option<u32>> {
@@ -267,6 +301,7 @@ mod tests {
             (r#"{"burst": "10"}"#, "whole number"),
             (r#"{"max_in_flight": 2147483648}"#, "2147483647"),
             (r#"{"colour": 1}"#, "unknown field"),
+            (r#"{"rate": "10/s", "rate": "1000/s"}"#, "given twice"),
             ("[1]", "JSON object"),
             ("nope", "JSON object"),
         ] {

@@ -81,11 +81,24 @@ impl Dispatcher {
             Group::Tenant(t) if binds => gate.weight(t),
             _ => 1,
         };
+        // A tenant with a round of calls buffered already is not served:
+        // a slow rate's items would pile up in the buffer, held back, while
+        // the other tenants' work waited to be fetched.
+        let round = ctx.config.concurrency * ctx.config.batch_size;
+        let mut buffered: HashMap<String, usize> = HashMap::new();
+        if binds {
+            for i in &self.buffer {
+                if let Some(t) = self.rotation.tenant(&i.fence.partition_id) {
+                    *buffered.entry(t.to_owned()).or_default() += 1;
+                }
+            }
+        }
         let skip = |g: &Group| match g {
             Group::Tenant(t) if binds && gate.tenant_blocked(t) => {
                 starved.borrow_mut().push(t.clone());
                 true
             }
+            Group::Tenant(t) => buffered.get(t.as_str()).is_some_and(|n| *n >= round),
             _ => false,
         };
         let parts = self.rotation.take(self.spread.max(base), turns, skip);

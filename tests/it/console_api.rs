@@ -606,6 +606,7 @@ async fn api_limits(db: TestDb) {
         (r#"{"max_in_flight": -1}"#, "whole number"),
         (r#"{"burst": "ten"}"#, "whole number"),
         (r#"{"colour": "red"}"#, "unknown field"),
+        (r#"{"weight": 2, "weight": 900}"#, "given twice"),
         ("max_in_flight=3", "JSON object"),
     ] {
         let (code, e) = put_limit(&base, "acme", body).await;

@@ -45,6 +45,16 @@ on_all_backends!(data_is_kept_byte_for_byte);
 async fn data_is_kept_byte_for_byte(db: TestDb) {
     let scene = Scene::start(&db, &["--ui", "--producer-token", PRODUCER], |_| done()).await;
     let base = format!("http://{}", scene.1.listen.as_ref().unwrap());
+    // The API answers 503 until the processor has migrated the database.
+    wait_for("the schema", std::time::Duration::from_secs(30), || async {
+        let r = reqwest::get(format!("{base}/readyz")).await;
+        let body = match r {
+            Ok(r) => r.text().await.unwrap_or_default(),
+            Err(_) => String::new(),
+        };
+        body.contains("\"schema\":true")
+    })
+    .await;
     let mut sent: Vec<(String, String, Vec<u8>)> = Vec::new();
 
     // The command line, from JSON lines.

@@ -243,8 +243,9 @@ async fn tenants_at_different_rates_share_a_processor(db: TestDb) {
             .all(|t| calls.iter().any(|c| c.partition.starts_with(t)))
     })
     .await;
-    let from = Instant::now() + Duration::from_secs(2);
-    tokio::time::sleep(WINDOW * WINDOWS + Duration::from_secs(2)).await;
+    // Measured after the slow tenant's items had time to pile up.
+    let from = Instant::now() + Duration::from_secs(6);
+    tokio::time::sleep(WINDOW * WINDOWS + Duration::from_secs(6)).await;
     let calls = h.calls();
     drop(procs);
     let mut wrong = Vec::new();
