@@ -118,36 +118,11 @@ pub async fn status(a: StatusArgs) -> anyhow::Result<()> {
         );
     }
     if !s.failed_items.is_empty() {
-        let mut t = table(["failed item", "partition", "gate", "attempts", "last error"]);
-        for f in &s.failed_items {
-            t.add_row([
-                clean(&f.id),
-                clean(&f.partition_id),
-                f.gate.to_string(),
-                f.attempts.to_string(),
-                clean(f.last_error.as_deref().unwrap_or_default()),
-            ]);
-        }
-        println!("{t}");
+        println!("{}", item_table("failed item", &s.failed_items));
     }
     if !s.retrying_items.is_empty() {
-        let mut t = table([
-            "waiting to retry",
-            "partition",
-            "gate",
-            "attempts",
-            "last error",
-        ]);
-        for f in s.retrying_items.iter().take(RETRYING_SHOWN) {
-            t.add_row([
-                clean(&f.id),
-                clean(&f.partition_id),
-                f.gate.to_string(),
-                f.attempts.to_string(),
-                clean(f.last_error.as_deref().unwrap_or_default()),
-            ]);
-        }
-        println!("{t}");
+        let shown = &s.retrying_items[..s.retrying_items.len().min(RETRYING_SHOWN)];
+        println!("{}", item_table("waiting to retry", shown));
         if s.retrying_items.len() > RETRYING_SHOWN {
             println!(
                 "showing {RETRYING_SHOWN} of {}{} items waiting to retry (--json lists up to {LIST_LIMIT})",
@@ -212,6 +187,21 @@ pub async fn status(a: StatusArgs) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// A table of items with their attempts and last error, headed `what`.
+fn item_table(what: &str, items: &[feed::store::listing::ItemView]) -> comfy_table::Table {
+    let mut t = table([what, "partition", "gate", "attempts", "last error"]);
+    for f in items {
+        t.add_row([
+            clean(&f.id),
+            clean(&f.partition_id),
+            f.gate.to_string(),
+            f.attempts.to_string(),
+            clean(f.last_error.as_deref().unwrap_or_default()),
+        ]);
+    }
+    t
 }
 
 /// Items waiting to retry that the tables show.
