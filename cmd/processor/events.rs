@@ -177,10 +177,7 @@ async fn list(a: EventListArgs) -> anyhow::Result<()> {
         .events(a.partition.as_deref(), a.status.as_deref(), a.limit)
         .await?;
     if a.json {
-        for e in &events {
-            println!("{}", serde_json::to_string(e)?);
-        }
-        return Ok(());
+        return crate::status::json_lines(&events);
     }
     let mut t = crate::status::table([
         "id",

@@ -119,10 +119,7 @@ async fn list(a: ListArgs) -> anyhow::Result<()> {
     let store = connect(&a.db).await?;
     let limits = store.limits().await?;
     if a.json {
-        for l in &limits {
-            println!("{}", serde_json::to_string(l)?);
-        }
-        return Ok(());
+        return crate::status::json_lines(&limits);
     }
     let mut t = table(["tenant", "max in flight", "rate", "burst", "weight"]);
     let or_dash = |v: Option<String>| v.unwrap_or_else(|| "-".into());

@@ -42,6 +42,14 @@ pub struct HealthArgs {
     pub url: String,
 }
 
+/// Prints one JSON object per line (the `--json` form of the listings).
+pub(crate) fn json_lines<T: serde::Serialize>(rows: &[T]) -> anyhow::Result<()> {
+    for row in rows {
+        println!("{}", serde_json::to_string(row)?);
+    }
+    Ok(())
+}
+
 /// An empty table in the status output's style.
 pub(crate) fn table<const N: usize>(header: [&str; N]) -> comfy_table::Table {
     let mut t = comfy_table::Table::new();

@@ -86,10 +86,7 @@ async fn list(a: ListArgs) -> anyhow::Result<()> {
     let store = connect(&a.db).await?;
     let tokens = store.producer_tokens().await?;
     if a.json {
-        for t in &tokens {
-            println!("{}", serde_json::to_string(t)?);
-        }
-        return Ok(());
+        return crate::status::json_lines(&tokens);
     }
     let mut t = table([
         "id",

@@ -96,6 +96,31 @@ pub(crate) async fn add_column(
     Ok(())
 }
 
+/// A column a migration adds: (table, column, definition).
+pub(crate) type Column = (&'static str, &'static str, &'static str);
+
+/// Adds each of `columns` that is not there.
+pub(crate) async fn add_columns(
+    manager: &SchemaManager<'_>,
+    columns: &[Column],
+) -> Result<(), DbErr> {
+    for (table, column, definition) in columns {
+        add_column(manager, table, column, definition).await?;
+    }
+    Ok(())
+}
+
+/// Drops each of `columns` that is there.
+pub(crate) async fn drop_columns(
+    manager: &SchemaManager<'_>,
+    columns: &[Column],
+) -> Result<(), DbErr> {
+    for (table, column, _) in columns {
+        drop_column(manager, table, column).await?;
+    }
+    Ok(())
+}
+
 /// Drops `column` from `table` if it is there.
 pub(crate) async fn drop_column(
     manager: &SchemaManager<'_>,

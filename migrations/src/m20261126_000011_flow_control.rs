@@ -56,7 +56,7 @@ fn tables(backend: DbBackend) -> [String; 3] {
     ]
 }
 
-const COLUMNS: [(&str, &str, &str); 4] = [
+const COLUMNS: [crate::Column; 4] = [
     ("feed_partitions", "tenant", "VARCHAR(255) NULL"),
     ("feed_partitions", "weight", "INTEGER NULL"),
     ("feed_partitions", "max_in_flight", "INTEGER NULL"),
@@ -69,16 +69,11 @@ impl MigrationTrait for Migration {
         for sql in tables(manager.get_database_backend()) {
             manager.get_connection().execute_unprepared(&sql).await?;
         }
-        for (table, column, definition) in COLUMNS {
-            crate::add_column(manager, table, column, definition).await?;
-        }
-        Ok(())
+        crate::add_columns(manager, &COLUMNS).await
     }
 
     async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        for (table, column, _) in COLUMNS {
-            crate::drop_column(manager, table, column).await?;
-        }
+        crate::drop_columns(manager, &COLUMNS).await?;
         for table in ["feed_slots", "feed_buckets", "feed_limits"] {
             manager
                 .get_connection()

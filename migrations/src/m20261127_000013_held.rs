@@ -9,7 +9,7 @@ use sea_orm_migration::prelude::*;
 #[derive(DeriveMigrationName)]
 pub struct Migration;
 
-const COLUMNS: [(&str, &str, &str); 2] = [
+const COLUMNS: [crate::Column; 2] = [
     ("feed_processors", "held_reason", "TEXT NULL"),
     ("feed_processors", "held_since", "BIGINT NULL"),
 ];
@@ -17,16 +17,10 @@ const COLUMNS: [(&str, &str, &str); 2] = [
 #[async_trait::async_trait]
 impl MigrationTrait for Migration {
     async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        for (table, column, definition) in COLUMNS {
-            crate::add_column(manager, table, column, definition).await?;
-        }
-        Ok(())
+        crate::add_columns(manager, &COLUMNS).await
     }
 
     async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        for (table, column, _) in COLUMNS {
-            crate::drop_column(manager, table, column).await?;
-        }
-        Ok(())
+        crate::drop_columns(manager, &COLUMNS).await
     }
 }
