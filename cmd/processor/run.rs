@@ -160,11 +160,13 @@ pub struct RunArgs {
     #[arg(long, env = "FEED_RATE_BURST", requires = "rate_limit")]
     rate_burst: Option<u32>,
     /// Handler calls the circuit breaker looks back over (0 = no breaker); once half of them
-    /// are seen and --breaker-ratio of them failed with 5xx or timed out, dispatch holds off and
-    /// probes one call at a time, and such failures count no attempt
+    /// are seen and distinct items making up --breaker-ratio of them failed with 502-504, a
+    /// timeout or a reset, dispatch holds off and probes one call at a time, and such failures
+    /// count no attempt (a 500 is the handler answering: an attempt)
     #[arg(long, env = "FEED_BREAKER_CALLS", default_value_t = Config::BREAKER_CALLS)]
     breaker_calls: usize,
-    /// Share of --breaker-calls failing with 5xx or timing out that opens the breaker
+    /// Share of --breaker-calls whose distinct items failed with 502-504, a timeout or a reset
+    /// that opens the breaker (each item counts once, so a few poison items never open it)
     #[arg(long, env = "FEED_BREAKER_RATIO", default_value_t = Config::BREAKER_RATIO)]
     breaker_ratio: f64,
 }
