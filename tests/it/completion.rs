@@ -88,10 +88,12 @@ async fn wait_exits_by_outcome(db: TestDb) {
     let (code, text) = outcome(gone).await;
     assert_eq!(code, Some(2), "{text}");
     assert!(text.contains("1 cancelled"), "{text}");
-    db.partition_of("open", true, false, "block", &["open/1"])
-        .await;
+    // Paused before its item is written: the running processor cannot
+    // finish it in between.
+    db.partition("open", true, false, "block").await;
     db.sql("UPDATE feed_partitions SET paused = TRUE WHERE id = 'open'")
         .await;
+    db.items("open", 0, &["open/1"]).await;
     let (code, text) = outcome(wait(&db, "open", &["--timeout", "300ms"])).await;
     assert_eq!(code, Some(3), "{text}");
     assert!(text.contains("not finished (available)"), "{text}");
