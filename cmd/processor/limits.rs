@@ -46,6 +46,7 @@ pub struct SetArgs {
     pub weight: Option<u32>,
 }
 
+/// A listing's arguments (limits and producer tokens alike).
 #[derive(Args)]
 pub struct ListArgs {
     #[command(flatten)]

@@ -4,6 +4,7 @@
 use clap::{Args, Subcommand};
 use feed::store::ProducerScope;
 
+use super::limits::ListArgs;
 use super::{DbArgs, connect};
 use crate::status::{clean, table};
 
@@ -39,15 +40,6 @@ pub struct CreateArgs {
     /// The highest max_in_flight the token may give a partition [default: none]
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_in_flight: Option<u32>,
-}
-
-#[derive(Args)]
-pub struct ListArgs {
-    #[command(flatten)]
-    pub db: DbArgs,
-    /// Print JSON lines instead of a table
-    #[arg(long)]
-    pub json: bool,
 }
 
 #[derive(Args)]
