@@ -59,6 +59,12 @@ pub struct Config {
     /// Longest one database statement may take; a dead connection cannot
     /// answer at all, so without a limit whatever waits on it waits forever.
     pub statement_timeout: Duration,
+    /// A database connection older than this is closed when it goes back
+    /// to the pool: the backstop that moves connections off a node that
+    /// changed role without closing them.
+    pub db_max_lifetime: Duration,
+    /// What stands between Feed and PostgreSQL (`--db-pooler`).
+    pub db_pooler: crate::store::Pooler,
     /// Apply migrations at start.
     pub migrate: bool,
     /// Serve the dashboard and its JSON API on `listen`.
@@ -178,6 +184,8 @@ impl Config {
             listen: None,
             drain_timeout: Self::DRAIN_TIMEOUT,
             statement_timeout: Self::STATEMENT_TIMEOUT,
+            db_max_lifetime: crate::store::Options::MAX_LIFETIME,
+            db_pooler: crate::store::Pooler::None,
             migrate: true,
             ui: false,
             admin_token: None,
@@ -231,6 +239,11 @@ impl Config {
         }
         if self.statement_timeout.is_zero() {
             return bad("--statement-timeout must be above zero");
+        }
+        if self.db_max_lifetime < Duration::from_secs(1) {
+            return bad(
+                "--db-max-lifetime must be at least 1s, or connections would be opened for every statement",
+            );
         }
         if self.poll_interval.is_zero() || self.acquire_interval.is_zero() {
             return bad("--poll-interval and --acquire-interval must be above zero");

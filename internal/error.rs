@@ -34,6 +34,15 @@ pub enum Error {
         "the database server takes no writes (a standby or a demoted primary, read-only); waiting for the primary"
     )]
     WrongNode,
+    /// PostgreSQL lost a prepared statement between two steps of one
+    /// statement: the connection goes through a pooler in transaction mode
+    /// that Feed was not told about.
+    #[error(
+        "the database lost a prepared statement: Feed is talking to PostgreSQL through a pooler in \
+         transaction mode (PgBouncer pool_mode = transaction); start Feed with --db-pooler \
+         transaction, or put the pooler in session mode ({0})"
+    )]
+    TransactionPooler(String),
     /// The configuration is inconsistent.
     #[error("invalid configuration: {0}")]
     Config(String),

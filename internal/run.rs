@@ -321,6 +321,15 @@ async fn register(
 /// None when shutdown came first. A database that cannot be used as the
 /// URL says (`store::Unusable`: no such database, a refused login, an
 /// SQLite file that cannot be opened) or a bad URL fails at once.
+/// The store's settings from the processor's.
+fn store_options(config: &Config, pool: u32) -> crate::store::Options {
+    let mut o = crate::store::Options::new(pool);
+    o.statement_timeout = config.statement_timeout;
+    o.max_lifetime = config.db_max_lifetime;
+    o.pooler = config.db_pooler;
+    o
+}
+
 async fn connect(config: &Config, cancel: &CancellationToken) -> Result<Option<Store>> {
     let pool = u32::try_from(config.concurrency / 4 + 4)
         .unwrap_or(32)
@@ -329,7 +338,8 @@ async fn connect(config: &Config, cancel: &CancellationToken) -> Result<Option<S
     loop {
         let delay = backoff.next_delay();
         tracing::debug!(database = %shown(&config.database_url), "connecting to the database");
-        let attempt = Store::connect_with(&config.database_url, pool, config.statement_timeout);
+        let options = store_options(config, pool);
+        let attempt = Store::open(&config.database_url, &options);
         let result = tokio::select! {
             _ = cancel.cancelled() => return Ok(None),
             r = attempt => r,

@@ -96,6 +96,33 @@ struct DbArgs {
         conflicts_with = "database_url"
     )]
     database_url_file: Option<String>,
+    /// What stands between Feed and PostgreSQL: none (the server or a TCP proxy such as HAProxy),
+    /// session (a pooler in session mode), or transaction (PgBouncer pool_mode = transaction:
+    /// each statement in its own transaction, no LISTEN)
+    #[arg(long, env = "FEED_DB_POOLER", value_enum, default_value = "none")]
+    db_pooler: PoolerArg,
+    /// A database connection older than this is closed when it goes back to the pool: the
+    /// backstop that moves connections off a node that changed role without closing them
+    #[arg(long, env = "FEED_DB_MAX_LIFETIME", default_value = "30m", value_parser = duration)]
+    db_max_lifetime: humantime::Duration,
+}
+
+/// `--db-pooler`.
+#[derive(Clone, Copy, ValueEnum)]
+enum PoolerArg {
+    None,
+    Session,
+    Transaction,
+}
+
+impl From<PoolerArg> for feed::store::Pooler {
+    fn from(p: PoolerArg) -> Self {
+        match p {
+            PoolerArg::None => Self::None,
+            PoolerArg::Session => Self::Session,
+            PoolerArg::Transaction => Self::Transaction,
+        }
+    }
 }
 
 impl DbArgs {
@@ -104,6 +131,14 @@ impl DbArgs {
         self.database_url_file
             .clone()
             .unwrap_or_else(|| self.database_url.clone())
+    }
+
+    /// The store's settings for a command's pool of `max_connections`.
+    fn options(&self, max_connections: u32) -> feed::store::Options {
+        let mut o = feed::store::Options::new(max_connections);
+        o.pooler = self.db_pooler.into();
+        o.max_lifetime = self.db_max_lifetime.into();
+        o
     }
 }
 
@@ -252,7 +287,7 @@ fn exit_quietly_on_closed_pipe() {
 /// database. Says on stderr which database it opened.
 async fn connect(db: &DbArgs) -> anyhow::Result<feed::Store> {
     let url = db.url();
-    let store = feed::Store::connect_existing(&url, 4).await?;
+    let store = feed::Store::open_existing(&url, &db.options(4)).await?;
     opened(store, &url).await
 }
 
@@ -260,7 +295,7 @@ async fn connect(db: &DbArgs) -> anyhow::Result<feed::Store> {
 /// `enqueue`, `ui`, `limits`): a `mode=rwc` SQLite file is created.
 async fn create(db: &DbArgs) -> anyhow::Result<feed::Store> {
     let url = db.url();
-    let store = feed::Store::connect(&url, 4).await?;
+    let store = feed::Store::open(&url, &db.options(4)).await?;
     opened(store, &url).await
 }
 

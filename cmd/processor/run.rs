@@ -203,6 +203,8 @@ pub async fn run(a: RunArgs) -> anyhow::Result<()> {
     let shutdown = shutdown_signal().context("installing signal handlers")?;
     init_logs(a.log_format, super::LOGS);
     let mut c = Config::new(a.db.url(), a.handler_url);
+    c.db_pooler = a.db.db_pooler.into();
+    c.db_max_lifetime = a.db.db_max_lifetime.into();
     c.concurrency = a.concurrency;
     c.poll_interval = a.poll_interval.into();
     c.heartbeat_interval = a.heartbeat_interval.into();

@@ -17,11 +17,42 @@ use sea_orm::{ConnectOptions, Database, DbErr, RuntimeErr};
 use super::connect_error::{Target, Unreachable, address, classify, clean, unreachable_as};
 use super::driver;
 use super::timeout::{self, Bound};
-use super::{Driver, Store, nodelay, redact, role};
+use super::{Driver, Pooler, Store, nodelay, redact, role};
 use crate::{Error, Result};
 
 /// How long one attempt to log in may take.
 pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How a store connects, beyond its URL.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct Options {
+    /// Connections in the pool (at least 2).
+    pub max_connections: u32,
+    /// The time limit on each statement attempt (`--statement-timeout`).
+    pub statement_timeout: Duration,
+    /// A connection older than this is closed when it goes back to the
+    /// pool (`--db-max-lifetime`): the backstop that moves every connection
+    /// off a node that changed role without closing them.
+    pub max_lifetime: Duration,
+    /// What stands between Feed and the database (`--db-pooler`).
+    pub pooler: Pooler,
+}
+
+impl Options {
+    /// The default connection lifetime (sqlx's).
+    pub const MAX_LIFETIME: Duration = Duration::from_secs(30 * 60);
+
+    /// A pool of `max_connections` with the other settings at their defaults.
+    pub fn new(max_connections: u32) -> Options {
+        Options {
+            max_connections,
+            statement_timeout: super::DEFAULT_STATEMENT_TIMEOUT,
+            max_lifetime: Self::MAX_LIFETIME,
+            pooler: Pooler::None,
+        }
+    }
+}
 
 impl Store {
     /// Connects to a `sqlite:`, `postgres:` or `mysql:` (or `mariadb:`) URL.
@@ -34,20 +65,14 @@ impl Store {
     /// # Ok(()) }
     /// ```
     pub async fn connect(url: &str, max_connections: u32) -> Result<Store> {
-        open(url, max_connections, super::DEFAULT_STATEMENT_TIMEOUT, true).await
+        Self::open(url, &Options::new(max_connections)).await
     }
 
     /// [`Store::connect`], but an SQLite file that does not exist is an
     /// error even with `mode=rwc`: a command that reads must not leave an
     /// empty database behind (run in the wrong folder, say).
     pub async fn connect_existing(url: &str, max_connections: u32) -> Result<Store> {
-        open(
-            url,
-            max_connections,
-            super::DEFAULT_STATEMENT_TIMEOUT,
-            false,
-        )
-        .await
+        Self::open_existing(url, &Options::new(max_connections)).await
     }
 
     /// [`Store::connect`] with a time limit on every statement attempt
@@ -59,7 +84,19 @@ impl Store {
         max_connections: u32,
         statement_timeout: Duration,
     ) -> Result<Store> {
-        open(url, max_connections, statement_timeout, true).await
+        let mut options = Options::new(max_connections);
+        options.statement_timeout = statement_timeout;
+        Self::open(url, &options).await
+    }
+
+    /// [`Store::connect`] with every setting given.
+    pub async fn open(url: &str, options: &Options) -> Result<Store> {
+        open(url, options, true).await
+    }
+
+    /// [`Store::connect_existing`] with every setting given.
+    pub async fn open_existing(url: &str, options: &Options) -> Result<Store> {
+        open(url, options, false).await
     }
 }
 
@@ -90,18 +127,29 @@ pub(super) fn sqlite_file(url: &str) -> Option<PathBuf> {
     std::path::absolute(opts.get_filename()).ok()
 }
 
-async fn open(url: &str, max_connections: u32, limit: Duration, create: bool) -> Result<Store> {
+async fn open(url: &str, options: &Options, create: bool) -> Result<Store> {
+    let limit = options.statement_timeout;
+    let pooler = options.pooler;
     let target = target(url, create)?;
+    if pooler == Pooler::Transaction && target.driver != Driver::Postgres {
+        return Err(Error::DatabaseUrl(format!(
+            "{}: --db-pooler transaction is for PostgreSQL behind a pooler in transaction mode",
+            redact(url)
+        )));
+    }
     let url = target.url.as_str();
     if target.driver != Driver::Sqlite {
         // The pool retries a refused connection itself until its acquire
         // timeout and then says only that it timed out: one direct login
         // first says why, at once.
-        first_login(&target).await?;
+        first_login(&target, create).await?;
     }
     let mut opts = ConnectOptions::new(url);
-    opts.max_connections(max_connections.max(2))
-        .min_connections(1)
+    // No minimum: sqlx opens a pool's minimum outside its acquire timeout,
+    // and one refused by the role check (a standby) then waits unbounded.
+    opts.max_connections(options.max_connections.max(2))
+        .min_connections(u32::from(target.driver == Driver::Sqlite))
+        .max_lifetime(options.max_lifetime)
         .connect_timeout(CONNECT_TIMEOUT)
         .acquire_timeout(Duration::from_secs(5))
         .set_application_name("feed-processor")
@@ -125,6 +173,10 @@ async fn open(url: &str, max_connections: u32, limit: Duration, create: bool) ->
     // Commands that write (run, migrate, enqueue…) take no connection to a
     // server that cannot write; those that only read may read a standby.
     let primary = create;
+    if pooler == Pooler::Transaction {
+        // A cached statement would be looked for on another server.
+        opts.map_sqlx_postgres_opts(|o| o.statement_cache_capacity(0));
+    }
     opts.map_sqlx_postgres_pool_opts(move |o| {
         let (released, connected) = (released.clone(), released.clone());
         o.after_release(move |conn, _| role::pg_after_release(conn, &released))
@@ -152,6 +204,7 @@ async fn open(url: &str, max_connections: u32, limit: Duration, create: bool) ->
         statements: Counter::default(),
         bound,
         timeouts: Counter::default(),
+        pooler,
     })
 }
 
@@ -212,7 +265,7 @@ pub(super) fn query_value(url: &str, key: &str) -> Option<String> {
 }
 
 /// One login on a connection of its own, closed at once.
-async fn first_login(target: &Target) -> Result<()> {
+async fn first_login(target: &Target, primary: bool) -> Result<()> {
     use sea_orm::sqlx::mysql::MySqlConnectOptions;
     use sea_orm::sqlx::postgres::PgConnectOptions;
     use sea_orm::sqlx::{ConnectOptions as _, Connection as _};
@@ -221,24 +274,25 @@ async fn first_login(target: &Target) -> Result<()> {
         match target.driver {
             Driver::Postgres => {
                 let opts: PgConnectOptions = url.parse()?;
-                opts.application_name("feed-processor")
-                    .connect()
-                    .await?
-                    .close()
-                    .await
+                let mut conn = opts.application_name("feed-processor").connect().await?;
+                let writes = !primary || role::writable(&mut conn).await?;
+                conn.close().await?;
+                Ok(writes)
             }
             Driver::MySql => {
                 url.parse::<MySqlConnectOptions>()?
                     .connect()
                     .await?
                     .close()
-                    .await
+                    .await?;
+                Ok(true)
             }
-            Driver::Sqlite => Ok(()),
+            Driver::Sqlite => Ok(true),
         }
     };
     match tokio::time::timeout(CONNECT_TIMEOUT, login).await {
-        Ok(Ok(())) => Ok(()),
+        Ok(Ok(true)) => Ok(()),
+        Ok(Ok(false)) => Err(unreachable_as(target, Unreachable::Standby(address(url)))),
         Ok(Err(e)) => Err(classify(&e, target)),
         Err(_) => Err(unreachable_as(
             target,

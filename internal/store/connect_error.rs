@@ -65,6 +65,20 @@ pub enum Unreachable {
         /// How long was waited.
         after: Duration,
     },
+    /// The server at the address takes no writes (a standby, a demoted
+    /// primary); a failover may bring the primary there.
+    #[error(
+        "{0} takes no writes (a standby or a demoted primary); Feed needs the primary: point \
+         --database-url at it or at a proxy that routes to it"
+    )]
+    Standby(String),
+    /// The address accepted the connection and closed it before the
+    /// database answered: a proxy with no server behind it.
+    #[error(
+        "{0} closed the connection as soon as it was opened (no primary behind the proxy? a \
+         pooler refusing clients?)"
+    )]
+    Closed(String),
     /// Anything else, in the driver's words (password redacted).
     #[error("{0}")]
     Other(String),
@@ -110,7 +124,20 @@ pub(super) fn classify(e: &Sqlx, target: &Target) -> Error {
             addr: address(url),
             after: CONNECT_TIMEOUT,
         },
+        Sqlx::Io(io)
+            if matches!(
+                io.kind(),
+                std::io::ErrorKind::UnexpectedEof | std::io::ErrorKind::ConnectionReset
+            ) =>
+        {
+            Unreachable::Closed(address(url))
+        }
         Sqlx::Io(io) => Unreachable::Other(format!("cannot reach {}: {io}", address(url))),
+        // sqlx reads the end of the stream as a zero byte answering its
+        // SSLRequest: the first thing it asks.
+        Sqlx::Protocol(p) if p.starts_with("unexpected response from SSLRequest") => {
+            Unreachable::Closed(address(url))
+        }
         Sqlx::PoolTimedOut => Unreachable::TimedOut {
             addr: address(url),
             after: Duration::from_secs(5),

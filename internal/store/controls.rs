@@ -156,7 +156,7 @@ impl Store {
             vec![id.into()],
         )))
         .await?;
-        self.bounded(txn.commit()).await?;
+        self.bounded(self.commit(txn)).await?;
         self.count(3);
         Ok(items)
     }

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use sea_orm::{ConnectionTrait, FromQueryResult, TransactionTrait, Value};
+use sea_orm::{ConnectionTrait, FromQueryResult, Value};
 
 use super::driver::{Driver, marks};
 use super::{Store, get};
@@ -339,11 +339,11 @@ impl Store {
             let update = self.driver.stmt(&update, values);
             let rows = self
                 .retry(|| async {
-                    let txn = self.db.begin().await?;
+                    let txn = self.begin_immediate().await?;
                     self.count(2);
                     txn.execute_raw(update.clone()).await?;
                     let rows = txn.query_all_raw(read.clone()).await?;
-                    txn.commit().await?;
+                    self.commit(txn).await?;
                     Ok(rows)
                 })
                 .await?;

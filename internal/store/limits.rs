@@ -264,7 +264,7 @@ impl Store {
                     vec![tenant.into(), me.into()],
                 ))
                 .await?;
-                txn.commit().await?;
+                self.commit(txn).await?;
                 return Ok(None);
             };
             txn.execute_raw(reap.clone()).await?;
@@ -296,7 +296,7 @@ impl Store {
                 )
             };
             txn.execute_raw(write).await?;
-            txn.commit().await?;
+            self.commit(txn).await?;
             Ok(Some(granted))
         })
         .await

@@ -19,6 +19,7 @@ pub mod limits;
 pub mod listing;
 pub(crate) mod nodelay;
 pub mod overview;
+mod pooler;
 pub mod producer;
 pub mod prune;
 mod results;
@@ -37,9 +38,9 @@ use std::time::Duration;
 
 use prometheus_client::metrics::counter::Counter;
 
-use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, DbErr, QueryResult, Value};
+use sea_orm::{DatabaseConnection, DbBackend, DbErr, QueryResult, Value};
 
-pub use connect::shown;
+pub use connect::{Options, shown};
 pub use connect_error::{Unreachable, Unusable};
 pub(crate) use dispatch::{Ask, Fence, ReadyItem};
 pub use driver::Driver;
@@ -47,6 +48,7 @@ pub(crate) use driver::is_transient;
 pub(crate) use gates::GateProbe;
 pub(crate) use gates::HeldPartition;
 pub(crate) use leases::{HeldRow, LEASE_CHUNK, LeaseCounts, STRANDED_SLICE};
+pub use pooler::Pooler;
 pub use producer::{Enqueued, NewItem, OnFailure, PartitionSpec, Retried, RetryScope};
 pub(crate) use results::{Ack, ItemWrite, Written, sanitize_error};
 use timeout::Bound;
@@ -77,6 +79,8 @@ pub struct Store {
     bound: Arc<Bound>,
     /// Attempts cut off by that limit, exported as `feed_statement_timeouts_total`.
     timeouts: Counter,
+    /// What stands between Feed and the database (`--db-pooler`).
+    pooler: Pooler,
 }
 
 /// A URL (the database's, the handler's) with its password and secret
@@ -153,27 +157,61 @@ impl Store {
     /// Applies the migrations. Concurrent callers on an empty database all
     /// succeed: the DDL is idempotent and a lost race on the migrations
     /// table is retried.
+    /// A database whose migrations are all applied is only read, so
+    /// commands that read also work on a standby.
     pub async fn migrate(&self) -> Result<()> {
-        use migration::MigratorTrait;
+        if self.migrated().await {
+            return Ok(());
+        }
         let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(2));
         for attempt in 1.. {
-            match migration::Migrator::up(&self.db, None).await {
+            match self.migrate_once().await {
                 Ok(()) => return Ok(()),
                 Err(e) if attempt < 10 => {
                     tracing::debug!(error = %e, attempt, "migration raced another processor; retrying");
                     backoff.wait().await;
                 }
-                Err(e) => return Err(e.into()),
+                Err(e) => return Err(self.explain(e.into())),
             }
         }
         unreachable!("the loop returns")
     }
 
+    /// Whether every migration is applied (read without writing).
+    async fn migrated(&self) -> bool {
+        use migration::MigratorTrait;
+        use sea_orm::TransactionTrait;
+        if self.pooler != Pooler::Transaction {
+            return migration::Migrator::get_pending_migrations_read_only(&self.db)
+                .await
+                .is_ok_and(|pending| pending.is_empty());
+        }
+        let Ok(txn) = self.db.begin().await else {
+            return false;
+        };
+        let done = migration::Migrator::get_pending_migrations_read_only(&txn)
+            .await
+            .is_ok_and(|pending| pending.is_empty());
+        self.commit(txn).await.is_ok() && done
+    }
+
+    /// One run of the migrations; behind a transaction pooler, all of them
+    /// in one transaction (see `pooler`).
+    async fn migrate_once(&self) -> std::result::Result<(), DbErr> {
+        use migration::MigratorTrait;
+        use sea_orm::TransactionTrait;
+        if self.pooler != Pooler::Transaction {
+            return migration::Migrator::up(&self.db, None).await;
+        }
+        let txn = self.db.begin().await?;
+        migration::Migrator::up(&txn, None).await?;
+        self.commit(txn).await
+    }
+
     async fn exec(&self, sql: &str, values: Vec<Value>) -> Result<u64> {
         self.retry(|| async {
             self.count(1);
-            self.db
-                .execute_raw(self.driver.stmt(sql, values.clone()))
+            self.execute_raw(self.driver.stmt(sql, values.clone()))
                 .await
                 .map(|r| r.rows_affected())
         })
@@ -183,8 +221,7 @@ impl Store {
     async fn query(&self, sql: &str, values: Vec<Value>) -> Result<Vec<QueryResult>> {
         self.retry(|| async {
             self.count(1);
-            self.db
-                .query_all_raw(self.driver.stmt(sql, values.clone()))
+            self.query_all_raw(self.driver.stmt(sql, values.clone()))
                 .await
         })
         .await
@@ -192,7 +229,7 @@ impl Store {
 
     /// Whether processors on this database are woken by LISTEN/NOTIFY.
     pub(crate) fn listens(&self) -> bool {
-        self.driver.notify().is_some()
+        self.driver.notify().is_some() && self.pooler != Pooler::Transaction
     }
 
     /// The database clock, in epoch milliseconds.
@@ -292,6 +329,12 @@ impl Store {
     /// are refused or fail because the server takes no writes, a timeout or
     /// a pool that could not connect is that, not a silent database.
     fn explain(&self, e: Error) -> Error {
+        if let Error::Db(d) = &e
+            && self.pooler != Pooler::Transaction
+            && driver::is_lost_statement(d)
+        {
+            return Error::TransactionPooler(d.to_string());
+        }
         let wrong = match &e {
             Error::StatementTimeout(_) | Error::Db(DbErr::ConnectionAcquire(_)) => {
                 self.bound.wrong_node_within(self.bound.limit)

@@ -317,7 +317,7 @@ impl Store {
             self.bounded(insert_items(&txn, b, partition, gate, chunk))
                 .await?;
         }
-        self.bounded(txn.commit()).await?;
+        self.bounded(self.commit(txn)).await?;
         Ok(Enqueued {
             items: items.len(),
             created,
@@ -393,7 +393,7 @@ impl Store {
         {
             self.bounded(txn.execute_unprepared(notify)).await?;
         }
-        self.bounded(txn.commit()).await?;
+        self.bounded(self.commit(txn)).await?;
         Ok(Retried { items: n, moved })
     }
 }

@@ -5,7 +5,7 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use sea_orm::{ConnectionTrait, DbErr, Statement, TransactionTrait, Value};
+use sea_orm::{ConnectionTrait, DbErr, Statement, Value};
 
 use super::driver::{ResultBatch, ValuesSource, marks, value_rows};
 use super::{Fence, Store, ms};
@@ -166,9 +166,7 @@ impl Store {
         let n = self
             .retry(|| async {
                 self.count(1);
-                self.db
-                    .execute_raw(self.result_statement(ack, expiry))
-                    .await
+                self.execute_raw(self.result_statement(ack, expiry)).await
             })
             .await?;
         Ok(vec![n.rows_affected() == 1])
@@ -203,7 +201,7 @@ impl Store {
                 self.count(1);
                 let mut values = padded_values(acks);
                 values.push(ms(expiry).into());
-                self.db.query_all_raw(self.driver.stmt(&sql, values)).await
+                self.query_all_raw(self.driver.stmt(&sql, values)).await
             })
             .await?;
         let written: HashSet<String> = rows
@@ -244,11 +242,11 @@ impl Store {
             let n = acks.len() as u64;
             let all = self
                 .retry(|| async {
-                    let txn = self.db.begin().await?;
+                    let txn = self.begin_immediate().await?;
                     self.count(2);
                     txn.query_all_raw(lock.clone()).await?;
                     if txn.execute_raw(batch.clone()).await?.rows_affected() == n {
-                        txn.commit().await?;
+                        self.commit(txn).await?;
                         Ok(true)
                     } else {
                         txn.rollback().await?;
@@ -265,7 +263,7 @@ impl Store {
             .map(|a| self.result_statement(a, expiry))
             .collect();
         self.retry(|| async {
-            let txn = self.db.begin().await?;
+            let txn = self.begin_immediate().await?;
             self.count(1);
             txn.query_all_raw(lock.clone()).await?;
             let mut out = Vec::with_capacity(each.len());
@@ -273,7 +271,7 @@ impl Store {
                 self.count(1);
                 out.push(txn.execute_raw(st.clone()).await?.rows_affected() == 1);
             }
-            txn.commit().await?;
+            self.commit(txn).await?;
             Ok(out)
         })
         .await

@@ -16,11 +16,14 @@ use super::timeout::{Bound, Hook, release_check};
 
 /// Whether the connection's server takes writes (`transaction_read_only`
 /// is off: a primary, not a standby nor a read-only database).
-async fn writable(conn: &mut PgConnection) -> Result<bool, sqlx::Error> {
-    let ro: String = sqlx::query_scalar("SHOW transaction_read_only")
+/// The simple protocol: no prepared statement, so it also works through a
+/// pooler in transaction mode.
+pub(super) async fn writable(conn: &mut PgConnection) -> Result<bool, sqlx::Error> {
+    use sqlx::Row;
+    let row = sqlx::raw_sql(sqlx::AssertSqlSafe("SHOW transaction_read_only"))
         .fetch_one(conn)
         .await?;
-    Ok(ro == "off")
+    Ok(row.try_get::<String, _>(0)? == "off")
 }
 
 /// sqlx's `after_connect` hook on PostgreSQL: refuses a connection to a

@@ -154,3 +154,40 @@ async fn a_database_that_takes_no_writes_costs_no_attempt(db: TestDb) {
         admin(&db, &[format!("DROP USER '{user}'@'%'")]).await;
     }
 }
+
+#[tokio::test]
+/// On a server that takes no writes (a standby), commands that only read
+/// work once the schema is migrated, and a command that writes says the
+/// server takes no writes.
+async fn commands_that_read_work_on_a_standby() {
+    let Some(db) = TestDb::new(testkit::Backend::Postgres).await else {
+        return;
+    };
+    db.partition_of("p", true, false, "block", &numbered("i", 3))
+        .await;
+    read_only(&db, true).await;
+    let o = crate::cli::processor(&["status", "--json", "--database-url", &db.url], "");
+    assert!(o.status.success(), "{}", crate::cli::text(&o));
+    let status: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        status["partitions"][0]["items_by_status"]["available"], 3,
+        "{status}"
+    );
+    let o = crate::cli::processor(
+        &["export", "--database-url", &db.url, "--partition", "p"],
+        "",
+    );
+    assert!(o.status.success(), "{}", crate::cli::text(&o));
+    assert_eq!(String::from_utf8_lossy(&o.stdout).lines().count(), 3);
+    let o = crate::cli::processor(
+        &["enqueue", "--database-url", &db.url, "--partition", "q"],
+        "{\"data\": 1}\n",
+    );
+    assert!(!o.status.success());
+    assert!(
+        crate::cli::text(&o).contains("takes no writes"),
+        "{}",
+        crate::cli::text(&o)
+    );
+    read_only(&db, false).await;
+}

@@ -37,6 +37,7 @@ mod library;
 mod liveness;
 mod migrations;
 mod netfault;
+mod pooler;
 mod producer_tokens;
 mod protocol;
 mod races;

@@ -286,3 +286,69 @@ async fn a_taken_listen_address_is_said_once(db: TestDb) {
     assert_eq!(p.stderr().matches("in use").count(), 1, "{}", p.stderr());
     assert!(line.contains("give --listen"), "{line}");
 }
+
+#[tokio::test]
+/// A proxy that accepts connections and closes them at once (HAProxy with
+/// no primary behind it): `run` waits and says the connection was closed,
+/// not that TLS failed.
+async fn a_proxy_with_no_server_behind_it_is_said_as_such() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let proxy = tokio::spawn(async move {
+        while let Ok((socket, _)) = listener.accept().await {
+            drop(socket);
+        }
+    });
+    let url = format!("postgres://postgres@127.0.0.1:{port}/feed");
+    let mut p = run(&url, &[("RUST_LOG", "info")]);
+    let closed = format!("127.0.0.1:{port} closed the connection as soon as it was opened");
+    wait_for(
+        "the closed connection said",
+        Duration::from_secs(20),
+        || async { p.stderr().contains(closed.as_str()) },
+    )
+    .await;
+    assert!(p.exited(Duration::ZERO).await.is_none(), "still retrying");
+    assert!(!p.stderr().contains("SSLRequest"), "{}", p.stderr());
+    proxy.abort();
+}
+
+backend_tests!(run_on_a_standby_waits_for_the_primary: postgres => Postgres);
+/// A server that takes no writes (a standby): `run` does not start there,
+/// it waits and says why, within seconds; then starts once it takes writes.
+async fn run_on_a_standby_waits_for_the_primary(db: TestDb) {
+    let name = db.url.rsplit('/').next().unwrap().to_string();
+    let admin = |on: bool| {
+        let sql = if on {
+            format!("ALTER DATABASE {name} SET default_transaction_read_only = on")
+        } else {
+            format!("ALTER DATABASE {name} RESET default_transaction_read_only")
+        };
+        async move {
+            let url = testkit::Servers::default()
+                .admin(testkit::Backend::Postgres)
+                .unwrap()
+                .unwrap();
+            let conn = sea_orm::Database::connect(url).await.unwrap();
+            sea_orm::ConnectionTrait::execute_unprepared(&conn, &sql)
+                .await
+                .unwrap();
+            conn.close().await.unwrap();
+        }
+    };
+    admin(true).await;
+    let mut p = run(&db.url, &[("RUST_LOG", "info")]);
+    wait_for("the standby said", GIVES_UP_WITHIN, || async {
+        p.stderr()
+            .contains("takes no writes (a standby or a demoted primary)")
+    })
+    .await;
+    assert!(p.exited(Duration::ZERO).await.is_none(), "still waiting");
+    admin(false).await;
+    wait_for(
+        "a session once writes are taken",
+        Duration::from_secs(60),
+        || async { !db.sessions().await.is_empty() },
+    )
+    .await;
+}

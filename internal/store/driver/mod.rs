@@ -320,6 +320,22 @@ pub fn is_wrong_node(err: &sea_orm::DbErr) -> bool {
         .is_some_and(|my| mysql::READ_ONLY.contains(&my.number()))
 }
 
+/// Whether PostgreSQL says a prepared statement of this connection is
+/// missing or taken: the connection changes server between statements
+/// (a pooler in transaction mode).
+pub fn is_lost_statement(err: &sea_orm::DbErr) -> bool {
+    use sea_orm::{DbErr, RuntimeErr};
+    let (DbErr::Conn(RuntimeErr::SqlxError(e))
+    | DbErr::Exec(RuntimeErr::SqlxError(e))
+    | DbErr::Query(RuntimeErr::SqlxError(e))) = err
+    else {
+        return false;
+    };
+    e.as_database_error()
+        .and_then(|d| d.try_downcast_ref::<sea_orm::sqlx::postgres::PgDatabaseError>())
+        .is_some_and(|pg| postgres::LOST_STATEMENT.contains(&pg.code()))
+}
+
 /// Whether an error is transient and the statement should be retried:
 /// a dropped or unavailable connection, or a conflict the database asks
 /// the client to retry. Read from the driver's error kind and codes, never

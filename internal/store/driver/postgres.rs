@@ -96,6 +96,11 @@ pub(super) fn transient(d: &dyn DatabaseError) -> Option<bool> {
 /// or read-only: the connection is on the wrong node.
 pub(super) const READ_ONLY: &str = "25006";
 
+/// invalid_sql_statement_name and duplicate_prepared_statement: a named
+/// prepared statement missing, or one of another client's in the way, as
+/// happens through a pooler in transaction mode.
+pub(super) const LOST_STATEMENT: [&str; 2] = ["26000", "42P05"];
+
 /// 3D000 (invalid_catalog_name: no such database) and 28P01 / 28000 (a
 /// wrong password, an unknown role, no pg_hba.conf entry); None for
 /// another driver's error.
