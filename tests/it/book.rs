@@ -199,8 +199,18 @@ fn the_book_explains_every_command_and_flag() {
         "ui",
         "wait",
         "export",
+        "events list",
+        "events retry",
+        "limits set",
+        "limits list",
+        "limits clear",
+        "tokens create",
+        "tokens list",
+        "tokens revoke",
     ] {
-        let o = processor(&[cmd, "--help"], "");
+        let mut args: Vec<&str> = cmd.split(' ').collect();
+        args.push("--help");
+        let o = processor(&args, "");
         let help = String::from_utf8_lossy(&o.stdout).to_string();
         assert!(
             book.contains(&format!("processor {cmd}")),
