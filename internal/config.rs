@@ -1,4 +1,4 @@
-//! Settings of a running processor, with their defaults (README: Commands).
+//! Settings of a running processor, with their defaults (the book: Reference, Command line).
 
 use std::time::Duration;
 
@@ -37,7 +37,7 @@ pub struct Config {
     /// Extra request headers; values may be secrets.
     pub headers: Vec<(String, String)>,
     /// HMAC-SHA256 signing secrets of requests: `whsec_<base64>` or raw
-    /// text (README: Signatures); several during a rotation, each signing
+    /// text (the book: Verifying signatures); several during a rotation, each signing
     /// every request. Empty = unsigned.
     pub signing_secrets: Vec<String>,
     /// Which signatures requests carry (`--signature-scheme`).
@@ -85,7 +85,7 @@ pub struct Config {
     /// Prune finished partitions older than this every few minutes; None = keep them.
     pub retention: Option<Duration>,
     /// Items per handler request; 1 = one item per request, above 1 = the
-    /// batch protocol (README: Batches).
+    /// batch protocol (the book: Batches).
     pub batch_size: usize,
     /// How long a batch may wait for more items once some are ready and a
     /// request is already running; an idle processor sends at once.

@@ -51,6 +51,7 @@ pub(crate) mod notify;
 pub(crate) mod policy;
 pub mod printable;
 pub(crate) mod ratelog;
+pub mod reference;
 pub(crate) mod retention;
 pub(crate) mod rotation;
 pub mod run;

@@ -38,12 +38,13 @@ macro_rules! metrics {
 
 metrics! {
     /// Handler results by what they did to the item.
-    items: Family<OutcomeLabel, Counter> = Family::default(), "items", "Handler results by outcome";
+    items: Family<OutcomeLabel, Counter> = Family::default(), "items",
+        "Handler results by outcome: done, stepped, retried, failed, rejected (stale, not written)";
     /// Handler call latency.
     handler_seconds: Histogram = Histogram::new(exponential_buckets(0.001, 2.0, 16)),
         "handler_request_duration_seconds", "Handler call latency";
     /// Items being delivered now.
-    in_flight: Gauge = Gauge::default(), "items_in_flight", "Items being delivered now";
+    in_flight: Gauge = Gauge::default(), "items_in_flight", "Deliveries in progress";
     /// Partitions this processor holds.
     partitions_held: Gauge = Gauge::default(), "partitions_held", "Partitions held by this processor";
     /// Gate advances written.
@@ -56,45 +57,46 @@ metrics! {
     acquire_cycles: Counter = Counter::default(), "acquire_cycles",
         "Acquire cycles run (full cycles and the leasing steps between them)";
     /// Partitions taken from another live session.
-    steals: Counter = Counter::default(), "steals", "Partitions stolen from other sessions";
+    steals: Counter = Counter::default(), "steals", "Partitions taken from another live processor";
     /// Partitions this processor lost (stolen, released or session expired).
     leases_lost: Counter = Counter::default(), "leases_lost",
-        "Partitions lost to others or to an expired session";
+        "Partitions lost (taken, released, or the session expired)";
     /// Times this processor's session was found dead.
     sessions_lost: Counter = Counter::default(), "sessions_lost",
         "Times this processor's session was found dead";
     /// Live sessions, as of the last acquire cycle.
-    sessions_alive: Gauge = Gauge::default(), "sessions_alive", "Live processor sessions";
+    sessions_alive: Gauge = Gauge::default(), "sessions_alive",
+        "Live processors, as of the last acquire cycle";
     /// Available items in held partitions, counted once per sweep.
     backlog: Gauge = Gauge::default(), "backlog_items",
-        "Available items in held partitions (counted once per sweep of the held partitions)";
+        "Available items in held partitions, counted up to 100,000 at most every 30 s (at the start of a sweep of the held partitions)";
     /// Deliveries that found the handler unreachable (no attempt counted).
     handler_unreachable: Counter = Counter::default(), "handler_unreachable",
         "Deliveries that could not reach the handler (no attempt counted)";
     /// Completion events the receiver accepted.
     events_delivered: Counter = Counter::default(), "events_delivered",
-        "Completion events delivered to --events-url";
+        "Completion events the receiver at --events-url accepted";
     /// Event delivery attempts that failed and will be tried again.
     events_retried: Counter = Counter::default(), "events_retried",
         "Event delivery attempts that failed and will be tried again";
     /// Events given up on (refused, or out of attempts) and kept as failed.
     events_failed: Counter = Counter::default(), "events_failed",
-        "Events given up on and kept as failed";
+        "Events given up on (refused, or out of attempts) and kept as failed";
     /// Events waiting to be delivered, as the sender last counted them.
     events_pending: Gauge = Gauge::default(), "events_pending",
-        "Completion events waiting to be delivered (counted by the sender every 10 s)";
+        "Completion events waiting to be delivered (counted every 10 s by the processor that sends events; 0 on the others)";
     /// Events kept as failed, as the sender last counted them.
     events_undeliverable: Gauge = Gauge::default(), "events_undeliverable",
-        "Completion events kept as failed (counted by the sender every 10 s)";
+        "Completion events kept as failed (counted every 10 s by the processor that sends events; 0 on the others)";
     /// 1 while the circuit breaker is open.
     breaker_open: Gauge = Gauge::default(), "breaker_open",
         "1 while the circuit breaker is open (handler calls failing as an outage)";
     /// Handler answers that said "too many" (429, or 503 with Retry-After).
     throttled: Counter = Counter::default(), "throttled",
-        "Handler calls answered 429, or 503 with Retry-After";
+        "Handler calls answered 429, or 503 with Retry-After (too many)";
     /// The adaptive rate after throttle answers; 0 = not limited.
     adaptive_rate: Gauge = Gauge::default(), "adaptive_rate",
-        "Items per second this processor sends at after throttle answers (0 = not limited)";
+        "Items per second this processor holds itself to after such answers (0 = not held back)";
     /// Since when dispatch holds off (Unix seconds); 0 while it dispatches.
     held_off_since: Gauge = Gauge::default(), "held_off_since_seconds",
         "Unix time since which dispatch holds off (handler not there, breaker open); 0 while it dispatches";
@@ -106,7 +108,7 @@ metrics! {
         "SQL statements issued by this processor";
     /// Database statement attempts cut off by `--statement-timeout`.
     statement_timeouts: Counter = Counter::default(), "statement_timeouts",
-        "Database statements cut off by --statement-timeout (their connections are closed)";
+        "Statement attempts cut off by --statement-timeout, or heartbeats by half the session expiry (their connections are closed)";
 }
 
 impl Metrics {

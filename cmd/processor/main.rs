@@ -9,6 +9,7 @@ mod controls;
 mod events;
 mod items;
 mod limits;
+mod reference;
 mod run;
 mod status;
 mod tokens;
@@ -75,6 +76,9 @@ enum Command {
     Limits(limits::LimitsArgs),
     /// Producer tokens for the enqueue API, each bound to a tenant: create, list or revoke them.
     Tokens(tokens::TokensArgs),
+    /// Write the book's reference pages from the code (for the docs; hidden).
+    #[command(hide = true)]
+    Reference(reference::ReferenceArgs),
 }
 
 #[derive(Args, Clone)]
@@ -227,6 +231,7 @@ async fn main() -> ExitCode {
         Command::Events(args) => events::events(args).await,
         Command::Limits(args) => limits::limits(args).await,
         Command::Tokens(args) => tokens::tokens(args).await,
+        Command::Reference(args) => reference::reference(args).await,
         Command::Ui(args) => match shutdown_signal() {
             Ok(stop) => {
                 init_logs(LogFormat::Text, LOGS);

@@ -132,7 +132,7 @@ pub struct RunArgs {
     /// Prune complete and cancelled partitions older than this every few minutes, e.g. 7d [default: off]
     #[arg(long, env = "FEED_RETENTION", value_parser = duration)]
     retention: Option<Duration>,
-    /// Items per handler request; above 1, a JSON array of items per POST (README: Batches)
+    /// Items per handler request; above 1, a JSON array of items per POST (see the book: Batches)
     #[arg(long, env = "FEED_BATCH_SIZE", default_value_t = Config::BATCH_SIZE)]
     batch_size: usize,
     /// Longest a partial batch waits for more items while another request runs

@@ -11,11 +11,12 @@ use axum::extract::{DefaultBodyLimit, Path, Query, State};
 use axum::handler::Handler;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post, put};
+use axum::routing::{MethodRouter, get, post, put};
 use axum::{Json, Router};
 use serde::Deserialize;
 
 use super::admit::Admin;
+use super::endpoints::{Access, Endpoint, fields, no_query};
 use super::{
     Console, api_error, auth, completion, enqueue, json_error, json_errors, limits, tokens,
 };
@@ -71,34 +72,207 @@ impl Action {
     }
 }
 
-pub(super) fn routes() -> Router<Console> {
-    Router::new()
-        .route("/status", get(status))
-        .route("/partitions", get(partitions))
-        .route("/partitions/{id}", get(partition))
-        // Static segments win over `{action}`, so the POST is never an action.
-        .route(
-            "/partitions/{id}/items",
-            get(items).post(
-                enqueue::enqueue.layer(DefaultBodyLimit::max(enqueue::MAX_ENQUEUE_BODY_BYTES)),
+/// Every route with what the reference says of it; `routes` serves
+/// exactly these.
+pub(super) fn table() -> Vec<(Endpoint, MethodRouter<Console>)> {
+    use Access::{Admin, Open, Producer};
+    let e = |method, path, query, body, access, answer| Endpoint {
+        method,
+        path,
+        query,
+        body,
+        access,
+        answer,
+    };
+    vec![
+        (
+            e(
+                "GET",
+                "/status",
+                no_query,
+                "",
+                Open,
+                "the same document as `processor status --json`",
             ),
-        )
-        .route("/partitions/{id}/items.ndjson", get(completion::export))
-        .route("/partitions/{id}/{action}", post(act))
-        .route("/events", get(completion::events))
-        .route("/events/retry", post(completion::retry))
-        .route("/items/{id}/retry", post(retry_item))
-        .route("/producer-tokens", get(tokens::list).post(tokens::create))
-        .route(
-            "/producer-tokens/{id}",
+            get(status),
+        ),
+        (
+            e(
+                "GET",
+                "/partitions",
+                fields::<PartitionQuery>,
+                "",
+                Open,
+                "`{\"data\": [partition…], \"next\": id or null}`, in id order",
+            ),
+            get(partitions),
+        ),
+        (
+            e(
+                "GET",
+                "/partitions/{id}",
+                no_query,
+                "",
+                Open,
+                "one partition with `items_by_status` and `items_by_gate`",
+            ),
+            get(partition),
+        ),
+        (
+            e(
+                "GET",
+                "/partitions/{id}/items",
+                fields::<ItemQuery>,
+                "",
+                Open,
+                "`{\"data\": [item…], \"next\": id or null}`",
+            ),
+            get(items),
+        ),
+        (
+            e(
+                "POST",
+                "/partitions/{id}/items",
+                fields::<enqueue::EnqueueQuery>,
+                "a JSON array of items, or JSON lines",
+                Producer,
+                "enqueues the items in one transaction: `{partition, items, created, reopened, failed, ids}`",
+            ),
+            post(enqueue::enqueue.layer(DefaultBodyLimit::max(enqueue::MAX_ENQUEUE_BODY_BYTES))),
+        ),
+        (
+            e(
+                "GET",
+                "/partitions/{id}/items.ndjson",
+                fields::<completion::ExportQuery>,
+                "",
+                Open,
+                "the partition's items as JSON lines in write order, streamed: the lines of `processor export` (`application/x-ndjson`)",
+            ),
+            get(completion::export),
+        ),
+        (
+            e(
+                "POST",
+                "/partitions/{id}/{action}",
+                no_query,
+                "`{\"gate\": N}` for `checkpoint`, else none",
+                Admin,
+                "`action` is `retry` (its failed items), `pause`, `resume`, `cancel` or `checkpoint` (a manual partition), as the commands; answers the partition",
+            ),
+            post(act),
+        ),
+        (
+            e(
+                "POST",
+                "/items/{id}/retry",
+                no_query,
+                "",
+                Admin,
+                "retries one failed item; answers the item",
+            ),
+            post(retry_item),
+        ),
+        (
+            e(
+                "GET",
+                "/events",
+                fields::<completion::EventQuery>,
+                "",
+                Open,
+                "completion events, oldest first: `[{id, partition_id, kind, gate, counts, status, attempts, last_error, created_at}…]`",
+            ),
+            get(completion::events),
+        ),
+        (
+            e(
+                "POST",
+                "/events/retry",
+                no_query,
+                "`{}`, `{\"partition\": ID}` or `{\"id\": N}`",
+                Admin,
+                "failed events back to pending: `{\"retried\": n}`",
+            ),
+            post(completion::retry),
+        ),
+        (
+            e(
+                "GET",
+                "/producer-tokens",
+                no_query,
+                "",
+                Admin,
+                "the producer tokens' scopes, oldest first: `[{id, tenant, prefix, max_weight, max_in_flight, created_at}…]`",
+            ),
+            get(tokens::list),
+        ),
+        (
+            e(
+                "POST",
+                "/producer-tokens",
+                no_query,
+                "`{\"tenant\": T, \"prefix\"?: P, \"max_weight\"?: N, \"max_in_flight\"?: N}`",
+                Admin,
+                "creates a producer token: its scope and, this once, `token`",
+            ),
+            post(tokens::create),
+        ),
+        (
+            e(
+                "DELETE",
+                "/producer-tokens/{id}",
+                no_query,
+                "",
+                Admin,
+                "revokes it: `{\"id\": …, \"revoked\": true}`; 404 when there is none",
+            ),
             axum::routing::delete(tokens::revoke),
-        )
-        .route("/limits", get(list_limits))
-        .route("/limits/{tenant}", put(set_limit).delete(clear_limit))
+        ),
+        (
+            e(
+                "GET",
+                "/limits",
+                no_query,
+                "",
+                Open,
+                "every tenant's limits, by tenant: `[{tenant, max_in_flight, rate, burst, weight}…]` (`rate` in items per second; `null` = no limit)",
+            ),
+            get(list_limits),
+        ),
+        (
+            e(
+                "PUT",
+                "/limits/{tenant}",
+                no_query,
+                "`{\"max_in_flight\": N, \"rate\": \"100/s\", \"burst\": N, \"weight\": N}`",
+                Admin,
+                "sets a tenant's limits, as `processor limits set`: a field left out keeps its value, `null` removes it, `max_in_flight: 0` is no cap, `rate` is `\"500/s\"`, `\"30/m\"`, `\"1000/h\"` or a number of items per second, `weight` runs from 1 to 1000; answers the tenant's limits",
+            ),
+            put(set_limit),
+        ),
+        (
+            e(
+                "DELETE",
+                "/limits/{tenant}",
+                no_query,
+                "",
+                Admin,
+                "removes a tenant's limits: `{\"tenant\": …, \"removed\": true}` (`false` when it had none)",
+            ),
+            axum::routing::delete(clear_limit),
+        ),
+    ]
+}
+
+pub(super) fn routes() -> Router<Console> {
+    // Static segments win over `{action}`, so the item POST is never an action.
+    table()
+        .into_iter()
+        .fold(Router::new(), |r, (e, route)| r.route(e.path, route))
         .fallback(|| async {
             api_error(
                 StatusCode::NOT_FOUND,
-                "no such API path; see README: JSON API",
+                "no such API path; see the book's reference: HTTP API",
             )
         })
         .layer(axum::middleware::map_response(json_errors))

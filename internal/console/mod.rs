@@ -12,6 +12,7 @@ mod api;
 mod auth;
 mod client;
 mod completion;
+pub mod endpoints;
 mod enqueue;
 mod enqueue_body;
 mod errors;

@@ -1,5 +1,5 @@
-//! Reading a handler's answer, one item's or a batch's (README: The
-//! handler protocol).
+//! Reading a handler's answer, one item's or a batch's (the book:
+//! Writing a handler).
 
 use std::time::Duration;
 
@@ -66,7 +66,7 @@ fn answer(raw: &[u8]) -> Option<Result<Answer<'_>, ()>> {
     (first_byte(raw) == Some(b'{')).then(|| serde_json::from_slice(raw).map_err(|_| ()))
 }
 
-/// Reads a handler's response into an outcome (README: The handler protocol).
+/// Reads a handler's response into an outcome (the book: Writing a handler).
 pub fn parse_response(status: StatusCode, body: &Bytes, retry_after: Option<Duration>) -> Outcome {
     let parsed = answer(body);
     if let Some(Ok(a)) = &parsed

@@ -1,5 +1,5 @@
 //! What signing needs besides the HMACs: the key a secret stands for, and
-//! the `webhook-id` of a request (README: Signatures).
+//! the `webhook-id` of a request (the book: Verifying signatures).
 
 use std::borrow::Cow;
 

@@ -1,7 +1,7 @@
 //! The handler side: the [`Handler`] trait that turns an item (or a batch
 //! of items) into an [`Outcome`], [`HttpHandler`], which POSTs them to the
-//! user's HTTP handler, and the parser of its answers (README: The handler
-//! protocol).
+//! user's HTTP handler, and the parser of its answers (the book: Writing a
+//! handler).
 
 use std::time::Duration;
 

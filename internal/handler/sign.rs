@@ -1,4 +1,4 @@
-//! Signing requests (README: Signatures): Standard Webhooks (`webhook-id`,
+//! Signing requests (the book: Verifying signatures): Standard Webhooks (`webhook-id`,
 //! `webhook-timestamp`, `webhook-signature`) and Feed's own
 //! `Feed-Signature`, with one key per secret (several during a rotation).
 //!

@@ -2,7 +2,7 @@
 //!
 //! The tables are a public contract (producers write rows with plain SQL), so
 //! the DDL is written out per backend rather than generated: the column types
-//! and defaults are exactly what README documents. Every statement is
+//! and defaults are exactly what the book documents. Every statement is
 //! idempotent (`IF NOT EXISTS`) so that processors starting at the same moment
 //! on an empty database can all apply it.
 

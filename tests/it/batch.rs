@@ -1,4 +1,4 @@
-//! Batch delivery (README: Batches): one request carries a JSON array of
+//! Batch delivery (the book: Batches): one request carries a JSON array of
 //! items, element i of the answer is item i's answer, and an answer that
 //! is not an array of the right length fails every item of the batch.
 

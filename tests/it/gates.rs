@@ -1,4 +1,4 @@
-//! Fan-out, fan-in and closing (README: The model).
+//! Fan-out, fan-in and closing (the book: Concepts).
 
 use std::time::Duration;
 

@@ -11,6 +11,8 @@ mod support;
 
 mod batch;
 mod bodies;
+mod book;
+mod book_examples;
 mod breaker;
 mod browser;
 mod chaos;

@@ -24,7 +24,7 @@ on_network_backends!(dead_connections_give_back_their_pool_slots);
 /// own, so without the store's bounded check each dead connection would
 /// hold its slot for good and, the pool full of them, nothing would run.
 /// Plain TCP: over TLS, sqlx's own close of a connection that failed the
-/// check still waits for the silent peer (see README, "Network faults").
+/// check still waits for the silent peer (see the book, "Network faults and failover").
 async fn dead_connections_give_back_their_pool_slots(db: TestDb) {
     let proxy = Proxy::start(upstream(&db.url)).await;
     let limit = Duration::from_secs(1);

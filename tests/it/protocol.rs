@@ -1,4 +1,4 @@
-//! The handler protocol (README: The handler protocol): retries, failures, Retry-After,
+//! The handler protocol (the book: Writing a handler): retries, failures, Retry-After,
 //! a handler that is down, and the request headers.
 
 use std::sync::Arc;

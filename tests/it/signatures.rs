@@ -1,5 +1,5 @@
 //! Signed requests checked by third-party code, not Feed's: the
-//! `standardwebhooks` crate, and README's Python snippets run with the
+//! `standardwebhooks` crate, and the book's Python snippets run with the
 //! `standardwebhooks` package. Single items, batches, a retried step,
 //! events, a rotation of secrets, and an item request replayed to the
 //! events receiver, which must fail.
@@ -36,7 +36,7 @@ fn verifies(call: &Call) -> bool {
         && old_key().verify(&call.body, &call.headers).is_ok()
 }
 
-/// What README tells an events receiver to do: verify, and refuse a
+/// What the book tells an events receiver to do: verify, and refuse a
 /// `webhook-id` that is not an event's number.
 fn event_verifies(call: &Call) -> bool {
     let id = call.header("webhook-id").unwrap_or_default();
@@ -231,7 +231,7 @@ enum Kind {
 }
 
 /// Reads requests (headers, base64 body) from stdin and prints whether
-/// each passes README's checks.
+/// each passes the book's checks.
 const DRIVER: &str = r#"
 import base64, json, sys
 out = []
@@ -248,13 +248,13 @@ for r in json.load(sys.stdin):
 print(json.dumps(out))
 "#;
 
-/// Runs README's Python snippets over `calls`: the `standardwebhooks`
+/// Runs the book's Python snippets over `calls`: the `standardwebhooks`
 /// package and, with `feed`, the `Feed-Signature` v2 check; whether each
 /// call passes.
 fn python(calls: &[Call], kind: Kind, feed: bool) -> Vec<bool> {
     use base64::Engine;
-    let readme = include_str!("../../README.md");
-    let blocks: Vec<&str> = readme
+    let page = include_str!("../../docs/book/src/handler/signatures.md");
+    let blocks: Vec<&str> = page
         .split("```python\n")
         .skip(1)
         .filter_map(|b| b.split("```").next())
@@ -296,7 +296,7 @@ fn python(calls: &[Call], kind: Kind, feed: bool) -> Vec<bool> {
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
-        .expect("python3 runs README's verification (CI installs it and standardwebhooks)");
+        .expect("python3 runs the book's verification (CI installs it and standardwebhooks)");
     let input = serde_json::to_vec(&requests).unwrap();
     std::io::Write::write_all(&mut child.stdin.take().unwrap(), &input).unwrap();
     let out = child.wait_with_output().unwrap();

@@ -1,4 +1,4 @@
-//! Mistakes at start (README: Troubleshooting: the database) and exit
+//! Mistakes at start (the book: Troubleshooting, The database) and exit
 //! codes: a database that cannot be used as the URL says ends the command
 //! within seconds with one line saying what to do; one that may come up
 //! later is waited for, and the log says why; every command says which

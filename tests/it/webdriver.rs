@@ -13,6 +13,16 @@ use crate::support::{free_port, wait_for};
 const CHROMIUM: &str = "/usr/bin/chromium";
 const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
 
+/// The screenshots the book's console page shows.
+const BOOK: [&str; 6] = [
+    "overview",
+    "partitions",
+    "partition-progress",
+    "partition-failed",
+    "processors-send-rate",
+    "limits",
+];
+
 /// chromedriver plus one browser session; `close` it at the end of a test.
 pub struct Browser {
     pub client: Client,
@@ -163,7 +173,9 @@ impl Browser {
             .unwrap()
     }
 
-    /// Writes a PNG of the page to `target/screenshots/NAME.png`.
+    /// Writes a PNG of the page to `target/screenshots/NAME.png`; with
+    /// `FEED_SCREENSHOTS=1`, the pages the book shows also to
+    /// `docs/book/src/images/console-NAME.png`.
     pub async fn screenshot(&self, name: &str) {
         let dir = std::env::var("CARGO_TARGET_DIR")
             .map(PathBuf::from)
@@ -171,7 +183,11 @@ impl Browser {
             .join("screenshots");
         std::fs::create_dir_all(&dir).unwrap();
         let png = self.client.screenshot().await.unwrap();
-        std::fs::write(dir.join(format!("{name}.png")), png).unwrap();
+        std::fs::write(dir.join(format!("{name}.png")), &png).unwrap();
+        if std::env::var("FEED_SCREENSHOTS").is_ok_and(|v| v == "1") && BOOK.contains(&name) {
+            let book = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("docs/book/src/images");
+            std::fs::write(book.join(format!("console-{name}.png")), &png).unwrap();
+        }
     }
 }
 
