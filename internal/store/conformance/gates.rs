@@ -32,10 +32,12 @@ async fn probes_say_what_each_partition_needs(k: Kit) {
     k.session("s1").await;
     k.session("s2").await;
     let me = Some("s1");
-    let cases: [(&str, &[(i64, &str)]); 10] = [
+    let cases: [(&str, &[(i64, &str)]); 12] = [
         ("waiting", &[(0, "available")]),
         ("paused", &[(0, "available")]),
         ("backoff", &[(0, "available")]),
+        ("due", &[(0, "available"), (0, "available")]),
+        ("behind", &[(0, "available"), (0, "available")]),
         ("below", &[(1, "available"), (2, "complete")]),
         ("unknown", &[(0, "weird")]),
         ("blocked", &[(0, "failed"), (1, "available")]),
@@ -57,12 +59,17 @@ async fn probes_say_what_each_partition_needs(k: Kit) {
     k.sqls(&[
         "UPDATE feed_partitions SET paused = TRUE WHERE id = 'paused'",
         "UPDATE feed_items SET not_before = {now} + 3600000 WHERE partition_id = 'backoff'",
+        // One item due a second ago behind one scheduled for later.
+        "UPDATE feed_items SET not_before = {now} + 3600000 WHERE id = 'due/1'",
+        "UPDATE feed_items SET not_before = {now} - 1000 WHERE id = 'due/0'",
+        // One item without a time written before one scheduled for later.
+        "UPDATE feed_items SET not_before = {now} + 3600000 WHERE id = 'behind/1'",
         "UPDATE feed_partitions SET gate = 2 WHERE id = 'below'",
         "UPDATE feed_partitions SET on_failure = 'continue' WHERE id = 'continues'",
     ])
     .await;
     let ids: Vec<PartitionId> = cases.iter().map(|(id, _)| PartitionId::from(*id)).collect();
-    let got: HashMap<String, GateProbe> = k
+    let mut got: HashMap<String, GateProbe> = k
         .store
         .partitions_for_check(&"s1".into(), &ids)
         .await
@@ -70,10 +77,19 @@ async fn probes_say_what_each_partition_needs(k: Kit) {
         .into_iter()
         .map(|(p, probe)| (p.id.to_string(), probe))
         .collect();
+    // A partition waiting out a time says when it comes due.
+    let Some(GateProbe::Idle(Some(due_in))) = got.remove("backoff") else {
+        panic!("backoff is idle with a due time: {got:?}");
+    };
+    assert!(
+        (3_500_000..=3_600_000).contains(&due_in),
+        "due in {due_in} ms"
+    );
     let want: HashMap<String, GateProbe> = [
         ("waiting", GateProbe::Waiting),
-        ("paused", GateProbe::Idle),
-        ("backoff", GateProbe::Idle),
+        ("paused", GateProbe::Idle(None)),
+        ("due", GateProbe::Waiting),
+        ("behind", GateProbe::Waiting),
         ("below", GateProbe::Unrunnable),
         ("unknown", GateProbe::Unrunnable),
         ("blocked", GateProbe::Blocked),
