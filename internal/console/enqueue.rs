@@ -77,7 +77,7 @@ impl EnqueueQuery {
     /// The schedule of the request's items that give none of their own.
     fn schedule(&self) -> Result<Option<Schedule>, String> {
         crate::schedule::default_of(self.not_before.as_deref(), self.delay.as_deref())
-            .map_err(|e| format!("query parameter {e}"))
+            .map_err(|e| format!("in the query: {e}"))
     }
 }
 

@@ -15,6 +15,7 @@ conformance!(
     advance_and_close_recheck_for_available_items,
     close_finished_closes_only_finished_partitions,
     unrunnable_items_fail_with_a_reason,
+    a_scheduled_item_holds_its_gate,
 );
 
 /// `id` as a gate check reads it (held by `me`).
@@ -247,4 +248,42 @@ async fn unrunnable_items_fail_with_a_reason(k: Kit) {
         assert!(error.contains(says), "{error}");
     }
     assert_eq!(k.item_row("ok").await.0, "available");
+}
+
+/// An item scheduled for later is available at its gate: the check finds
+/// the partition idle until then (not ready to advance to the work behind
+/// it), and an advance computed anyway is refused by its own re-check.
+/// Once its time has come it is work at the gate like any other.
+async fn a_scheduled_item_holds_its_gate(k: Kit) {
+    k.session("s1").await;
+    k.partition("p", Some("s1")).await;
+    k.items(&[
+        ("later", "p", 0, "available"),
+        ("next", "p", 1, "available"),
+    ])
+    .await;
+    k.sql("UPDATE feed_items SET not_before = {now} + 3600000 WHERE id = 'later'")
+        .await;
+    let found = k
+        .store
+        .partitions_for_check(&"s1".into(), &["p".into()])
+        .await
+        .unwrap();
+    let [(p, GateProbe::Idle(Some(due_in)))] = found.as_slice() else {
+        panic!("idle until the item comes due: {found:?}");
+    };
+    assert!((3_500_000..=3_600_000).contains(due_in), "{due_in}");
+    assert!(
+        !k.store.advance_gate(p, &"s1".into(), 1).await.unwrap(),
+        "an advance past it is refused"
+    );
+    assert_eq!(k.partition_row("p").await.1, 0);
+    k.sql("UPDATE feed_items SET not_before = {now} - 1 WHERE id = 'later'")
+        .await;
+    let found = k
+        .store
+        .partitions_for_check(&"s1".into(), &["p".into()])
+        .await
+        .unwrap();
+    assert_eq!(found[0].1, GateProbe::Waiting, "due: work at the gate");
 }
