@@ -10,6 +10,7 @@
 //! statement only delays it.
 
 use std::collections::HashSet;
+use std::time::Duration;
 
 use crate::Result;
 use crate::context::Context;
@@ -39,6 +40,9 @@ pub struct Checked {
     ended: Vec<PartitionId>,
     /// Partitions moved to a new gate, with their new versions.
     advanced: Vec<(PartitionId, i64)>,
+    /// Idle partitions whose first scheduled item comes due after this
+    /// long (by the database clock, as the check read it).
+    pub waits: Vec<(PartitionId, Duration)>,
     /// The statement that cut the check short; its remaining partitions
     /// stay marked and are checked again.
     pub error: Option<crate::Error>,
@@ -65,7 +69,7 @@ enum Decision {
 fn decide(p: &HeldPartition, probe: GateProbe) -> Decision {
     match probe {
         GateProbe::Waiting => Decision::Wait,
-        GateProbe::Idle => Decision::Hold,
+        GateProbe::Idle(_) => Decision::Hold,
         GateProbe::Unrunnable => Decision::FailUnrunnable,
         GateProbe::Blocked => Decision::Fail,
         GateProbe::Next(Some(_)) if p.manual_checkpoint => Decision::Hold,
@@ -136,6 +140,11 @@ async fn run(
         .collect();
     let mut closing = Vec::new();
     for (p, probe) in &parts {
+        if let GateProbe::Idle(Some(ms)) = probe {
+            // At least a millisecond: the time was read a moment before.
+            let ms = u64::try_from(*ms).unwrap_or(0).max(1);
+            out.waits.push((p.id.clone(), Duration::from_millis(ms)));
+        }
         let decision = decide(p, *probe);
         if apply(ctx, me, p, decision, out, &mut closing).await? {
             out.settled.push(p.id.clone());
@@ -256,7 +265,7 @@ mod tests {
     fn decisions() {
         let p = part(1);
         assert_eq!(decide(&p, GateProbe::Waiting), Decision::Wait);
-        assert_eq!(decide(&p, GateProbe::Idle), Decision::Hold);
+        assert_eq!(decide(&p, GateProbe::Idle(Some(5))), Decision::Hold);
         assert_eq!(decide(&p, GateProbe::Next(Some(3))), Decision::Advance(3));
         assert_eq!(decide(&p, GateProbe::Next(None)), Decision::Close);
         assert_eq!(decide(&p, GateProbe::Blocked), Decision::Fail);

@@ -14,6 +14,7 @@
 //! - [`run`](mod@run): start-up and graceful shutdown;
 //! - [`console`]: the web dashboard and its JSON API (operator controls);
 //! - [`lines`]: the JSON-lines item format of `processor enqueue`;
+//! - [`schedule`]: scheduled items' `not_before` and `delay` as producers write them;
 //! - [`demo`]: the resume example behind `processor demo`;
 //! - [`config`], [`error`]: settings and the error type.
 //!
@@ -55,6 +56,7 @@ pub mod reference;
 pub(crate) mod retention;
 pub(crate) mod rotation;
 pub mod run;
+pub mod schedule;
 pub mod server;
 pub(crate) mod session;
 pub mod status;

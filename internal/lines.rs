@@ -1,8 +1,9 @@
 //! The JSON-lines item format: what producers feed to `processor enqueue`
 //! (one item per line, `{"id"?: string, "gate"?: int, "data": any}`, with
-//! `data_base64` for data that is not JSON, or with `raw` each line is an
-//! item's data as it is; blank lines are skipped), and what `processor
-//! export` writes, which `enqueue` reads back.
+//! `data_base64` for data that is not JSON, `not_before` or `delay` for an
+//! item that must not run before a time (see `schedule`), or with `raw`
+//! each line is an item's data as it is; blank lines are skipped), and
+//! what `processor export` writes, which `enqueue` reads back.
 //!
 //! An item's data is kept byte for byte: the JSON text of `data` exactly as
 //! sent (its big numbers, key order, duplicate keys and inner whitespace),
@@ -23,7 +24,8 @@ use crate::{Error, Result};
 
 /// What a line may hold, for error messages.
 const EXPECTED: &str = "expected {\"id\"?: string, \"gate\"?: int, \"data\": any}, \
-     with \"data_base64\" for data that is not JSON (or use --raw)";
+     with \"data_base64\" for data that is not JSON, \"not_before\" (epoch ms or RFC 3339) or \
+     \"delay\" (\"10m\") for a later time (or use --raw)";
 
 /// Fields `processor export` writes beside the item: read and ignored, so
 /// that its output enqueues as it is (the items start over as available).
@@ -94,6 +96,7 @@ fn item(text: &str, data: impl FnOnce(&str) -> Bytes) -> std::result::Result<New
         (None, None) => return Err(format!("missing field `data`; {EXPECTED}")),
     };
     let mut item = NewItem::new(bytes);
+    item.schedule = crate::schedule::of_line(fields.not_before, fields.delay)?;
     if let Some(id) = fields.id.filter(|v| v.get() != "null") {
         let id: String =
             serde_json::from_str(id.get()).map_err(|_| "id must be a string".to_string())?;
@@ -117,6 +120,8 @@ struct Envelope<'a> {
     gate: Option<&'a RawValue>,
     data: Option<&'a RawValue>,
     data_base64: Option<&'a RawValue>,
+    not_before: Option<&'a RawValue>,
+    delay: Option<&'a RawValue>,
     problem: Option<String>,
 }
 
@@ -147,6 +152,8 @@ impl<'de> Visitor<'de> for EnvelopeVisitor {
                 "gate" => Some(&mut e.gate),
                 "data" => Some(&mut e.data),
                 "data_base64" => Some(&mut e.data_base64),
+                "not_before" => Some(&mut e.not_before),
+                "delay" => Some(&mut e.delay),
                 _ => None,
             };
             match slot {
@@ -173,14 +180,17 @@ impl<'de> Visitor<'de> for EnvelopeVisitor {
 
 /// Whether an item line may hold the field `key`.
 fn slot_known(key: &str) -> bool {
-    ["id", "gate", "data", "data_base64"].contains(&key) || EXPORTED.contains(&key)
+    ["id", "gate", "data", "data_base64", "not_before", "delay"].contains(&key)
+        || EXPORTED.contains(&key)
 }
 
 /// One exported item as a JSON line (without the newline): `id`, `gate`,
-/// `status`, `attempts`, `last_error`, and `data` when the data is JSON on
-/// one line (written as it is stored, byte for byte), else `data_base64`
-/// (data that is not JSON, spans lines or has whitespace around it), so
-/// that the line enqueues back to the very same bytes.
+/// `status`, `attempts`, `last_error`, `not_before` when it has one (epoch
+/// milliseconds: it enqueues back with the same time), and `data` when
+/// the data is JSON on one line (written as it is stored, byte for byte),
+/// else `data_base64` (data that is not JSON, spans lines or has
+/// whitespace around it), so that the line enqueues back to the very same
+/// bytes.
 pub fn export_line(item: &ExportedItem) -> String {
     #[derive(Serialize)]
     struct Line<'a> {
@@ -189,6 +199,8 @@ pub fn export_line(item: &ExportedItem) -> String {
         status: &'a str,
         attempts: i32,
         last_error: Option<&'a str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        not_before: Option<i64>,
         #[serde(skip_serializing_if = "Option::is_none")]
         data: Option<&'a RawValue>,
         #[serde(skip_serializing_if = "Option::is_none")]
@@ -201,6 +213,7 @@ pub fn export_line(item: &ExportedItem) -> String {
         status: &item.status,
         attempts: item.attempts,
         last_error: item.last_error.as_deref(),
+        not_before: item.not_before,
         data_base64: data.is_none().then(|| BASE64.encode(&item.data)),
         data,
     };
@@ -263,6 +276,7 @@ mod tests {
             status: "failed".into(),
             attempts: 2,
             last_error: Some("boom \"quoted\"\nnext".into()),
+            not_before: None,
             data: data.to_vec(),
         }
     }
@@ -279,6 +293,33 @@ mod tests {
         // Escaped keys are the same keys.
         let item = parse(r#"{"d\u0061ta": [1.0]}"#, false).unwrap();
         assert_eq!(item.data, &b"[1.0]"[..]);
+    }
+
+    #[test]
+    fn scheduled_lines_and_their_export() {
+        use crate::store::Schedule;
+        let at = parse(r#"{"data": 1, "not_before": 1893488400000}"#, false).unwrap();
+        assert_eq!(at.schedule, Some(Schedule::At(1_893_488_400_000)));
+        let after = parse(r#"{"delay": "10m", "data": 1}"#, false).unwrap();
+        let ten = std::time::Duration::from_secs(600);
+        assert_eq!(after.schedule, Some(Schedule::After(ten)));
+        let e = read(
+            "{\"data\": 1}\n{\"data\": 2, \"delay\": \"-1m\"}\n".as_bytes(),
+            false,
+            || {},
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.starts_with("line 2: delay \"-1m\" is negative"), "{e}");
+        let mut item = exported("i", b"1");
+        item.not_before = Some(1_893_488_400_000);
+        let line = export_line(&item);
+        assert!(line.contains(r#""not_before":1893488400000"#), "{line}");
+        let back = parse(&line, false).unwrap();
+        assert_eq!(back.schedule, Some(Schedule::At(1_893_488_400_000)));
+        assert!(!export_line(&exported("j", b"1")).contains("not_before"));
+        let e = parse(r#"{"data": 1, "delay": "1m", "delay": "2m"}"#, false).unwrap_err();
+        assert!(e.contains("`delay` is given twice"), "{e}");
     }
 
     #[test]

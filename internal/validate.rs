@@ -5,7 +5,10 @@
 
 use unicode_normalization::UnicodeNormalization;
 
+use std::time::Duration;
+
 use crate::status::Status;
+use crate::store::Schedule;
 use crate::{Error, Result};
 
 /// Longest id, in bytes: it fits every backend's key and a header line.
@@ -80,6 +83,57 @@ pub fn gate(what: &str, gate: i64) -> Result<()> {
     )))
 }
 
+/// The earliest `not_before` accepted: 2000-01-01T00:00:00Z. An earlier
+/// time is almost always seconds given for milliseconds.
+pub const MIN_NOT_BEFORE: i64 = 946_684_800_000;
+
+/// The latest `not_before` accepted: 9999-12-31T23:59:59.999Z, the last
+/// time RFC 3339 can write (and exact in JavaScript).
+pub const MAX_NOT_BEFORE: i64 = 253_402_300_799_999;
+
+/// The longest `delay` accepted: 100 years (36,500 days).
+pub const MAX_DELAY: Duration = Duration::from_secs(36_500 * 86_400);
+
+/// Refuses a schedule outside [`MIN_NOT_BEFORE`]..=[`MAX_NOT_BEFORE`] or
+/// with a delay over [`MAX_DELAY`]; `item` names the item in the error.
+pub fn schedule(item: Option<&str>, schedule: Schedule) -> Result<()> {
+    let item = item.map_or(String::new(), |id| format!("item {:?}: ", shown(id)));
+    match schedule {
+        Schedule::At(ms) => not_before(ms).map_err(|e| Error::Invalid(format!("{item}{e}"))),
+        Schedule::After(d) => delay(d).map_err(|e| Error::Invalid(format!("{item}{e}"))),
+    }
+}
+
+/// Why `ms` is no `not_before` Feed accepts, saying what to write.
+pub fn not_before(ms: i64) -> std::result::Result<(), String> {
+    if ms < MIN_NOT_BEFORE && ms > MIN_NOT_BEFORE / 1000 {
+        return Err(format!(
+            "not_before {ms} is before the year 2000: it looks like seconds; not_before is epoch \
+             milliseconds (write {}), or an RFC 3339 time such as \"2030-01-01T09:00:00Z\"",
+            ms.saturating_mul(1000)
+        ));
+    }
+    if !(MIN_NOT_BEFORE..=MAX_NOT_BEFORE).contains(&ms) {
+        return Err(format!(
+            "not_before {ms} is out of range: write epoch milliseconds from {MIN_NOT_BEFORE} \
+             (2000-01-01) to {MAX_NOT_BEFORE} (9999-12-31), or an RFC 3339 time such as \
+             \"2030-01-01T09:00:00Z\""
+        ));
+    }
+    Ok(())
+}
+
+/// Why `d` is no `delay` Feed accepts, saying what to write.
+pub fn delay(d: Duration) -> std::result::Result<(), String> {
+    if d > MAX_DELAY {
+        return Err(format!(
+            "delay {} is longer than 100 years; write a shorter one, such as \"10m\" or \"36h\"",
+            humantime::format_duration(d)
+        ));
+    }
+    Ok(())
+}
+
 /// Refuses a text filter (`prefix`, `after`, `status`) holding a NUL or
 /// another control character, which PostgreSQL cannot even compare.
 pub fn filter(name: &str, value: &str) -> Result<()> {
@@ -146,6 +200,34 @@ mod tests {
         for good in ["café", "Zoë/1", "日本語", "a-b_c.d:e", "\u{1F600}"] {
             assert!(id("item id", good).is_ok(), "{good:?}");
         }
+    }
+
+    #[test]
+    fn schedules() {
+        assert!(schedule(None, Schedule::At(MIN_NOT_BEFORE)).is_ok());
+        assert!(schedule(None, Schedule::At(MAX_NOT_BEFORE)).is_ok());
+        assert!(schedule(None, Schedule::After(Duration::ZERO)).is_ok());
+        assert!(schedule(None, Schedule::After(MAX_DELAY)).is_ok());
+        let e = schedule(Some("a"), Schedule::At(1_767_225_600))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("item \"a\": not_before 1767225600 is before the year 2000")
+                && e.contains("seconds")
+                && e.contains("write 1767225600000"),
+            "{e}"
+        );
+        for bad in [-1, 0, MAX_NOT_BEFORE + 1, i64::MAX] {
+            let e = schedule(None, Schedule::At(bad)).unwrap_err().to_string();
+            assert!(
+                e.contains("out of range") && e.contains("RFC 3339"),
+                "{bad}: {e}"
+            );
+        }
+        let e = schedule(None, Schedule::After(MAX_DELAY + Duration::from_secs(1)))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("longer than 100 years"), "{e}");
     }
 
     #[test]

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
-use feed::store::{NewItem, OnFailure, PartitionSpec, RetryScope};
+use feed::store::{NewItem, OnFailure, PartitionSpec, RetryScope, Schedule};
 
 use super::{DbArgs, connect, create};
 
@@ -48,6 +48,16 @@ pub struct EnqueueArgs {
     /// are unique across partitions)
     #[arg(long)]
     pub id_prefix: Option<String>,
+    /// Send no item of this call before this time: epoch milliseconds or an RFC 3339 time
+    /// ("2030-01-01T09:00:00Z"). A line's own not_before or delay wins
+    #[arg(long, value_name = "TIME", allow_hyphen_values = true, conflicts_with = "delay",
+          value_parser = feed::schedule::not_before)]
+    pub not_before: Option<Schedule>,
+    /// Send no item of this call before this long after it is written, by the database's clock
+    /// (a duration: "90s", "10m", "1h30m"). A line's own not_before or delay wins
+    #[arg(long, value_name = "DURATION", allow_hyphen_values = true,
+          value_parser = feed::schedule::delay)]
+    pub delay: Option<Schedule>,
     /// JSON lines file; '-' or absent = standard input
     pub file: Option<String>,
 }
@@ -85,6 +95,11 @@ pub async fn enqueue(a: EnqueueArgs) -> anyhow::Result<()> {
     if let Some(prefix) = &a.id_prefix {
         for (_, item) in &mut items {
             item.id = item.id.take().map(|id| format!("{prefix}{id}"));
+        }
+    }
+    if let Some(schedule) = a.not_before.or(a.delay) {
+        for (_, item) in &mut items {
+            item.schedule.get_or_insert(schedule);
         }
     }
     let store = create(&a.db).await?;

@@ -89,6 +89,7 @@ pub async fn status(a: StatusArgs) -> anyhow::Result<()> {
         "gate",
         "owner",
         "items by gate (available/complete/failed)",
+        "scheduled",
     ]);
     for p in &s.partitions {
         let gates: Vec<String> = p
@@ -114,9 +115,22 @@ pub async fn status(a: StatusArgs) -> anyhow::Result<()> {
             p.gate.to_string(),
             clean(&owner),
             gates.join("  "),
+            scheduled(p.scheduled_items, p.next_due, p.next_due_in_ms),
         ]);
     }
     println!("{t}");
+    let waiting: i64 = s.partitions.iter().map(|p| p.scheduled_items).sum();
+    let first = s
+        .partitions
+        .iter()
+        .filter_map(|p| Some((p.next_due?, p.next_due_in_ms?)))
+        .min();
+    if let Some((due, due_in)) = first {
+        println!(
+            "scheduled   {waiting} items wait for their time; the first comes due {}",
+            due_at(due, due_in)
+        );
+    }
     let total: i64 = s.partitions_by_status.values().sum();
     if s.partitions.len() < total as usize && a.partition.is_none() {
         println!(
@@ -195,6 +209,24 @@ pub async fn status(a: StatusArgs) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// A partition's scheduled items: how many, and when the first comes due.
+fn scheduled(items: i64, due: Option<i64>, due_in: Option<i64>) -> String {
+    match (due, due_in) {
+        (Some(due), Some(due_in)) if items > 0 => format!("{items}, next {}", due_at(due, due_in)),
+        _ => "-".into(),
+    }
+}
+
+/// A due time as an RFC 3339 time and how far ahead it is (by the
+/// database's clock, as the status was read).
+fn due_at(due: i64, due_in: i64) -> String {
+    let at = chrono::DateTime::from_timestamp_millis(due)
+        .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
+        .unwrap_or_else(|| due.to_string());
+    let secs = Duration::from_secs(u64::try_from(due_in.max(0) / 1000).unwrap_or(0));
+    format!("at {at} (in {})", humantime::format_duration(secs))
 }
 
 /// A table of items with their attempts and last error, headed `what`.

@@ -3,7 +3,8 @@
 //! JSON lines, each item `{"id"?: string, "gate"?: int, "data": any}` as
 //! `processor enqueue` reads them (the same parser, [`crate::lines::parse`]),
 //! written in one transaction: a bad item rejects the whole request and
-//! nothing is written. The admin token and the legacy `--producer-token`
+//! nothing is written. The query parameters `not_before` and `delay` give
+//! every item that has neither its time. The admin token and the legacy `--producer-token`
 //! allow any partition; a producer token of `feed_producer_tokens` only
 //! what its scope does (see `tokens`).
 
@@ -16,7 +17,7 @@ use serde::Deserialize;
 
 use super::tokens::{self, Producer};
 use super::{ClientAddr, Console, api_error, enqueue_body, json_error};
-use crate::store::{NewItem, OnFailure, PartitionSpec};
+use crate::store::{NewItem, OnFailure, PartitionSpec, Schedule};
 
 pub use super::enqueue_body::{MAX_ENQUEUE_BODY_BYTES, MAX_ENQUEUE_ITEMS};
 
@@ -39,6 +40,12 @@ pub(super) struct EnqueueQuery {
     weight: Option<u32>,
     /// Its own cap on items in flight.
     max_in_flight: Option<u32>,
+    /// No item of the request runs before this time (epoch milliseconds
+    /// or RFC 3339), unless it says otherwise.
+    not_before: Option<String>,
+    /// No item of the request runs before this long after it is written,
+    /// by the database's clock, unless it says otherwise.
+    delay: Option<String>,
 }
 
 impl EnqueueQuery {
@@ -65,6 +72,12 @@ impl EnqueueQuery {
             Some(_) => return Err("on_failure must be block or continue"),
         };
         Ok(spec)
+    }
+
+    /// The schedule of the request's items that give none of their own.
+    fn schedule(&self) -> Result<Option<Schedule>, String> {
+        crate::schedule::default_of(self.not_before.as_deref(), self.delay.as_deref())
+            .map_err(|e| format!("in the query: {e}"))
     }
 }
 
@@ -111,9 +124,10 @@ pub(super) async fn enqueue(
         Producer::Scoped(scope) => Some(scope),
         _ => None,
     };
-    let spec = match query.as_ref().map(|q| q.spec()) {
-        Ok(Ok(spec)) => spec,
-        Ok(Err(message)) => return api_error(StatusCode::BAD_REQUEST, message),
+    let (spec, schedule) = match query.as_ref().map(|q| (q.spec(), q.schedule())) {
+        Ok((Ok(spec), Ok(schedule))) => (spec, schedule),
+        Ok((Err(message), _)) => return api_error(StatusCode::BAD_REQUEST, message),
+        Ok((_, Err(message))) => return api_error(StatusCode::BAD_REQUEST, &message),
         Err(rejection) => return api_error(StatusCode::BAD_REQUEST, &rejection.body_text()),
     };
     // What the token may not do is refused before the body is read.
@@ -132,10 +146,15 @@ pub(super) async fn enqueue(
         .as_ref()
         .and_then(|s| s.prefix.as_deref())
         .unwrap_or("");
-    let items = match enqueue_body::parse(&body) {
+    let mut items = match enqueue_body::parse(&body) {
         Ok(items) => with_ids(items, prefix),
         Err((code, message)) => return api_error(code, &message),
     };
+    if let Some(schedule) = schedule {
+        for item in &mut items {
+            item.schedule.get_or_insert(schedule);
+        }
+    }
     let ids: Vec<String> = items.iter().filter_map(|i| i.id.clone()).collect();
     let store = match c.store().await {
         Ok(s) => s,
@@ -209,6 +228,8 @@ mod tests {
             tenant: None,
             weight: None,
             max_in_flight: None,
+            not_before: None,
+            delay: None,
         };
         let s = q(None, None, None).spec().unwrap();
         assert!(s.auto_close && !s.manual_checkpoint && s.on_failure == OnFailure::Block);

@@ -56,6 +56,22 @@ fn cut(s: &str, n: usize) -> String {
     out
 }
 
+/// A partition's scheduled items: how many, and when the first comes due.
+fn scheduled(p: &PartitionView) -> String {
+    match (p.next_due, p.next_due_in_ms) {
+        (Some(due), Some(due_in)) if p.scheduled_items > 0 => {
+            let secs = std::time::Duration::from_secs(u64::try_from(due_in / 1000).unwrap_or(0));
+            format!(
+                "{}, next {} (in {})",
+                p.scheduled_items,
+                time(due),
+                humantime::format_duration(secs)
+            )
+        }
+        _ => "-".into(),
+    }
+}
+
 fn time(ms: i64) -> String {
     chrono::DateTime::from_timestamp_millis(ms)
         .map(|t| t.format("%Y-%m-%d %H:%M:%S UTC").to_string())
@@ -240,7 +256,7 @@ pub fn partitions(page: &Page<PartitionView>, status: &str, prefix: &str) -> Mar
         }
         div #live {
             table {
-                thead { tr { th { "partition" } th { "tenant" } th { "status" } th { "gate" } th { "owner" } th { "progress by gate" } } }
+                thead { tr { th { "partition" } th { "tenant" } th { "status" } th { "gate" } th { "owner" } th { "progress by gate" } th title="available items that wait for their scheduled time" { "scheduled" } } }
                 tbody {
                     @for p in &page.data {
                         tr.partition data-id=(p.id) {
@@ -252,6 +268,7 @@ pub fn partitions(page: &Page<PartitionView>, status: &str, prefix: &str) -> Mar
                             td { @for (g, counts) in &p.items_by_gate {
                                 div.gate { span { "gate " (g) } (bar(counts)) span.summary { (summary(counts)) } }
                             } }
+                            td.scheduled { (scheduled(p)) }
                         }
                     }
                 }
@@ -313,6 +330,7 @@ pub fn partition(p: &PartitionView, viewer: &Viewer, lists: Lists<'_>, done: &st
                 }
                 dt { "settings" } dd { "auto_close " (p.auto_close) ", manual_checkpoint " (p.manual_checkpoint) ", on_failure " (p.on_failure) }
                 dt { "updated" } dd { (time(p.updated_at)) }
+                dt title="available items that wait for their scheduled time" { "scheduled" } dd #scheduled { (scheduled(p)) }
             }
             div.actions {
                 @match viewer {
@@ -358,11 +376,12 @@ pub fn partition(p: &PartitionView, viewer: &Viewer, lists: Lists<'_>, done: &st
 fn item_table(items: &[ItemView], viewer: &Viewer) -> Markup {
     html! {
         table.items {
-            thead { tr { th { "item" } th { "gate" } th { "status" } th { "attempts" } th { "last error" } th { "data" } th {} } }
+            thead { tr { th { "item" } th { "gate" } th { "status" } th { "attempts" } th title="not sent before (UTC)" { "not before" } th { "last error" } th { "data" } th {} } }
             tbody {
                 @for i in items {
                     tr.item data-id=(i.id) data-status=(i.status) {
                         td { code { (i.id) } } td { (i.gate) } td.status { (i.status) } td { (i.attempts) }
+                        td.not-before { @if let (Some(t), "available") = (i.not_before, i.status.as_str()) { (time(t)) } }
                         td.error { (cut(i.last_error.as_deref().unwrap_or(""), ERROR_CHARS)) }
                         td.data { code { (cut(&i.data_preview, DATA_CHARS)) } @if i.data_bytes as usize > i.data_preview.len() { "…" } }
                         td { @if i.status == "failed" { (action(viewer, &format!("/items/{}/retry", enc(&i.id)), "Retry", None)) } }

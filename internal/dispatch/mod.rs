@@ -21,6 +21,7 @@ mod deliver;
 mod floors;
 mod outage;
 mod refill;
+mod wakeups;
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
@@ -45,6 +46,7 @@ use deliver::{Delivery, deliver, record};
 use floors::Floors;
 use outage::Outage;
 use refill::Fetched;
+use wakeups::Wakeups;
 
 /// Items in flight (called or being written) per request slot and batch
 /// item: room for a round of calls while the results of the rounds before
@@ -109,6 +111,8 @@ struct Dispatcher {
     refill_at: Instant,
     /// The gate check or acquire cycle running beside the loop.
     upkeep: Option<JoinHandle<Upkeep>>,
+    /// Idle partitions whose work waits for a time, and when it comes due.
+    wakeups: Wakeups,
 }
 
 /// What a gate check or an acquire cycle brings back, with the session it
@@ -149,6 +153,7 @@ pub async fn run(ctx: Arc<Context>, cancel: CancellationToken) {
         floors: Floors::default(),
         refill_at: Instant::now(),
         upkeep: None,
+        wakeups: Wakeups::default(),
     };
     let cfg = ctx.config.clone();
     let mut acquire = tokio::time::interval(cfg.acquire_interval);
@@ -161,6 +166,7 @@ pub async fn run(ctx: Arc<Context>, cancel: CancellationToken) {
     let (mut check_pause, mut check_after) = (Duration::ZERO, Instant::now());
     let mut acquire_due = false;
     loop {
+        let wake_at = d.wakeups.next();
         tokio::select! {
             biased;
             _ = cancel.cancelled() => break,
@@ -201,7 +207,7 @@ pub async fn run(ctx: Arc<Context>, cancel: CancellationToken) {
                 d.upkeep = None;
                 match done {
                     Ok(Upkeep::Cycle(me, cycle)) if me == d.me => d.cycled(cycle, &mut acquire),
-                    Ok(Upkeep::Check(me, checked)) if me == d.me => {
+                    Ok(Upkeep::Check(me, mut checked)) if me == d.me => {
                         // A failed check is tried again after a pause that
                         // grows while it keeps failing (its partitions stay
                         // marked): never back to back.
@@ -210,6 +216,11 @@ pub async fn run(ctx: Arc<Context>, cancel: CancellationToken) {
                             None => Duration::ZERO,
                         };
                         check_after = Instant::now() + check_pause;
+                        // Measured from the answer: never earlier than due.
+                        let now = Instant::now();
+                        for (p, wait) in std::mem::take(&mut checked.waits) {
+                            d.wakeups.set(p, now + wait);
+                        }
                         let (ready, more) = d.held.checked(checked, &ctx.metrics);
                         // A full chunk: the next one is checked at once.
                         if more {
@@ -226,6 +237,10 @@ pub async fn run(ctx: Arc<Context>, cancel: CancellationToken) {
                     Ok(_) => {}
                     Err(e) => tracing::error!(error = %e, "a gate check or acquire cycle task failed; will retry"),
                 }
+                next_poll = Instant::now();
+            }
+            _ = tokio::time::sleep_until(wake_at.unwrap_or(next_poll)), if wake_at.is_some() => {
+                d.woken();
                 next_poll = Instant::now();
             }
             _ = acquire.tick() => acquire_due = true,
@@ -269,10 +284,24 @@ impl Dispatcher {
             self.ctx.metrics.leases_lost.inc_by(lost as u64);
             self.me = id;
             self.held = Held::default();
+            self.wakeups.clear();
             self.buffer.clear();
             self.floors.clear();
             self.partial_since = None;
             self.ctx.metrics.partitions_held.set(0);
+        }
+    }
+
+    /// Serves the held partitions whose waiting work has come due: they
+    /// join the rotation, and the next refill reads what is due.
+    fn woken(&mut self) {
+        let now = Instant::now();
+        for p in self.wakeups.due(now) {
+            if self.held.versions.contains_key(&p) && !self.fetching.contains(&p) {
+                self.floors.forget(&p);
+                self.rotation.offer(p);
+                self.refill_at = now;
+            }
         }
     }
 

@@ -158,6 +158,7 @@ mod tests {
             },
             data: Vec::new(),
             seq: 0,
+            scheduled: false,
         };
         let mut buffer: VecDeque<ReadyItem> = [item("a", 2), item("b", 0), item("c", 1)].into();
         p.prefer(&mut buffer);

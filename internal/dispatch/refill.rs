@@ -131,10 +131,13 @@ impl Dispatcher {
                 let share = share * weight;
                 let room = cap.map_or(share, |c| c.saturating_sub(k).min(share));
                 let after = self.floors.after(p, now);
+                // Scheduled items come by due time, never after a floor:
+                // those known here may be among them.
                 Ask {
                     partition: p.clone(),
                     n: if after.is_some() { room } else { room + k },
                     after,
+                    due: room + k,
                 }
             })
             .collect();
@@ -218,14 +221,17 @@ impl Dispatcher {
     ) -> bool {
         let buffered: HashSet<ItemId> = self.buffer.iter().map(|i| i.fence.id.clone()).collect();
         let mut by_partition: HashMap<PartitionId, VecDeque<ReadyItem>> = HashMap::new();
-        // Rows read per partition, and the last one's place in write order.
-        let mut rows: HashMap<PartitionId, (usize, i64)> = HashMap::new();
+        // Rows read per partition (without a time, then scheduled), and
+        // the last one without a time's place in write order.
+        let mut rows: HashMap<PartitionId, Read> = HashMap::new();
         for item in items {
-            let read = rows
-                .entry(item.fence.partition_id.clone())
-                .or_insert((0, i64::MIN));
-            read.0 += 1;
-            read.1 = read.1.max(item.seq);
+            let read = rows.entry(item.fence.partition_id.clone()).or_default();
+            if item.scheduled {
+                read.due += 1;
+            } else {
+                read.now += 1;
+                read.last = read.last.max(item.seq);
+            }
             let id = &item.fence.id;
             if self.in_flight.contains_key(id)
                 || settled.contains(id)
@@ -246,12 +252,17 @@ impl Dispatcher {
         let fresh = self.ctx.config.poll_interval;
         for ask in asks {
             let p = &ask.partition;
-            let (read, last) = rows.get(p).copied().unwrap_or((0, i64::MIN));
+            let read = rows.get(p).copied().unwrap_or_default();
             if !parts.contains(p) {
                 by_partition.remove(p);
                 self.floors.forget(p);
-            } else if read >= ask.n {
-                self.floors.read(p, ask.after, last, started, fresh);
+            } else if read.now >= ask.n {
+                self.floors.read(p, ask.after, read.last, started, fresh);
+                self.rotation.offer(p.clone());
+            } else if read.due >= ask.due {
+                // More scheduled items came due than were read; the items
+                // without a time were all read, so no floor.
+                self.floors.forget(p);
                 self.rotation.offer(p.clone());
             } else {
                 // Out of ready work at its gate: a gate check finds out
@@ -264,7 +275,7 @@ impl Dispatcher {
                 dry = true;
             }
         }
-        let got: usize = rows.values().map(|(n, _)| n).sum();
+        let got: usize = rows.values().map(|r| r.now + r.due).sum();
         self.spread = if dry {
             (want * asks.len()).div_ceil(got.max(1)).min(MAX_SPREAD)
         } else {
@@ -288,6 +299,27 @@ impl Dispatcher {
         }
         self.more = fetched >= want || !self.rotation.is_empty();
         dry
+    }
+}
+
+/// What one refill read of a partition.
+#[derive(Clone, Copy)]
+struct Read {
+    /// Items without a time.
+    now: usize,
+    /// Scheduled items whose time has come.
+    due: usize,
+    /// The place in write order of the last item without a time.
+    last: i64,
+}
+
+impl Default for Read {
+    fn default() -> Self {
+        Read {
+            now: 0,
+            due: 0,
+            last: i64::MIN,
+        }
     }
 }
 

@@ -21,16 +21,22 @@ pub struct ReadyItem {
     pub data: Vec<u8>,
     /// Its place in write order, so the next read can start after it.
     pub seq: i64,
+    /// It was scheduled (`not_before` set) and its time has come: it was
+    /// read by due time, not after the partition's floor.
+    pub scheduled: bool,
 }
 
-/// What one refill asks of a partition: its first `n` ready items, only
-/// those written after `after` when set (the items before it are known to
-/// the caller already: reading them again is the refill's main cost).
+/// What one refill asks of a partition: its first `n` ready items
+/// without a time, only those written after `after` when set (the items
+/// before it are known to the caller already: reading them again is the
+/// refill's main cost), and its first `due` scheduled items whose time has
+/// come.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Ask {
     pub partition: PartitionId,
     pub n: usize,
     pub after: Option<i64>,
+    pub due: usize,
 }
 
 impl From<(PartitionId, usize)> for Ask {
@@ -39,6 +45,7 @@ impl From<(PartitionId, usize)> for Ask {
             partition,
             n,
             after: None,
+            due: n,
         }
     }
 }
@@ -102,8 +109,12 @@ impl Store {
         Ok((ids, end))
     }
 
-    /// The first ready items of each partition asked, oldest first, for
-    /// partitions `me` holds; one statement for all of them.
+    /// The first ready items of each partition asked, for partitions `me`
+    /// holds; one statement for all of them, in write order. Each
+    /// partition is read in two ranges of the dispatch index, so items
+    /// scheduled for later are never read: those without a time in write
+    /// order (after the ask's floor), and those whose time has come in the
+    /// order they came due.
     pub(crate) async fn ready_items(&self, me: &SessionId, want: &[Ask]) -> Result<Vec<ReadyItem>> {
         if want.is_empty() {
             return Ok(vec![]);
@@ -114,43 +125,57 @@ impl Store {
         // sorts all of a partition's ready items instead of reading the
         // first few in index order (a filesort per refill).
         let n = want.len().next_power_of_two();
-        let data = self.driver.data_column("i");
-        let (seq, index) = (self.driver.seq(), self.driver.ready_index());
+        let d = self.driver;
+        let (data, seq, index) = (d.data_column("i"), d.seq(), d.ready_index());
+        let select = |range: &str, order: &str| {
+            format!(
+                "SELECT i.id, i.partition_id, i.gate, {data} AS data, i.attempts, \
+                 i.version, i.{seq} AS seq, i.not_before FROM feed_items i{index} \
+                 WHERE i.partition_id = ? AND i.status = 'available' \
+                 AND i.gate = (SELECT p.gate FROM feed_partitions p WHERE p.id = ? AND p.owner = ? \
+                 AND p.status = 'available' AND NOT p.paused) \
+                 AND {range} ORDER BY {order} LIMIT ?"
+            )
+        };
+        let now = select(
+            &format!("i.not_before IS NULL AND i.{seq} > ?"),
+            &d.unscheduled_order("i", false),
+        );
+        let due = select("i.not_before <= {now}", &format!("i.not_before, i.{seq}"));
         let branches: Vec<String> = (0..n)
-            .map(|b| {
-                let select = format!(
-                    "SELECT i.id, i.partition_id, i.gate, {data} AS data, i.attempts, \
-                     i.version, i.{seq} AS seq FROM feed_items i{index} WHERE i.partition_id = ? \
-                     AND i.status = 'available' \
-                     AND i.gate = (SELECT p.gate FROM feed_partitions p WHERE p.id = ? AND p.owner = ? \
-                     AND p.status = 'available' AND NOT p.paused) \
-                     AND i.{seq} > ? AND (i.not_before IS NULL OR i.not_before <= {{now}}) \
-                     ORDER BY i.{seq} LIMIT ?"
-                );
-                self.driver.limited_branch(&select, b)
+            .flat_map(|b| {
+                [
+                    d.limited_branch(&now, 2 * b),
+                    d.limited_branch(&due, 2 * b + 1),
+                ]
             })
             .collect();
-        let mut values: Vec<Value> = Vec::with_capacity(n * 5);
+        let mut values: Vec<Value> = Vec::with_capacity(n * 9);
         for b in 0..n {
-            match want.get(b) {
-                Some(ask) => values.extend([
-                    (&ask.partition).into(),
-                    (&ask.partition).into(),
-                    me.into(),
-                    ask.after.unwrap_or(i64::MIN).into(),
-                    (ask.n as i64).into(),
-                ]),
-                None => values.extend([
-                    Value::String(None),
-                    Value::String(None),
-                    me.into(),
-                    i64::MIN.into(),
-                    0i64.into(),
-                ]),
-            }
+            let (partition, after, asked, due) = match want.get(b) {
+                Some(ask) => (
+                    Value::from(&ask.partition),
+                    ask.after.unwrap_or(i64::MIN),
+                    ask.n,
+                    ask.due,
+                ),
+                None => (Value::String(None), i64::MIN, 0, 0),
+            };
+            values.extend([
+                partition.clone(),
+                partition.clone(),
+                me.into(),
+                after.into(),
+                (asked as i64).into(),
+                partition.clone(),
+                partition,
+                me.into(),
+                (due as i64).into(),
+            ]);
         }
         let rows = self.query(&branches.join(" UNION ALL "), values).await?;
-        rows.iter()
+        let mut items = rows
+            .iter()
             .map(|r| {
                 Ok(ReadyItem {
                     fence: Fence {
@@ -162,8 +187,12 @@ impl Store {
                     },
                     data: get(r, "data")?,
                     seq: get(r, "seq")?,
+                    scheduled: get::<Option<i64>>(r, "not_before")?.is_some(),
                 })
             })
-            .collect()
+            .collect::<Result<Vec<_>>>()?;
+        // Items due now run in write order, whichever range they came from.
+        items.sort_by_key(|i| i.seq);
+        Ok(items)
     }
 }

@@ -38,6 +38,9 @@ pub struct ExportedItem {
     pub attempts: i32,
     /// Why its last attempt failed.
     pub last_error: Option<String>,
+    /// Not sent before this time (epoch milliseconds): its scheduled time,
+    /// or the end of a retry's backoff.
+    pub not_before: Option<i64>,
     /// Its data, as stored.
     pub data: Vec<u8>,
 }
@@ -159,7 +162,8 @@ impl Export {
         let b = self.store.driver;
         let seq = b.seq();
         let columns = format!(
-            "i.{seq} AS seq, i.id, i.gate, i.status, i.attempts, i.last_error, {} AS data",
+            "i.{seq} AS seq, i.id, i.gate, i.status, i.attempts, i.last_error, i.not_before, \
+             {} AS data",
             b.data_column("i")
         );
         let (mut sql, mut values) = self.select(&columns, self.after);

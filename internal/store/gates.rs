@@ -35,9 +35,11 @@ pub(crate) enum GateProbe {
     /// An item is available at the partition's gate and may run now.
     Waiting,
     /// Items are available at the gate, but none may run now (the
-    /// partition is paused, or they wait out a backoff): the acquire
-    /// cycle's sweep finds the partition again once one may.
-    Idle,
+    /// partition is paused, or they wait out a backoff or their scheduled
+    /// time): with the milliseconds until the first of them comes due,
+    /// unless paused. The dispatch loop wakes the partition then; the
+    /// acquire cycle's sweep finds it too.
+    Idle(Option<i64>),
     /// An item is available below the gate (it could never run), or an
     /// item has a status Feed does not know (written by hand).
     Unrunnable,
@@ -115,16 +117,17 @@ fn verdict_column(d: Driver) -> String {
     format!(
         "CASE WHEN p.owner = ? AND p.status = 'available' THEN \
          CASE WHEN NOT ({open}) THEN 'done' \
-         WHEN {waiting} THEN CASE WHEN NOT p.paused AND {ready} THEN 'waiting' ELSE 'idle' END \
+         WHEN {waiting} THEN CASE WHEN NOT p.paused AND ({ready}) THEN 'waiting' ELSE 'idle' END \
          WHEN {below} OR {unknown} THEN 'unrunnable' \
          WHEN p.on_failure <> 'continue' AND {blocked} THEN 'blocked' \
          ELSE 'next' END ELSE 'lost' END AS verdict",
         open = open_items(d, "p.id"),
         waiting = on_p("i.status = 'available' AND i.gate = p.gate"),
-        ready = on_p(
-            "i.status = 'available' AND i.gate = p.gate \
-             AND (i.not_before IS NULL OR i.not_before <= {now})"
-        ),
+        ready = ["i.not_before IS NULL", "i.not_before <= {now}",]
+            .map(|c| on_p(&format!(
+                "i.status = 'available' AND i.gate = p.gate AND {c}"
+            )))
+            .join(" OR "),
         below = on_p("i.status = 'available' AND i.gate < p.gate"),
         unknown = unknown.join(" OR "),
         blocked = on_p("i.status = 'failed'"),
@@ -153,9 +156,16 @@ impl Store {
             return Ok(vec![]);
         }
         let (list, padded) = padded_ids(ids);
+        // An idle partition that is not paused waits for its first
+        // scheduled item: one entry of the ready index says when.
+        let index = self.driver.ready_index();
         let sql = format!(
-            "SELECT p.id, p.gate, p.version, p.auto_close, p.manual_checkpoint, {} \
-             FROM feed_partitions p WHERE p.id IN ({list})",
+            "SELECT v.*, CASE WHEN v.verdict = 'idle' AND NOT v.paused THEN \
+             (SELECT r.not_before FROM feed_items r{index} WHERE r.partition_id = v.id \
+             AND r.status = 'available' AND r.gate = v.gate AND r.not_before IS NOT NULL \
+             ORDER BY r.not_before LIMIT 1) - {{now}} END AS due_in \
+             FROM (SELECT p.id, p.gate, p.version, p.auto_close, p.manual_checkpoint, p.paused, {} \
+             FROM feed_partitions p WHERE p.id IN ({list})) v",
             verdict_column(self.driver),
         );
         let mut values: Vec<Value> = vec![me.into()];
@@ -168,7 +178,7 @@ impl Store {
             let probe = match ProbeRow::from_query_result(r, "")?.verdict.as_str() {
                 "lost" => continue,
                 "waiting" => GateProbe::Waiting,
-                "idle" => GateProbe::Idle,
+                "idle" => GateProbe::Idle(get(r, "due_in")?),
                 "unrunnable" => GateProbe::Unrunnable,
                 "blocked" => GateProbe::Blocked,
                 "done" => GateProbe::Next(None),

@@ -2,8 +2,8 @@
 
 use sea_orm::{ConnectionTrait, DatabaseTransaction, Value};
 
-use super::NewItem;
 use super::driver::Driver;
+use super::{NewItem, Schedule};
 use crate::{Error, Result};
 
 /// Items per insert statement at most.
@@ -42,8 +42,18 @@ pub(super) async fn insert_items(
     if items.is_empty() {
         return Ok(());
     }
-    let rows = vec!["(?, ?, ?, ?)"; items.len()].join(", ");
-    let mut values: Vec<Value> = Vec::with_capacity(items.len() * 4);
+    // Items with a time carry it in `not_before`: the time given, or the
+    // database's clock plus the delay, so that a delay runs on the clock
+    // every processor compares with. Runs without any keep the shape of
+    // before.
+    let scheduled = items.iter().any(|i| i.schedule.is_some());
+    let (columns, row) = if scheduled {
+        (", not_before", "(?, ?, ?, ?, COALESCE(?, {now} + ?))")
+    } else {
+        ("", "(?, ?, ?, ?)")
+    };
+    let rows = vec![row; items.len()].join(", ");
+    let mut values: Vec<Value> = Vec::with_capacity(items.len() * 6);
     for item in items {
         values.push(
             item.id
@@ -54,8 +64,17 @@ pub(super) async fn insert_items(
         values.push(partition.into());
         values.push(item.gate.unwrap_or(gate).into());
         values.push(item.data.to_vec().into());
+        if scheduled {
+            let (at, after) = match item.schedule {
+                Some(Schedule::At(ms)) => (Some(ms), None),
+                Some(Schedule::After(d)) => (None, Some(super::ms(d))),
+                None => (None, None),
+            };
+            values.extend([Value::BigInt(at), Value::BigInt(after)]);
+        }
     }
-    let sql = format!("INSERT INTO feed_items (id, partition_id, gate, data) VALUES {rows}");
+    let sql =
+        format!("INSERT INTO feed_items (id, partition_id, gate, data{columns}) VALUES {rows}");
     txn.execute_raw(b.stmt(&sql, values)).await.map_err(|e| {
         if matches!(e.sql_err(), Some(sea_orm::SqlErr::UniqueConstraintViolation(_))) {
             Error::Invalid(format!(

@@ -11,25 +11,41 @@ use super::{Store, get, ms};
 use crate::ids::{PartitionId, SessionId};
 use crate::{Error, Result};
 
-/// The newest item available at the gate of a partition aliased `p`
-/// (and matching `also`), as a scalar subquery: NULL when there is none.
-/// It reads the ready index backwards, from the items not yet dispatched:
-/// forwards, on MySQL/MariaDB, a probe first walked past the entries that
-/// completed items leave delete-marked until purge removes them (on 100
-/// partitions mid-drain, 1,500 index entries each, twice per partition).
-fn newest_at_gate(d: Driver, also: &str) -> String {
+/// The first item available at the gate of a partition aliased `p` (and
+/// matching `also`) in `order`, as a scalar subquery: NULL when there is
+/// none. The orders read the ready index backwards where they can, from
+/// the items not yet dispatched: forwards, on MySQL/MariaDB, a probe first
+/// walked past the entries that completed items leave delete-marked until
+/// purge removes them (on 100 partitions mid-drain, 1,500 index entries
+/// each, twice per partition).
+fn first_at_gate(d: Driver, also: &str, order: &str) -> String {
     let (seq, index) = (d.seq(), d.ready_index());
     format!(
         "(SELECT r.{seq} FROM feed_items r{index} WHERE r.partition_id = p.id \
-         AND r.status = 'available' AND r.gate = p.gate{also} ORDER BY r.{seq} DESC LIMIT 1)"
+         AND r.status = 'available' AND r.gate = p.gate{also} ORDER BY {order} LIMIT 1)"
     )
 }
 
+/// Any item available at the gate of a partition aliased `p`: the last
+/// entry of the gate's range (the one scheduled latest, or the newest
+/// without a time).
+fn any_at_gate(d: Driver) -> String {
+    let seq = d.seq();
+    first_at_gate(d, "", &format!("r.not_before DESC, r.{seq} DESC"))
+}
+
 /// A test, for a partition aliased `p`, that it has an item ready to run
-/// now: not paused, and an item available at its gate past its `not_before`.
+/// now: not paused, and an item available at its gate without a time, or
+/// one whose time has come. Two ranges of the ready index, each read for
+/// one entry: items scheduled for later are never read.
 fn ready(d: Driver) -> String {
-    let item = newest_at_gate(d, " AND (r.not_before IS NULL OR r.not_before <= {now})");
-    format!("NOT p.paused AND {item} IS NOT NULL")
+    let unscheduled = first_at_gate(
+        d,
+        " AND r.not_before IS NULL",
+        &d.unscheduled_order("r", true),
+    );
+    let due = first_at_gate(d, " AND r.not_before <= {now}", "r.not_before");
+    format!("NOT p.paused AND ({unscheduled} IS NOT NULL OR {due} IS NOT NULL)")
 }
 
 /// A test, for a partition aliased `p`, that a gate check would act on it:
@@ -42,7 +58,7 @@ fn stuck(d: Driver) -> String {
     format!(
         "{} IS NULL AND ({} OR (p.on_failure <> 'continue' AND {}) \
          OR (NOT p.manual_checkpoint AND {}) OR (p.auto_close AND NOT {}))",
-        newest_at_gate(d, ""),
+        any_at_gate(d),
         item("i.status = 'available' AND i.gate < p.gate"),
         item("i.status = 'failed'"),
         item("i.status = 'available' AND i.gate > p.gate"),

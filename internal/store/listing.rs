@@ -63,6 +63,16 @@ pub struct PartitionView {
     /// Items per gate, then per status.
     #[sea_orm(skip)]
     pub items_by_gate: BTreeMap<i64, BTreeMap<String, i64>>,
+    /// Available items scheduled for later (`not_before` ahead, no failed
+    /// attempt: items waiting to retry are not counted), at any gate.
+    #[sea_orm(skip)]
+    pub scheduled_items: i64,
+    /// When the first of them comes due (epoch ms, database clock).
+    #[sea_orm(skip)]
+    pub next_due: Option<i64>,
+    /// Milliseconds from the database's now until then.
+    #[sea_orm(skip)]
+    pub next_due_in_ms: Option<i64>,
 }
 
 /// An item, with its data cut to a preview.
@@ -94,13 +104,17 @@ pub struct ItemView {
 }
 
 /// Items of one partition at one gate with one status
-/// (`partition_id, gate, status, COUNT(*) AS n`), as the status is stored.
+/// (`partition_id, gate, status, COUNT(*) AS n`), as the status is stored,
+/// with those of them scheduled for later and the first one's time.
 #[derive(FromQueryResult)]
 struct ItemCount {
     partition_id: String,
     gate: i64,
     status: String,
     n: i64,
+    scheduled: Int,
+    next_due: Option<i64>,
+    now: i64,
 }
 
 /// Filters of [`Store::partitions`].
@@ -265,9 +279,12 @@ impl Store {
         if ids.is_empty() {
             return Ok(());
         }
+        let later = "status = 'available' AND attempts = 0 AND not_before > {now}";
         let sql = format!(
-            "SELECT partition_id, gate, status, COUNT(*) AS n FROM feed_items \
-             WHERE partition_id IN ({}) GROUP BY partition_id, gate, status",
+            "SELECT partition_id, gate, status, COUNT(*) AS n, \
+             COUNT(CASE WHEN {later} THEN 1 END) AS scheduled, \
+             MIN(CASE WHEN {later} THEN not_before END) AS next_due, {{now}} AS now \
+             FROM feed_items WHERE partition_id IN ({}) GROUP BY partition_id, gate, status",
             marks(ids.len())
         );
         let values = ids.iter().map(|i| Value::from(i.clone())).collect();
@@ -283,11 +300,19 @@ impl Store {
                 gate,
                 status,
                 n,
+                scheduled,
+                next_due,
+                now,
             } = ItemCount::from_query_result(&r, "")?;
             let Some(&i) = index.get(&partition_id) else {
                 continue;
             };
             let p = &mut list[i];
+            p.scheduled_items += scheduled.0;
+            if let Some(due) = next_due.filter(|d| p.next_due.is_none_or(|n| d < &n)) {
+                p.next_due = Some(due);
+                p.next_due_in_ms = Some(due - now);
+            }
             *p.items_by_status.entry(status.clone()).or_default() += n;
             *p.items_by_gate
                 .entry(gate)

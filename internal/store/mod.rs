@@ -49,7 +49,7 @@ pub(crate) use gates::GateProbe;
 pub(crate) use gates::HeldPartition;
 pub(crate) use leases::{HeldRow, LEASE_CHUNK, LeaseCounts, STRANDED_SLICE};
 pub use pooler::Pooler;
-pub use producer::{Enqueued, NewItem, OnFailure, PartitionSpec, Retried, RetryScope};
+pub use producer::{Enqueued, NewItem, OnFailure, PartitionSpec, Retried, RetryScope, Schedule};
 pub(crate) use results::{Ack, ItemWrite, Written, sanitize_error};
 use timeout::Bound;
 pub use timeout::DEFAULT_STATEMENT_TIMEOUT;

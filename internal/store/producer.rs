@@ -102,6 +102,20 @@ impl Default for PartitionSpec {
     }
 }
 
+/// When an item may first run. It is available at its gate from the
+/// start (so it holds its gate's fan-in until it has run), and no
+/// processor sends it before then.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Schedule {
+    /// Not before this time, in epoch milliseconds (`not_before`).
+    At(i64),
+    /// Not before this long after it is written, by the database's clock
+    /// (the clock every processor compares `not_before` with), not the
+    /// producer's.
+    After(Duration),
+}
+
 /// One item to add.
 #[derive(Clone, Debug)]
 #[non_exhaustive]
@@ -112,6 +126,8 @@ pub struct NewItem {
     pub gate: Option<i64>,
     /// Bytes forwarded to the handler unchanged (normally JSON).
     pub data: bytes::Bytes,
+    /// When it may first run; None = as soon as its gate is reached.
+    pub schedule: Option<Schedule>,
 }
 
 impl NewItem {
@@ -121,6 +137,7 @@ impl NewItem {
             id: None,
             gate: None,
             data: data.into(),
+            schedule: None,
         }
     }
 
@@ -133,6 +150,19 @@ impl NewItem {
     /// The same item at `gate` (not below the partition's current gate).
     pub fn at_gate(mut self, gate: i64) -> Self {
         self.gate = Some(gate);
+        self
+    }
+
+    /// The same item, not sent before `epoch_ms` (epoch milliseconds).
+    pub fn not_before(mut self, epoch_ms: i64) -> Self {
+        self.schedule = Some(Schedule::At(epoch_ms));
+        self
+    }
+
+    /// The same item, not sent before `delay` has passed since it is
+    /// written, by the database's clock.
+    pub fn delay(mut self, delay: Duration) -> Self {
+        self.schedule = Some(Schedule::After(delay));
         self
     }
 }
@@ -224,6 +254,9 @@ impl Store {
             }
             if let Some(g) = item.gate {
                 validate::gate("item gate", g)?;
+            }
+            if let Some(schedule) = item.schedule {
+                validate::schedule(item.id.as_deref(), schedule)?;
             }
         }
         let mut backoff = Backoff::new(Duration::from_millis(20), Duration::from_secs(2));

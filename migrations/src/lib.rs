@@ -22,6 +22,7 @@ mod m20261126_000011_flow_control;
 mod m20261126_000012_open_items;
 mod m20261127_000013_held;
 mod m20261127_000014_producer_tokens;
+mod m20261128_000015_due_order;
 
 /// Whether `table` has `column`: SQLite and MySQL have no `ADD COLUMN IF
 /// NOT EXISTS`, so a migration that adds one looks first (a racing
@@ -165,6 +166,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261126_000012_open_items::Migration),
             Box::new(m20261127_000013_held::Migration),
             Box::new(m20261127_000014_producer_tokens::Migration),
+            Box::new(m20261128_000015_due_order::Migration),
         ]
     }
 

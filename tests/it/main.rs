@@ -47,6 +47,7 @@ mod recovery;
 mod refusals;
 mod retention;
 mod scale;
+mod schedule;
 mod sessions;
 mod signatures;
 mod startup;

@@ -10,6 +10,7 @@ conformance!(
     ready_items_come_in_write_order_per_partition,
     a_read_after_a_position_skips_what_came_before,
     new_writes_are_found_by_position,
+    scheduled_items_are_read_once_due,
 );
 
 async fn ready_items_come_in_write_order_per_partition(k: Kit) {
@@ -66,6 +67,7 @@ async fn a_read_after_a_position_skips_what_came_before(k: Kit) {
             partition: "p".into(),
             n,
             after,
+            due: n,
         };
         let store = k.store.clone();
         async move { store.ready_items(&"s1".into(), &[ask]).await.unwrap() }
@@ -100,4 +102,49 @@ async fn new_writes_are_found_by_position(k: Kit) {
         k.store.written_since(Some(last), 10).await.unwrap(),
         (vec![], last)
     );
+}
+
+/// Items scheduled for later are not read; those whose time has come are,
+/// the first due first when there are more than asked, and a read comes
+/// back in write order with the items that have no time.
+async fn scheduled_items_are_read_once_due(k: Kit) {
+    k.session("s1").await;
+    k.partition("p", Some("s1")).await;
+    for id in ["a", "later1", "b", "due2", "due1", "later2", "c"] {
+        k.item(id, "p", 0, "available").await;
+    }
+    k.sqls(&[
+        "UPDATE feed_items SET not_before = {now} + 3600000 WHERE id IN ('later1', 'later2')",
+        "UPDATE feed_items SET not_before = {now} - 1000 WHERE id = 'due2'",
+        "UPDATE feed_items SET not_before = {now} - 2000 WHERE id = 'due1'",
+    ])
+    .await;
+    let read = |n: usize, due: usize| {
+        let ask = Ask {
+            partition: "p".into(),
+            n,
+            after: None,
+            due,
+        };
+        let store = k.store.clone();
+        async move { store.ready_items(&"s1".into(), &[ask]).await.unwrap() }
+    };
+    let all = read(10, 10).await;
+    let ids: Vec<(&str, bool)> = all
+        .iter()
+        .map(|r| (r.fence.id.as_str(), r.scheduled))
+        .collect();
+    assert_eq!(
+        ids,
+        [
+            ("a", false),
+            ("b", false),
+            ("due2", true),
+            ("due1", true),
+            ("c", false)
+        ]
+    );
+    let few = read(2, 1).await;
+    let ids: Vec<&str> = few.iter().map(|r| r.fence.id.as_str()).collect();
+    assert_eq!(ids, ["a", "b", "due1"], "the first due of the scheduled");
 }

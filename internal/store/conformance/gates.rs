@@ -15,6 +15,7 @@ conformance!(
     advance_and_close_recheck_for_available_items,
     close_finished_closes_only_finished_partitions,
     unrunnable_items_fail_with_a_reason,
+    a_scheduled_item_holds_its_gate,
 );
 
 /// `id` as a gate check reads it (held by `me`).
@@ -32,10 +33,12 @@ async fn probes_say_what_each_partition_needs(k: Kit) {
     k.session("s1").await;
     k.session("s2").await;
     let me = Some("s1");
-    let cases: [(&str, &[(i64, &str)]); 10] = [
+    let cases: [(&str, &[(i64, &str)]); 12] = [
         ("waiting", &[(0, "available")]),
         ("paused", &[(0, "available")]),
         ("backoff", &[(0, "available")]),
+        ("due", &[(0, "available"), (0, "available")]),
+        ("behind", &[(0, "available"), (0, "available")]),
         ("below", &[(1, "available"), (2, "complete")]),
         ("unknown", &[(0, "weird")]),
         ("blocked", &[(0, "failed"), (1, "available")]),
@@ -57,12 +60,17 @@ async fn probes_say_what_each_partition_needs(k: Kit) {
     k.sqls(&[
         "UPDATE feed_partitions SET paused = TRUE WHERE id = 'paused'",
         "UPDATE feed_items SET not_before = {now} + 3600000 WHERE partition_id = 'backoff'",
+        // One item due a second ago behind one scheduled for later.
+        "UPDATE feed_items SET not_before = {now} + 3600000 WHERE id = 'due/1'",
+        "UPDATE feed_items SET not_before = {now} - 1000 WHERE id = 'due/0'",
+        // One item without a time written before one scheduled for later.
+        "UPDATE feed_items SET not_before = {now} + 3600000 WHERE id = 'behind/1'",
         "UPDATE feed_partitions SET gate = 2 WHERE id = 'below'",
         "UPDATE feed_partitions SET on_failure = 'continue' WHERE id = 'continues'",
     ])
     .await;
     let ids: Vec<PartitionId> = cases.iter().map(|(id, _)| PartitionId::from(*id)).collect();
-    let got: HashMap<String, GateProbe> = k
+    let mut got: HashMap<String, GateProbe> = k
         .store
         .partitions_for_check(&"s1".into(), &ids)
         .await
@@ -70,10 +78,19 @@ async fn probes_say_what_each_partition_needs(k: Kit) {
         .into_iter()
         .map(|(p, probe)| (p.id.to_string(), probe))
         .collect();
+    // A partition waiting out a time says when it comes due.
+    let Some(GateProbe::Idle(Some(due_in))) = got.remove("backoff") else {
+        panic!("backoff is idle with a due time: {got:?}");
+    };
+    assert!(
+        (3_500_000..=3_600_000).contains(&due_in),
+        "due in {due_in} ms"
+    );
     let want: HashMap<String, GateProbe> = [
         ("waiting", GateProbe::Waiting),
-        ("paused", GateProbe::Idle),
-        ("backoff", GateProbe::Idle),
+        ("paused", GateProbe::Idle(None)),
+        ("due", GateProbe::Waiting),
+        ("behind", GateProbe::Waiting),
         ("below", GateProbe::Unrunnable),
         ("unknown", GateProbe::Unrunnable),
         ("blocked", GateProbe::Blocked),
@@ -231,4 +248,42 @@ async fn unrunnable_items_fail_with_a_reason(k: Kit) {
         assert!(error.contains(says), "{error}");
     }
     assert_eq!(k.item_row("ok").await.0, "available");
+}
+
+/// An item scheduled for later is available at its gate: the check finds
+/// the partition idle until then (not ready to advance to the work behind
+/// it), and an advance computed anyway is refused by its own re-check.
+/// Once its time has come it is work at the gate like any other.
+async fn a_scheduled_item_holds_its_gate(k: Kit) {
+    k.session("s1").await;
+    k.partition("p", Some("s1")).await;
+    k.items(&[
+        ("later", "p", 0, "available"),
+        ("next", "p", 1, "available"),
+    ])
+    .await;
+    k.sql("UPDATE feed_items SET not_before = {now} + 3600000 WHERE id = 'later'")
+        .await;
+    let found = k
+        .store
+        .partitions_for_check(&"s1".into(), &["p".into()])
+        .await
+        .unwrap();
+    let [(p, GateProbe::Idle(Some(due_in)))] = found.as_slice() else {
+        panic!("idle until the item comes due: {found:?}");
+    };
+    assert!((3_500_000..=3_600_000).contains(due_in), "{due_in}");
+    assert!(
+        !k.store.advance_gate(p, &"s1".into(), 1).await.unwrap(),
+        "an advance past it is refused"
+    );
+    assert_eq!(k.partition_row("p").await.1, 0);
+    k.sql("UPDATE feed_items SET not_before = {now} - 1 WHERE id = 'later'")
+        .await;
+    let found = k
+        .store
+        .partitions_for_check(&"s1".into(), &["p".into()])
+        .await
+        .unwrap();
+    assert_eq!(found[0].1, GateProbe::Waiting, "due: work at the gate");
 }

@@ -195,6 +195,7 @@ async fn a_held_slice_says_what_each_partition_needs(k: Kit) {
         "e-next",
         "f-manual",
         "h-older",
+        "i-due",
     ] {
         k.partition(id, Some("s1")).await;
     }
@@ -210,11 +211,15 @@ async fn a_held_slice_says_what_each_partition_needs(k: Kit) {
         // The newest item waits; an older one is ready.
         ("h1", "h-older", 0, "available"),
         ("h2", "h-older", 0, "available"),
+        // An item whose time has come, before one scheduled for later.
+        ("i1", "i-due", 0, "available"),
+        ("i2", "i-due", 0, "available"),
     ])
     .await;
     k.sqls(&[
         "UPDATE feed_partitions SET paused = TRUE WHERE id = 'b-paused'",
-        "UPDATE feed_items SET not_before = {now} + 3600000 WHERE id IN ('d', 'h2')",
+        "UPDATE feed_items SET not_before = {now} + 3600000 WHERE id IN ('d', 'h2', 'i2')",
+        "UPDATE feed_items SET not_before = {now} - 1000 WHERE id = 'i1'",
         "UPDATE feed_partitions SET manual_checkpoint = TRUE WHERE id = 'f-manual'",
     ])
     .await;
@@ -233,6 +238,7 @@ async fn a_held_slice_says_what_each_partition_needs(k: Kit) {
             ("e-next", false, true),
             ("f-manual", false, false),
             ("h-older", true, false),
+            ("i-due", true, false),
         ]
     );
     let page = k

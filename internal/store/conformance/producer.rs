@@ -6,11 +6,13 @@
 use super::{Kit, conformance};
 use crate::Error;
 use crate::store::{NewItem, OnFailure, PartitionSpec, RetryScope};
+use std::time::Duration;
 
 conformance!(
     enqueue_creates_extends_and_reopens,
     a_refused_enqueue_writes_nothing,
     retry_puts_failed_items_back_at_the_current_gate,
+    scheduled_items_store_their_time,
 );
 
 fn item(id: &str, gate: Option<i64>) -> NewItem {
@@ -18,6 +20,7 @@ fn item(id: &str, gate: Option<i64>) -> NewItem {
         id: Some(id.into()),
         gate,
         data: bytes::Bytes::from_static(br#"{"n":1}"#),
+        schedule: None,
     }
 }
 
@@ -69,6 +72,7 @@ async fn enqueue_creates_extends_and_reopens(k: Kit) {
         id: None,
         gate: None,
         data: bytes::Bytes::from_static(b"{}"),
+        schedule: None,
     };
     assert_eq!(
         k.store
@@ -164,4 +168,52 @@ async fn retry_puts_failed_items_back_at_the_current_gate(k: Kit) {
         "cancelled partitions stay"
     );
     assert_eq!(k.partition_row("c").await.0, "cancelled");
+}
+
+/// A time is stored as given; a delay is added to the database's clock as
+/// the row is written; an item without either has none, in the same
+/// statement; a time out of range writes nothing.
+async fn scheduled_items_store_their_time(k: Kit) {
+    let at = 1_893_488_400_000; // 2030-01-01T09:00:00Z
+    let items = vec![
+        item("at", None).not_before(at),
+        item("after", None).delay(Duration::from_secs(600)),
+        item("now", None),
+    ];
+    let before = k.store.now_ms().await.unwrap();
+    let spec = PartitionSpec::default();
+    k.store.enqueue("p", &spec, items).await.unwrap();
+    let after = k.store.now_ms().await.unwrap();
+    let times: Vec<(String, Option<i64>)> = k
+        .rows(
+            "SELECT id, not_before FROM feed_items ORDER BY id",
+            &["id", "not_before"],
+        )
+        .await;
+    assert_eq!(times[0], ("after".into(), times[0].1));
+    let delayed = times[0].1.expect("a delay is stored as a time");
+    assert!(
+        (before + 600_000..=after + 600_000).contains(&delayed),
+        "{before} + 10 min <= {delayed} <= {after} + 10 min"
+    );
+    assert_eq!(times[1..], [("at".into(), Some(at)), ("now".into(), None)]);
+    let e = k
+        .store
+        .enqueue(
+            "p",
+            &spec,
+            vec![item("bad", None).not_before(1_893_488_400)],
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&e, Error::Invalid(m) if m.contains("looks like seconds")),
+        "{e}"
+    );
+    assert_eq!(
+        k.rows::<(String,)>("SELECT id FROM feed_items WHERE id = 'bad'", &["id"])
+            .await
+            .len(),
+        0
+    );
 }

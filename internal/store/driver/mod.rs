@@ -100,6 +100,10 @@ pub(crate) struct Dialect {
     /// Follows `FROM feed_items <alias>` in a read of one partition's items
     /// by status (a probe, a refill) to hold it to `feed_items_ready`.
     ready_index: &'static str,
+    /// The planner takes `not_before IS NULL` as fixing the column, so the
+    /// dispatch index gives write order after it (MariaDB and SQLite; on
+    /// PostgreSQL the order must name `not_before` first, or it sorts).
+    null_fixes_order: bool,
     /// The `ORDER BY` list that reads the partitions of one status with no
     /// owner in id order, along `feed_partitions_held (status, owner, id)`.
     unowned_order: &'static str,
@@ -237,6 +241,18 @@ impl Driver {
     /// See [`Dialect::ready_index`].
     pub(crate) fn ready_index(self) -> &'static str {
         self.dialect().ready_index
+    }
+
+    /// The `ORDER BY` list that reads the items of one gate without a time
+    /// (`not_before IS NULL`, alias `a`) in write order, newest first when
+    /// `desc`, along the dispatch index without a sort.
+    pub(crate) fn unscheduled_order(self, a: &str, desc: bool) -> String {
+        let (seq, dir) = (self.seq(), if desc { " DESC" } else { "" });
+        if self.dialect().null_fixes_order {
+            format!("{a}.{seq}{dir}")
+        } else {
+            format!("{a}.not_before{dir}, {a}.{seq}{dir}")
+        }
     }
 
     /// See [`Dialect::unowned_order`].

@@ -45,6 +45,7 @@ pub(super) const DIALECT: Dialect = Dialect {
     // on 30,000 one-item partitions the held slice's probes then took 70–84 %
     // of the server's CPU, and one slice ran for over 20 minutes.
     ready_index: " FORCE INDEX (feed_items_ready)",
+    null_fixes_order: true,
 };
 
 /// A sub-select on the table being deleted from cannot be limited, but

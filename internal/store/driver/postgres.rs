@@ -39,6 +39,7 @@ pub(super) const DIALECT: Dialect = Dialect {
     // status's partitions through another index and sorted them.
     unowned_order: "status, owner, id",
     ready_index: "",
+    null_fixes_order: false,
 };
 
 fn data_column(alias: &str) -> String {

@@ -33,6 +33,7 @@ pub(super) const DIALECT: Dialect = Dialect {
     autovacuum_off: None,
     unowned_order: "status, owner, id",
     ready_index: "",
+    null_fixes_order: true,
 };
 
 /// SQLite keeps whatever type a producer inserted (a TEXT literal stays
