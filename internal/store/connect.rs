@@ -17,7 +17,7 @@ use sea_orm::{ConnectOptions, Database, DbErr, RuntimeErr};
 use super::connect_error::{Target, Unreachable, address, classify, clean, unreachable_as};
 use super::driver;
 use super::timeout::{self, Bound};
-use super::{Driver, Store, nodelay, redact, role};
+use super::{Driver, Store, hosts, nodelay, redact, role};
 use crate::{Error, Result};
 
 /// How long one attempt to log in may take.
@@ -91,7 +91,11 @@ pub(super) fn sqlite_file(url: &str) -> Option<PathBuf> {
 }
 
 async fn open(url: &str, max_connections: u32, limit: Duration, create: bool) -> Result<Store> {
-    let target = target(url, create)?;
+    let mut target = target(url, create)?;
+    let hosts = hosts::Hosts::parse(&target.url, create)?.map(Arc::new);
+    if let Some(h) = &hosts {
+        target.url = h.pick(&target).await?;
+    }
     let url = target.url.as_str();
     if target.driver != Driver::Sqlite {
         // The pool retries a refused connection itself until its acquire
@@ -125,12 +129,15 @@ async fn open(url: &str, max_connections: u32, limit: Duration, create: bool) ->
     // Commands that write (run, migrate, enqueue…) take no connection to a
     // server that cannot write; those that only read may read a standby.
     let primary = create;
+    let follow = hosts.clone();
     opts.map_sqlx_postgres_pool_opts(move |o| {
         let (released, connected) = (released.clone(), released.clone());
+        let follow = follow.clone();
         o.after_release(move |conn, _| role::pg_after_release(conn, &released))
             .after_connect(move |conn, _| {
                 nodelay::set_on_open_sockets();
-                role::pg_after_connect(conn, primary, &connected)
+                let check = role::pg_after_connect(conn, primary, &connected);
+                hosts::checked(check, follow.clone())
             })
     });
     let released = bound.clone();
@@ -146,7 +153,11 @@ async fn open(url: &str, max_connections: u32, limit: Duration, create: bool) ->
         DbErr::Conn(RuntimeErr::SqlxError(s)) => classify(s, &target),
         _ => unreachable_as(&target, Unreachable::Other(clean(&e.to_string(), url))),
     })?;
+    if let Some(h) = &hosts {
+        h.attach(db.get_postgres_connection_pool().clone());
+    }
     Ok(Store {
+        hosts,
         db,
         driver: target.driver,
         statements: Counter::default(),
@@ -170,15 +181,16 @@ fn target(url: &str, create: bool) -> Result<Target> {
             )));
         }
     };
-    if driver != Driver::Sqlite && several_hosts(&url) {
+    let several = several_hosts(&url);
+    if driver == Driver::MySql && several {
         return Err(Error::DatabaseUrl(format!(
-            "{}: Feed takes one host per URL, not libpq's list of hosts; put what follows the \
-             primary in front of the cluster (HAProxy with Patroni's /primary check, a DNS name \
-             your provider moves on failover, or PgBouncer) and give its address",
+            "{}: on MySQL/MariaDB Feed takes one host per URL; put what follows the primary in \
+             front of the cluster (a proxy, or a DNS name moved on failover) and give its address",
             redact(&url)
         )));
     }
     if driver != Driver::Sqlite
+        && !several
         && let Err(e) = url::Url::parse(&url)
     {
         return Err(Error::DatabaseUrl(format!(
