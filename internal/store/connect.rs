@@ -92,7 +92,10 @@ pub(super) fn sqlite_file(url: &str) -> Option<PathBuf> {
 
 async fn open(url: &str, max_connections: u32, limit: Duration, create: bool) -> Result<Store> {
     let mut target = target(url, create)?;
-    let hosts = hosts::Hosts::parse(&target.url, create)?.map(Arc::new);
+    let hosts = match target.driver {
+        Driver::Postgres => hosts::Hosts::parse(&target.url, create)?.map(Arc::new),
+        Driver::Sqlite | Driver::MySql => None,
+    };
     if let Some(h) = &hosts {
         target.url = h.pick(&target).await?;
     }

@@ -236,6 +236,7 @@ impl Store {
             // Pinned here, the attempt (and its connection) is dropped
             // only after a cut-off is recorded: see `release_check`.
             let call = std::pin::pin!(op());
+            let call = hosts::watched(self.hosts.as_ref(), call);
             match tokio::time::timeout(limit, call).await {
                 Ok(Ok(v)) => return Ok(v),
                 Ok(Err(e)) if attempt < 8 && is_transient(&e) => {
@@ -289,6 +290,7 @@ impl Store {
     {
         // The call is dropped after a cut-off is recorded (see `retry`).
         let call = std::pin::pin!(call);
+        let call = hosts::watched(self.hosts.as_ref(), call);
         match tokio::time::timeout(limit, call).await {
             Ok(r) => r.map_err(|e| {
                 let e = Error::from(e);

@@ -15,7 +15,7 @@ use testkit::{Handler, Process, json};
 use crate::patroni::{Cluster, connect};
 
 /// Partitions of one gate, and items in each.
-const PARTITIONS: usize = 120;
+const PARTITIONS: usize = 80;
 const ITEMS: usize = 50;
 /// Partitions whose items run at gate 0, move to gate 1, and run again.
 const TWO_GATE: usize = 4;

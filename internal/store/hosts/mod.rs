@@ -34,6 +34,10 @@ const ROUND_GAP: Duration = Duration::from_millis(500);
 const ROUND_MAX: Duration = Duration::from_secs(1);
 /// How long one host may take to log in and answer.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
+/// How long a statement may take before the hosts are asked: a pool whose
+/// host refuses connections retries them silently until its acquire
+/// timeout.
+const SLOW: Duration = Duration::from_secs(1);
 
 /// What one host said when asked.
 #[derive(Debug)]
@@ -250,6 +254,19 @@ pub(super) fn host_fault(e: &DbErr) -> bool {
             .code()
             .is_some_and(|c| c.starts_with("57P0") || c.starts_with("08")),
     }
+}
+
+/// `call`, with a round of asking when it takes longer than [`SLOW`].
+pub(super) async fn watched<F: Future>(hosts: Option<&Arc<Hosts>>, call: F) -> F::Output {
+    let Some(hosts) = hosts else {
+        return call.await;
+    };
+    let mut call = std::pin::pin!(call);
+    tokio::select! {
+        r = &mut call => return r,
+        _ = tokio::time::sleep(SLOW) => hosts.suspect(),
+    }
+    call.await
 }
 
 /// sqlx's `after_connect` hook wrapped: a connection refused by the role
