@@ -55,7 +55,11 @@ pub async fn listen(config: Config, wake: Arc<Notify>, cancel: CancellationToken
 }
 
 async fn open(url: &str) -> Result<PgListener, sqlx::Error> {
-    let mut listener = PgListener::connect(url).await?;
+    // A multi-host URL: the host that takes writes (LISTEN needs the primary).
+    let url = crate::store::primary_url(url)
+        .await
+        .map_err(sqlx::Error::Protocol)?;
+    let mut listener = PgListener::connect(&url).await?;
     listener.listen(CHANNEL).await?;
     Ok(listener)
 }

@@ -158,8 +158,12 @@ fn duration(s: &str) -> Result<humantime::Duration, String> {
         .map_err(|e| format!("{e}; write durations like 500ms, 30s or 5m"))
 }
 
-/// The log levels without `RUST_LOG`.
-const LOGS: &str = "info,sqlx=warn,sea_orm_migration=warn";
+/// The log levels without `RUST_LOG`. In a failover sqlx's pool logs each
+/// connection its role check refuses (many a second) and each slow
+/// acquire; Feed says the first at a bounded rate (`store::role`), and
+/// the second shows as a statement timeout or results waiting.
+const LOGS: &str =
+    "info,sqlx=warn,sqlx::pool::acquire=error,sqlx_core::pool::inner=off,sea_orm_migration=warn";
 
 /// Logs to stderr in `format`, at `RUST_LOG` or else `default` levels.
 /// Text logs escape control characters in every field (an id holding a

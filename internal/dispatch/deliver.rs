@@ -255,7 +255,12 @@ pub(super) async fn record(
         let (partition, item, gate, attempt) =
             (&fence.partition_id, &fence.id, fence.gate, attempt(&fence));
         if ctx.session.id() != *me || !ctx.session.live(cfg.session_expiry) {
-            tracing::warn!(%partition, %item, gate, attempt, "result not written: this processor's session is no longer live");
+            // Every answer in flight when a session ends comes here: one
+            // line at a bounded rate, with a count.
+            static DEAD: crate::ratelog::Every = crate::ratelog::Every::new();
+            if let Some(n) = DEAD.due() {
+                tracing::warn!(%partition, %item, gate, attempt, results = n, "result not written: this processor's session is no longer live");
+            }
             ctx.metrics.outcome(Label::Rejected.as_str());
             return Delivery::Again(Duration::ZERO);
         }
@@ -289,10 +294,15 @@ pub(super) async fn record(
             }
             Ok(Written::Stale) => {
                 ctx.metrics.outcome(Label::Rejected.as_str());
-                tracing::warn!(
-                    %partition, %item, gate, attempt,
-                    "stale result rejected: the item changed or its partition is no longer held by this session"
-                );
+                // A lease lost (a session that ended) rejects every answer
+                // in flight for its partitions: one line at a bounded rate.
+                static STALE: crate::ratelog::Every = crate::ratelog::Every::new();
+                if let Some(n) = STALE.due() {
+                    tracing::warn!(
+                        %partition, %item, gate, attempt, results = n,
+                        "stale result rejected: the item changed or its partition is no longer held by this session"
+                    );
+                }
                 return Delivery::Again(Duration::ZERO);
             }
             Ok(Written::Refused(why)) if !fallback => {

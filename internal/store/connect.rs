@@ -17,7 +17,7 @@ use sea_orm::{ConnectOptions, Database, DbErr, RuntimeErr};
 use super::connect_error::{Target, Unreachable, address, classify, clean, unreachable_as};
 use super::driver;
 use super::timeout::{self, Bound};
-use super::{Driver, Pooler, Store, nodelay, redact, role};
+use super::{Driver, Pooler, Store, hosts, nodelay, redact, role};
 use crate::{Error, Result};
 
 /// How long one attempt to log in may take.
@@ -130,12 +130,19 @@ pub(super) fn sqlite_file(url: &str) -> Option<PathBuf> {
 async fn open(url: &str, options: &Options, create: bool) -> Result<Store> {
     let limit = options.statement_timeout;
     let pooler = options.pooler;
-    let target = target(url, create)?;
+    let mut target = target(url, create)?;
     if pooler == Pooler::Transaction && target.driver != Driver::Postgres {
         return Err(Error::DatabaseUrl(format!(
             "{}: --db-pooler transaction is for PostgreSQL behind a pooler in transaction mode",
             redact(url)
         )));
+    }
+    let hosts = match target.driver {
+        Driver::Postgres => hosts::Hosts::parse(&target.url, create)?.map(Arc::new),
+        Driver::Sqlite | Driver::MySql => None,
+    };
+    if let Some(h) = &hosts {
+        target.url = h.pick(&target).await?;
     }
     let url = target.url.as_str();
     if target.driver != Driver::Sqlite {
@@ -177,12 +184,15 @@ async fn open(url: &str, options: &Options, create: bool) -> Result<Store> {
         // A cached statement would be looked for on another server.
         opts.map_sqlx_postgres_opts(|o| o.statement_cache_capacity(0));
     }
+    let follow = hosts.clone();
     opts.map_sqlx_postgres_pool_opts(move |o| {
         let (released, connected) = (released.clone(), released.clone());
+        let follow = follow.clone();
         o.after_release(move |conn, _| role::pg_after_release(conn, &released))
             .after_connect(move |conn, _| {
                 nodelay::set_on_open_sockets();
-                role::pg_after_connect(conn, primary, &connected)
+                let check = role::pg_after_connect(conn, primary, &connected);
+                hosts::checked(check, follow.clone())
             })
     });
     let released = bound.clone();
@@ -198,7 +208,11 @@ async fn open(url: &str, options: &Options, create: bool) -> Result<Store> {
         DbErr::Conn(RuntimeErr::SqlxError(s)) => classify(s, &target),
         _ => unreachable_as(&target, Unreachable::Other(clean(&e.to_string(), url))),
     })?;
+    if let Some(h) = &hosts {
+        h.attach(db.get_postgres_connection_pool().clone());
+    }
     Ok(Store {
+        hosts,
         db,
         driver: target.driver,
         statements: Counter::default(),
@@ -223,15 +237,16 @@ fn target(url: &str, create: bool) -> Result<Target> {
             )));
         }
     };
-    if driver != Driver::Sqlite && several_hosts(&url) {
+    let several = several_hosts(&url);
+    if driver == Driver::MySql && several {
         return Err(Error::DatabaseUrl(format!(
-            "{}: Feed takes one host per URL, not libpq's list of hosts; put what follows the \
-             primary in front of the cluster (HAProxy with Patroni's /primary check, a DNS name \
-             your provider moves on failover, or PgBouncer) and give its address",
+            "{}: on MySQL/MariaDB Feed takes one host per URL; put what follows the primary in \
+             front of the cluster (a proxy, or a DNS name moved on failover) and give its address",
             redact(&url)
         )));
     }
     if driver != Driver::Sqlite
+        && !several
         && let Err(e) = url::Url::parse(&url)
     {
         return Err(Error::DatabaseUrl(format!(

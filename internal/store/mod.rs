@@ -13,6 +13,7 @@ pub mod driver;
 pub mod events;
 pub mod export;
 mod gates;
+mod hosts;
 mod insert;
 mod leases;
 pub mod limits;
@@ -47,6 +48,7 @@ pub use driver::Driver;
 pub(crate) use driver::is_transient;
 pub(crate) use gates::GateProbe;
 pub(crate) use gates::HeldPartition;
+pub(crate) use hosts::primary_url;
 pub(crate) use leases::{HeldRow, LEASE_CHUNK, LeaseCounts, STRANDED_SLICE};
 pub use pooler::Pooler;
 pub use producer::{Enqueued, NewItem, OnFailure, PartitionSpec, Retried, RetryScope, Schedule};
@@ -81,11 +83,16 @@ pub struct Store {
     timeouts: Counter,
     /// What stands between Feed and the database (`--db-pooler`).
     pooler: Pooler,
+    /// The hosts of a multi-host PostgreSQL URL, followed after a failover.
+    hosts: Option<Arc<hosts::Hosts>>,
 }
 
 /// A URL (the database's, the handler's) with its password and secret
 /// query values replaced, safe for logs and errors.
 pub(crate) fn redact(url: &str) -> String {
+    if let Some((one, list)) = hosts::one_host(url) {
+        return hosts::put_back(&redact(&one), list);
+    }
     let Ok(mut u) = url::Url::parse(url) else {
         return "<unparseable URL>".into();
     };
@@ -266,12 +273,14 @@ impl Store {
             // Pinned here, the attempt (and its connection) is dropped
             // only after a cut-off is recorded: see `release_check`.
             let call = std::pin::pin!(op());
+            let call = hosts::watched(self.hosts.as_ref(), call);
             match tokio::time::timeout(limit, call).await {
                 Ok(Ok(v)) => return Ok(v),
                 Ok(Err(e)) if attempt < 8 && is_transient(&e) => {
                     if driver::is_wrong_node(&e) {
                         self.bound.wrong_node();
                     }
+                    self.host_fault(&e);
                     tracing::debug!(error = %e, attempt, "transient database error; retrying");
                 }
                 Ok(Err(e)) => return Err(self.explain(e.into())),
@@ -318,8 +327,15 @@ impl Store {
     {
         // The call is dropped after a cut-off is recorded (see `retry`).
         let call = std::pin::pin!(call);
+        let call = hosts::watched(self.hosts.as_ref(), call);
         match tokio::time::timeout(limit, call).await {
-            Ok(r) => Ok(r?),
+            Ok(r) => r.map_err(|e| {
+                let e = Error::from(e);
+                if let Error::Db(d) = &e {
+                    self.host_fault(d);
+                }
+                e
+            }),
             Err(_) => Err(self.explain(self.cut_off(limit))),
         }
     }
@@ -329,6 +345,9 @@ impl Store {
     /// are refused or fail because the server takes no writes, a timeout or
     /// a pool that could not connect is that, not a silent database.
     fn explain(&self, e: Error) -> Error {
+        if let Error::Db(d) = &e {
+            self.host_fault(d);
+        }
         if let Error::Db(d) = &e
             && self.pooler != Pooler::Transaction
             && driver::is_lost_statement(d)
@@ -349,7 +368,20 @@ impl Store {
         e
     }
 
+    /// A multi-host store asks its hosts again when `e` may mean its host
+    /// is gone or no longer the primary.
+    fn host_fault(&self, e: &DbErr) {
+        if let Some(h) = &self.hosts
+            && hosts::host_fault(e)
+        {
+            h.suspect();
+        }
+    }
+
     fn cut_off(&self, limit: Duration) -> Error {
+        if let Some(h) = &self.hosts {
+            h.suspect();
+        }
         self.bound.timed_out();
         self.timeouts.inc();
         Error::StatementTimeout(limit)

@@ -34,11 +34,23 @@ pub(crate) fn pg_after_connect<'c>(
     bound: &Arc<Bound>,
 ) -> Hook<'c, ()> {
     let bound = bound.clone();
+    // sqlx logs every refusal at ERROR and tries again within milliseconds
+    // (the processor's default log filter hides its line): one line here
+    // at a bounded rate, with a count. The results and the heartbeat say
+    // when the database is back.
+    static REFUSED: crate::ratelog::Every = crate::ratelog::Every::new();
     Box::pin(async move {
         if !primary || writable(conn).await? {
             return Ok(());
         }
         bound.wrong_node();
+        if let Some(n) = REFUSED.due() {
+            tracing::warn!(
+                refused = n,
+                "a new connection's server takes no writes (a standby or a demoted primary): \
+                 closed, connecting again until the primary answers"
+            );
+        }
         Err(sqlx::Error::Protocol(
             "the server takes no writes (transaction_read_only is on: a standby, a demoted primary \
              or a read-only database); Feed needs the primary: point --database-url at it \

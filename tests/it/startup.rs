@@ -165,14 +165,76 @@ async fn an_sqlite_file_that_cannot_be_opened_ends_run_with_what_to_do() {
 }
 
 #[tokio::test]
-/// libpq's list of hosts is not taken: the command says what to put in
-/// front of the cluster instead, at once.
-async fn several_hosts_in_one_url_end_run_with_what_to_use() {
-    let url =
-        "postgres://postgres@127.0.0.1:5432,127.0.0.2:5432/db?target_session_attrs=read-write";
-    run(url, &[])
-        .gives_up(&["one host per URL", "HAProxy", "/primary"])
-        .await;
+/// MySQL/MariaDB take one host: a list ends `run` at once with what to put
+/// in front of the cluster instead.
+async fn a_mariadb_host_list_ends_run_with_what_to_use() {
+    let url = "mysql://root@127.0.0.1:3306,127.0.0.2:3306/db";
+    run(url, &[]).gives_up(&["one host per URL", "proxy"]).await;
+}
+
+backend_tests!(a_postgres_host_list_is_tried_in_order: postgres => Postgres);
+/// libpq's list of hosts: while no host answers, `run` waits and says what
+/// each host said (the password hidden), a few times, not in a hot loop;
+/// a host that refuses connections is passed over for the next one, by a
+/// command that writes (`migrate`) and by one that reads (`status`).
+async fn a_postgres_host_list_is_tried_in_order(db: TestDb) {
+    let (a, b) = (Reserved::new(), Reserved::new());
+    let u = url::Url::parse(&db.url).unwrap();
+    let (path, port) = (u.path(), u.port().unwrap());
+    let none = format!(
+        "postgres://postgres:pw-s3cret@127.0.0.1:{},127.0.0.1:{}{path}?target_session_attrs=read-write",
+        a.port(),
+        b.port()
+    );
+    let mut p = run(&none, &[]);
+    let each = [
+        format!(
+            "127.0.0.1:{}: error communicating with database: Connection refused",
+            a.port()
+        ),
+        format!(
+            "127.0.0.1:{}: error communicating with database: Connection refused",
+            b.port()
+        ),
+    ];
+    wait_for("two retries said", Duration::from_secs(30), || async {
+        p.stderr()
+            .matches("no host of the list takes writes")
+            .count()
+            >= 2
+    })
+    .await;
+    let log = p.stderr();
+    for said in &each {
+        assert!(log.contains(said.as_str()), "{said:?} not in:\n{log}");
+    }
+    assert!(
+        !log.contains("pw-s3cret") && log.contains("postgres:***@127.0.0.1"),
+        "{log}"
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let lines = p.stderr().lines().count();
+    assert!(lines <= 8, "{lines} lines in 2 s and more:\n{}", p.stderr());
+    assert!(p.exited(Duration::ZERO).await.is_none(), "still retrying");
+
+    let second = format!(
+        "postgres://postgres:pw@127.0.0.1:{},127.0.0.1:{port}{path}",
+        a.port()
+    );
+    for command in ["migrate", "status"] {
+        let mut c = Run::start(&[command, "--database-url", &second], &[], None);
+        let status = c.exited(GIVES_UP_WITHIN).await;
+        assert!(
+            status.is_some_and(|s| s.success()),
+            "{command}: {status:?}\n{}",
+            c.stderr()
+        );
+        let opened = format!(
+            "database: postgres://postgres:***@127.0.0.1:{},127.0.0.1:{port}{path}",
+            a.port()
+        );
+        assert!(c.stderr().contains(&opened), "{command}: {}", c.stderr());
+    }
 }
 
 backend_tests!(a_refused_port_is_waited_for_and_said: postgres => Postgres, mariadb => Mysql);
