@@ -118,7 +118,7 @@ impl Dispatcher {
         // out when the fetch is taken in. A read after its floor skips them.
         // A partition's weight multiplies its share; its own max_in_flight
         // overrides --max-in-flight-per-partition.
-        let asks: Vec<Ask> = parts
+        let asks: Vec<(Ask, usize)> = parts
             .iter()
             .map(|p| {
                 let k = known.get(p).copied().unwrap_or(0);
@@ -133,17 +133,19 @@ impl Dispatcher {
                 let after = self.floors.after(p, now);
                 // Scheduled items come by due time, never after a floor:
                 // those known here may be among them.
-                Ask {
+                let ask = Ask {
                     partition: p.clone(),
                     n: if after.is_some() { room } else { room + k },
                     after,
                     due: room + k,
-                }
+                };
+                (ask, room)
             })
             .collect();
         self.fetching = parts.into_iter().collect();
         self.refilling = Some(self.ctx.tasks.spawn("refill", async move {
-            let items = ctx.store.ready_items(&me, &asks).await;
+            let only: Vec<Ask> = asks.iter().map(|(ask, _)| ask.clone()).collect();
+            let items = ctx.store.ready_items(&me, &only).await;
             Fetched::Items {
                 me,
                 asks,
@@ -214,7 +216,7 @@ impl Dispatcher {
         &mut self,
         parts: &HashSet<PartitionId>,
         settled: &HashSet<ItemId>,
-        asks: &[Ask],
+        asks: &[(Ask, usize)],
         want: usize,
         started: Instant,
         items: Vec<ReadyItem>,
@@ -250,12 +252,23 @@ impl Dispatcher {
         // next read starts after the last row of this one.
         let mut dry = false;
         let fresh = self.ctx.config.poll_interval;
-        for ask in asks {
+        for (ask, room) in asks {
             let p = &ask.partition;
             let read = rows.get(p).copied().unwrap_or_default();
+            // Both ranges may bring new items: no more than the partition's
+            // room (its share, within its cap) is taken, the first written
+            // first; it keeps its turn for the rest, without a floor.
+            let trimmed = by_partition.get_mut(p).is_some_and(|q| {
+                let over = q.len() > *room;
+                q.truncate(*room);
+                over
+            });
             if !parts.contains(p) {
                 by_partition.remove(p);
                 self.floors.forget(p);
+            } else if trimmed {
+                self.floors.forget(p);
+                self.rotation.offer(p.clone());
             } else if read.now >= ask.n {
                 self.floors.read(p, ask.after, read.last, started, fresh);
                 self.rotation.offer(p.clone());
@@ -285,7 +298,7 @@ impl Dispatcher {
         let mut fetched = 0;
         let mut rounds: Vec<VecDeque<ReadyItem>> = asks
             .iter()
-            .filter_map(|ask| by_partition.remove(&ask.partition))
+            .filter_map(|(ask, _)| by_partition.remove(&ask.partition))
             .collect();
         while !rounds.is_empty() {
             rounds.retain_mut(|q| match q.pop_front() {
@@ -334,7 +347,8 @@ pub(super) enum Fetched {
     /// Ready items of the partitions asked.
     Items {
         me: SessionId,
-        asks: Vec<Ask>,
+        /// What each partition was asked, with its room for new items.
+        asks: Vec<(Ask, usize)>,
         want: usize,
         /// When the read was sent.
         started: Instant,

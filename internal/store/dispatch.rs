@@ -8,6 +8,7 @@
 
 use sea_orm::Value;
 
+use super::driver::NOW_BOUND;
 use super::{Store, get};
 use crate::Result;
 use crate::ids::{ItemId, PartitionId, SessionId};
@@ -141,7 +142,10 @@ impl Store {
             &format!("i.not_before IS NULL AND i.{seq} > ?"),
             &d.unscheduled_order("i", false),
         );
-        let due = select("i.not_before <= {now}", &format!("i.not_before, i.{seq}"));
+        let due = select(
+            &format!("i.not_before <= {NOW_BOUND}"),
+            &format!("i.not_before, i.{seq}"),
+        );
         let branches: Vec<String> = (0..n)
             .flat_map(|b| {
                 [

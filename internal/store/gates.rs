@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use sea_orm::{ConnectionTrait, FromQueryResult, Value};
 
-use super::driver::{Driver, marks};
+use super::driver::{Driver, NOW_BOUND, marks};
 use super::{Store, get};
 use crate::Result;
 use crate::ids::{PartitionId, SessionId};
@@ -123,11 +123,14 @@ fn verdict_column(d: Driver) -> String {
          ELSE 'next' END ELSE 'lost' END AS verdict",
         open = open_items(d, "p.id"),
         waiting = on_p("i.status = 'available' AND i.gate = p.gate"),
-        ready = ["i.not_before IS NULL", "i.not_before <= {now}",]
-            .map(|c| on_p(&format!(
-                "i.status = 'available' AND i.gate = p.gate AND {c}"
-            )))
-            .join(" OR "),
+        ready = [
+            "i.not_before IS NULL",
+            &format!("i.not_before <= {NOW_BOUND}")
+        ]
+        .map(|c| on_p(&format!(
+            "i.status = 'available' AND i.gate = p.gate AND {c}"
+        )))
+        .join(" OR "),
         below = on_p("i.status = 'available' AND i.gate < p.gate"),
         unknown = unknown.join(" OR "),
         blocked = on_p("i.status = 'failed'"),

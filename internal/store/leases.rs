@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use sea_orm::{FromQueryResult, QueryResult, Value};
 
-use super::driver::{Driver, marks};
+use super::driver::{Driver, NOW_BOUND, marks};
 use super::gates::item_exists;
 use super::{Store, get, ms};
 use crate::ids::{PartitionId, SessionId};
@@ -44,7 +44,11 @@ fn ready(d: Driver) -> String {
         " AND r.not_before IS NULL",
         &d.unscheduled_order("r", true),
     );
-    let due = first_at_gate(d, " AND r.not_before <= {now}", "r.not_before");
+    let due = first_at_gate(
+        d,
+        &format!(" AND r.not_before <= {NOW_BOUND}"),
+        "r.not_before",
+    );
     format!("NOT p.paused AND ({unscheduled} IS NOT NULL OR {due} IS NOT NULL)")
 }
 

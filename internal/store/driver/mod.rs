@@ -113,6 +113,13 @@ pub(crate) struct Dialect {
     upsert: fn(&str, &[&str]) -> String,
 }
 
+/// The database clock as a value an index range can be bounded by
+/// (`not_before <= {NOW_BOUND}`): PostgreSQL's clock function is volatile,
+/// and a volatile expression is only ever a filter, so the range read
+/// every entry of the gate; as a scalar subquery it is evaluated once and
+/// bounds the range on every backend.
+pub(crate) const NOW_BOUND: &str = "(SELECT {now})";
+
 /// A limited `SELECT` as a branch of a `UNION ALL` where a branch cannot
 /// be ordered or limited itself (SQLite): a derived table.
 fn derived_branch(select: &str, n: usize) -> String {
