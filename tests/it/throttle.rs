@@ -157,7 +157,10 @@ async fn guessers_lock_no_one_else_out(db: TestDb) {
     doors
         .open_for(&client("127.0.0.1", None), "127.0.0.1")
         .await;
-    doors.slowed(&client("127.0.0.10", None), "a guesser").await;
+    // The last guesser: its failures are the freshest, so a slow machine
+    // (one refill every 6 s) cannot have given it an attempt back.
+    let last = format!("127.0.0.{}", 10 + GUESSERS - 1);
+    doors.slowed(&client(&last, None), "a guesser").await;
     let late = client("127.0.0.200", None);
     assert_eq!(
         doors.resume(&late, "wrong-token-late-0000").await,
@@ -200,7 +203,7 @@ async fn a_trusted_proxy_names_the_client(db: TestDb) {
     // What a client wrote itself, left of the proxy's entry, changes nothing.
     doors
         .slowed(
-            &proxy("198.51.100.7, 192.0.2.3"),
+            &proxy(&format!("198.51.100.7, 192.0.2.{}", GUESSERS - 1)),
             "a guesser behind the proxy",
         )
         .await;
