@@ -252,7 +252,7 @@ async fn batched_leasing_races_a_second_processor(db: TestDb) {
     if db.backend != Backend::Sqlite {
         wait_for(
             "both processors' leases waiting on the held row",
-            Duration::from_secs(30),
+            Duration::from_secs(90),
             || async { db.lock_waits("UPDATE feed_partitions SET owner").await >= 2 },
         )
         .await;
