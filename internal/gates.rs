@@ -12,6 +12,8 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
+use tracing::Instrument;
+
 use crate::Result;
 use crate::context::Context;
 use crate::ids::{PartitionId, SessionId};
@@ -160,6 +162,7 @@ async fn run(
 }
 
 fn closed(ctx: &Context, id: &PartitionId, out: &mut Checked) {
+    crate::otel::closed(id);
     tracing::info!(partition = %id, "partition complete");
     ctx.metrics.partitions_closed.inc();
     out.ended.push(id.clone());
@@ -190,7 +193,8 @@ async fn apply(
             Ok(false)
         }
         Decision::Advance(g) => {
-            let ok = store.advance_gate(p, me, g).await?;
+            let trace = crate::otel::advance(&p.id, p.gate, g);
+            let ok = store.advance_gate(p, me, g).instrument(trace).await?;
             if ok {
                 tracing::info!(partition = %p.id, from = p.gate, gate = g, "gate advanced");
                 metrics.gate_advances.inc();

@@ -30,7 +30,8 @@
 //! metrics), `retention` (pruning finished partitions, one processor at a
 //! time), `backoff` (retry delays), `ratelog` (a lasting fault logged at
 //! a bounded rate) and `validate` (what every entrance
-//! accepts: ids, gates, filters) and `printable` (text made safe to print).
+//! accepts: ids, gates, filters) `printable` (text made safe to print) and `otel` (OpenTelemetry traces,
+//! off unless the standard variables name an endpoint).
 
 pub(crate) mod backoff;
 pub(crate) mod breaker;
@@ -49,6 +50,7 @@ pub mod limits;
 pub mod lines;
 pub(crate) mod metrics;
 pub(crate) mod notify;
+pub mod otel;
 pub(crate) mod policy;
 pub mod printable;
 pub(crate) mod ratelog;

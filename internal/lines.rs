@@ -1,7 +1,8 @@
 //! The JSON-lines item format: what producers feed to `processor enqueue`
 //! (one item per line, `{"id"?: string, "gate"?: int, "data": any}`, with
 //! `data_base64` for data that is not JSON, `not_before` or `delay` for an
-//! item that must not run before a time (see `schedule`), or with `raw`
+//! item that must not run before a time (see `schedule`), `traceparent` for
+//! the producer's trace (see `otel`), or with `raw`
 //! each line is an item's data as it is; blank lines are skipped), and
 //! what `processor export` writes, which `enqueue` reads back.
 //!
@@ -25,7 +26,7 @@ use crate::{Error, Result};
 /// What a line may hold, for error messages.
 const EXPECTED: &str = "expected {\"id\"?: string, \"gate\"?: int, \"data\": any}, \
      with \"data_base64\" for data that is not JSON, \"not_before\" (epoch ms or RFC 3339) or \
-     \"delay\" (\"10m\") for a later time (or use --raw)";
+     \"delay\" (\"10m\") for a later time, \"traceparent\" for the producer's trace (or use --raw)";
 
 /// Fields `processor export` writes beside the item: read and ignored, so
 /// that its output enqueues as it is (the items start over as available).
@@ -97,6 +98,11 @@ fn item(text: &str, data: impl FnOnce(&str) -> Bytes) -> std::result::Result<New
     };
     let mut item = NewItem::new(bytes);
     item.schedule = crate::schedule::of_line(fields.not_before, fields.delay)?;
+    if let Some(tp) = fields.traceparent.filter(|v| v.get() != "null") {
+        let tp: String = serde_json::from_str(tp.get())
+            .map_err(|_| "traceparent must be a string".to_string())?;
+        item.traceparent = Some(crate::otel::traceparent(&tp)?);
+    }
     if let Some(id) = fields.id.filter(|v| v.get() != "null") {
         let id: String =
             serde_json::from_str(id.get()).map_err(|_| "id must be a string".to_string())?;
@@ -122,6 +128,7 @@ struct Envelope<'a> {
     data_base64: Option<&'a RawValue>,
     not_before: Option<&'a RawValue>,
     delay: Option<&'a RawValue>,
+    traceparent: Option<&'a RawValue>,
     problem: Option<String>,
 }
 
@@ -154,6 +161,7 @@ impl<'de> Visitor<'de> for EnvelopeVisitor {
                 "data_base64" => Some(&mut e.data_base64),
                 "not_before" => Some(&mut e.not_before),
                 "delay" => Some(&mut e.delay),
+                "traceparent" => Some(&mut e.traceparent),
                 _ => None,
             };
             match slot {
@@ -180,7 +188,16 @@ impl<'de> Visitor<'de> for EnvelopeVisitor {
 
 /// Whether an item line may hold the field `key`.
 fn slot_known(key: &str) -> bool {
-    ["id", "gate", "data", "data_base64", "not_before", "delay"].contains(&key)
+    [
+        "id",
+        "gate",
+        "data",
+        "data_base64",
+        "not_before",
+        "delay",
+        "traceparent",
+    ]
+    .contains(&key)
         || EXPORTED.contains(&key)
 }
 
@@ -293,6 +310,18 @@ mod tests {
         // Escaped keys are the same keys.
         let item = parse(r#"{"d\u0061ta": [1.0]}"#, false).unwrap();
         assert_eq!(item.data, &b"[1.0]"[..]);
+    }
+
+    #[test]
+    fn a_line_carries_its_producers_trace() {
+        let tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+        let item = parse(&format!(r#"{{"data": 1, "traceparent": "{tp}"}}"#), false).unwrap();
+        assert_eq!(item.traceparent.as_deref(), Some(tp));
+        let e = parse(r#"{"data": 1, "traceparent": "00-abc"}"#, false).unwrap_err();
+        assert!(e.contains("is not a W3C traceparent"), "{e}");
+        let e = parse(r#"{"data": 1, "traceparent": 7}"#, false).unwrap_err();
+        assert_eq!(e, "traceparent must be a string");
+        assert!(parse(r#"{"data": 1, "traceparent": null}"#, false).unwrap().traceparent.is_none());
     }
 
     #[test]

@@ -25,6 +25,7 @@ use reqwest::StatusCode;
 use reqwest::header::{HeaderMap, HeaderValue};
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::context::Context;
 use crate::handler::{Kind, Signer, client, endpoint, error_chain, fixed_headers, unix_now};
@@ -226,13 +227,24 @@ impl Webhooks {
             signer.sign(Kind::Event, &mut signed, &extra, &id, &body, unix_now());
             req = req.headers(signed);
         }
-        match req.headers(extra).body(body).send().await {
-            Ok(r) => answered(r.status(), retry_after(r.headers())),
-            Err(e) if e.is_timeout() => Sent::Retry(
-                "the receiver did not answer within --request-timeout".into(),
-                None,
-            ),
-            Err(e) => Sent::Retry(format!("events request failed: {}", error_chain(&e)), None),
+        let span = crate::otel::send(e);
+        crate::otel::inject(&span, &mut extra);
+        match req.headers(extra).body(body).send().instrument(span.clone()).await {
+            Ok(r) => {
+                crate::otel::answered(&span, r.status().as_u16());
+                answered(r.status(), retry_after(r.headers()))
+            }
+            Err(e) if e.is_timeout() => {
+                crate::otel::failed(&span, "timeout");
+                Sent::Retry(
+                    "the receiver did not answer within --request-timeout".into(),
+                    None,
+                )
+            }
+            Err(e) => {
+                crate::otel::failed(&span, "unreachable");
+                Sent::Retry(format!("events request failed: {}", error_chain(&e)), None)
+            }
         }
     }
 

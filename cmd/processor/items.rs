@@ -58,6 +58,12 @@ pub struct EnqueueArgs {
     #[arg(long, value_name = "DURATION", allow_hyphen_values = true,
           value_parser = feed::schedule::delay)]
     pub delay: Option<Schedule>,
+    /// The producer's trace for every item of this call (a W3C traceparent such as
+    /// "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"): each delivery's span is its
+    /// child. A line's own traceparent wins [default: none]
+    #[arg(long, env = "TRACEPARENT", value_name = "TRACEPARENT",
+          value_parser = feed::otel::traceparent)]
+    pub traceparent: Option<String>,
     /// JSON lines file; '-' or absent = standard input
     pub file: Option<String>,
 }
@@ -97,9 +103,12 @@ pub async fn enqueue(a: EnqueueArgs) -> anyhow::Result<()> {
             item.id = item.id.take().map(|id| format!("{prefix}{id}"));
         }
     }
-    if let Some(schedule) = a.not_before.or(a.delay) {
-        for (_, item) in &mut items {
+    for (_, item) in &mut items {
+        if let Some(schedule) = a.not_before.or(a.delay) {
             item.schedule.get_or_insert(schedule);
+        }
+        if let Some(trace) = &a.traceparent {
+            item.traceparent.get_or_insert_with(|| trace.clone());
         }
     }
     let store = create(&a.db).await?;

@@ -166,19 +166,32 @@ const LOGS: &str =
     "info,sqlx=warn,sqlx::pool::acquire=error,sqlx_core::pool::inner=off,sea_orm_migration=warn";
 
 /// Logs to stderr in `format`, at `RUST_LOG` or else `default` levels.
-/// Text logs escape control characters in every field (an id holding a
-/// newline cannot forge a line) and are coloured only on a terminal.
 fn init_logs(format: LogFormat, default: &str) {
+    init_logs_and_traces(format, default, None);
+}
+
+/// Logs as [`init_logs`] does, and exports `traces` (OpenTelemetry) when
+/// given. Text logs escape control characters in every field (an id
+/// holding a newline cannot forge a line) and are coloured only on a
+/// terminal. The spans made for traces never show in the logs.
+fn init_logs_and_traces(format: LogFormat, default: &str, traces: Option<&feed::otel::Traces>) {
     use std::io::IsTerminal;
+    use tracing_subscriber::Layer;
     use tracing_subscriber::field::MakeExt;
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default))
+        .add_directive(
+            format!("{}=off", feed::otel::TARGET)
+                .parse()
+                .expect("a valid directive"),
+        );
+    let layer = tracing_subscriber::fmt::layer()
         .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
-    match format {
-        LogFormat::Text => builder
+    let logs = match format {
+        LogFormat::Text => layer
             .fmt_fields(
                 tracing_subscriber::fmt::format::debug_fn(|w, field, value| {
                     let text = format!("{value:?}");
@@ -190,9 +203,14 @@ fn init_logs(format: LogFormat, default: &str) {
                 })
                 .delimited(" "),
             )
-            .init(),
-        LogFormat::Json => builder.json().init(),
-    }
+            .with_filter(filter)
+            .boxed(),
+        LogFormat::Json => layer.json().with_filter(filter).boxed(),
+    };
+    tracing_subscriber::registry()
+        .with(logs)
+        .with(traces.map(|t| t.layer()))
+        .init();
 }
 
 /// Installs the SIGTERM/SIGINT handlers now (so a signal that arrives

@@ -7,7 +7,7 @@ use feed::Config;
 use feed::handler::SignatureScheme;
 use humantime::Duration;
 
-use super::{DbArgs, LogFormat, controls, duration, init_logs, shutdown_signal};
+use super::{DbArgs, LogFormat, controls, duration, init_logs_and_traces, shutdown_signal};
 
 secret_list_flags!(
     SigningSecretArgs { signing_secret, signing_secret_file, env = "FEED_SIGNING_SECRET", what = "signing secret" },
@@ -201,7 +201,11 @@ fn header_file(path: &str) -> Result<HeaderFile, String> {
 
 pub async fn run(a: RunArgs) -> anyhow::Result<()> {
     let shutdown = shutdown_signal().context("installing signal handlers")?;
-    init_logs(a.log_format, super::LOGS);
+    let traces = feed::otel::Traces::from_env()?;
+    init_logs_and_traces(a.log_format, super::LOGS, traces.as_ref());
+    if let Some(t) = &traces {
+        tracing::info!(endpoint = %without_credentials(&t.endpoint), "exporting traces to OpenTelemetry (OTLP)");
+    }
     let mut c = Config::new(a.db.url(), a.handler_url);
     c.db_pooler = a.db.db_pooler.into();
     c.db_max_lifetime = a.db.db_max_lifetime.into();
@@ -251,5 +255,26 @@ pub async fn run(a: RunArgs) -> anyhow::Result<()> {
     c.rate_burst = a.rate_burst;
     c.breaker_calls = a.breaker_calls;
     c.breaker_ratio = a.breaker_ratio;
-    Ok(feed::run(c, shutdown).await?)
+    let ran = feed::run(c, shutdown).await;
+    if let Some(t) = traces {
+        // The exporter blocks while it sends the last spans.
+        match tokio::task::spawn_blocking(move || t.shutdown()).await {
+            Ok(Err(e)) => tracing::warn!(error = %e, "traces"),
+            Err(e) => tracing::warn!(error = %e, "traces: the exporter did not stop"),
+            Ok(Ok(())) => {}
+        }
+    }
+    Ok(ran?)
+}
+
+/// An endpoint as it may be logged: without a user or password.
+fn without_credentials(endpoint: &str) -> String {
+    match url::Url::parse(endpoint) {
+        Ok(mut u) => {
+            let _ = u.set_username("");
+            let _ = u.set_password(None);
+            u.to_string()
+        }
+        Err(_) => "(not a URL)".into(),
+    }
 }

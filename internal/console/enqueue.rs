@@ -4,7 +4,8 @@
 //! `processor enqueue` reads them (the same parser, [`crate::lines::parse`]),
 //! written in one transaction: a bad item rejects the whole request and
 //! nothing is written. The query parameters `not_before` and `delay` give
-//! every item that has neither its time. The admin token and the legacy `--producer-token`
+//! every item that has neither its time, and the `traceparent` header the
+//! producer's trace to every item without its own. The admin token and the legacy `--producer-token`
 //! allow any partition; a producer token of `feed_producer_tokens` only
 //! what its scope does (see `tokens`).
 
@@ -136,6 +137,19 @@ pub(super) async fn enqueue(
     {
         return json_error(e);
     }
+    let trace = match request.headers().get("traceparent").map(|v| v.to_str()) {
+        None => None,
+        Some(Ok(text)) => match crate::otel::traceparent(text) {
+            Ok(t) => Some(t),
+            Err(message) => return api_error(StatusCode::BAD_REQUEST, &message),
+        },
+        Some(Err(_)) => {
+            return api_error(
+                StatusCode::BAD_REQUEST,
+                "the traceparent header is not text; give a W3C traceparent",
+            );
+        }
+    };
     let (parts, body) = request.into_parts();
     // Held until the answer: the body and the items written from it.
     let (body, _budget) = match enqueue_body::read(&parts.headers, body).await {
@@ -150,9 +164,12 @@ pub(super) async fn enqueue(
         Ok(items) => with_ids(items, prefix),
         Err((code, message)) => return api_error(code, &message),
     };
-    if let Some(schedule) = schedule {
-        for item in &mut items {
+    for item in &mut items {
+        if let Some(schedule) = schedule {
             item.schedule.get_or_insert(schedule);
+        }
+        if let Some(trace) = &trace {
+            item.traceparent.get_or_insert_with(|| trace.clone());
         }
     }
     let ids: Vec<String> = items.iter().filter_map(|i| i.id.clone()).collect();

@@ -65,6 +65,8 @@ pub(super) async fn deliver(
         many => tracing::debug_span!("batch", items = many.len()),
     };
     let single = items.len() == 1;
+    let trace = crate::otel::process(&items);
+    let traced = trace.clone();
     async move {
         let (fences, jobs): (Vec<Fence>, Vec<Job>) = items
             .into_iter()
@@ -103,6 +105,12 @@ pub(super) async fn deliver(
             tracing::error!(%message, "a failed attempt for every item of the batch");
             let failed = Outcome::retry(message);
             outcomes = vec![failed; fences.len()];
+        }
+        // The call failed when all of its items did (for a batch).
+        if let Some(e) = outcomes.first().and_then(Outcome::error_type)
+            && outcomes.iter().all(|o| o.error_type().is_some())
+        {
+            crate::otel::failed(&traced, e);
         }
         let first = fences.first().map_or("", |f| f.id.as_str());
         let (outcomes, away) = breaker(ctx, outcomes, started, first, counted);
@@ -146,6 +154,7 @@ pub(super) async fn deliver(
         }
     }
     .instrument(span)
+    .instrument(trace)
     .await
 }
 

@@ -159,6 +159,7 @@ mod tests {
             data: Vec::new(),
             seq: 0,
             scheduled: false,
+            traceparent: None,
         };
         let mut buffer: VecDeque<ReadyItem> = [item("a", 2), item("b", 0), item("c", 1)].into();
         p.prefer(&mut buffer);

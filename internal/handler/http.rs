@@ -18,6 +18,7 @@ use hyper_util::rt::TokioExecutor;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use rustls_platform_verifier::BuilderVerifierExt;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tracing::Instrument;
 
 use super::answer::{parse_batch_response, parse_response, parse_retry_after};
 use super::keys::{batch_webhook_id, webhook_id};
@@ -119,16 +120,29 @@ impl HttpHandler {
     /// POSTs `body` with the fixed headers, `extra` and the signatures (`id`
     /// is its `webhook-id`), and reads the answer up to the byte cap, all
     /// within `--request-timeout`; Err = the outcome of every item of the
-    /// request (no answer, or one too large).
+    /// request (no answer, or one too large). Traced as an HTTP client span.
     async fn post(
         &self,
         extra: HeaderMap,
         id: &str,
         body: Bytes,
     ) -> std::result::Result<Answered, Outcome> {
-        match tokio::time::timeout(self.timeout, self.exchange(extra, id, body)).await {
-            Ok(answered) => answered,
+        let span = crate::otel::client(&self.uri);
+        let exchange = self.exchange(extra, id, body, &span);
+        match tokio::time::timeout(self.timeout, exchange)
+            .instrument(span.clone())
+            .await
+        {
+            Ok(Ok(answered)) => {
+                crate::otel::answered(&span, answered.status.as_u16());
+                Ok(answered)
+            }
+            Ok(Err(failed)) => {
+                crate::otel::failed(&span, failed.error_type().unwrap_or("failed"));
+                Err(failed)
+            }
             Err(_) => {
+                crate::otel::failed(&span, "timeout");
                 Err(Outcome::retry("handler did not answer within --request-timeout").outage())
             }
         }
@@ -139,6 +153,7 @@ impl HttpHandler {
         extra: HeaderMap,
         id: &str,
         body: Bytes,
+        span: &tracing::Span,
     ) -> std::result::Result<Answered, Outcome> {
         let mut req = http::Request::new(Full::new(body.clone()));
         *req.method_mut() = http::Method::POST;
@@ -150,6 +165,7 @@ impl HttpHandler {
         }
         drop(body);
         headers.extend(extra);
+        crate::otel::inject(span, headers);
         let resp = self.client.request(req).await.map_err(|e| {
             let chain = causes(&e);
             if e.is_connect() {

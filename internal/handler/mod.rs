@@ -182,6 +182,21 @@ impl Outcome {
         matches!(self, Outcome::Failed { outage: true, .. })
     }
 
+    /// What went wrong, in a word for traces (`error.type`); None for a
+    /// valid answer.
+    pub fn error_type(&self) -> Option<&'static str> {
+        match self {
+            Outcome::Step { .. } => None,
+            Outcome::Unreachable { .. } => Some("unreachable"),
+            Outcome::Failed {
+                throttled: true, ..
+            } => Some("throttled"),
+            Outcome::Failed { outage: true, .. } => Some("outage"),
+            Outcome::Failed { retry: false, .. } => Some("failed"),
+            Outcome::Failed { .. } => Some("retry"),
+        }
+    }
+
     /// The handler could not be reached at all (no attempt is counted).
     pub fn unreachable(message: impl Into<String>) -> Outcome {
         Outcome::Unreachable {

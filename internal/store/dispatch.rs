@@ -25,6 +25,8 @@ pub struct ReadyItem {
     /// It was scheduled (`not_before` set) and its time has come: it was
     /// read by due time, not after the partition's floor.
     pub scheduled: bool,
+    /// The producer's W3C trace context, if it gave one.
+    pub traceparent: Option<String>,
 }
 
 /// What one refill asks of a partition: its first `n` ready items
@@ -131,7 +133,7 @@ impl Store {
         let select = |range: &str, order: &str| {
             format!(
                 "SELECT i.id, i.partition_id, i.gate, {data} AS data, i.attempts, \
-                 i.version, i.{seq} AS seq, i.not_before FROM feed_items i{index} \
+                 i.version, i.{seq} AS seq, i.not_before, i.traceparent FROM feed_items i{index} \
                  WHERE i.partition_id = ? AND i.status = 'available' \
                  AND i.gate = (SELECT p.gate FROM feed_partitions p WHERE p.id = ? AND p.owner = ? \
                  AND p.status = 'available' AND NOT p.paused) \
@@ -192,6 +194,7 @@ impl Store {
                     data: get(r, "data")?,
                     seq: get(r, "seq")?,
                     scheduled: get::<Option<i64>>(r, "not_before")?.is_some(),
+                    traceparent: get(r, "traceparent")?,
                 })
             })
             .collect::<Result<Vec<_>>>()?;

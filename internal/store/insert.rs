@@ -44,16 +44,24 @@ pub(super) async fn insert_items(
     }
     // Items with a time carry it in `not_before`: the time given, or the
     // database's clock plus the delay, so that a delay runs on the clock
-    // every processor compares with. Runs without any keep the shape of
-    // before.
+    // every processor compares with. The optional columns are written
+    // only when an item of the run has them: runs without keep the shape
+    // of before.
     let scheduled = items.iter().any(|i| i.schedule.is_some());
-    let (columns, row) = if scheduled {
-        (", not_before", "(?, ?, ?, ?, COALESCE(?, {now} + ?))")
-    } else {
-        ("", "(?, ?, ?, ?)")
-    };
-    let rows = vec![row; items.len()].join(", ");
-    let mut values: Vec<Value> = Vec::with_capacity(items.len() * 6);
+    let traced = items.iter().any(|i| i.traceparent.is_some());
+    let mut columns = String::new();
+    let mut row = String::from("(?, ?, ?, ?");
+    if scheduled {
+        columns.push_str(", not_before");
+        row.push_str(", COALESCE(?, {now} + ?)");
+    }
+    if traced {
+        columns.push_str(", traceparent");
+        row.push_str(", ?");
+    }
+    row.push(')');
+    let rows = vec![row.as_str(); items.len()].join(", ");
+    let mut values: Vec<Value> = Vec::with_capacity(items.len() * 7);
     for item in items {
         values.push(
             item.id
@@ -71,6 +79,9 @@ pub(super) async fn insert_items(
                 None => (None, None),
             };
             values.extend([Value::BigInt(at), Value::BigInt(after)]);
+        }
+        if traced {
+            values.push(item.traceparent.clone().into());
         }
     }
     let sql =

@@ -128,6 +128,8 @@ pub struct NewItem {
     pub data: bytes::Bytes,
     /// When it may first run; None = as soon as its gate is reached.
     pub schedule: Option<Schedule>,
+    /// The producer's W3C `traceparent`: the delivery's span is its child.
+    pub traceparent: Option<String>,
 }
 
 impl NewItem {
@@ -138,6 +140,7 @@ impl NewItem {
             gate: None,
             data: data.into(),
             schedule: None,
+            traceparent: None,
         }
     }
 
@@ -163,6 +166,13 @@ impl NewItem {
     /// written, by the database's clock.
     pub fn delay(mut self, delay: Duration) -> Self {
         self.schedule = Some(Schedule::After(delay));
+        self
+    }
+
+    /// The same item in the producer's trace: `traceparent` is a W3C
+    /// Trace Context header value (checked by [`crate::otel::traceparent`]).
+    pub fn in_trace(mut self, traceparent: impl Into<String>) -> Self {
+        self.traceparent = Some(traceparent.into());
         self
     }
 }

@@ -23,6 +23,7 @@ mod m20261126_000012_open_items;
 mod m20261127_000013_held;
 mod m20261127_000014_producer_tokens;
 mod m20261128_000015_due_order;
+mod m20261128_000016_traceparent;
 
 /// Whether `table` has `column`: SQLite and MySQL have no `ADD COLUMN IF
 /// NOT EXISTS`, so a migration that adds one looks first (a racing
@@ -167,6 +168,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261127_000013_held::Migration),
             Box::new(m20261127_000014_producer_tokens::Migration),
             Box::new(m20261128_000015_due_order::Migration),
+            Box::new(m20261128_000016_traceparent::Migration),
         ]
     }
 
