@@ -321,7 +321,12 @@ mod tests {
         assert!(e.contains("is not a W3C traceparent"), "{e}");
         let e = parse(r#"{"data": 1, "traceparent": 7}"#, false).unwrap_err();
         assert_eq!(e, "traceparent must be a string");
-        assert!(parse(r#"{"data": 1, "traceparent": null}"#, false).unwrap().traceparent.is_none());
+        assert!(
+            parse(r#"{"data": 1, "traceparent": null}"#, false)
+                .unwrap()
+                .traceparent
+                .is_none()
+        );
     }
 
     #[test]

@@ -176,7 +176,7 @@ pub(crate) fn process(items: &[ReadyItem]) -> tracing::Span {
         return tracing::Span::none();
     }
     let attempt = |i: &ReadyItem| i.fence.attempts + 1;
-    let span = match items {
+    match items {
         [one] => {
             let f = &one.fence;
             let span = tracing::info_span!(target: TARGET, parent: None, "process",
@@ -191,7 +191,8 @@ pub(crate) fn process(items: &[ReadyItem]) -> tracing::Span {
                 error.type = Empty,
             );
             if let Some(parent) = one.traceparent.as_deref().and_then(remote) {
-                let _ = span.set_parent(opentelemetry::Context::new().with_remote_span_context(parent));
+                let _ =
+                    span.set_parent(opentelemetry::Context::new().with_remote_span_context(parent));
             }
             span
         }
@@ -226,8 +227,7 @@ pub(crate) fn process(items: &[ReadyItem]) -> tracing::Span {
             }
             span
         }
-    };
-    span
+    }
 }
 
 /// The HTTP client span of a request to `uri`, a child of the current
@@ -349,30 +349,30 @@ mod tests {
 
     #[test]
     fn the_environment_decides() {
-        let vars = |pairs: &'static [(&str, &str)]| {
-            move |name: &str| {
+        fn vars(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
+            move |name| {
                 pairs
                     .iter()
                     .find(|(k, _)| *k == name)
                     .map(|(_, v)| v.to_string())
             }
-        };
+        }
         assert!(Traces::from_vars(vars(&[])).unwrap().is_none());
-        let disabled = [
+        const DISABLED: &[(&str, &str)] = &[
             ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318"),
             ("OTEL_SDK_DISABLED", "true"),
         ];
-        assert!(Traces::from_vars(vars(&disabled)).unwrap().is_none());
-        let grpc = [
+        assert!(Traces::from_vars(vars(DISABLED)).unwrap().is_none());
+        const GRPC: &[(&str, &str)] = &[
             ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4317"),
             ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
         ];
-        let Err(e) = Traces::from_vars(vars(&grpc)) else {
+        let Err(e) = Traces::from_vars(vars(GRPC)) else {
             panic!("grpc was taken")
         };
         assert!(e.to_string().contains("use http/protobuf"), "{e}");
-        let zipkin = [("OTEL_TRACES_EXPORTER", "zipkin")];
-        let Err(e) = Traces::from_vars(vars(&zipkin)) else {
+        const ZIPKIN: &[(&str, &str)] = &[("OTEL_TRACES_EXPORTER", "zipkin")];
+        let Err(e) = Traces::from_vars(vars(ZIPKIN)) else {
             panic!("zipkin was taken")
         };
         assert!(e.to_string().contains("OTEL_TRACES_EXPORTER=zipkin"), "{e}");

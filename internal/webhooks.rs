@@ -229,7 +229,13 @@ impl Webhooks {
         }
         let span = crate::otel::send(e);
         crate::otel::inject(&span, &mut extra);
-        match req.headers(extra).body(body).send().instrument(span.clone()).await {
+        match req
+            .headers(extra)
+            .body(body)
+            .send()
+            .instrument(span.clone())
+            .await
+        {
             Ok(r) => {
                 crate::otel::answered(&span, r.status().as_u16());
                 answered(r.status(), retry_after(r.headers()))

@@ -138,7 +138,7 @@ impl HttpHandler {
                 Ok(answered)
             }
             Ok(Err(failed)) => {
-                crate::otel::failed(&span, failed.error_type().unwrap_or("failed"));
+                crate::otel::failed(&span, failed.error_type().unwrap_or("error"));
                 Err(failed)
             }
             Err(_) => {

@@ -191,9 +191,9 @@ impl Outcome {
             Outcome::Failed {
                 throttled: true, ..
             } => Some("throttled"),
-            Outcome::Failed { outage: true, .. } => Some("outage"),
-            Outcome::Failed { retry: false, .. } => Some("failed"),
-            Outcome::Failed { .. } => Some("retry"),
+            Outcome::Failed { outage: true, .. } => Some("unavailable"),
+            Outcome::Failed { retry: false, .. } => Some("rejected"),
+            Outcome::Failed { .. } => Some("error"),
         }
     }
 

@@ -70,6 +70,19 @@ impl Process {
         args: &[&str],
         log_filter: Option<&str>,
     ) -> Result<Process> {
+        Self::spawn_with_env(bin, database_url, handler_url, args, log_filter, &[])
+    }
+
+    /// [`Process::spawn`] with variables `env` set (the OpenTelemetry ones,
+    /// say); none is inherited from the test's environment.
+    pub fn spawn_with_env(
+        bin: &str,
+        database_url: &str,
+        handler_url: &str,
+        args: &[&str],
+        log_filter: Option<&str>,
+        env: &[(&str, &str)],
+    ) -> Result<Process> {
         remember_panics();
         let listen = format!("127.0.0.1:{}", free_port());
         let log =
@@ -82,11 +95,15 @@ impl Process {
             .args(args);
         for (k, _) in std::env::vars_os() {
             if let Some(k) = k.to_str()
-                && (k.starts_with("FEED_") || k == "RUST_LOG")
+                && (k.starts_with("FEED_")
+                    || k.starts_with("OTEL_")
+                    || k == "RUST_LOG"
+                    || k == "TRACEPARENT")
             {
                 cmd.env_remove(k);
             }
         }
+        cmd.envs(env.iter().copied());
         if let Some(filter) = log_filter {
             cmd.env("RUST_LOG", filter);
         }

@@ -39,6 +39,7 @@ mod library;
 mod liveness;
 mod migrations;
 mod netfault;
+mod otel;
 mod pooler;
 mod producer_tokens;
 mod protocol;

@@ -138,7 +138,11 @@ async fn drains_through(mode: &str, servers: u32, flags: &[&str]) {
     }
     // Every enqueue and both processors logged in through the pooler;
     // in transaction mode, more clients than servers shared them.
-    let least = if mode == "transaction" { servers as usize + 1 } else { 10 };
+    let least = if mode == "transaction" {
+        servers as usize + 1
+    } else {
+        10
+    };
     assert!(
         bouncer.clients() >= least,
         "{} clients logged in through the pooler, expected at least {least}",

@@ -319,13 +319,24 @@ pub const FAST: &[&str] = &[
 impl Proc {
     /// Starts `processor run` with FAST settings plus `extra`.
     pub fn start(db: &TestDb, handler_url: &str, extra: &[&str]) -> Proc {
+        Self::start_with_env(db, handler_url, extra, &[])
+    }
+
+    /// [`Proc::start`] with the variables `env` set.
+    pub fn start_with_env(
+        db: &TestDb,
+        handler_url: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Proc {
         let args: Vec<&str> = FAST.iter().chain(extra).copied().collect();
-        let process = Process::spawn(
+        let process = Process::spawn_with_env(
             env!("CARGO_BIN_EXE_processor"),
             &db.url,
             handler_url,
             &args,
             Some("info,feed=debug,sqlx=warn"),
+            env,
         )
         .expect("spawn processor");
         Proc {

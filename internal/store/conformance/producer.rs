@@ -21,6 +21,7 @@ fn item(id: &str, gate: Option<i64>) -> NewItem {
         gate,
         data: bytes::Bytes::from_static(br#"{"n":1}"#),
         schedule: None,
+        traceparent: None,
     }
 }
 
@@ -73,6 +74,7 @@ async fn enqueue_creates_extends_and_reopens(k: Kit) {
         gate: None,
         data: bytes::Bytes::from_static(b"{}"),
         schedule: None,
+        traceparent: None,
     };
     assert_eq!(
         k.store
