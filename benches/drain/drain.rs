@@ -37,6 +37,8 @@ pub(crate) struct Workload {
     /// Partitions spread round-robin over this many tenants, each with a
     /// `feed_limits` row that never binds (0: no tenants).
     pub(crate) tenants: usize,
+    /// OpenTelemetry traces on, sampling this ratio of deliveries (None: off).
+    pub(crate) traces: Option<&'static str>,
 }
 
 impl Workload {
@@ -51,6 +53,7 @@ impl Workload {
             multistep: false,
             flags: &[],
             tenants: 0,
+            traces: None,
         }
     }
 }
@@ -129,8 +132,24 @@ pub(crate) async fn drain_on(
     handler.state.reset();
     let cpu0 = CpuSnap::take();
     let mut procs = Vec::with_capacity(processors);
+    let mut env = Vec::new();
+    if let Some(ratio) = w.traces {
+        env = vec![
+            (
+                "OTEL_EXPORTER_OTLP_ENDPOINT",
+                crate::traces::endpoint().await,
+            ),
+            ("OTEL_TRACES_SAMPLER", "parentbased_traceidratio"),
+            ("OTEL_TRACES_SAMPLER_ARG", ratio),
+        ];
+    }
     for _ in 0..processors {
-        procs.push(Proc::spawn(&db.url, &handler.url(), w.flags)?);
+        procs.push(Proc::spawn_with_env(
+            &db.url,
+            &handler.url(),
+            w.flags,
+            &env,
+        )?);
     }
     let spawned = procs[0].spawned;
     let deadline = spawned + Duration::from_secs(args.timeout);

@@ -95,12 +95,23 @@ impl std::ops::DerefMut for Proc {
 impl Proc {
     /// Spawns the processor with only the URLs, `--listen` and `flags`.
     pub(crate) fn spawn(db_url: &str, handler_url: &str, flags: &[&str]) -> Result<Proc> {
-        Ok(Proc(Process::spawn(
+        Self::spawn_with_env(db_url, handler_url, flags, &[])
+    }
+
+    /// [`Proc::spawn`] with the variables `env` set.
+    pub(crate) fn spawn_with_env(
+        db_url: &str,
+        handler_url: &str,
+        flags: &[&str],
+        env: &[(&str, &str)],
+    ) -> Result<Proc> {
+        Ok(Proc(Process::spawn_with_env(
             &processor_bin(),
             db_url,
             handler_url,
             flags,
             None,
+            env,
         )?))
     }
 

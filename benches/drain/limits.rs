@@ -112,7 +112,7 @@ async fn accuracy(
 }
 
 /// One scenario of the runs of several.
-fn merged(name: &str, parts: Vec<Scenario>, ceil: Option<testkit::Stats>) -> Scenario {
+pub(crate) fn merged(name: &str, parts: Vec<Scenario>, ceil: Option<testkit::Stats>) -> Scenario {
     let runs = parts.iter().flat_map(|p| p.runs.clone()).collect();
     let errors = parts.into_iter().flat_map(|p| p.errors).collect();
     scenario(name, runs, errors, ceil)

@@ -10,6 +10,8 @@
 //! cargo bench --bench drain -- --backends postgres --items 20000
 //! cargo bench --bench drain -- --help            # every option (each also FEED_BENCH_*)
 //! cargo bench --bench drain -- --shapes          # adds the shapes phase (see below)
+//! cargo bench --bench drain -- --traces --skip ceiling,pickup,idle,multistep,scale,batch,limits,peer
+//!                                                # tracing's cost: off, 100 % and 1 % sampled
 //! cargo bench --bench drain -- --backends postgres --shapes 100,10000 --skip ceiling,pickup,idle,multistep,scale,batch,peer
 //! ```
 //!
@@ -57,6 +59,7 @@ mod limits;
 mod peer;
 mod report;
 mod shapes;
+mod traces;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -100,6 +103,8 @@ pub(crate) enum Phase {
     Limits,
     /// graphile-worker on PostgreSQL (needs Node.js and npm).
     Peer,
+    /// The drain with OpenTelemetry traces off, on at 100 % and on at 1 % (only with --traces).
+    Traces,
     /// One long drain timed per million items (only with --history).
     History,
     /// The same items as 100 × N/100 … N × 1 partitions × items (only with --shapes).
@@ -205,7 +210,11 @@ pub(crate) struct Args {
     /// the rate over the last million posts with the first (off by default)
     #[arg(long, env = "FEED_BENCH_HISTORY", value_parser = at_least_one)]
     pub(crate) history: Option<usize>,
-    /// Phases to skip, comma-separated: ceiling, pickup, idle, multistep, scale, batch, limits, peer, shapes, history
+    /// Adds the traces phase: the drain with OpenTelemetry traces off, on at 100 % and
+    /// at 1 %, in rounds of three (off by default)
+    #[arg(long, env = "FEED_BENCH_TRACES")]
+    pub(crate) traces: bool,
+    /// Phases to skip, comma-separated: ceiling, pickup, idle, multistep, scale, batch, limits, traces, peer, shapes, history
     #[arg(long, env = "FEED_BENCH_SKIP", value_enum, value_delimiter = ',')]
     pub(crate) skip: Vec<Phase>,
     /// PostgreSQL server (databases are created and dropped on it). Without
@@ -272,6 +281,7 @@ impl Args {
         !self.skip.contains(&p)
             && (p != Phase::Shapes || self.shapes.is_some())
             && (p != Phase::History || self.history.is_some())
+            && (p != Phase::Traces || self.traces)
     }
 }
 
@@ -355,6 +365,10 @@ async fn run_backend(
 
     if args.runs(Phase::Limits) {
         rep.limits = Some(limits::limits(backend, args, handler, client, ceil).await);
+    }
+
+    if args.runs(Phase::Traces) {
+        rep.traces = Some(traces::traces(backend, args, handler, client, ceil).await);
     }
 
     if args.runs(Phase::Pickup) && args.trickle > 0 {

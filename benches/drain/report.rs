@@ -69,6 +69,8 @@ pub(crate) struct BackendReport {
     pub(crate) batch: Option<Scenario>,
     /// Flow control: its cost when no limit binds, and a binding rate's accuracy.
     pub(crate) limits: Option<Limits>,
+    /// OpenTelemetry traces off, on at 100 % and at 1 %.
+    pub(crate) traces: Option<crate::traces::Traces>,
     pub(crate) multistep: Option<Scenario>,
     pub(crate) scale: Vec<Scenario>,
     pub(crate) pickup: Option<Pickup>,
@@ -495,8 +497,35 @@ pub(crate) fn print_ratios(report: &Report) {
             ips(b.limits.as_ref().map(|l| &l.none)),
         );
     }
+    for b in &report.backends {
+        for (name, traced) in [
+            ("traces 100 % / off", b.traces.as_ref().map(|t| &t.all)),
+            (
+                "traces 1 % / off",
+                b.traces.as_ref().map(|t| &t.one_percent),
+            ),
+        ] {
+            row(
+                format!("{}: {name} (rounds)", b.backend),
+                ips(traced),
+                ips(b.traces.as_ref().map(|t| &t.off)),
+            );
+        }
+    }
     println!("\nRatios (same run):");
     println!("{t}");
+    for b in &report.backends {
+        if let Some(t) = &b.traces {
+            let us = |s: &Scenario| processor_us(s).map_or("n/a".into(), |u| format!("{u:.0}"));
+            println!(
+                "  {}: processor CPU µs/item with traces off / 100 % / 1 %: {} / {} / {}",
+                b.backend,
+                us(&t.off),
+                us(&t.all),
+                us(&t.one_percent)
+            );
+        }
+    }
     for b in &report.backends {
         if let Some(us) = b.drain.as_ref().and_then(processor_us) {
             let batch = b.batch.as_ref().and_then(processor_us);

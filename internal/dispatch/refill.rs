@@ -33,10 +33,35 @@ const MAX_SPREAD: usize = 64;
 const DISCOVER: usize = 1_000;
 
 impl Dispatcher {
+    /// Takes in what a refill fetched; the next one may start at once when
+    /// it found more, else after the poll interval (or an event).
+    pub(super) fn refill_ended(&mut self, done: Result<Fetched, tokio::task::JoinError>) -> bool {
+        self.refilling = None;
+        let again = match done {
+            Ok(fetched) => self.refilled(fetched),
+            Err(e) => {
+                tracing::error!(error = %e, "a refill task failed; will retry");
+                for p in std::mem::take(&mut self.fetching) {
+                    self.rotation.offer(p);
+                }
+                false
+            }
+        };
+        self.floors.refill_ended();
+        let now = Instant::now();
+        self.refill_at = if again {
+            now
+        } else {
+            now + self.ctx.config.poll_interval
+        };
+        true
+    }
+
     /// How many items of each partition are in flight, buffered or cooling.
     pub(super) fn known_per_partition(&self) -> HashMap<PartitionId, usize> {
         let mut known: HashMap<PartitionId, usize> = HashMap::new();
         let partitions = self
+            .calls
             .in_flight
             .values()
             .map(|f| &f.partition_id)
@@ -162,7 +187,7 @@ impl Dispatcher {
     /// for new items. False after an error (the loop waits before the next
     /// try) or when its partitions were only held back by their in-flight
     /// cap.
-    pub(super) fn refilled(&mut self, fetched: Fetched) -> bool {
+    fn refilled(&mut self, fetched: Fetched) -> bool {
         let parts = std::mem::take(&mut self.fetching);
         let settled = std::mem::take(&mut self.settled);
         match fetched {
@@ -235,7 +260,7 @@ impl Dispatcher {
                 read.last = read.last.max(item.seq);
             }
             let id = &item.fence.id;
-            if self.in_flight.contains_key(id)
+            if self.calls.in_flight.contains_key(id)
                 || settled.contains(id)
                 || buffered.contains(id)
                 || self.cooling.contains_key(id)

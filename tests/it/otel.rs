@@ -370,6 +370,16 @@ async fn failures_gates_closes_and_events_are_traced(db: TestDb) {
         })
         .expect("the failed attempt's span");
     assert_eq!(failed.attr("error.type").as_deref(), Some("error"));
+    // The delivery's log lines are its span's events.
+    assert!(
+        failed
+            .span
+            .events
+            .iter()
+            .any(|e| e.name.contains("attempt failed; will retry")),
+        "{:?}",
+        failed.span.events
+    );
     let status = failed.span.status.clone().unwrap_or_default();
     assert_eq!(status.code, 2, "status ERROR");
     let post = post_under(&spans, failed);

@@ -1,0 +1,228 @@
+//! Upkeep beside the loop: acquire cycles and gate checks (one at a
+//! time, both change what is held), what they bring back, partitions whose
+//! scheduled work comes due, and a replaced session.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use tokio::time::{Instant, Interval};
+
+use super::{CHECK_PAUSE_MAX, Dispatcher, Upkeep};
+use crate::gates::{self, Checked};
+use crate::ids::PartitionId;
+use crate::leases::{self, Cycle, Held};
+
+/// When the loop polls, checks gates and runs acquire cycles next.
+pub(super) struct Pace {
+    /// Acquire cycles' ticks; `acquire_due` once one has ticked.
+    pub(super) acquire: Interval,
+    pub(super) acquire_due: bool,
+    pub(super) next_poll: Instant,
+    /// Every slot is busy and more work is ready: partitions are not
+    /// running dry, so gates are checked at most once per poll interval.
+    pub(super) full: bool,
+    next_check: Instant,
+    /// A failed check is tried again after this pause, which grows while
+    /// it keeps failing (its partitions stay marked): never back to back.
+    check_pause: Duration,
+    check_after: Instant,
+}
+
+impl Pace {
+    pub(super) fn new(acquire_interval: Duration) -> Self {
+        let mut acquire = tokio::time::interval(acquire_interval);
+        acquire.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let now = Instant::now();
+        Pace {
+            acquire,
+            acquire_due: false,
+            next_poll: now,
+            full: false,
+            next_check: now,
+            check_pause: Duration::ZERO,
+            check_after: now,
+        }
+    }
+}
+
+impl Dispatcher {
+    /// Starts an acquire cycle when one is due, else a gate check when
+    /// partitions are marked, unless one of them runs already.
+    pub(super) fn start_upkeep(&mut self) {
+        if self.upkeep.is_some() {
+            return;
+        }
+        let now = Instant::now();
+        if self.pace.acquire_due {
+            self.pace.acquire_due = false;
+            self.start_cycle();
+        } else if (!self.pace.full || now >= self.pace.next_check)
+            && now >= self.pace.check_after
+            && !self.held.marked.is_empty()
+        {
+            self.pace.next_check = now + self.ctx.config.poll_interval;
+            self.start_check();
+        }
+    }
+
+    /// Takes in what a gate check or an acquire cycle brought back.
+    pub(super) fn upkeep_ended(&mut self, done: Result<Upkeep, tokio::task::JoinError>) -> bool {
+        self.upkeep = None;
+        match done {
+            Ok(Upkeep::Cycle(me, cycle)) if me == self.me => self.cycled(cycle),
+            Ok(Upkeep::Check(me, checked)) if me == self.me => self.checked(checked),
+            Ok(_) => {}
+            Err(e) => {
+                tracing::error!(error = %e, "a gate check or acquire cycle task failed; will retry")
+            }
+        }
+        true
+    }
+
+    /// Takes in a gate check: partitions ready again join the rotation,
+    /// those whose work waits for a time get a wake-up.
+    fn checked(&mut self, mut checked: Checked) {
+        let poll = self.ctx.config.poll_interval;
+        self.pace.check_pause = match checked.error {
+            Some(_) => (self.pace.check_pause * 2).clamp(poll, CHECK_PAUSE_MAX),
+            None => Duration::ZERO,
+        };
+        self.pace.check_after = Instant::now() + self.pace.check_pause;
+        // Measured from the answer: never earlier than due.
+        let now = Instant::now();
+        for (p, wait) in std::mem::take(&mut checked.waits) {
+            self.wakeups.set(p, now + wait);
+        }
+        let (ready, more) = self.held.checked(checked, &self.ctx.metrics);
+        // A full chunk: the next one is checked at once.
+        if more {
+            self.pace.next_check = Instant::now();
+        }
+        if !ready.is_empty() {
+            self.refill_at = Instant::now();
+        }
+        for p in ready {
+            self.floors.forget(&p);
+            self.rotation.offer(p);
+        }
+    }
+
+    /// Adopts a new session id: every lease of the old one is gone.
+    pub(super) fn sync_session(&mut self) {
+        let id = self.ctx.session.id();
+        if id != self.me {
+            let lost = self.held.versions.len();
+            tracing::warn!(old = %self.me, new = %id, partitions = lost, "session replaced; dropping every partition");
+            self.ctx.metrics.leases_lost.inc_by(lost as u64);
+            self.me = id;
+            self.held = Held::default();
+            self.wakeups.clear();
+            self.buffer.clear();
+            self.floors.clear();
+            self.calls.partial_since = None;
+            self.ctx.metrics.partitions_held.set(0);
+        }
+    }
+
+    /// Serves the held partitions whose waiting work has come due: they
+    /// join the rotation, and the next refill reads what is due.
+    pub(super) fn woken(&mut self) -> bool {
+        let now = Instant::now();
+        for p in self.wakeups.due(now) {
+            if self.held.versions.contains_key(&p) && !self.fetching.contains(&p) {
+                self.floors.forget(&p);
+                self.rotation.offer(p);
+                self.refill_at = now;
+            }
+        }
+        true
+    }
+
+    /// Starts an acquire cycle beside the loop.
+    fn start_cycle(&mut self) {
+        self.ctx.metrics.acquire_cycles.inc();
+        let ctx = self.ctx.clone();
+        let me = self.me.clone();
+        let cursors = std::mem::take(&mut self.held.cursors);
+        let held = self.held.versions.len();
+        let busy = self.busy_partitions();
+        self.upkeep = Some(self.ctx.tasks.spawn("acquire cycle", async move {
+            let cycle = leases::cycle(&ctx, &me, cursors, held, &busy).await;
+            Upkeep::Cycle(me, cycle)
+        }));
+    }
+
+    /// Starts a gate check of the next marked partitions beside the loop
+    /// (none when every marked one is busy here).
+    fn start_check(&mut self) {
+        let busy = self.busy_partitions();
+        let (rotation, fetching) = (&self.rotation, &self.fetching);
+        let skip = |p: &str| busy.contains(p) || rotation.contains(p) || fetching.contains(p);
+        let ids = gates::due(&self.held, skip);
+        if ids.is_empty() {
+            return;
+        }
+        let ctx = self.ctx.clone();
+        let me = self.me.clone();
+        self.upkeep = Some(self.ctx.tasks.spawn("gate check", async move {
+            let checked = gates::check(&ctx, &me, ids).await;
+            Upkeep::Check(me, checked)
+        }));
+    }
+
+    /// Takes in what an acquire cycle found and did.
+    fn cycled(&mut self, mut cycle: Cycle) {
+        if let Some(e) = cycle.error.take() {
+            tracing::warn!(error = %e, "an acquire cycle failed; will retry");
+        }
+        let busy = self.busy_partitions();
+        let b = self.held.apply(cycle, &busy, &self.ctx.metrics);
+        self.act_on_cycle(b);
+        let now = Instant::now();
+        self.cooling.retain(|_, (_, until)| *until > now);
+        if !self.rotation.is_empty() {
+            self.refill_at = now;
+        }
+    }
+
+    /// Acts on what an acquire cycle changed.
+    fn act_on_cycle(&mut self, b: leases::Applied) {
+        // More free partitions wait: the next step follows at once (it
+        // runs beside dispatch, taking turns with gate checks).
+        if b.more {
+            self.pace.acquire.reset_immediately();
+        }
+        // Buffered items of partitions lost meanwhile, or changed by
+        // someone else (paused, cancelled), are not delivered.
+        if !b.changed.is_empty() || !b.lost.is_empty() {
+            let gone: HashSet<&str> = b
+                .changed
+                .iter()
+                .chain(&b.lost)
+                .map(PartitionId::as_str)
+                .collect();
+            self.buffer
+                .retain(|i| !gone.contains(i.fence.partition_id.as_str()));
+            self.rotation.retain(|p| !gone.contains(p));
+            self.fetching.retain(|p| !gone.contains(p.as_str()));
+            for p in b.changed.iter().chain(&b.lost) {
+                self.floors.forget(p);
+            }
+        }
+        for (p, attrs) in &b.attrs {
+            let tenant = attrs.as_ref().and_then(|a| a.tenant.as_deref());
+            self.rotation.set_tenant(p, tenant);
+        }
+        for p in &b.lost {
+            self.rotation.set_tenant(p, None);
+        }
+        for p in b.ready {
+            self.rotation.offer(p);
+        }
+    }
+
+    /// Partitions with items in flight, buffered or cooling down here.
+    pub(super) fn busy_partitions(&self) -> HashSet<PartitionId> {
+        self.known_per_partition().into_keys().collect()
+    }
+}
