@@ -35,6 +35,7 @@
 
 pub(crate) mod backoff;
 pub(crate) mod breaker;
+pub(crate) mod client;
 pub(crate) mod completer;
 pub mod config;
 pub mod console;

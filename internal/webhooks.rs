@@ -27,8 +27,9 @@ use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use crate::client::{client, endpoint, error_chain, fixed_headers, unix_now};
 use crate::context::Context;
-use crate::handler::{Kind, Signer, client, endpoint, error_chain, fixed_headers, unix_now};
+use crate::handler::{Kind, Signer};
 use crate::store::events::{Counts, Event};
 use crate::{Result, backoff};
 

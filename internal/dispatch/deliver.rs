@@ -72,12 +72,12 @@ pub(super) async fn deliver(
             .into_iter()
             .map(|ReadyItem { fence, data, .. }| {
                 let job = Job {
-                    item_id: fence.id.to_string(),
-                    partition_id: fence.partition_id.to_string(),
+                    item_id: fence.id.clone(),
+                    partition_id: fence.partition_id.clone(),
                     gate: fence.gate,
                     attempt: attempt(&fence),
                     idempotency_key: format!("{}:{}", fence.id, fence.version),
-                    processor_id: me.to_string(),
+                    processor_id: me.clone(),
                     data: data.into(),
                 };
                 (fence, job)

@@ -117,7 +117,7 @@ impl Dispatcher {
             since: since.into_std(),
         }));
         if self.ctx.metrics.held_off_since.get() == 0 {
-            let began = crate::handler::unix_now() - now.duration_since(since).as_secs() as i64;
+            let began = crate::client::unix_now() - now.duration_since(since).as_secs() as i64;
             self.ctx.metrics.held_off_since.set(began);
         }
         if self.outage.warn_due(now) {

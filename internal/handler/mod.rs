@@ -14,7 +14,6 @@ mod sign;
 
 pub(crate) use answer::parse_retry_after;
 pub use http::HttpHandler;
-pub(crate) use http::{client, endpoint, error_chain, fixed_headers, unix_now};
 pub use keys::{batch_webhook_id, signing_key, webhook_id};
 pub use sign::{
     EVENT_SIGNED_HEADERS, SIGNED_HEADERS, SignatureScheme, event_signature_v2, signature,
@@ -28,9 +27,9 @@ pub(crate) use sign::{Kind, Signer};
 #[non_exhaustive]
 pub struct Job {
     /// Item id (`Feed-Item-Id`).
-    pub item_id: String,
+    pub item_id: crate::ids::ItemId,
     /// Partition id (`Feed-Partition-Id`).
-    pub partition_id: String,
+    pub partition_id: crate::ids::PartitionId,
     /// The item's gate, which is its partition's gate (`Feed-Gate`).
     pub gate: i64,
     /// 1-based attempt of the current step (`Feed-Attempt`).
@@ -38,7 +37,7 @@ pub struct Job {
     /// Stable across redeliveries of the same step (`Idempotency-Key`).
     pub idempotency_key: String,
     /// The session that dispatched it (`Feed-Processor-Id`).
-    pub processor_id: String,
+    pub processor_id: crate::ids::SessionId,
     /// The item's data, forwarded unchanged (shared, so the request body
     /// is not a copy of it).
     pub data: bytes::Bytes,
