@@ -5,9 +5,16 @@
 //! a new file that the compiler walks through; see docs/design.md, "Adding
 //! a backend".
 
+mod errors;
 mod mysql;
 mod postgres;
+mod results;
+mod sql;
 pub(crate) mod sqlite;
+
+pub(crate) use errors::{Refusal, refusal};
+pub use errors::{is_lost_statement, is_transient, is_wrong_node};
+pub(crate) use sql::Sql;
 
 use sea_orm::{DbBackend, Statement, Value};
 
@@ -21,23 +28,6 @@ pub enum Driver {
     /// MySQL and MariaDB.
     MySql,
 }
-
-/// How a batch of fenced results is written: one `UPDATE … FROM (VALUES …)
-/// RETURNING` on PostgreSQL and SQLite; MariaDB has neither an `UPDATE …
-/// FROM` nor `RETURNING` on `UPDATE`, so a multi-table `UPDATE … JOIN`.
-#[derive(Clone, Copy, Debug)]
-pub enum ResultBatch {
-    /// `UPDATE … FROM (VALUES …) RETURNING`, with the `VALUES` source of
-    /// `n` rows of the columns (name, SQL type) and the column `RETURNING`
-    /// names the id by.
-    Values(ValuesSource),
-    /// `UPDATE … JOIN` in a transaction.
-    Join,
-}
-
-/// Builds the `VALUES` source of a result batch: `n` rows of the columns
-/// (name, SQL type); returns it with the column `RETURNING` names the id by.
-pub type ValuesSource = fn(usize, &[(&str, &str)]) -> (String, &'static str);
 
 /// One driver's SQL and behaviour: everything Feed writes differently for
 /// one database.
@@ -84,10 +74,11 @@ pub(crate) struct Dialect {
     /// `UPDATE` that takes them in one statement; None where the pick must
     /// be read first.
     picked: Option<fn(&str) -> String>,
+    /// Writes from many connections run at once (SQLite has one writer
+    /// at a time, so more only wait on its lock).
+    concurrent_writes: bool,
     /// `UPDATE … RETURNING` says which rows an update changed.
     update_returning: bool,
-    /// How a batch of results is written.
-    result_batch: ResultBatch,
     /// Deletes up to the batch of items of `n` partitions that are not
     /// `available` and whose partition is still finished and old.
     item_delete: fn(usize, &str, i64) -> String,
@@ -147,7 +138,7 @@ impl Driver {
         }
     }
 
-    fn dialect(self) -> &'static Dialect {
+    pub(super) fn dialect(self) -> &'static Dialect {
         match self {
             Driver::Sqlite => &sqlite::DIALECT,
             Driver::Postgres => &postgres::DIALECT,
@@ -155,29 +146,11 @@ impl Driver {
         }
     }
 
-    /// Builds a statement from SQL written with `?` placeholders and
-    /// `{now}` for the database clock. Feed's SQL never has a literal `?`
-    /// inside a string.
+    /// Builds a statement from a template written with `?` where each
+    /// value goes and `{now}` for the database clock (see
+    /// [`Sql::template`]: a `?` quoted in the SQL is text).
     pub fn stmt(self, sql: &str, values: Vec<Value>) -> Statement {
-        let d = self.dialect();
-        let sql = sql.replace("{now}", d.now);
-        let sql = if d.numbered {
-            let mut out = String::with_capacity(sql.len() + 16);
-            let mut n = 0;
-            for c in sql.chars() {
-                if c == '?' {
-                    n += 1;
-                    out.push('$');
-                    out.push_str(&n.to_string());
-                } else {
-                    out.push(c);
-                }
-            }
-            out
-        } else {
-            sql
-        };
-        Statement::from_sql_and_values(self.backend(), sql, values)
+        Sql::template(self, sql, values)
     }
 
     /// See [`Dialect::limited_branch`].
@@ -218,11 +191,6 @@ impl Driver {
     /// See [`Dialect::id_starts`].
     pub(crate) fn id_starts(self) -> &'static str {
         self.dialect().id_starts
-    }
-
-    /// See [`Dialect::fence_lock`].
-    pub(crate) fn fence_lock(self) -> &'static str {
-        self.dialect().fence_lock
     }
 
     /// See [`Dialect::for_update`].
@@ -267,14 +235,14 @@ impl Driver {
         self.dialect().unowned_order
     }
 
+    /// See [`Dialect::concurrent_writes`].
+    pub fn concurrent_writes(self) -> bool {
+        self.dialect().concurrent_writes
+    }
+
     /// See [`Dialect::update_returning`].
     pub(crate) fn update_returning(self) -> bool {
         self.dialect().update_returning
-    }
-
-    /// See [`Dialect::result_batch`].
-    pub(crate) fn result_batch(self) -> ResultBatch {
-        self.dialect().result_batch
     }
 
     /// See [`Dialect::item_delete`]: `partition_ok` tests the partition
@@ -320,87 +288,6 @@ pub fn marks(n: usize) -> String {
 pub(crate) fn value_rows(n: usize, cols: usize) -> String {
     let row = format!("({})", marks(cols));
     vec![row.as_str(); n].join(", ")
-}
-
-/// Whether an error says the connection is on a server that cannot write
-/// (a standby, a demoted primary, a read-only replica): the statement is
-/// retried, and connections are checked for their role before reuse.
-pub fn is_wrong_node(err: &sea_orm::DbErr) -> bool {
-    use sea_orm::{DbErr, RuntimeErr};
-    let (DbErr::Conn(RuntimeErr::SqlxError(e))
-    | DbErr::Exec(RuntimeErr::SqlxError(e))
-    | DbErr::Query(RuntimeErr::SqlxError(e))) = err
-    else {
-        return false;
-    };
-    let Some(d) = e.as_database_error() else {
-        return false;
-    };
-    if let Some(pg) = d.try_downcast_ref::<sea_orm::sqlx::postgres::PgDatabaseError>() {
-        return pg.code() == postgres::READ_ONLY;
-    }
-    d.try_downcast_ref::<sea_orm::sqlx::mysql::MySqlDatabaseError>()
-        .is_some_and(|my| mysql::READ_ONLY.contains(&my.number()))
-}
-
-/// Whether PostgreSQL says a prepared statement of this connection is
-/// missing or taken: the connection changes server between statements
-/// (a pooler in transaction mode).
-pub fn is_lost_statement(err: &sea_orm::DbErr) -> bool {
-    use sea_orm::{DbErr, RuntimeErr};
-    let (DbErr::Conn(RuntimeErr::SqlxError(e))
-    | DbErr::Exec(RuntimeErr::SqlxError(e))
-    | DbErr::Query(RuntimeErr::SqlxError(e))) = err
-    else {
-        return false;
-    };
-    e.as_database_error()
-        .and_then(|d| d.try_downcast_ref::<sea_orm::sqlx::postgres::PgDatabaseError>())
-        .is_some_and(|pg| postgres::LOST_STATEMENT.contains(&pg.code()))
-}
-
-/// Whether an error is transient and the statement should be retried:
-/// a dropped or unavailable connection, or a conflict the database asks
-/// the client to retry. Read from the driver's error kind and codes, never
-/// from message text: each driver says which of its codes are transient.
-pub fn is_transient(err: &sea_orm::DbErr) -> bool {
-    use sea_orm::sqlx::Error as Sqlx;
-    use sea_orm::{DbErr, RuntimeErr};
-    let e = match err {
-        DbErr::ConnectionAcquire(_) => return true,
-        DbErr::Conn(RuntimeErr::SqlxError(e))
-        | DbErr::Exec(RuntimeErr::SqlxError(e))
-        | DbErr::Query(RuntimeErr::SqlxError(e)) => e,
-        _ => return false,
-    };
-    match e.as_ref() {
-        Sqlx::Io(_) | Sqlx::PoolTimedOut | Sqlx::PoolClosed | Sqlx::WorkerCrashed => true,
-        Sqlx::Database(d) => mysql::transient(d.as_ref())
-            .or_else(|| sqlite::transient(d.as_ref()))
-            .or_else(|| postgres::transient(d.as_ref()))
-            .unwrap_or(false),
-        _ => false,
-    }
-}
-
-/// A refusal to connect that lasts until someone acts.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Refusal {
-    /// The server has no database of the URL's name.
-    NoDatabase,
-    /// The server refused the login.
-    Login,
-    /// SQLite cannot open (or create) the file.
-    CannotOpen,
-}
-
-/// Whether an error met while connecting is a [`Refusal`], read from the
-/// driver's codes (each driver says which of its codes are).
-pub(crate) fn refusal(d: &dyn sea_orm::sqlx::error::DatabaseError) -> Option<Refusal> {
-    mysql::refusal(d)
-        .or_else(|| sqlite::refusal(d))
-        .or_else(|| postgres::refusal(d))
-        .flatten()
 }
 
 /// An integer column whose type differs by backend (PostgreSQL's

@@ -4,7 +4,10 @@
 
 use sea_orm::sqlx::error::DatabaseError;
 
-use super::{Dialect, ResultBatch, marks};
+use sea_orm::Value;
+
+use super::results::RESULT_ROW;
+use super::{Dialect, Sql, marks};
 
 pub(super) const DIALECT: Dialect = Dialect {
     now: "(FLOOR(EXTRACT(EPOCH FROM CLOCK_TIMESTAMP()) * 1000)::BIGINT)",
@@ -24,8 +27,8 @@ pub(super) const DIALECT: Dialect = Dialect {
     notify: Some("NOTIFY feed_items"),
     concat: |parts| parts.join(" || "),
     picked: Some(picked),
+    concurrent_writes: true,
     update_returning: true,
-    result_batch: ResultBatch::Values(values_source),
     item_delete,
     stale_statistics: Some(
         "SELECT COUNT(*) AS n FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid \
@@ -54,16 +57,25 @@ fn picked(pick: &str) -> String {
     format!("id = ANY(ARRAY({pick} FOR UPDATE SKIP LOCKED))")
 }
 
-/// Typed rows (its parameters carry no type), named by an alias list.
-fn values_source(n: usize, cols: &[(&str, &str)]) -> (String, &'static str) {
-    let typed: Vec<String> = cols.iter().map(|(_, t)| format!("?::{t}")).collect();
-    let row = format!("({})", typed.join(", "));
-    let rows = vec![row.as_str(); n].join(", ");
-    let names: Vec<&str> = cols.iter().map(|(c, _)| *c).collect();
-    (
-        format!("(VALUES {rows}) AS v({})", names.join(", ")),
-        "i.id",
-    )
+/// A result batch's `VALUES`: typed (its parameters carry no type), named
+/// by an alias list.
+pub(super) fn values_source(s: &mut Sql, rows: usize, values: Vec<Value>) -> &'static str {
+    let mut values = values.into_iter();
+    s.push("(VALUES ");
+    for r in 0..rows {
+        s.push(if r == 0 { "(" } else { ", (" });
+        for (k, (_, t)) in RESULT_ROW.iter().enumerate() {
+            if k > 0 {
+                s.push(", ");
+            }
+            s.bind(values.next().unwrap_or(Value::Int(None)));
+            s.push(&format!("::{t}"));
+        }
+        s.push(")");
+    }
+    let names: Vec<&str> = RESULT_ROW.iter().map(|(c, _)| *c).collect();
+    s.push(&format!(") AS v({})", names.join(", ")));
+    "i.id"
 }
 
 /// Row addresses picked partition by partition (a lateral sub-select,

@@ -4,7 +4,10 @@
 use sea_orm::sqlx::error::DatabaseError;
 use sea_orm::sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynchronous};
 
-use super::{Dialect, ResultBatch, marks, value_rows};
+use sea_orm::Value;
+
+use super::results::RESULT_ROW;
+use super::{Dialect, Sql, marks};
 
 pub(super) const DIALECT: Dialect = Dialect {
     now: "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)",
@@ -25,8 +28,8 @@ pub(super) const DIALECT: Dialect = Dialect {
     concat: |parts| parts.join(" || "),
     // A subquery that names no outer column runs once.
     picked: Some(|pick| format!("id IN ({pick})")),
+    concurrent_writes: false,
     update_returning: true,
-    result_batch: ResultBatch::Values(values_source),
     item_delete,
     stale_statistics: None,
     upsert: super::on_conflict,
@@ -42,16 +45,18 @@ fn data_column(alias: &str) -> String {
     format!("CAST({alias}.data AS BLOB)")
 }
 
-/// `VALUES` columns are `column1…`: named through a subquery.
-fn values_source(n: usize, cols: &[(&str, &str)]) -> (String, &'static str) {
-    let named: Vec<String> = cols
+/// A result batch's `VALUES`, whose columns are `column1…`: named
+/// through a subquery.
+pub(super) fn values_source(s: &mut Sql, rows: usize, values: Vec<Value>) -> &'static str {
+    let named: Vec<String> = RESULT_ROW
         .iter()
         .enumerate()
         .map(|(k, (c, _))| format!("column{} AS {c}", k + 1))
         .collect();
-    let rows = value_rows(n, cols.len());
-    let source = format!("(SELECT {} FROM (VALUES {rows})) AS v", named.join(", "));
-    (source, "id")
+    s.push(&format!("(SELECT {} FROM (VALUES ", named.join(", ")))
+        .rows(rows, values)
+        .push(")) AS v");
+    "id"
 }
 
 /// Built without `DELETE … LIMIT`: rowids are picked.

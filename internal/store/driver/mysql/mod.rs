@@ -4,7 +4,9 @@
 
 use sea_orm::sqlx::error::DatabaseError;
 
-use super::{Dialect, ResultBatch, marks};
+use super::{Dialect, marks};
+
+pub(super) mod results;
 
 pub(super) const DIALECT: Dialect = Dialect {
     now: "CAST(FLOOR(UNIX_TIMESTAMP(NOW(3)) * 1000) AS SIGNED)",
@@ -29,8 +31,8 @@ pub(super) const DIALECT: Dialect = Dialect {
     // MariaDB cannot `LIMIT` a subquery of the table it updates, nor say
     // which rows an `UPDATE` changed: a pick is read, then taken by its ids.
     picked: None,
+    concurrent_writes: true,
     update_returning: false,
-    result_batch: ResultBatch::Join,
     item_delete,
     stale_statistics: None,
     upsert: on_duplicate,
