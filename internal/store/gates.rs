@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use sea_orm::{ConnectionTrait, FromQueryResult, Value};
+use sea_orm::{FromQueryResult, Value};
 
 use super::driver::{Driver, NOW_BOUND, marks};
 use super::{Store, get};
@@ -302,67 +302,7 @@ impl Store {
     ) -> Result<Vec<PartitionId>> {
         let mut closed = Vec::new();
         for chunk in parts.chunks(CLOSE_CHUNK) {
-            let pairs = self.driver.id_version_pairs(chunk.len());
-            let mut values: Vec<Value> = chunk
-                .iter()
-                .map(|(id, _)| Value::from(id.clone()))
-                .collect();
-            values.push(me.into());
-            for (id, version) in chunk {
-                values.extend([id.clone().into(), (*version).into()]);
-            }
-            // The owner is tested inside the version's test too: as a test
-            // of its own, PostgreSQL (with statistics from before the
-            // partitions were leased) read every partition this session
-            // holds through the owner index to find the chunk's
-            // (70,000 index entries per statement of 500, 100,000 one-item
-            // partitions).
-            let update = format!(
-                "UPDATE feed_partitions SET status = 'complete', owner = NULL, version = version + 1, \
-                 updated_at = {{now}} WHERE id IN ({ids}) \
-                 AND (id, CASE WHEN owner = ? THEN {version} END) IN {pairs} AND {guard}",
-                ids = marks(chunk.len())
-            );
-            if self.driver.update_returning() {
-                let rows = self
-                    .query(&format!("{update} RETURNING id"), values)
-                    .await?;
-                for r in &rows {
-                    closed.push(get(r, "id")?);
-                }
-                continue;
-            }
-            // No RETURNING: read back in the same transaction, which holds
-            // the rows it changed, so no later change can hide a close.
-            let mut after: Vec<Value> = chunk
-                .iter()
-                .map(|(id, _)| Value::from(id.clone()))
-                .collect();
-            for (id, version) in chunk {
-                after.extend([id.clone().into(), (version + 1).into()]);
-            }
-            let read = self.driver.stmt(
-                &format!(
-                    "SELECT id FROM feed_partitions WHERE id IN ({}) AND status = 'complete' \
-                     AND owner IS NULL AND (id, version) IN {pairs}",
-                    marks(chunk.len())
-                ),
-                after,
-            );
-            let update = self.driver.stmt(&update, values);
-            let rows = self
-                .retry(|| async {
-                    let txn = self.begin_immediate().await?;
-                    self.count(2);
-                    txn.execute_raw(update.clone()).await?;
-                    let rows = txn.query_all_raw(read.clone()).await?;
-                    self.commit(txn).await?;
-                    Ok(rows)
-                })
-                .await?;
-            for r in &rows {
-                closed.push(get(r, "id")?);
-            }
+            closed.extend(self.driver.close(self, chunk, me, version, guard).await?);
         }
         Ok(closed)
     }

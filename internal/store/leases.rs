@@ -3,9 +3,9 @@
 
 use std::time::Duration;
 
-use sea_orm::{FromQueryResult, QueryResult, Value};
+use sea_orm::{FromQueryResult, QueryResult};
 
-use super::driver::{Driver, NOW_BOUND, marks};
+use super::driver::{Driver, NOW_BOUND};
 use super::gates::item_exists;
 use super::{Store, get, ms};
 use crate::ids::{PartitionId, SessionId};
@@ -286,36 +286,7 @@ impl Store {
         limit: usize,
         me: &SessionId,
     ) -> Result<Vec<(PartitionId, i64)>> {
-        let page = format!(
-            "SELECT p.id FROM feed_partitions p WHERE p.status = 'available' \
-             AND p.owner IS NULL AND p.id > ? ORDER BY {} LIMIT ?",
-            self.driver.unowned_order()
-        );
-        // The pick's own test is repeated on each row as it is written,
-        // folded so that the rows can only be found by their ids (as an
-        // index condition, PostgreSQL read every unowned partition through
-        // the status index and searched the pick for each: 0.4 s per page).
-        let Some(picked) = self.driver.picked(&page) else {
-            let rows = self
-                .query(
-                    &page.replace("SELECT p.id", "SELECT p.id, p.version"),
-                    vec![after.into(), (limit as i64).into()],
-                )
-                .await?;
-            let pick = id_versions(&rows)?;
-            return self.lease_many(&pick, me).await;
-        };
-        let rows = self
-            .query(
-                &format!(
-                    "UPDATE feed_partitions SET owner = ?, version = version + 1, updated_at = {{now}} \
-                     WHERE {picked} AND CASE WHEN owner IS NULL THEN status END = 'available' \
-                     RETURNING id, version"
-                ),
-                vec![me.into(), after.into(), (limit as i64).into()],
-            )
-            .await?;
-        id_versions(&rows)
+        self.driver.lease_page(self, after, limit, me).await
     }
 
     /// Up to `limit` active partitions whose owner is a session no longer
@@ -360,44 +331,7 @@ impl Store {
         rows: &[(PartitionId, i64)],
         me: &SessionId,
     ) -> Result<Vec<(PartitionId, i64)>> {
-        let mut taken = Vec::new();
-        for chunk in rows.chunks(LEASE_CHUNK) {
-            let ids = marks(chunk.len());
-            let pairs = self.driver.id_version_pairs(chunk.len());
-            let mut values: Vec<Value> = vec![me.into()];
-            values.extend(chunk.iter().map(|(id, _)| Value::from(id.clone())));
-            for (id, v) in chunk {
-                values.extend([id.clone().into(), (*v).into()]);
-            }
-            // The status test is folded into the version's so that the
-            // rows can only be found by their ids: with stale statistics
-            // PostgreSQL would otherwise read every available partition
-            // through the status index.
-            let update = format!(
-                "UPDATE feed_partitions SET owner = ?, version = version + 1, updated_at = {{now}} \
-                 WHERE id IN ({ids}) \
-                 AND (id, CASE WHEN status = 'available' THEN version END) IN {pairs}"
-            );
-            let rows = if self.driver.update_returning() {
-                self.query(&format!("{update} RETURNING id, version"), values)
-                    .await?
-            } else {
-                self.exec(&update, values).await?;
-                // Only this session writes its own id as owner, so the rows
-                // that now name it are exactly the ones this statement took.
-                let mut values: Vec<Value> = vec![me.into()];
-                values.extend(chunk.iter().map(|(id, _)| Value::from(id.clone())));
-                self.query(
-                    &format!(
-                        "SELECT id, version FROM feed_partitions WHERE owner = ? AND id IN ({ids})"
-                    ),
-                    values,
-                )
-                .await?
-            };
-            taken.extend(id_versions(&rows)?);
-        }
-        Ok(taken)
+        self.driver.lease_many(self, rows, me).await
     }
 
     /// Gives one held partition back (OCC, owner-fenced), to make room.
@@ -502,7 +436,7 @@ impl Store {
 }
 
 /// The `id` and `version` of each row.
-fn id_versions(rows: &[QueryResult]) -> Result<Vec<(PartitionId, i64)>> {
+pub(super) fn id_versions(rows: &[QueryResult]) -> Result<Vec<(PartitionId, i64)>> {
     rows.iter()
         .map(|r| Ok((get(r, "id")?, get(r, "version")?)))
         .collect()

@@ -234,6 +234,27 @@ impl Store {
         .await
     }
 
+    /// Runs a built statement (retried as [`Store::retry`] does); the
+    /// rows it changed.
+    async fn run(&self, st: sea_orm::Statement) -> Result<u64> {
+        self.retry(|| async {
+            self.count(1);
+            self.execute_raw(st.clone())
+                .await
+                .map(|r| r.rows_affected())
+        })
+        .await
+    }
+
+    /// Runs a built query (retried as [`Store::retry`] does); its rows.
+    async fn fetch(&self, st: sea_orm::Statement) -> Result<Vec<QueryResult>> {
+        self.retry(|| async {
+            self.count(1);
+            self.query_all_raw(st.clone()).await
+        })
+        .await
+    }
+
     /// Whether processors on this database are woken by LISTEN/NOTIFY.
     pub(crate) fn listens(&self) -> bool {
         self.driver.notify().is_some() && self.pooler != Pooler::Transaction

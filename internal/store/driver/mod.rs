@@ -9,6 +9,7 @@ mod errors;
 mod mysql;
 mod postgres;
 mod results;
+mod returning;
 mod sql;
 pub(crate) mod sqlite;
 
@@ -17,6 +18,8 @@ pub use errors::{is_lost_statement, is_transient, is_wrong_node};
 pub(crate) use sql::Sql;
 
 use sea_orm::{DbBackend, Statement, Value};
+
+use crate::ids::PartitionId;
 
 /// The database a store talks to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -42,11 +45,12 @@ pub(crate) struct Dialect {
     /// A `SELECT … ORDER BY … LIMIT` made one branch (numbered by the
     /// second argument) of a `UNION ALL`.
     limited_branch: fn(&str, usize) -> String,
-    /// The right side of `(id, version) IN …` for `n` pairs of `?` (a
-    /// text and a bigint): each row's pair is looked up, where a `CASE id
-    /// WHEN … THEN …` compared it with half the list on average (a
-    /// quarter of the cost of closing 500 partitions at once).
-    id_version_pairs: fn(usize) -> String,
+    /// How the right side of `(id, version) IN …` is written: the list's
+    /// opening, then the casts after each row's id and version (a text and
+    /// a bigint). Each row's pair is looked up, where a `CASE id WHEN …
+    /// THEN …` compared it with half the list on average (a quarter of the
+    /// cost of closing 500 partitions at once).
+    id_version_pairs: (&'static str, &'static str, &'static str),
     /// The column that orders a partition's items as they were written.
     seq: &'static str,
     /// A condition on the items a look for new work reads, where the index
@@ -70,15 +74,9 @@ pub(crate) struct Dialect {
     notify: Option<&'static str>,
     /// SQL expressions joined into one string.
     concat: fn(&[&str]) -> String,
-    /// A test that `id` is one of the rows a `SELECT id …` picks, for an
-    /// `UPDATE` that takes them in one statement; None where the pick must
-    /// be read first.
-    picked: Option<fn(&str) -> String>,
     /// Writes from many connections run at once (SQLite has one writer
     /// at a time, so more only wait on its lock).
     concurrent_writes: bool,
-    /// `UPDATE … RETURNING` says which rows an update changed.
-    update_returning: bool,
     /// Deletes up to the batch of items of `n` partitions that are not
     /// `available` and whose partition is still finished and old.
     item_delete: fn(usize, &str, i64) -> String,
@@ -158,9 +156,21 @@ impl Driver {
         (self.dialect().limited_branch)(select, n)
     }
 
-    /// See [`Dialect::id_version_pairs`].
-    pub(crate) fn id_version_pairs(self, n: usize) -> String {
-        (self.dialect().id_version_pairs)(n)
+    /// Appends the right side of `(id, version) IN …` for `pairs`, each
+    /// version plus `add`; see [`Dialect::id_version_pairs`].
+    pub(crate) fn id_version_pairs(self, s: &mut Sql, pairs: &[(PartitionId, i64)], add: i64) {
+        let (open, id, version) = self.dialect().id_version_pairs;
+        s.push(open);
+        for (k, (p, v)) in pairs.iter().enumerate() {
+            s.push(if k == 0 { "(" } else { ", (" })
+                .bind(p.clone())
+                .push(id)
+                .push(", ")
+                .bind(v + add)
+                .push(version)
+                .push(")");
+        }
+        s.push(")");
     }
 
     /// `data` as bytes for an item aliased `alias`.
@@ -208,11 +218,6 @@ impl Driver {
         (self.dialect().concat)(parts)
     }
 
-    /// See [`Dialect::picked`].
-    pub(crate) fn picked(self, pick: &str) -> Option<String> {
-        self.dialect().picked.map(|f| f(pick))
-    }
-
     /// See [`Dialect::ready_index`].
     pub(crate) fn ready_index(self) -> &'static str {
         self.dialect().ready_index
@@ -238,11 +243,6 @@ impl Driver {
     /// See [`Dialect::concurrent_writes`].
     pub fn concurrent_writes(self) -> bool {
         self.dialect().concurrent_writes
-    }
-
-    /// See [`Dialect::update_returning`].
-    pub(crate) fn update_returning(self) -> bool {
-        self.dialect().update_returning
     }
 
     /// See [`Dialect::item_delete`]: `partition_ok` tests the partition
@@ -282,12 +282,6 @@ fn on_conflict(key: &str, columns: &[&str]) -> String {
 /// `?, ?, ?` for an `IN (…)` list of `n` values.
 pub fn marks(n: usize) -> String {
     vec!["?"; n].join(", ")
-}
-
-/// `n` rows of `cols` `?` placeholders each, for a `VALUES` or row `IN` list.
-pub(crate) fn value_rows(n: usize, cols: usize) -> String {
-    let row = format!("({})", marks(cols));
-    vec![row.as_str(); n].join(", ")
 }
 
 /// An integer column whose type differs by backend (PostgreSQL's

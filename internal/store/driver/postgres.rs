@@ -14,7 +14,7 @@ pub(super) const DIALECT: Dialect = Dialect {
     numbered: true,
     data_column,
     limited_branch: super::derived_branch,
-    id_version_pairs: |n| format!("(VALUES {})", vec!["(?::text, ?::bigint)"; n].join(", ")),
+    id_version_pairs: ("(VALUES ", "::text", "::bigint"),
     seq: "seq",
     new_work: Some("status = 'available'"),
     keep_existing: " ON CONFLICT (id) DO NOTHING",
@@ -26,9 +26,7 @@ pub(super) const DIALECT: Dialect = Dialect {
     for_update: " FOR UPDATE",
     notify: Some("NOTIFY feed_items"),
     concat: |parts| parts.join(" || "),
-    picked: Some(picked),
     concurrent_writes: true,
-    update_returning: true,
     item_delete,
     stale_statistics: Some(
         "SELECT COUNT(*) AS n FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid \
@@ -53,8 +51,10 @@ fn data_column(alias: &str) -> String {
 /// is changing, and read once into an array: as `id IN (…)`, with
 /// statistics that lag behind a bulk load, PostgreSQL re-ran the pick once
 /// per row of the table (a 100,000-row table took minutes).
-fn picked(pick: &str) -> String {
-    format!("id = ANY(ARRAY({pick} FOR UPDATE SKIP LOCKED))")
+pub(super) fn picked(s: &mut Sql, after: &str, limit: i64) {
+    s.push("id = ANY(ARRAY(");
+    super::returning::page(s, "p.id", after, limit);
+    s.push(" FOR UPDATE SKIP LOCKED))");
 }
 
 /// A result batch's `VALUES`: typed (its parameters carry no type), named

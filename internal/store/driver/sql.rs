@@ -25,6 +25,11 @@ impl Sql {
         }
     }
 
+    /// The driver the statement is written for.
+    pub(crate) fn driver(&self) -> Driver {
+        self.driver
+    }
+
     /// Appends SQL text; `{now}` stands for the database clock. The text
     /// holds no placeholder: values go through [`Sql::bind`].
     pub(crate) fn push(&mut self, text: &str) -> &mut Sql {

@@ -14,7 +14,7 @@ pub(super) const DIALECT: Dialect = Dialect {
     numbered: false,
     data_column,
     limited_branch: super::derived_branch,
-    id_version_pairs: |n| format!("(VALUES {})", super::value_rows(n, 2)),
+    id_version_pairs: ("(VALUES ", "", ""),
     seq: "rowid",
     new_work: None,
     keep_existing: " ON CONFLICT (id) DO NOTHING",
@@ -26,10 +26,7 @@ pub(super) const DIALECT: Dialect = Dialect {
     for_update: "",
     notify: None,
     concat: |parts| parts.join(" || "),
-    // A subquery that names no outer column runs once.
-    picked: Some(|pick| format!("id IN ({pick})")),
     concurrent_writes: false,
-    update_returning: true,
     item_delete,
     stale_statistics: None,
     upsert: super::on_conflict,
@@ -43,6 +40,14 @@ pub(super) const DIALECT: Dialect = Dialect {
 /// TEXT), so `data` is cast on the way out.
 fn data_column(alias: &str) -> String {
     format!("CAST({alias}.data AS BLOB)")
+}
+
+/// A test that `id` is on the page of unowned partitions after `after`:
+/// a subquery that names no outer column runs once.
+pub(super) fn picked(s: &mut Sql, after: &str, limit: i64) {
+    s.push("id IN (");
+    super::returning::page(s, "p.id", after, limit);
+    s.push(")");
 }
 
 /// A result batch's `VALUES`, whose columns are `column1…`: named

@@ -15,7 +15,7 @@ pub(super) const DIALECT: Dialect = Dialect {
     // A derived table with a BLOB column (`data`) is a temporary table on
     // disk for every refill; a parenthesized branch is read as it is.
     limited_branch: |select, _| format!("({select})"),
-    id_version_pairs: |n| format!("({})", super::value_rows(n, 2)),
+    id_version_pairs: ("(", "", ""),
     seq: "seq",
     new_work: None,
     // MySQL counts an updated duplicate as 2 rows, a new one as 1.
@@ -28,11 +28,7 @@ pub(super) const DIALECT: Dialect = Dialect {
     for_update: " FOR UPDATE",
     notify: None,
     concat: |parts| format!("CONCAT({})", parts.join(", ")),
-    // MariaDB cannot `LIMIT` a subquery of the table it updates, nor say
-    // which rows an `UPDATE` changed: a pick is read, then taken by its ids.
-    picked: None,
     concurrent_writes: true,
-    update_returning: false,
     item_delete,
     stale_statistics: None,
     upsert: on_duplicate,
