@@ -5,11 +5,11 @@ use std::collections::HashMap;
 
 use sea_orm::{FromQueryResult, Value};
 
-use super::driver::{Driver, NOW_BOUND, marks};
+use super::driver::{Driver, marks};
+use super::probes::{item_exists, open_items, verdict_column};
 use super::{Store, get};
 use crate::Result;
 use crate::ids::{PartitionId, SessionId};
-use crate::status::Status;
 
 /// A partition this processor holds, as read for a gate check.
 #[derive(Clone, Debug, FromQueryResult)]
@@ -56,85 +56,6 @@ const CLOSE_CHUNK: usize = 500;
 #[derive(FromQueryResult)]
 struct ProbeRow {
     verdict: String,
-}
-
-/// The statuses Feed writes, in text order: any other status lies in one
-/// of the open ranges between them, so "an unknown status" is five range
-/// probes on the index rather than a scan of the partition's items.
-const KNOWN: [&str; 4] = [
-    Status::TEXT_ORDER[0].as_str(),
-    Status::TEXT_ORDER[1].as_str(),
-    Status::TEXT_ORDER[2].as_str(),
-    Status::TEXT_ORDER[3].as_str(),
-];
-
-/// SQL for an item of the partition whose id is `partition` matching `cond`
-/// (the item aliased `i`), read through the ready index.
-pub(super) fn item_exists(d: Driver, cond: &str, partition: &str) -> String {
-    let index = d.ready_index();
-    format!(
-        "EXISTS (SELECT 1 FROM feed_items i{index} WHERE i.partition_id = {partition} AND {cond})"
-    )
-}
-
-/// SQL for "an item of the partition whose id is `partition` is still
-/// open" (neither `complete` nor `cancelled`): three range probes on the
-/// item index, whatever the statuses in between.
-fn open_items(d: Driver, partition: &str) -> String {
-    let [_, cancelled, complete, _] = KNOWN;
-    [
-        format!("i.status < '{cancelled}'"),
-        format!("i.status > '{cancelled}' AND i.status < '{complete}'"),
-        format!("i.status > '{complete}'"),
-    ]
-    .iter()
-    .map(|c| item_exists(d, c, partition))
-    .collect::<Vec<_>>()
-    .join(" OR ")
-}
-
-/// The probe's `verdict` column for a partition aliased `p`. The first
-/// test is whether any item is still open (neither `complete` nor
-/// `cancelled`: three range probes), so a partition that is done costs
-/// three probes, one with work ready at its gate five. A partition no longer
-/// held (`lost`) is not probed; the ownership test sits here rather than in
-/// the `WHERE` clause so that the planner can only find the rows by their
-/// ids (with stale statistics PostgreSQL would otherwise read every held
-/// partition through the owner index and filter the ids).
-fn verdict_column(d: Driver) -> String {
-    let [available, _, _, failed] = KNOWN;
-    let on_p = |cond: &str| item_exists(d, cond, "p.id");
-    let mut unknown = vec![
-        on_p(&format!("i.status < '{available}'")),
-        on_p(&format!("i.status > '{failed}'")),
-    ];
-    for w in KNOWN.windows(2) {
-        unknown.push(on_p(&format!(
-            "i.status > '{}' AND i.status < '{}'",
-            w[0], w[1]
-        )));
-    }
-    format!(
-        "CASE WHEN p.owner = ? AND p.status = 'available' THEN \
-         CASE WHEN NOT ({open}) THEN 'done' \
-         WHEN {waiting} THEN CASE WHEN NOT p.paused AND ({ready}) THEN 'waiting' ELSE 'idle' END \
-         WHEN {below} OR {unknown} THEN 'unrunnable' \
-         WHEN p.on_failure <> 'continue' AND {blocked} THEN 'blocked' \
-         ELSE 'next' END ELSE 'lost' END AS verdict",
-        open = open_items(d, "p.id"),
-        waiting = on_p("i.status = 'available' AND i.gate = p.gate"),
-        ready = [
-            "i.not_before IS NULL",
-            &format!("i.not_before <= {NOW_BOUND}")
-        ]
-        .map(|c| on_p(&format!(
-            "i.status = 'available' AND i.gate = p.gate AND {c}"
-        )))
-        .join(" OR "),
-        below = on_p("i.status = 'available' AND i.gate < p.gate"),
-        unknown = unknown.join(" OR "),
-        blocked = on_p("i.status = 'failed'"),
-    )
 }
 
 /// `?` marks for `ids` padded with NULLs (which match nothing) to a power

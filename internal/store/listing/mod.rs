@@ -5,8 +5,12 @@
 
 use std::collections::BTreeMap;
 
+mod items;
+
 use sea_orm::{FromQueryResult, QueryResult, Value};
 use serde::Serialize;
+
+pub use items::{ItemFilter, ItemView};
 
 use super::Store;
 use super::driver::{Int, marks};
@@ -75,34 +79,6 @@ pub struct PartitionView {
     pub next_due_in_ms: Option<i64>,
 }
 
-/// An item, with its data cut to a preview.
-#[derive(Debug, Serialize)]
-#[non_exhaustive]
-pub struct ItemView {
-    /// Item id.
-    pub id: String,
-    /// Its partition.
-    pub partition_id: String,
-    /// Its gate.
-    pub gate: i64,
-    /// available, complete, failed or cancelled.
-    pub status: String,
-    /// Calls made for the current step.
-    pub attempts: i32,
-    /// Why the last call failed, cut to [`ERROR_CHARS`].
-    pub last_error: Option<String>,
-    /// Not tried before (epoch ms), None = now.
-    pub not_before: Option<i64>,
-    /// OCC version.
-    pub version: i64,
-    /// Epoch ms, database clock.
-    pub updated_at: i64,
-    /// Length of the data in bytes.
-    pub data_bytes: i64,
-    /// The first [`PREVIEW_BYTES`] bytes of data, as lossy UTF-8.
-    pub data_preview: String,
-}
-
 /// Items of one partition at one gate with one status
 /// (`partition_id, gate, status, COUNT(*) AS n`), as the status is stored,
 /// with those of them scheduled for later and the first one's time.
@@ -131,59 +107,11 @@ pub struct PartitionFilter {
     pub limit: u64,
 }
 
-/// Filters of [`Store::items`].
-#[derive(Clone, Debug, Default)]
-#[non_exhaustive]
-pub struct ItemFilter {
-    /// Only this gate.
-    pub gate: Option<i64>,
-    /// Only this status.
-    pub status: Option<String>,
-    /// Ids after this one (keyset pagination).
-    pub after: Option<String>,
-    /// Page size (capped at [`MAX_PAGE`]).
-    pub limit: u64,
-}
-
 pub(super) const PARTITION_COLUMNS: &str = "id, status, paused, gate, owner, auto_close, manual_checkpoint, \
     on_failure, tenant, version, created_at, updated_at";
 
 pub(super) fn partition_row(r: &QueryResult) -> Result<PartitionView> {
     Ok(PartitionView::from_query_result(r, "")?)
-}
-
-/// [`ItemView`] as read: the data preview is bytes, `last_error` is whole.
-#[derive(FromQueryResult)]
-struct ItemRow {
-    id: String,
-    partition_id: String,
-    gate: i64,
-    status: String,
-    attempts: i32,
-    last_error: Option<String>,
-    not_before: Option<i64>,
-    version: i64,
-    updated_at: i64,
-    data_bytes: Int,
-    preview: Vec<u8>,
-}
-
-impl From<ItemRow> for ItemView {
-    fn from(r: ItemRow) -> Self {
-        ItemView {
-            id: r.id,
-            partition_id: r.partition_id,
-            gate: r.gate,
-            status: r.status,
-            attempts: r.attempts,
-            last_error: r.last_error.map(|e| e.chars().take(ERROR_CHARS).collect()),
-            not_before: r.not_before,
-            version: r.version,
-            updated_at: r.updated_at,
-            data_bytes: r.data_bytes.0,
-            data_preview: String::from_utf8_lossy(&r.preview).into_owned(),
-        }
-    }
 }
 
 /// Appends `AND column = ?` when `value` is set.
@@ -336,69 +264,6 @@ impl Store {
         self.add_counts(&mut list, &[id.to_string()]).await?;
         list.pop()
             .ok_or_else(|| Error::NotFound(format!("partition {id}")))
-    }
-
-    /// A partition's items in the order they were written, filtered;
-    /// NotFound for an unknown partition.
-    pub async fn items(&self, partition: &str, f: &ItemFilter) -> Result<Page<ItemView>> {
-        validate::filter("partition id", partition)?;
-        check(f.status.as_deref(), f.after.as_deref())?;
-        if let Some(g) = f.gate {
-            validate::gate("gate", g)?;
-        }
-        let limit = clamp(f.limit);
-        let mut sql = " WHERE i.partition_id = ?".to_string();
-        let mut values: Vec<Value> = vec![partition.into()];
-        and_eq(&mut sql, &mut values, "i.gate", f.gate.map(Into::into));
-        and_eq(
-            &mut sql,
-            &mut values,
-            "i.status",
-            f.status.clone().map(Into::into),
-        );
-        let seq = self.driver.seq();
-        if let Some(a) = &f.after {
-            // The cursor is the last item's id; the page goes on after it
-            // in write order.
-            sql.push_str(&format!(
-                " AND i.{seq} > (SELECT a.{seq} FROM feed_items a WHERE a.id = ?)"
-            ));
-            values.push(a.clone().into());
-        }
-        sql.push_str(&format!(" ORDER BY i.{seq} LIMIT ?"));
-        values.push(((limit + 1) as i64).into());
-        let items = self.item_views(&sql, values).await?;
-        if items.is_empty() {
-            self.partition_exists(partition).await?;
-        }
-        Ok(page(items, limit, |i| i.id.clone()))
-    }
-
-    /// One item, its data cut to a preview.
-    pub async fn item(&self, id: &str) -> Result<ItemView> {
-        validate::filter("item id", id)?;
-        self.item_views(" WHERE i.id = ?", vec![id.into()])
-            .await?
-            .pop()
-            .ok_or_else(|| Error::NotFound(format!("item {id}")))
-    }
-
-    pub(super) async fn item_views(
-        &self,
-        filter: &str,
-        values: Vec<Value>,
-    ) -> Result<Vec<ItemView>> {
-        let data = self.driver.data_column("i");
-        let sql = format!(
-            "SELECT i.id, i.partition_id, i.gate, i.status, i.attempts, i.last_error, i.not_before, \
-             i.version, i.updated_at, LENGTH({data}) AS data_bytes, \
-             SUBSTR({data}, 1, {PREVIEW_BYTES}) AS preview FROM feed_items i{filter}"
-        );
-        self.query(&sql, values)
-            .await?
-            .iter()
-            .map(|r| Ok(ItemRow::from_query_result(r, "")?.into()))
-            .collect()
     }
 
     pub(super) async fn partition_exists(&self, id: &str) -> Result<()> {
