@@ -15,6 +15,7 @@ mod leasing;
 mod limits;
 mod producer;
 mod prune;
+mod statements;
 
 use std::time::Duration;
 

@@ -208,6 +208,11 @@ impl Driver {
         self.dialect().for_update
     }
 
+    /// Whether the database has LISTEN/NOTIFY (it has a [`Dialect::notify`]).
+    pub(crate) fn has_listen(self) -> bool {
+        self.dialect().notify.is_some()
+    }
+
     /// See [`Dialect::notify`].
     pub(crate) fn notify(self) -> Option<&'static str> {
         self.dialect().notify
