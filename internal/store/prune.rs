@@ -130,14 +130,13 @@ impl Store {
     /// Deletes the finished items of a page of partitions, [`ITEM_BATCH`]
     /// per statement, until a statement finds fewer.
     async fn prune_items(&self, page: &[String], age: i64) -> Result<u64> {
-        let partition_ok = format!("p.{FINISHED} AND p.updated_at < {{now}} - ?");
-        let sql = self
+        let partition_ok = format!("p.{FINISHED} AND p.updated_at < {{now}} - ");
+        let st = self
             .driver
-            .item_delete(page.len(), &partition_ok, ITEM_BATCH);
-        let values = page_values(page, age);
+            .item_delete(page, &partition_ok, age, ITEM_BATCH);
         let mut deleted = 0;
         loop {
-            let n = self.exec(&sql, values.clone()).await?;
+            let n = self.run(st.clone()).await?;
             deleted += n;
             tokio::task::yield_now().await;
             if n < ITEM_BATCH as u64 {

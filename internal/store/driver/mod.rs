@@ -32,6 +32,10 @@ pub enum Driver {
     MySql,
 }
 
+/// Appends a delete of a page's finished items: the statement, the
+/// partitions' ids, the partition test, the most rows.
+type ItemDelete = fn(&mut Sql, Vec<Value>, &dyn Fn(&mut Sql), i64);
+
 /// One driver's SQL and behaviour: everything Feed writes differently for
 /// one database.
 pub(crate) struct Dialect {
@@ -77,9 +81,10 @@ pub(crate) struct Dialect {
     /// Writes from many connections run at once (SQLite has one writer
     /// at a time, so more only wait on its lock).
     concurrent_writes: bool,
-    /// Deletes up to the batch of items of `n` partitions that are not
-    /// `available` and whose partition is still finished and old.
-    item_delete: fn(usize, &str, i64) -> String,
+    /// Appends a delete of up to the batch of items of the partitions
+    /// (ids) that are not `available` and whose partition (aliased `p`)
+    /// passes the test the last argument appends.
+    item_delete: ItemDelete,
     /// Counts Feed's tables whose planner statistics lag far behind their
     /// rows (binds: the least change, the factor), where the database
     /// keeps such counts.
@@ -250,10 +255,26 @@ impl Driver {
         self.dialect().concurrent_writes
     }
 
-    /// See [`Dialect::item_delete`]: `partition_ok` tests the partition
-    /// aliased `p`, `batch` bounds the rows.
-    pub(crate) fn item_delete(self, n: usize, partition_ok: &str, batch: i64) -> String {
-        (self.dialect().item_delete)(n, partition_ok, batch)
+    /// See [`Dialect::item_delete`]: the partitions of `page` whose test
+    /// `partition_ok` followed by `age` holds; `batch` bounds the rows.
+    pub(crate) fn item_delete(
+        self,
+        page: &[String],
+        partition_ok: &str,
+        age: i64,
+        batch: i64,
+    ) -> Statement {
+        let mut s = Sql::new(self);
+        let ids = page.iter().map(|id| Value::from(id.as_str())).collect();
+        (self.dialect().item_delete)(
+            &mut s,
+            ids,
+            &|s: &mut Sql| {
+                s.push(partition_ok).bind(age);
+            },
+            batch,
+        );
+        s.statement()
     }
 
     /// See [`Dialect::stale_statistics`].

@@ -7,7 +7,7 @@ use sea_orm::sqlx::error::DatabaseError;
 use sea_orm::Value;
 
 use super::results::RESULT_ROW;
-use super::{Dialect, Sql, marks};
+use super::{Dialect, Sql};
 
 pub(super) const DIALECT: Dialect = Dialect {
     now: "(FLOOR(EXTRACT(EPOCH FROM CLOCK_TIMESTAMP()) * 1000)::BIGINT)",
@@ -80,15 +80,17 @@ pub(super) fn values_source(s: &mut Sql, rows: usize, values: Vec<Value>) -> &'s
 
 /// Row addresses picked partition by partition (a lateral sub-select,
 /// which the planner cannot turn into a scan of the whole table).
-fn item_delete(n: usize, partition_ok: &str, batch: i64) -> String {
-    format!(
+fn item_delete(s: &mut Sql, ids: Vec<Value>, partition_ok: &dyn Fn(&mut Sql), batch: i64) {
+    s.push(&format!(
         "DELETE FROM feed_items WHERE ctid = ANY(ARRAY(SELECT i.ctid FROM feed_partitions p \
          CROSS JOIN LATERAL (SELECT ctid FROM feed_items WHERE partition_id = p.id \
          AND status <> 'available' LIMIT {batch}) i \
-         WHERE p.id IN ({}) AND {partition_ok} LIMIT {batch})) \
-         AND status <> 'available'",
-        marks(n)
-    )
+         WHERE p.id IN ("
+    ))
+    .binds(ids)
+    .push(") AND ");
+    partition_ok(s);
+    s.push(&format!(" LIMIT {batch})) AND status <> 'available'"));
 }
 
 /// Serialization failure, deadlock, a connection ended by the server

@@ -7,7 +7,7 @@ use sea_orm::sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynch
 use sea_orm::Value;
 
 use super::results::RESULT_ROW;
-use super::{Dialect, Sql, marks};
+use super::{Dialect, Sql};
 
 pub(super) const DIALECT: Dialect = Dialect {
     now: "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)",
@@ -65,14 +65,15 @@ pub(super) fn values_source(s: &mut Sql, rows: usize, values: Vec<Value>) -> &'s
 }
 
 /// Built without `DELETE … LIMIT`: rowids are picked.
-fn item_delete(n: usize, partition_ok: &str, batch: i64) -> String {
-    format!(
+fn item_delete(s: &mut Sql, ids: Vec<Value>, partition_ok: &dyn Fn(&mut Sql), batch: i64) {
+    s.push(
         "DELETE FROM feed_items WHERE rowid IN (SELECT i.rowid FROM feed_items i \
-         JOIN feed_partitions p ON p.id = i.partition_id WHERE i.partition_id IN ({}) \
-         AND i.status <> 'available' AND {partition_ok} LIMIT {batch}) \
-         AND status <> 'available'",
-        marks(n)
+         JOIN feed_partitions p ON p.id = i.partition_id WHERE i.partition_id IN (",
     )
+    .binds(ids)
+    .push(") AND i.status <> 'available' AND ");
+    partition_ok(s);
+    s.push(&format!(" LIMIT {batch}) AND status <> 'available'"));
 }
 
 /// BUSY and LOCKED (primary codes 5 and 6, the extended code's low byte);

@@ -2,9 +2,10 @@
 //! id prefixes, `UPDATE … JOIN` for result batches (no `UPDATE … FROM`
 //! and no `RETURNING` on `UPDATE`), and `DELETE … LIMIT`.
 
+use sea_orm::Value;
 use sea_orm::sqlx::error::DatabaseError;
 
-use super::{Dialect, marks};
+use super::{Dialect, Sql};
 
 pub(super) mod results;
 
@@ -48,13 +49,16 @@ pub(super) const DIALECT: Dialect = Dialect {
 
 /// A sub-select on the table being deleted from cannot be limited, but
 /// `DELETE … LIMIT` can (ordered, so that it is the same rows on a replica).
-fn item_delete(n: usize, partition_ok: &str, batch: i64) -> String {
-    format!(
-        "DELETE FROM feed_items WHERE partition_id IN ({}) AND status <> 'available' \
-         AND EXISTS (SELECT 1 FROM feed_partitions p WHERE p.id = feed_items.partition_id \
-         AND {partition_ok}) ORDER BY partition_id, seq LIMIT {batch}",
-        marks(n)
-    )
+fn item_delete(s: &mut Sql, ids: Vec<Value>, partition_ok: &dyn Fn(&mut Sql), batch: i64) {
+    s.push("DELETE FROM feed_items WHERE partition_id IN (")
+        .binds(ids)
+        .push(
+            ") AND status <> 'available' \
+             AND EXISTS (SELECT 1 FROM feed_partitions p WHERE p.id = feed_items.partition_id \
+             AND ",
+        );
+    partition_ok(s);
+    s.push(&format!(") ORDER BY partition_id, seq LIMIT {batch}"));
 }
 
 /// Deadlock (1213), lock wait timeout (1205), or a server that cannot
