@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use sea_orm::{FromQueryResult, Value};
 
-use super::driver::{Driver, marks};
+use super::driver::{Driver, Sql};
 use super::probes::{item_exists, open_items, verdict_column};
 use super::{Store, get};
 use crate::Result;
@@ -58,13 +58,13 @@ struct ProbeRow {
     verdict: String,
 }
 
-/// `?` marks for `ids` padded with NULLs (which match nothing) to a power
-/// of two, so a statement is prepared and planned once per size class.
-fn padded_ids(ids: &[PartitionId]) -> (String, Vec<Value>) {
+/// `ids` padded with NULLs (which match nothing) to a power of two, so a
+/// statement is prepared and planned once per size class.
+fn padded_ids(ids: &[PartitionId]) -> Vec<Value> {
     let n = ids.len().next_power_of_two();
     let mut values: Vec<Value> = ids.iter().map(|i| Value::from(i.clone())).collect();
     values.resize(n, Value::String(None));
-    (marks(n), values)
+    values
 }
 
 impl Store {
@@ -79,22 +79,22 @@ impl Store {
         if ids.is_empty() {
             return Ok(vec![]);
         }
-        let (list, padded) = padded_ids(ids);
         // An idle partition that is not paused waits for its first
         // scheduled item: one entry of the ready index says when.
         let index = self.driver.ready_index();
-        let sql = format!(
+        let mut s = Sql::new(self.driver);
+        s.push(&format!(
             "SELECT v.*, CASE WHEN v.verdict = 'idle' AND NOT v.paused THEN \
              (SELECT r.not_before FROM feed_items r{index} WHERE r.partition_id = v.id \
              AND r.status = 'available' AND r.gate = v.gate AND r.not_before IS NOT NULL \
              ORDER BY r.not_before LIMIT 1) - {{now}} END AS due_in \
-             FROM (SELECT p.id, p.gate, p.version, p.auto_close, p.manual_checkpoint, p.paused, {} \
-             FROM feed_partitions p WHERE p.id IN ({list})) v",
-            verdict_column(self.driver),
-        );
-        let mut values: Vec<Value> = vec![me.into()];
-        values.extend(padded);
-        let rows = self.query(&sql, values).await?;
+             FROM (SELECT p.id, p.gate, p.version, p.auto_close, p.manual_checkpoint, p.paused, "
+        ));
+        verdict_column(&mut s, me);
+        s.push(" FROM feed_partitions p WHERE p.id IN (")
+            .binds(padded_ids(ids))
+            .push(")) v");
+        let rows = self.fetch(s.statement()).await?;
         let mut out = Vec::with_capacity(rows.len());
         let mut later = Vec::new();
         for r in &rows {
@@ -127,18 +127,16 @@ impl Store {
     /// The lowest gate above each partition's own with available items
     /// (None: nothing available is left), by one index probe each.
     async fn next_gates(&self, ids: &[PartitionId]) -> Result<HashMap<PartitionId, Option<i64>>> {
-        let (list, values) = padded_ids(ids);
         let index = self.driver.ready_index();
-        let rows = self
-            .query(
-                &format!(
-                    "SELECT p.id, (SELECT MIN(r.gate) FROM feed_items r{index} WHERE r.partition_id = p.id \
-                     AND r.status = 'available' AND r.gate > p.gate) AS next_gate \
-                     FROM feed_partitions p WHERE p.id IN ({list})"
-                ),
-                values,
-            )
-            .await?;
+        let mut s = Sql::new(self.driver);
+        s.push(&format!(
+            "SELECT p.id, (SELECT MIN(r.gate) FROM feed_items r{index} WHERE r.partition_id = p.id \
+             AND r.status = 'available' AND r.gate > p.gate) AS next_gate \
+             FROM feed_partitions p WHERE p.id IN ("
+        ))
+        .binds(padded_ids(ids))
+        .push(")");
+        let rows = self.fetch(s.statement()).await?;
         rows.iter()
             .map(|r| Ok((get(r, "id")?, get(r, "next_gate")?)))
             .collect()

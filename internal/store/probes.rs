@@ -3,7 +3,8 @@
 //! one entry, so they cost the same for a partition of ten items as for
 //! one of a million.
 
-use super::driver::{Driver, NOW_BOUND};
+use super::driver::{Driver, NOW_BOUND, Sql};
+use crate::ids::SessionId;
 use crate::status::Status;
 
 /// The first item available at the gate of a partition aliased `p` (and
@@ -100,15 +101,21 @@ pub(super) fn open_items(d: Driver, partition: &str) -> String {
     .join(" OR ")
 }
 
-/// The probe's `verdict` column for a partition aliased `p`. The first
-/// test is whether any item is still open (neither `complete` nor
-/// `cancelled`: three range probes), so a partition that is done costs
-/// three probes, one with work ready at its gate five. A partition no longer
+/// Appends the probe's `verdict` column for a partition aliased `p` held
+/// by `me`. The first test is whether any item is still open (neither
+/// `complete` nor `cancelled`: three range probes), so a partition that is
+/// done costs three probes, one with work ready at its gate five. A partition no longer
 /// held (`lost`) is not probed; the ownership test sits here rather than in
 /// the `WHERE` clause so that the planner can only find the rows by their
 /// ids (with stale statistics PostgreSQL would otherwise read every held
 /// partition through the owner index and filter the ids).
-pub(super) fn verdict_column(d: Driver) -> String {
+pub(super) fn verdict_column(s: &mut Sql, me: &SessionId) {
+    let rest = verdict_rest(s.driver());
+    s.push("CASE WHEN p.owner = ").bind(me).push(&rest);
+}
+
+/// [`verdict_column`] after the owner's value.
+fn verdict_rest(d: Driver) -> String {
     let [available, _, _, failed] = KNOWN;
     let on_p = |cond: &str| item_exists(d, cond, "p.id");
     let mut unknown = vec![
@@ -122,7 +129,7 @@ pub(super) fn verdict_column(d: Driver) -> String {
         )));
     }
     format!(
-        "CASE WHEN p.owner = ? AND p.status = 'available' THEN \
+        " AND p.status = 'available' THEN \
          CASE WHEN NOT ({open}) THEN 'done' \
          WHEN {waiting} THEN CASE WHEN NOT p.paused AND ({ready}) THEN 'waiting' ELSE 'idle' END \
          WHEN {below} OR {unknown} THEN 'unrunnable' \

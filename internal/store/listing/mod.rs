@@ -13,7 +13,7 @@ use serde::Serialize;
 pub use items::{ItemFilter, ItemView};
 
 use super::Store;
-use super::driver::{Int, marks};
+use super::driver::{Int, Sql};
 use crate::{Error, Result, validate};
 
 /// Most rows one page returns.
@@ -208,15 +208,16 @@ impl Store {
             return Ok(());
         }
         let later = "status = 'available' AND attempts = 0 AND not_before > {now}";
-        let sql = format!(
+        let mut s = Sql::new(self.driver);
+        s.push(&format!(
             "SELECT partition_id, gate, status, COUNT(*) AS n, \
              COUNT(CASE WHEN {later} THEN 1 END) AS scheduled, \
              MIN(CASE WHEN {later} THEN not_before END) AS next_due, {{now}} AS now \
-             FROM feed_items WHERE partition_id IN ({}) GROUP BY partition_id, gate, status",
-            marks(ids.len())
-        );
-        let values = ids.iter().map(|i| Value::from(i.clone())).collect();
-        let rows = self.query(&sql, values).await?;
+             FROM feed_items WHERE partition_id IN ("
+        ))
+        .binds(ids.iter().map(|i| Value::from(i.clone())))
+        .push(") GROUP BY partition_id, gate, status");
+        let rows = self.fetch(s.statement()).await?;
         let index: std::collections::HashMap<String, usize> = list
             .iter()
             .enumerate()
