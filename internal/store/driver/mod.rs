@@ -67,7 +67,8 @@ pub(crate) struct Dialect {
     /// Appended to an `INSERT INTO feed_completions (minute, items)` so
     /// that the minute's existing row is added to.
     add_to_minute: &'static str,
-    /// The first `?` characters of `id` compared to `?` byte for byte.
+    /// Opens a comparison of the first characters of `id` with a prefix,
+    /// byte for byte: the count of characters and the prefix follow.
     id_starts: &'static str,
     /// Appended to a sub-select of a result write so that the fence holds
     /// at commit.
@@ -203,9 +204,13 @@ impl Driver {
         self.dialect().add_to_minute
     }
 
-    /// See [`Dialect::id_starts`].
-    pub(crate) fn id_starts(self) -> &'static str {
-        self.dialect().id_starts
+    /// Appends a test that `id` starts with `prefix`, byte for byte; see
+    /// [`Dialect::id_starts`].
+    pub(crate) fn id_starts(self, s: &mut Sql, prefix: &str) {
+        s.push(self.dialect().id_starts)
+            .bind(prefix.chars().count() as i32)
+            .push(") = ")
+            .bind(prefix);
     }
 
     /// See [`Dialect::for_update`].
@@ -303,11 +308,6 @@ fn on_conflict(key: &str, columns: &[&str]) -> String {
         .map(|c| format!("{c} = excluded.{c}"))
         .collect();
     format!(" ON CONFLICT ({key}) DO UPDATE SET {}", set.join(", "))
-}
-
-/// `?, ?, ?` for an `IN (…)` list of `n` values.
-pub fn marks(n: usize) -> String {
-    vec!["?"; n].join(", ")
 }
 
 /// An integer column whose type differs by backend (PostgreSQL's

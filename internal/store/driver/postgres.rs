@@ -19,7 +19,7 @@ pub(super) const DIALECT: Dialect = Dialect {
     new_work: Some("status = 'available'"),
     keep_existing: " ON CONFLICT (id) DO NOTHING",
     add_to_minute: " ON CONFLICT (minute) DO UPDATE SET items = feed_completions.items + excluded.items",
-    id_starts: "SUBSTR(id, 1, ?) = ?",
+    id_starts: "SUBSTR(id, 1, ",
     // The result write locks the partition row it read, so a lease change
     // waits for the write (or the write sees the new owner).
     fence_lock: " FOR SHARE OF p",

@@ -20,7 +20,7 @@ pub(super) const DIALECT: Dialect = Dialect {
     keep_existing: " ON CONFLICT (id) DO NOTHING",
     add_to_minute: " ON CONFLICT (minute) DO UPDATE SET items = feed_completions.items + excluded.items",
     // `LIKE` ignores case here; a byte-for-byte prefix does not.
-    id_starts: "SUBSTR(id, 1, ?) = ?",
+    id_starts: "SUBSTR(id, 1, ",
     // One writer at a time: a write transaction already excludes others.
     fence_lock: "",
     for_update: "",

@@ -1,12 +1,12 @@
 //! The console's item reads: a partition's items page by page in write
 //! order, and one item, each with its data cut to a preview.
 
-use sea_orm::{FromQueryResult, Value};
+use sea_orm::FromQueryResult;
 use serde::Serialize;
 
 use super::{ERROR_CHARS, PREVIEW_BYTES, Page, and_eq, check, clamp, page};
 use crate::store::Store;
-use crate::store::driver::Int;
+use crate::store::driver::{Int, Sql};
 use crate::{Error, Result, validate};
 
 /// An item, with its data cut to a preview.
@@ -95,27 +95,25 @@ impl Store {
             validate::gate("gate", g)?;
         }
         let limit = clamp(f.limit);
-        let mut sql = " WHERE i.partition_id = ?".to_string();
-        let mut values: Vec<Value> = vec![partition.into()];
-        and_eq(&mut sql, &mut values, "i.gate", f.gate.map(Into::into));
-        and_eq(
-            &mut sql,
-            &mut values,
-            "i.status",
-            f.status.clone().map(Into::into),
-        );
         let seq = self.driver.seq();
-        if let Some(a) = &f.after {
-            // The cursor is the last item's id; the page goes on after it
-            // in write order.
-            sql.push_str(&format!(
-                " AND i.{seq} > (SELECT a.{seq} FROM feed_items a WHERE a.id = ?)"
-            ));
-            values.push(a.clone().into());
-        }
-        sql.push_str(&format!(" ORDER BY i.{seq} LIMIT ?"));
-        values.push(((limit + 1) as i64).into());
-        let items = self.item_views(&sql, values).await?;
+        let items = self
+            .item_views(|s| {
+                s.push(" WHERE i.partition_id = ").bind(partition);
+                and_eq(s, "i.gate", f.gate.map(Into::into));
+                and_eq(s, "i.status", f.status.clone().map(Into::into));
+                if let Some(a) = &f.after {
+                    // The cursor is the last item's id; the page goes on
+                    // after it in write order.
+                    s.push(&format!(
+                        " AND i.{seq} > (SELECT a.{seq} FROM feed_items a WHERE a.id = "
+                    ))
+                    .bind(a.clone())
+                    .push(")");
+                }
+                s.push(&format!(" ORDER BY i.{seq} LIMIT "))
+                    .bind((limit + 1) as i64);
+            })
+            .await?;
         if items.is_empty() {
             self.partition_exists(partition).await?;
         }
@@ -125,24 +123,28 @@ impl Store {
     /// One item, its data cut to a preview.
     pub async fn item(&self, id: &str) -> Result<ItemView> {
         validate::filter("item id", id)?;
-        self.item_views(" WHERE i.id = ?", vec![id.into()])
-            .await?
-            .pop()
-            .ok_or_else(|| Error::NotFound(format!("item {id}")))
+        self.item_views(|s| {
+            s.push(" WHERE i.id = ").bind(id);
+        })
+        .await?
+        .pop()
+        .ok_or_else(|| Error::NotFound(format!("item {id}")))
     }
 
+    /// The items the filter appended (to `FROM feed_items i`) picks.
     pub(in crate::store) async fn item_views(
         &self,
-        filter: &str,
-        values: Vec<Value>,
+        filter: impl FnOnce(&mut Sql),
     ) -> Result<Vec<ItemView>> {
         let data = self.driver.data_column("i");
-        let sql = format!(
+        let mut s = Sql::new(self.driver);
+        s.push(&format!(
             "SELECT i.id, i.partition_id, i.gate, i.status, i.attempts, i.last_error, i.not_before, \
              i.version, i.updated_at, LENGTH({data}) AS data_bytes, \
-             SUBSTR({data}, 1, {PREVIEW_BYTES}) AS preview FROM feed_items i{filter}"
-        );
-        self.query(&sql, values)
+             SUBSTR({data}, 1, {PREVIEW_BYTES}) AS preview FROM feed_items i"
+        ));
+        filter(&mut s);
+        self.fetch(s.statement())
             .await?
             .iter()
             .map(|r| Ok(ItemRow::from_query_result(r, "")?.into()))

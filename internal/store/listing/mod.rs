@@ -114,11 +114,10 @@ pub(super) fn partition_row(r: &QueryResult) -> Result<PartitionView> {
     Ok(PartitionView::from_query_result(r, "")?)
 }
 
-/// Appends `AND column = ?` when `value` is set.
-fn and_eq(sql: &mut String, values: &mut Vec<Value>, column: &str, value: Option<Value>) {
+/// Appends `AND column = <value>` when `value` is set.
+fn and_eq(s: &mut Sql, column: &str, value: Option<Value>) {
     if let Some(v) = value {
-        sql.push_str(&format!(" AND {column} = ?"));
-        values.push(v);
+        s.push(&format!(" AND {column} = ")).bind(v);
     }
 }
 
@@ -156,14 +155,11 @@ impl Store {
             validate::filter("prefix", p)?;
         }
         let limit = clamp(f.limit);
-        let mut sql = format!("SELECT {PARTITION_COLUMNS} FROM feed_partitions WHERE 1 = 1");
-        let mut values = Vec::new();
-        and_eq(
-            &mut sql,
-            &mut values,
-            "status",
-            f.status.clone().map(Into::into),
-        );
+        let mut s = Sql::new(self.driver);
+        s.push(&format!(
+            "SELECT {PARTITION_COLUMNS} FROM feed_partitions WHERE 1 = 1"
+        ));
+        and_eq(&mut s, "status", f.status.clone().map(Into::into));
         if let Some(p) = f.prefix.as_deref().filter(|p| !p.is_empty()) {
             let escaped: String = p
                 .chars()
@@ -174,21 +170,16 @@ impl Store {
                 .collect();
             // LIKE finds the range through the primary key; the exact
             // comparison makes case count on every backend.
-            sql.push_str(&format!(
-                " AND id LIKE ? ESCAPE '!' AND {}",
-                self.driver.id_starts()
-            ));
-            values.push(format!("{escaped}%").into());
-            values.push((p.chars().count() as i32).into());
-            values.push(p.to_string().into());
+            s.push(" AND id LIKE ")
+                .bind(format!("{escaped}%"))
+                .push(" ESCAPE '!' AND ");
+            self.driver.id_starts(&mut s, p);
         }
         if let Some(a) = &f.after {
-            sql.push_str(" AND id > ?");
-            values.push(a.clone().into());
+            s.push(" AND id > ").bind(a.clone());
         }
-        sql.push_str(" ORDER BY id LIMIT ?");
-        values.push(((limit + 1) as i64).into());
-        let rows = self.query(&sql, values).await?;
+        s.push(" ORDER BY id LIMIT ").bind((limit + 1) as i64);
+        let rows = self.fetch(s.statement()).await?;
         let mut list = rows.iter().map(partition_row).collect::<Result<Vec<_>>>()?;
         let ids: Vec<String> = list
             .iter()

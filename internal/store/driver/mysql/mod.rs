@@ -23,7 +23,7 @@ pub(super) const DIALECT: Dialect = Dialect {
     keep_existing: " ON DUPLICATE KEY UPDATE version = version + 1",
     add_to_minute: " ON DUPLICATE KEY UPDATE items = items + VALUES(items)",
     // `=` ignores case under MariaDB's usual collations.
-    id_starts: "BINARY SUBSTR(id, 1, ?) = ?",
+    id_starts: "BINARY SUBSTR(id, 1, ",
     // Result writes lock the partition in a statement of their own.
     fence_lock: "",
     for_update: " FOR UPDATE",
