@@ -13,6 +13,7 @@ mod fence;
 mod gates;
 mod leasing;
 mod limits;
+mod listing;
 mod producer;
 mod prune;
 mod statements;
