@@ -64,8 +64,10 @@ pub use tokens::ProducerScope;
 use crate::backoff::Backoff;
 use crate::{Error, Result};
 
-/// Builds a statement for `backend` from SQL written with `?` placeholders
-/// and `{now}` for the database clock, as every store operation does.
+/// Builds a statement for `backend` from a template written with `?`
+/// where each value goes and `{now}` for the database clock, as the
+/// store's fixed statements are (see [`Driver::stmt`]: a `?` quoted in the
+/// SQL is text).
 pub fn statement(backend: DbBackend, sql: &str, values: Vec<Value>) -> sea_orm::Statement {
     match Driver::of(backend) {
         Some(driver) => driver.stmt(sql, values),

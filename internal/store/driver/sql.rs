@@ -87,7 +87,7 @@ impl Sql {
     pub(crate) fn template(driver: Driver, template: &str, values: Vec<Value>) -> Statement {
         let mut sql = Sql::new(driver);
         let mut values = values.into_iter();
-        for piece in pieces(template) {
+        for piece in pieces(template, driver == Driver::MySql) {
             match piece {
                 Piece::Text(t) => {
                     sql.push(t);
@@ -117,8 +117,9 @@ enum Piece<'a> {
 
 /// Splits a template at its placeholders, passing over quoted strings
 /// (`'…'`), quoted identifiers (`"…"`, `` `…` ``) and comments (`-- …`,
-/// `/* … */`), whose `?` are text.
-fn pieces(template: &str) -> Vec<Piece<'_>> {
+/// `/* … */`), whose `?` are text; with `backslash`, a backslash escapes
+/// the character after it inside a string (MySQL's strings).
+fn pieces(template: &str, backslash: bool) -> Vec<Piece<'_>> {
     let bytes = template.as_bytes();
     let mut out = Vec::new();
     let (mut start, mut k) = (0, 0);
@@ -132,7 +133,7 @@ fn pieces(template: &str) -> Vec<Piece<'_>> {
                 k += 1;
                 start = k;
             }
-            q @ (b'\'' | b'"' | b'`') => k = closing(bytes, k + 1, q),
+            q @ (b'\'' | b'"' | b'`') => k = closing(bytes, k + 1, q, backslash && q != b'`'),
             b'-' if bytes.get(k + 1) == Some(&b'-') => {
                 k = bytes[k..]
                     .iter()
@@ -154,9 +155,14 @@ fn pieces(template: &str) -> Vec<Piece<'_>> {
 }
 
 /// The index after the quote `q` that closes a quoted part begun before
-/// `from` (a doubled quote is one quote character inside it).
-fn closing(bytes: &[u8], mut from: usize, q: u8) -> usize {
+/// `from` (a doubled quote is one quote character inside it, and so is an
+/// escaped one with `backslash`).
+fn closing(bytes: &[u8], mut from: usize, q: u8, backslash: bool) -> usize {
     while from < bytes.len() {
+        if backslash && bytes[from] == b'\\' {
+            from += 2;
+            continue;
+        }
         if bytes[from] == q {
             if bytes.get(from + 1) == Some(&q) {
                 from += 2;
@@ -203,6 +209,11 @@ mod tests {
         assert_eq!(st.values.map(|v| v.0.len()), Some(2));
         let st = Sql::template(Driver::Sqlite, "x = '?' AND y = ?", vec![1.into()]);
         assert_eq!(st.sql, "x = '?' AND y = ?");
+        let mysql = "x = 'it\\'s?' AND y = ?";
+        assert_eq!(
+            pieces(mysql, true),
+            [Piece::Text("x = 'it\\'s?' AND y = "), Piece::Mark]
+        );
     }
 
     #[test]
