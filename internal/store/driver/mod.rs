@@ -152,7 +152,7 @@ impl Driver {
 
     /// Builds a statement from a template written with `?` where each
     /// value goes and `{now}` for the database clock (see
-    /// [`Sql::template`]: a `?` quoted in the SQL is text).
+    /// `Sql::template`: a `?` quoted in the SQL is text).
     pub fn stmt(self, sql: &str, values: Vec<Value>) -> Statement {
         Sql::template(self, sql, values)
     }
@@ -255,7 +255,8 @@ impl Driver {
         self.dialect().unowned_order
     }
 
-    /// See [`Dialect::concurrent_writes`].
+    /// Whether writes from many connections run at once (SQLite has one
+    /// writer at a time, so more only wait on its lock).
     pub fn concurrent_writes(self) -> bool {
         self.dialect().concurrent_writes
     }
