@@ -1,9 +1,11 @@
 //! What differs between the databases Feed runs on: one driver per
 //! database (`sqlite`, `postgres`, `mysql`), each a table of the SQL and
-//! behaviour that is its own, behind the one [`Driver`] enum. Every match
-//! over a `Driver` names all three, so a new database is a new variant and
-//! a new file that the compiler walks through; see docs/design.md, "Adding
-//! a backend".
+//! behaviour that is its own plus the statements it builds itself, behind
+//! the one [`Driver`] enum. Shared by them: `sql` (statements built bind
+//! by bind), `results` and `returning` (the writes whose statements differ
+//! most), `errors` (what an error means). Every match over a `Driver`
+//! names all three, so a new database is a new variant and a new file that
+//! the compiler walks through; see docs/design.md, "Adding a backend".
 
 mod errors;
 mod mysql;
