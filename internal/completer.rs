@@ -8,7 +8,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use sea_orm::DbBackend;
 use tokio::sync::{Mutex, Semaphore, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
@@ -47,11 +46,12 @@ const BATCH_WRITERS: usize = 4;
 /// dead connection does not hold every result back.
 const SLOW_WRITE: Duration = Duration::from_millis(50);
 
-/// How many batches are in the database at once, for `batch_size` on
-/// `backend`. One more worker than that runs: it forms the next batch
-/// while they write.
-fn writers(batch_size: usize, backend: DbBackend) -> usize {
-    if batch_size > 1 && backend != DbBackend::Sqlite {
+/// How many batches are in the database at once, for `batch_size` on a
+/// database that takes `concurrent` writes (see
+/// `Driver::concurrent_writes`). One more worker than that runs: it forms
+/// the next batch while they write.
+fn writers(batch_size: usize, concurrent: bool) -> usize {
+    if batch_size > 1 && concurrent {
         BATCH_WRITERS
     } else {
         WRITERS
@@ -89,7 +89,7 @@ impl Completer {
         let (tx, rx) = mpsc::unbounded_channel();
         let rx = Arc::new(Mutex::new(rx));
         let completed = Arc::new(AtomicU64::new(0));
-        let writers = writers(batch_size, store.backend());
+        let writers = writers(batch_size, store.driver().concurrent_writes());
         let turns = Arc::new(Semaphore::new(writers));
         for _ in 0..=writers {
             let worker = run(
@@ -221,9 +221,11 @@ mod tests {
 
     #[test]
     fn batches_on_a_server_database_get_more_writers() {
-        assert_eq!(writers(100, DbBackend::Postgres), BATCH_WRITERS);
-        assert_eq!(writers(100, DbBackend::MySql), BATCH_WRITERS);
-        assert_eq!(writers(100, DbBackend::Sqlite), WRITERS);
-        assert_eq!(writers(1, DbBackend::Postgres), WRITERS);
+        use crate::store::Driver;
+        let of = |d: Driver| d.concurrent_writes();
+        assert_eq!(writers(100, of(Driver::Postgres)), BATCH_WRITERS);
+        assert_eq!(writers(100, of(Driver::MySql)), BATCH_WRITERS);
+        assert_eq!(writers(100, of(Driver::Sqlite)), WRITERS);
+        assert_eq!(writers(1, of(Driver::Postgres)), WRITERS);
     }
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use sea_orm::{FromQueryResult, Value};
 use serde::Serialize;
 
-use super::driver::marks;
+use super::driver::Sql;
 use super::{Store, get};
 use crate::{Error, Result, validate};
 
@@ -186,17 +186,15 @@ impl Store {
         if ids.is_empty() {
             return Ok(());
         }
-        let mut values: Vec<Value> = ids.iter().map(|&i| i.into()).collect();
-        values.insert(0, Value::from(None::<String>));
-        self.exec(
-            &format!(
-                "UPDATE feed_events SET status = 'delivered', attempts = attempts + 1, last_error = ?, \
-                 updated_at = {{now}} WHERE id IN ({}) AND status = 'pending'",
-                marks(ids.len())
-            ),
-            values,
+        let mut s = Sql::new(self.driver);
+        s.push(
+            "UPDATE feed_events SET status = 'delivered', attempts = attempts + 1, last_error = ",
         )
-        .await?;
+        .bind(None::<String>)
+        .push(", updated_at = {now} WHERE id IN (")
+        .binds(ids.iter().map(|&i| Value::from(i)))
+        .push(") AND status = 'pending'");
+        self.run(s.statement()).await?;
         Ok(())
     }
 
@@ -251,7 +249,7 @@ impl Store {
     pub(super) async fn count_old_events(&self, age: i64) -> Result<u64> {
         let rows = self
             .query(
-                &format!("SELECT COUNT(*) AS n FROM feed_events WHERE {OLD}"),
+                &format!("SELECT COUNT(*) AS n FROM feed_events WHERE {OLD_BEFORE}?"),
                 vec![age.into()],
             )
             .await?;
@@ -268,7 +266,7 @@ impl Store {
         loop {
             let ids: Vec<Value> = self
                 .query(
-                    &format!("SELECT id FROM feed_events WHERE {OLD} ORDER BY id LIMIT ?"),
+                    &format!("SELECT id FROM feed_events WHERE {OLD_BEFORE}? ORDER BY id LIMIT ?"),
                     vec![age.into(), (PRUNE_BATCH as i64).into()],
                 )
                 .await?
@@ -279,17 +277,13 @@ impl Store {
                 return Ok(deleted);
             }
             let n = ids.len();
-            let mut values = ids;
-            values.push(age.into());
-            deleted += self
-                .exec(
-                    &format!(
-                        "DELETE FROM feed_events WHERE id IN ({}) AND {OLD}",
-                        marks(n)
-                    ),
-                    values,
-                )
-                .await?;
+            let mut s = Sql::new(self.driver);
+            s.push("DELETE FROM feed_events WHERE id IN (")
+                .binds(ids)
+                .push(") AND ")
+                .push(OLD_BEFORE)
+                .bind(age);
+            deleted += self.run(s.statement()).await?;
             if n < PRUNE_BATCH {
                 return Ok(deleted);
             }
@@ -297,7 +291,8 @@ impl Store {
     }
 }
 
-/// Events retention deletes: older than the bound age and not `failed`.
-const OLD: &str = "status <> 'failed' AND created_at < {now} - ?";
+/// Events retention deletes: not `failed`, and older than the age bound
+/// next.
+const OLD_BEFORE: &str = "status <> 'failed' AND created_at < {now} - ";
 /// Events deleted per statement at the most.
 const PRUNE_BATCH: usize = 1000;

@@ -3,13 +3,13 @@
 
 use std::collections::HashMap;
 
-use sea_orm::{ConnectionTrait, FromQueryResult, Value};
+use sea_orm::{FromQueryResult, Value};
 
-use super::driver::{Driver, NOW_BOUND, marks};
+use super::driver::{Driver, Sql};
+use super::probes::{item_exists, open_items, verdict_column};
 use super::{Store, get};
 use crate::Result;
 use crate::ids::{PartitionId, SessionId};
-use crate::status::Status;
 
 /// A partition this processor holds, as read for a gate check.
 #[derive(Clone, Debug, FromQueryResult)]
@@ -58,92 +58,13 @@ struct ProbeRow {
     verdict: String,
 }
 
-/// The statuses Feed writes, in text order: any other status lies in one
-/// of the open ranges between them, so "an unknown status" is five range
-/// probes on the index rather than a scan of the partition's items.
-const KNOWN: [&str; 4] = [
-    Status::TEXT_ORDER[0].as_str(),
-    Status::TEXT_ORDER[1].as_str(),
-    Status::TEXT_ORDER[2].as_str(),
-    Status::TEXT_ORDER[3].as_str(),
-];
-
-/// SQL for an item of the partition whose id is `partition` matching `cond`
-/// (the item aliased `i`), read through the ready index.
-pub(super) fn item_exists(d: Driver, cond: &str, partition: &str) -> String {
-    let index = d.ready_index();
-    format!(
-        "EXISTS (SELECT 1 FROM feed_items i{index} WHERE i.partition_id = {partition} AND {cond})"
-    )
-}
-
-/// SQL for "an item of the partition whose id is `partition` is still
-/// open" (neither `complete` nor `cancelled`): three range probes on the
-/// item index, whatever the statuses in between.
-fn open_items(d: Driver, partition: &str) -> String {
-    let [_, cancelled, complete, _] = KNOWN;
-    [
-        format!("i.status < '{cancelled}'"),
-        format!("i.status > '{cancelled}' AND i.status < '{complete}'"),
-        format!("i.status > '{complete}'"),
-    ]
-    .iter()
-    .map(|c| item_exists(d, c, partition))
-    .collect::<Vec<_>>()
-    .join(" OR ")
-}
-
-/// The probe's `verdict` column for a partition aliased `p`. The first
-/// test is whether any item is still open (neither `complete` nor
-/// `cancelled`: three range probes), so a partition that is done costs
-/// three probes, one with work ready at its gate five. A partition no longer
-/// held (`lost`) is not probed; the ownership test sits here rather than in
-/// the `WHERE` clause so that the planner can only find the rows by their
-/// ids (with stale statistics PostgreSQL would otherwise read every held
-/// partition through the owner index and filter the ids).
-fn verdict_column(d: Driver) -> String {
-    let [available, _, _, failed] = KNOWN;
-    let on_p = |cond: &str| item_exists(d, cond, "p.id");
-    let mut unknown = vec![
-        on_p(&format!("i.status < '{available}'")),
-        on_p(&format!("i.status > '{failed}'")),
-    ];
-    for w in KNOWN.windows(2) {
-        unknown.push(on_p(&format!(
-            "i.status > '{}' AND i.status < '{}'",
-            w[0], w[1]
-        )));
-    }
-    format!(
-        "CASE WHEN p.owner = ? AND p.status = 'available' THEN \
-         CASE WHEN NOT ({open}) THEN 'done' \
-         WHEN {waiting} THEN CASE WHEN NOT p.paused AND ({ready}) THEN 'waiting' ELSE 'idle' END \
-         WHEN {below} OR {unknown} THEN 'unrunnable' \
-         WHEN p.on_failure <> 'continue' AND {blocked} THEN 'blocked' \
-         ELSE 'next' END ELSE 'lost' END AS verdict",
-        open = open_items(d, "p.id"),
-        waiting = on_p("i.status = 'available' AND i.gate = p.gate"),
-        ready = [
-            "i.not_before IS NULL",
-            &format!("i.not_before <= {NOW_BOUND}")
-        ]
-        .map(|c| on_p(&format!(
-            "i.status = 'available' AND i.gate = p.gate AND {c}"
-        )))
-        .join(" OR "),
-        below = on_p("i.status = 'available' AND i.gate < p.gate"),
-        unknown = unknown.join(" OR "),
-        blocked = on_p("i.status = 'failed'"),
-    )
-}
-
-/// `?` marks for `ids` padded with NULLs (which match nothing) to a power
-/// of two, so a statement is prepared and planned once per size class.
-fn padded_ids(ids: &[PartitionId]) -> (String, Vec<Value>) {
+/// `ids` padded with NULLs (which match nothing) to a power of two, so a
+/// statement is prepared and planned once per size class.
+fn padded_ids(ids: &[PartitionId]) -> Vec<Value> {
     let n = ids.len().next_power_of_two();
     let mut values: Vec<Value> = ids.iter().map(|i| Value::from(i.clone())).collect();
     values.resize(n, Value::String(None));
-    (marks(n), values)
+    values
 }
 
 impl Store {
@@ -158,22 +79,22 @@ impl Store {
         if ids.is_empty() {
             return Ok(vec![]);
         }
-        let (list, padded) = padded_ids(ids);
         // An idle partition that is not paused waits for its first
         // scheduled item: one entry of the ready index says when.
         let index = self.driver.ready_index();
-        let sql = format!(
+        let mut s = Sql::new(self.driver);
+        s.push(&format!(
             "SELECT v.*, CASE WHEN v.verdict = 'idle' AND NOT v.paused THEN \
              (SELECT r.not_before FROM feed_items r{index} WHERE r.partition_id = v.id \
              AND r.status = 'available' AND r.gate = v.gate AND r.not_before IS NOT NULL \
              ORDER BY r.not_before LIMIT 1) - {{now}} END AS due_in \
-             FROM (SELECT p.id, p.gate, p.version, p.auto_close, p.manual_checkpoint, p.paused, {} \
-             FROM feed_partitions p WHERE p.id IN ({list})) v",
-            verdict_column(self.driver),
-        );
-        let mut values: Vec<Value> = vec![me.into()];
-        values.extend(padded);
-        let rows = self.query(&sql, values).await?;
+             FROM (SELECT p.id, p.gate, p.version, p.auto_close, p.manual_checkpoint, p.paused, "
+        ));
+        verdict_column(&mut s, me);
+        s.push(" FROM feed_partitions p WHERE p.id IN (")
+            .binds(padded_ids(ids))
+            .push(")) v");
+        let rows = self.fetch(s.statement()).await?;
         let mut out = Vec::with_capacity(rows.len());
         let mut later = Vec::new();
         for r in &rows {
@@ -206,18 +127,16 @@ impl Store {
     /// The lowest gate above each partition's own with available items
     /// (None: nothing available is left), by one index probe each.
     async fn next_gates(&self, ids: &[PartitionId]) -> Result<HashMap<PartitionId, Option<i64>>> {
-        let (list, values) = padded_ids(ids);
         let index = self.driver.ready_index();
-        let rows = self
-            .query(
-                &format!(
-                    "SELECT p.id, (SELECT MIN(r.gate) FROM feed_items r{index} WHERE r.partition_id = p.id \
-                     AND r.status = 'available' AND r.gate > p.gate) AS next_gate \
-                     FROM feed_partitions p WHERE p.id IN ({list})"
-                ),
-                values,
-            )
-            .await?;
+        let mut s = Sql::new(self.driver);
+        s.push(&format!(
+            "SELECT p.id, (SELECT MIN(r.gate) FROM feed_items r{index} WHERE r.partition_id = p.id \
+             AND r.status = 'available' AND r.gate > p.gate) AS next_gate \
+             FROM feed_partitions p WHERE p.id IN ("
+        ))
+        .binds(padded_ids(ids))
+        .push(")");
+        let rows = self.fetch(s.statement()).await?;
         rows.iter()
             .map(|r| Ok((get(r, "id")?, get(r, "next_gate")?)))
             .collect()
@@ -302,67 +221,7 @@ impl Store {
     ) -> Result<Vec<PartitionId>> {
         let mut closed = Vec::new();
         for chunk in parts.chunks(CLOSE_CHUNK) {
-            let pairs = self.driver.id_version_pairs(chunk.len());
-            let mut values: Vec<Value> = chunk
-                .iter()
-                .map(|(id, _)| Value::from(id.clone()))
-                .collect();
-            values.push(me.into());
-            for (id, version) in chunk {
-                values.extend([id.clone().into(), (*version).into()]);
-            }
-            // The owner is tested inside the version's test too: as a test
-            // of its own, PostgreSQL (with statistics from before the
-            // partitions were leased) read every partition this session
-            // holds through the owner index to find the chunk's
-            // (70,000 index entries per statement of 500, 100,000 one-item
-            // partitions).
-            let update = format!(
-                "UPDATE feed_partitions SET status = 'complete', owner = NULL, version = version + 1, \
-                 updated_at = {{now}} WHERE id IN ({ids}) \
-                 AND (id, CASE WHEN owner = ? THEN {version} END) IN {pairs} AND {guard}",
-                ids = marks(chunk.len())
-            );
-            if self.driver.update_returning() {
-                let rows = self
-                    .query(&format!("{update} RETURNING id"), values)
-                    .await?;
-                for r in &rows {
-                    closed.push(get(r, "id")?);
-                }
-                continue;
-            }
-            // No RETURNING: read back in the same transaction, which holds
-            // the rows it changed, so no later change can hide a close.
-            let mut after: Vec<Value> = chunk
-                .iter()
-                .map(|(id, _)| Value::from(id.clone()))
-                .collect();
-            for (id, version) in chunk {
-                after.extend([id.clone().into(), (version + 1).into()]);
-            }
-            let read = self.driver.stmt(
-                &format!(
-                    "SELECT id FROM feed_partitions WHERE id IN ({}) AND status = 'complete' \
-                     AND owner IS NULL AND (id, version) IN {pairs}",
-                    marks(chunk.len())
-                ),
-                after,
-            );
-            let update = self.driver.stmt(&update, values);
-            let rows = self
-                .retry(|| async {
-                    let txn = self.begin_immediate().await?;
-                    self.count(2);
-                    txn.execute_raw(update.clone()).await?;
-                    let rows = txn.query_all_raw(read.clone()).await?;
-                    self.commit(txn).await?;
-                    Ok(rows)
-                })
-                .await?;
-            for r in &rows {
-                closed.push(get(r, "id")?);
-            }
+            closed.extend(self.driver.close(self, chunk, me, version, guard).await?);
         }
         Ok(closed)
     }

@@ -3,72 +3,12 @@
 
 use std::time::Duration;
 
-use sea_orm::{FromQueryResult, QueryResult, Value};
+use sea_orm::{FromQueryResult, QueryResult};
 
-use super::driver::{Driver, NOW_BOUND, marks};
-use super::gates::item_exists;
+use super::probes::{item_exists, ready, stuck};
 use super::{Store, get, ms};
 use crate::ids::{PartitionId, SessionId};
 use crate::{Error, Result};
-
-/// The first item available at the gate of a partition aliased `p` (and
-/// matching `also`) in `order`, as a scalar subquery: NULL when there is
-/// none. The orders read the ready index backwards where they can, from
-/// the items not yet dispatched: forwards, on MySQL/MariaDB, a probe first
-/// walked past the entries that completed items leave delete-marked until
-/// purge removes them (on 100 partitions mid-drain, 1,500 index entries
-/// each, twice per partition).
-fn first_at_gate(d: Driver, also: &str, order: &str) -> String {
-    let (seq, index) = (d.seq(), d.ready_index());
-    format!(
-        "(SELECT r.{seq} FROM feed_items r{index} WHERE r.partition_id = p.id \
-         AND r.status = 'available' AND r.gate = p.gate{also} ORDER BY {order} LIMIT 1)"
-    )
-}
-
-/// Any item available at the gate of a partition aliased `p`: the last
-/// entry of the gate's range (the one scheduled latest, or the newest
-/// without a time).
-fn any_at_gate(d: Driver) -> String {
-    let seq = d.seq();
-    first_at_gate(d, "", &format!("r.not_before DESC, r.{seq} DESC"))
-}
-
-/// A test, for a partition aliased `p`, that it has an item ready to run
-/// now: not paused, and an item available at its gate without a time, or
-/// one whose time has come. Two ranges of the ready index, each read for
-/// one entry: items scheduled for later are never read.
-fn ready(d: Driver) -> String {
-    let unscheduled = first_at_gate(
-        d,
-        " AND r.not_before IS NULL",
-        &d.unscheduled_order("r", true),
-    );
-    let due = first_at_gate(
-        d,
-        &format!(" AND r.not_before <= {NOW_BOUND}"),
-        "r.not_before",
-    );
-    format!("NOT p.paused AND ({unscheduled} IS NOT NULL OR {due} IS NOT NULL)")
-}
-
-/// A test, for a partition aliased `p`, that a gate check would act on it:
-/// nothing is available at its gate, and an item is available below it,
-/// or a failed item blocks it, or work waits at a later gate, or nothing is
-/// left and it closes by itself. It mirrors the gate decision so that idle
-/// partitions cost nothing to re-derive.
-fn stuck(d: Driver) -> String {
-    let item = |cond: &str| item_exists(d, cond, "p.id");
-    format!(
-        "{} IS NULL AND ({} OR (p.on_failure <> 'continue' AND {}) \
-         OR (NOT p.manual_checkpoint AND {}) OR (p.auto_close AND NOT {}))",
-        any_at_gate(d),
-        item("i.status = 'available' AND i.gate < p.gate"),
-        item("i.status = 'failed'"),
-        item("i.status = 'available' AND i.gate > p.gate"),
-        item("i.status = 'available'"),
-    )
-}
 
 /// Partitions leased per statement: a bounded `IN` list however many are free.
 pub(crate) const LEASE_CHUNK: usize = 500;
@@ -286,36 +226,7 @@ impl Store {
         limit: usize,
         me: &SessionId,
     ) -> Result<Vec<(PartitionId, i64)>> {
-        let page = format!(
-            "SELECT p.id FROM feed_partitions p WHERE p.status = 'available' \
-             AND p.owner IS NULL AND p.id > ? ORDER BY {} LIMIT ?",
-            self.driver.unowned_order()
-        );
-        // The pick's own test is repeated on each row as it is written,
-        // folded so that the rows can only be found by their ids (as an
-        // index condition, PostgreSQL read every unowned partition through
-        // the status index and searched the pick for each: 0.4 s per page).
-        let Some(picked) = self.driver.picked(&page) else {
-            let rows = self
-                .query(
-                    &page.replace("SELECT p.id", "SELECT p.id, p.version"),
-                    vec![after.into(), (limit as i64).into()],
-                )
-                .await?;
-            let pick = id_versions(&rows)?;
-            return self.lease_many(&pick, me).await;
-        };
-        let rows = self
-            .query(
-                &format!(
-                    "UPDATE feed_partitions SET owner = ?, version = version + 1, updated_at = {{now}} \
-                     WHERE {picked} AND CASE WHEN owner IS NULL THEN status END = 'available' \
-                     RETURNING id, version"
-                ),
-                vec![me.into(), after.into(), (limit as i64).into()],
-            )
-            .await?;
-        id_versions(&rows)
+        self.driver.lease_page(self, after, limit, me).await
     }
 
     /// Up to `limit` active partitions whose owner is a session no longer
@@ -360,44 +271,7 @@ impl Store {
         rows: &[(PartitionId, i64)],
         me: &SessionId,
     ) -> Result<Vec<(PartitionId, i64)>> {
-        let mut taken = Vec::new();
-        for chunk in rows.chunks(LEASE_CHUNK) {
-            let ids = marks(chunk.len());
-            let pairs = self.driver.id_version_pairs(chunk.len());
-            let mut values: Vec<Value> = vec![me.into()];
-            values.extend(chunk.iter().map(|(id, _)| Value::from(id.clone())));
-            for (id, v) in chunk {
-                values.extend([id.clone().into(), (*v).into()]);
-            }
-            // The status test is folded into the version's so that the
-            // rows can only be found by their ids: with stale statistics
-            // PostgreSQL would otherwise read every available partition
-            // through the status index.
-            let update = format!(
-                "UPDATE feed_partitions SET owner = ?, version = version + 1, updated_at = {{now}} \
-                 WHERE id IN ({ids}) \
-                 AND (id, CASE WHEN status = 'available' THEN version END) IN {pairs}"
-            );
-            let rows = if self.driver.update_returning() {
-                self.query(&format!("{update} RETURNING id, version"), values)
-                    .await?
-            } else {
-                self.exec(&update, values).await?;
-                // Only this session writes its own id as owner, so the rows
-                // that now name it are exactly the ones this statement took.
-                let mut values: Vec<Value> = vec![me.into()];
-                values.extend(chunk.iter().map(|(id, _)| Value::from(id.clone())));
-                self.query(
-                    &format!(
-                        "SELECT id, version FROM feed_partitions WHERE owner = ? AND id IN ({ids})"
-                    ),
-                    values,
-                )
-                .await?
-            };
-            taken.extend(id_versions(&rows)?);
-        }
-        Ok(taken)
+        self.driver.lease_many(self, rows, me).await
     }
 
     /// Gives one held partition back (OCC, owner-fenced), to make room.
@@ -502,54 +376,8 @@ impl Store {
 }
 
 /// The `id` and `version` of each row.
-fn id_versions(rows: &[QueryResult]) -> Result<Vec<(PartitionId, i64)>> {
+pub(super) fn id_versions(rows: &[QueryResult]) -> Result<Vec<(PartitionId, i64)>> {
     rows.iter()
         .map(|r| Ok((get(r, "id")?, get(r, "version")?)))
         .collect()
-}
-
-/// A table whose rows changed since its last analyze more than this many
-/// times over what the planner believes it holds is analyzed again: a bulk
-/// load makes a table many times larger than PostgreSQL believes until
-/// autovacuum analyzes it (a minute later, or never with autovacuum off),
-/// and meanwhile it plans every statement for a table of a few rows (a
-/// probe of one partition's items became a scan of ten million).
-const STALE_FACTOR: i64 = 4;
-
-/// Changes below this never make statistics stale: small tables are cheap
-/// whatever the plan.
-const STALE_FROM: i64 = 10_000;
-
-impl Store {
-    /// On PostgreSQL, analyzes `feed_partitions` and `feed_items` when
-    /// either changed far more since its last analyze than the planner
-    /// believes it holds; true when it did. One catalog read otherwise.
-    pub(crate) async fn refresh_statistics(&self) -> Result<bool> {
-        let Some(stale) = self.driver.stale_statistics() else {
-            return Ok(false);
-        };
-        let rows = self
-            .query(stale, vec![STALE_FROM.into(), STALE_FACTOR.into()])
-            .await?;
-        let stale: i64 = rows.first().map_or(Ok(0), |r| get(r, "n"))?;
-        if stale == 0 {
-            return Ok(false);
-        }
-        self.exec("ANALYZE feed_partitions, feed_items", vec![])
-            .await?;
-        Ok(true)
-    }
-}
-
-impl Store {
-    /// On PostgreSQL, whether the server runs without autovacuum: Feed's
-    /// tables then keep every dead row version and the planner's statistics
-    /// from their last analyze, and statements slow down as work goes on.
-    pub(crate) async fn autovacuum_off(&self) -> Result<bool> {
-        let Some(off) = self.driver.autovacuum_off() else {
-            return Ok(false);
-        };
-        let rows = self.query(off, vec![]).await?;
-        rows.first().map_or(Ok(false), |r| get(r, "off"))
-    }
 }

@@ -7,6 +7,7 @@ use std::time::Duration;
 use sea_orm::ConnectionTrait;
 use serde::Serialize;
 
+use super::driver::Sql;
 use super::{Store, get, ms};
 use crate::ids::{PartitionId, SessionId};
 use crate::limits::Rate;
@@ -138,16 +139,13 @@ impl Store {
     pub(crate) async fn partition_attrs(&self, ids: &[PartitionId]) -> Result<Vec<Attrs>> {
         let mut out = Vec::new();
         for chunk in ids.chunks(ATTRS_CHUNK) {
-            let rows = self
-                .query(
-                    &format!(
-                        "SELECT id, tenant, weight, max_in_flight FROM feed_partitions WHERE id IN ({}) \
-                         AND (tenant IS NOT NULL OR weight IS NOT NULL OR max_in_flight IS NOT NULL)",
-                        super::driver::marks(chunk.len())
-                    ),
-                    chunk.iter().map(|id| id.clone().into()).collect(),
-                )
-                .await?;
+            let mut s = Sql::new(self.driver);
+            s.push("SELECT id, tenant, weight, max_in_flight FROM feed_partitions WHERE id IN (")
+                .binds(chunk.iter().map(|id| id.clone().into()))
+                .push(
+                    ") AND (tenant IS NOT NULL OR weight IS NOT NULL OR max_in_flight IS NOT NULL)",
+                );
+            let rows = self.fetch(s.statement()).await?;
             for r in &rows {
                 out.push(Attrs {
                     id: get(r, "id")?,

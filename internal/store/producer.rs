@@ -1,17 +1,13 @@
-//! Producer operations: enqueue items (one transaction), retry failed items.
+//! What producers hand the store (partitions' settings, items, retry
+//! scopes) and what they get back; retrying failed items. Enqueueing
+//! is in `enqueue`.
 
-use sea_orm::{
-    ConnectionTrait, DatabaseTransaction, SqliteTransactionMode, TransactionOptions,
-    TransactionTrait, Value,
-};
-
-use super::ProducerScope;
-use super::driver::is_transient;
-use super::insert::{insert_items, statements};
-use super::{Store, get};
-use crate::backoff::Backoff;
-use crate::{Error, Result, validate};
 use std::time::Duration;
+
+use sea_orm::{ConnectionTrait, Value};
+
+use super::Store;
+use crate::Result;
 
 /// What to do with a partition when one of its items fails for good.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -194,181 +190,6 @@ pub struct Enqueued {
 }
 
 impl Store {
-    pub(super) async fn begin_write(&self) -> Result<DatabaseTransaction> {
-        self.bounded(self.begin_immediate()).await
-    }
-
-    /// Begins a transaction that writes: on SQLite it takes the write lock
-    /// at once, so two of them never both read and then fail to upgrade.
-    pub(super) async fn begin_immediate(
-        &self,
-    ) -> std::result::Result<DatabaseTransaction, sea_orm::DbErr> {
-        let opts = TransactionOptions {
-            sqlite_transaction_mode: Some(SqliteTransactionMode::Immediate),
-            ..Default::default()
-        };
-        self.connection().begin_with_options(opts).await
-    }
-
-    /// Creates or extends a partition and inserts `items`, all in one
-    /// transaction: on any error nothing is written. Items below the
-    /// partition's current gate are refused (they could never run), and so
-    /// is a `cancelled` partition ([`Error::Conflict`]); adding to a
-    /// `complete` partition reopens it, adding to a `failed` one leaves it
-    /// failed (see [`Enqueued::failed`]). `spec` applies when the partition
-    /// is created. On SQLite the transaction holds the database's one write
-    /// lock: keep a call to about 10,000 items so that dispatch is not held
-    /// up for long.
-    ///
-    /// ```no_run
-    /// # async fn f() -> feed::Result<()> {
-    /// use feed::store::{NewItem, PartitionSpec};
-    /// let store = feed::Store::connect("sqlite://feed.db?mode=rwc", 4).await?;
-    /// store.migrate().await?;
-    /// let items = vec![NewItem::new(br#"{"resume": 1}"#.to_vec())];
-    /// store.enqueue("folder-1", &PartitionSpec::default(), items).await?;
-    /// # Ok(()) }
-    /// ```
-    pub async fn enqueue(
-        &self,
-        partition: &str,
-        spec: &PartitionSpec,
-        items: Vec<NewItem>,
-    ) -> Result<Enqueued> {
-        self.enqueue_as(partition, spec, items, None).await
-    }
-
-    /// [`Store::enqueue`] on behalf of a producer token: what its `scope`
-    /// does not allow is refused with [`Error::Forbidden`] (another
-    /// tenant, a partition of another tenant, an id outside its prefix, a
-    /// weight or max in flight above its caps), and a partition it creates
-    /// belongs to its tenant. None is the library's own, unscoped, enqueue.
-    pub async fn enqueue_as(
-        &self,
-        partition: &str,
-        spec: &PartitionSpec,
-        items: Vec<NewItem>,
-        scope: Option<&ProducerScope>,
-    ) -> Result<Enqueued> {
-        validate::id("partition id", partition)?;
-        let mut spec = spec.clone();
-        if let Some(scope) = scope {
-            scope.admit(partition, &mut spec, &items)?;
-        }
-        if let Some(t) = &spec.tenant {
-            validate::id("tenant", t)?;
-        }
-        for item in &items {
-            if let Some(id) = &item.id {
-                validate::id("item id", id)?;
-            }
-            if let Some(g) = item.gate {
-                validate::gate("item gate", g)?;
-            }
-            if let Some(schedule) = item.schedule {
-                validate::schedule(item.id.as_deref(), schedule)?;
-            }
-        }
-        let mut backoff = Backoff::new(Duration::from_millis(20), Duration::from_secs(2));
-        for attempt in 1.. {
-            match self.enqueue_once(partition, &spec, &items, scope).await {
-                Err(Error::Db(e)) if attempt < 8 && is_transient(&e) => backoff.wait().await,
-                other => return other,
-            }
-        }
-        unreachable!("the loop returns")
-    }
-
-    async fn enqueue_once(
-        &self,
-        partition: &str,
-        spec: &PartitionSpec,
-        items: &[NewItem],
-        scope: Option<&ProducerScope>,
-    ) -> Result<Enqueued> {
-        let b = self.driver;
-        let txn = self.begin_write().await?;
-        // Upsert, then lock: producers creating the same partition at once
-        // all succeed (a lock on a row that does not exist yet locks nothing).
-        let created = self.bounded(txn
-            .execute_raw(b.stmt(&format!(
-                    "INSERT INTO feed_partitions (id, auto_close, manual_checkpoint, on_failure, gate_events, \
-                     tenant, weight, max_in_flight) VALUES (?, ?, ?, ?, ?, ?, ?, ?){}",
-                    b.keep_existing()
-                ),
-                vec![
-                    partition.into(),
-                    spec.auto_close.into(),
-                    spec.manual_checkpoint.into(),
-                    spec.on_failure.as_str().into(),
-                    spec.gate_events.into(),
-                    spec.tenant.clone().into(),
-                    spec.weight.map(|w| i32::try_from(w).unwrap_or(i32::MAX)).into(),
-                    spec.max_in_flight.map(|m| i32::try_from(m).unwrap_or(i32::MAX)).into(),
-                ],
-            )))
-            .await?
-            .rows_affected()
-            == 1;
-        let rows = self
-            .bounded(txn.query_all_raw(b.stmt(
-                &format!(
-                    "SELECT gate, status, tenant FROM feed_partitions WHERE id = ?{}",
-                    b.for_update()
-                ),
-                vec![partition.into()],
-            )))
-            .await?;
-        let row = rows
-            .first()
-            .ok_or_else(|| Error::NotFound(format!("partition {partition}")))?;
-        let (gate, status) = (get::<i64>(row, "gate")?, get::<String>(row, "status")?);
-        if let Some(scope) = scope
-            && get::<Option<String>>(row, "tenant")?.as_deref() != Some(scope.tenant.as_str())
-        {
-            return Err(Error::Forbidden(format!(
-                "producer token {}: partition {partition} exists and is not tenant {:?}'s; \
-                 nothing was written",
-                scope.id, scope.tenant
-            )));
-        }
-        if status == "cancelled" {
-            return Err(Error::Conflict(format!(
-                "partition {partition} is cancelled: nothing of it runs again, so nothing was \
-                 written; enqueue into another partition"
-            )));
-        }
-        for (n, item) in items.iter().enumerate() {
-            if let Some(g) = item.gate
-                && g < gate
-            {
-                let id = item.id.clone().unwrap_or_else(|| format!("#{}", n + 1));
-                return Err(Error::Invalid(format!(
-                    "item {id} has gate {g}, below partition {partition}'s current gate {gate}: it could never run. \
-                     Give it gate {gate} or higher (or omit the gate to use the current one)"
-                )));
-            }
-        }
-        // Bumping the version makes a holder re-check the partition's gate,
-        // and makes any advance or close it computed before this fail.
-        self.bounded(txn.execute_raw(b.stmt("UPDATE feed_partitions SET status = CASE WHEN status = 'complete' THEN 'available' ELSE status END, \
-             version = version + 1, updated_at = {now} WHERE id = ?",
-            vec![partition.into()],
-        )))
-        .await?;
-        for chunk in statements(items) {
-            self.bounded(insert_items(&txn, b, partition, gate, chunk))
-                .await?;
-        }
-        self.bounded(self.commit(txn)).await?;
-        Ok(Enqueued {
-            items: items.len(),
-            created,
-            reopened: status == "complete",
-            failed: status == "failed",
-        })
-    }
-
     /// Puts failed items back to `available` with attempts reset, and
     /// reopens their partitions, bumping every touched partition's version
     /// so that a holder re-checks it and no advance or close computed

@@ -18,10 +18,10 @@
 
 use std::time::Duration;
 
-use sea_orm::{FromQueryResult, Value};
+use sea_orm::{FromQueryResult, Statement, Value};
 use serde::Serialize;
 
-use super::driver::marks;
+use super::driver::{Driver, Sql};
 use super::{Store, get, ms};
 use crate::Result;
 use crate::ids::SessionId;
@@ -130,14 +130,13 @@ impl Store {
     /// Deletes the finished items of a page of partitions, [`ITEM_BATCH`]
     /// per statement, until a statement finds fewer.
     async fn prune_items(&self, page: &[String], age: i64) -> Result<u64> {
-        let partition_ok = format!("p.{FINISHED} AND p.updated_at < {{now}} - ?");
-        let sql = self
+        let partition_ok = format!("p.{FINISHED} AND p.updated_at < {{now}} - ");
+        let st = self
             .driver
-            .item_delete(page.len(), &partition_ok, ITEM_BATCH);
-        let values = page_values(page, age);
+            .item_delete(page, &partition_ok, age, ITEM_BATCH);
         let mut deleted = 0;
         loop {
-            let n = self.exec(&sql, values.clone()).await?;
+            let n = self.run(st.clone()).await?;
             deleted += n;
             tokio::task::yield_now().await;
             if n < ITEM_BATCH as u64 {
@@ -150,18 +149,12 @@ impl Store {
     /// no items left, in one statement; one at a time if an item was added
     /// meanwhile (the foreign key then refuses the whole statement).
     async fn prune_partitions(&self, page: &[String], age: i64) -> Result<u64> {
-        match self
-            .exec(&partition_delete(page.len()), page_values(page, age))
-            .await
-        {
+        match self.run(partition_delete(self.driver, page, age)).await {
             Err(e) if is_foreign_key(&e) => {
                 let mut deleted = 0;
                 for id in page {
                     deleted += match self
-                        .exec(
-                            &partition_delete(1),
-                            page_values(std::slice::from_ref(id), age),
-                        )
+                        .run(partition_delete(self.driver, std::slice::from_ref(id), age))
                         .await
                     {
                         Err(e) if is_foreign_key(&e) => 0,
@@ -207,21 +200,18 @@ impl Store {
     }
 }
 
-/// Deletes `n` partitions (bound first, then the age) that are still
-/// finished and old and have no items.
-fn partition_delete(n: usize) -> String {
-    format!(
-        "DELETE FROM feed_partitions WHERE id IN ({}) AND {FINISHED} AND updated_at < {{now}} - ? \
-         AND NOT EXISTS (SELECT 1 FROM feed_items i WHERE i.partition_id = feed_partitions.id)",
-        marks(n)
-    )
-}
-
-/// The page's ids, then the age: what both deletes bind.
-fn page_values(page: &[String], age: i64) -> Vec<Value> {
-    let mut values: Vec<Value> = page.iter().map(|id| id.as_str().into()).collect();
-    values.push(age.into());
-    values
+/// Deletes the partitions of `page` that are still finished and older
+/// than `age` and have no items.
+fn partition_delete(d: Driver, page: &[String], age: i64) -> Statement {
+    let mut s = Sql::new(d);
+    s.push("DELETE FROM feed_partitions WHERE id IN (")
+        .binds(page.iter().map(|id| Value::from(id.as_str())))
+        .push(&format!(") AND {FINISHED} AND updated_at < {{now}} - "))
+        .bind(age)
+        .push(
+            " AND NOT EXISTS (SELECT 1 FROM feed_items i WHERE i.partition_id = feed_partitions.id)",
+        );
+    s.statement()
 }
 
 /// An item was added to the partition meanwhile: the foreign key keeps it.

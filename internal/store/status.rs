@@ -5,7 +5,6 @@ use std::collections::BTreeMap;
 use sea_orm::{FromQueryResult, Value};
 use serde::Serialize;
 
-use super::driver::marks;
 use super::listing::{ItemView, PARTITION_COLUMNS, PartitionView, partition_row};
 use super::{Store, get};
 use crate::{Result, validate};
@@ -92,9 +91,9 @@ impl Store {
         if let Some(p) = partition {
             validate::filter("partition id", p)?;
         }
-        let (pfilter, failed_filter, values): (&str, &str, Vec<Value>) = match partition {
-            Some(p) => (" WHERE id = ?", " AND i.partition_id = ?", vec![p.into()]),
-            None => ("", "", vec![]),
+        let (pfilter, values): (&str, Vec<Value>) = match partition {
+            Some(p) => (" WHERE id = ?", vec![p.into()]),
+            None => ("", vec![]),
         };
         let mut partitions_by_status = BTreeMap::new();
         for r in self
@@ -115,19 +114,22 @@ impl Store {
                     "SELECT {PARTITION_COLUMNS} FROM feed_partitions{pfilter} \
                      ORDER BY CASE status WHEN 'failed' THEN 0 WHEN 'available' THEN 1 ELSE 2 END, id LIMIT {LIST_LIMIT}"
                 ),
-                values.clone(),
+                values,
             )
             .await?;
         let mut partitions = rows.iter().map(partition_row).collect::<Result<Vec<_>>>()?;
         let ids: Vec<String> = partitions.iter().map(|p| p.id.clone()).collect();
         self.add_counts(&mut partitions, &ids).await?;
         let failed_items = self
-            .item_views(
-                &format!(
-                    " WHERE i.status = 'failed'{failed_filter} ORDER BY i.partition_id, i.id LIMIT {LIST_LIMIT}"
-                ),
-                values,
-            )
+            .item_views(|s| {
+                s.push(" WHERE i.status = 'failed'");
+                if let Some(p) = partition {
+                    s.push(" AND i.partition_id = ").bind(p);
+                }
+                s.push(&format!(
+                    " ORDER BY i.partition_id, i.id LIMIT {LIST_LIMIT}"
+                ));
+            })
             .await?;
         let retrying_items = self.retrying_items(&ids, LIST_LIMIT).await?;
         let processors = self.processors().await?;
@@ -156,13 +158,15 @@ impl Store {
         if partitions.is_empty() {
             return Ok(Vec::new());
         }
-        let filter = format!(
-            " WHERE i.partition_id IN ({}) AND i.status = 'available' AND i.attempts > 0 \
-             ORDER BY i.partition_id, i.id LIMIT {limit}",
-            marks(partitions.len())
-        );
-        let values = partitions.iter().map(|p| Value::from(p.as_str())).collect();
-        self.item_views(&filter, values).await
+        self.item_views(|s| {
+            s.push(" WHERE i.partition_id IN (")
+                .binds(partitions.iter().map(|p| Value::from(p.as_str())))
+                .push(&format!(
+                    ") AND i.status = 'available' AND i.attempts > 0 \
+                     ORDER BY i.partition_id, i.id LIMIT {limit}"
+                ));
+        })
+        .await
     }
 
     /// Processor sessions (live and not yet reaped) with the partitions each holds.

@@ -11,7 +11,7 @@ use serde::Serialize;
 use tokio::time::Instant;
 
 use super::events::Counts;
-use super::{DEFAULT_STATEMENT_TIMEOUT, Driver, Store, get};
+use super::{DEFAULT_STATEMENT_TIMEOUT, Store, get};
 use crate::status::Status;
 use crate::{Result, validate};
 
@@ -71,10 +71,11 @@ impl Store {
         }
     }
 
-    /// A LISTEN on the events channel, on PostgreSQL; None elsewhere or
-    /// when it cannot be opened (the wait then polls).
+    /// A LISTEN on the events channel, where the database has LISTEN
+    /// (PostgreSQL); None elsewhere or when it cannot be opened (the wait
+    /// then polls).
     async fn listen_events(&self) -> Option<PgListener> {
-        if self.driver != Driver::Postgres {
+        if !self.driver.has_listen() {
             return None;
         }
         let pool = self.db.get_postgres_connection_pool();

@@ -13,8 +13,10 @@ mod fence;
 mod gates;
 mod leasing;
 mod limits;
+mod listing;
 mod producer;
 mod prune;
+mod statements;
 
 use std::time::Duration;
 

@@ -1,15 +1,27 @@
 //! What differs between the databases Feed runs on: one driver per
 //! database (`sqlite`, `postgres`, `mysql`), each a table of the SQL and
-//! behaviour that is its own, behind the one [`Driver`] enum. Every match
-//! over a `Driver` names all three, so a new database is a new variant and
-//! a new file that the compiler walks through; see docs/design.md, "Adding
-//! a backend".
+//! behaviour that is its own plus the statements it builds itself, behind
+//! the one [`Driver`] enum. Shared by them: `sql` (statements built bind
+//! by bind), `results` and `returning` (the writes whose statements differ
+//! most), `errors` (what an error means). Every match over a `Driver`
+//! names all three, so a new database is a new variant and a new file that
+//! the compiler walks through; see docs/design.md, "Adding a backend".
 
+mod errors;
 mod mysql;
 mod postgres;
+mod results;
+mod returning;
+mod sql;
 pub(crate) mod sqlite;
 
+pub(crate) use errors::{Refusal, refusal};
+pub use errors::{is_lost_statement, is_transient, is_wrong_node};
+pub(crate) use sql::Sql;
+
 use sea_orm::{DbBackend, Statement, Value};
+
+use crate::ids::PartitionId;
 
 /// The database a store talks to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -22,22 +34,9 @@ pub enum Driver {
     MySql,
 }
 
-/// How a batch of fenced results is written: one `UPDATE … FROM (VALUES …)
-/// RETURNING` on PostgreSQL and SQLite; MariaDB has neither an `UPDATE …
-/// FROM` nor `RETURNING` on `UPDATE`, so a multi-table `UPDATE … JOIN`.
-#[derive(Clone, Copy, Debug)]
-pub enum ResultBatch {
-    /// `UPDATE … FROM (VALUES …) RETURNING`, with the `VALUES` source of
-    /// `n` rows of the columns (name, SQL type) and the column `RETURNING`
-    /// names the id by.
-    Values(ValuesSource),
-    /// `UPDATE … JOIN` in a transaction.
-    Join,
-}
-
-/// Builds the `VALUES` source of a result batch: `n` rows of the columns
-/// (name, SQL type); returns it with the column `RETURNING` names the id by.
-pub type ValuesSource = fn(usize, &[(&str, &str)]) -> (String, &'static str);
+/// Appends a delete of a page's finished items: the statement, the
+/// partitions' ids, the partition test, the most rows.
+type ItemDelete = fn(&mut Sql, Vec<Value>, &dyn Fn(&mut Sql), i64);
 
 /// One driver's SQL and behaviour: everything Feed writes differently for
 /// one database.
@@ -52,11 +51,12 @@ pub(crate) struct Dialect {
     /// A `SELECT … ORDER BY … LIMIT` made one branch (numbered by the
     /// second argument) of a `UNION ALL`.
     limited_branch: fn(&str, usize) -> String,
-    /// The right side of `(id, version) IN …` for `n` pairs of `?` (a
-    /// text and a bigint): each row's pair is looked up, where a `CASE id
-    /// WHEN … THEN …` compared it with half the list on average (a
-    /// quarter of the cost of closing 500 partitions at once).
-    id_version_pairs: fn(usize) -> String,
+    /// How the right side of `(id, version) IN …` is written: the list's
+    /// opening, then the casts after each row's id and version (a text and
+    /// a bigint). Each row's pair is looked up, where a `CASE id WHEN …
+    /// THEN …` compared it with half the list on average (a quarter of the
+    /// cost of closing 500 partitions at once).
+    id_version_pairs: (&'static str, &'static str, &'static str),
     /// The column that orders a partition's items as they were written.
     seq: &'static str,
     /// A condition on the items a look for new work reads, where the index
@@ -69,7 +69,8 @@ pub(crate) struct Dialect {
     /// Appended to an `INSERT INTO feed_completions (minute, items)` so
     /// that the minute's existing row is added to.
     add_to_minute: &'static str,
-    /// The first `?` characters of `id` compared to `?` byte for byte.
+    /// Opens a comparison of the first characters of `id` with a prefix,
+    /// byte for byte: the count of characters and the prefix follow.
     id_starts: &'static str,
     /// Appended to a sub-select of a result write so that the fence holds
     /// at commit.
@@ -80,17 +81,13 @@ pub(crate) struct Dialect {
     notify: Option<&'static str>,
     /// SQL expressions joined into one string.
     concat: fn(&[&str]) -> String,
-    /// A test that `id` is one of the rows a `SELECT id …` picks, for an
-    /// `UPDATE` that takes them in one statement; None where the pick must
-    /// be read first.
-    picked: Option<fn(&str) -> String>,
-    /// `UPDATE … RETURNING` says which rows an update changed.
-    update_returning: bool,
-    /// How a batch of results is written.
-    result_batch: ResultBatch,
-    /// Deletes up to the batch of items of `n` partitions that are not
-    /// `available` and whose partition is still finished and old.
-    item_delete: fn(usize, &str, i64) -> String,
+    /// Writes from many connections run at once (SQLite has one writer
+    /// at a time, so more only wait on its lock).
+    concurrent_writes: bool,
+    /// Appends a delete of up to the batch of items of the partitions
+    /// (ids) that are not `available` and whose partition (aliased `p`)
+    /// passes the test the last argument appends.
+    item_delete: ItemDelete,
     /// Counts Feed's tables whose planner statistics lag far behind their
     /// rows (binds: the least change, the factor), where the database
     /// keeps such counts.
@@ -147,7 +144,7 @@ impl Driver {
         }
     }
 
-    fn dialect(self) -> &'static Dialect {
+    pub(super) fn dialect(self) -> &'static Dialect {
         match self {
             Driver::Sqlite => &sqlite::DIALECT,
             Driver::Postgres => &postgres::DIALECT,
@@ -155,29 +152,11 @@ impl Driver {
         }
     }
 
-    /// Builds a statement from SQL written with `?` placeholders and
-    /// `{now}` for the database clock. Feed's SQL never has a literal `?`
-    /// inside a string.
+    /// Builds a statement from a template written with `?` where each
+    /// value goes and `{now}` for the database clock (see
+    /// `Sql::template`: a `?` quoted in the SQL is text).
     pub fn stmt(self, sql: &str, values: Vec<Value>) -> Statement {
-        let d = self.dialect();
-        let sql = sql.replace("{now}", d.now);
-        let sql = if d.numbered {
-            let mut out = String::with_capacity(sql.len() + 16);
-            let mut n = 0;
-            for c in sql.chars() {
-                if c == '?' {
-                    n += 1;
-                    out.push('$');
-                    out.push_str(&n.to_string());
-                } else {
-                    out.push(c);
-                }
-            }
-            out
-        } else {
-            sql
-        };
-        Statement::from_sql_and_values(self.backend(), sql, values)
+        Sql::template(self, sql, values)
     }
 
     /// See [`Dialect::limited_branch`].
@@ -185,9 +164,21 @@ impl Driver {
         (self.dialect().limited_branch)(select, n)
     }
 
-    /// See [`Dialect::id_version_pairs`].
-    pub(crate) fn id_version_pairs(self, n: usize) -> String {
-        (self.dialect().id_version_pairs)(n)
+    /// Appends the right side of `(id, version) IN …` for `pairs`, each
+    /// version plus `add`; see [`Dialect::id_version_pairs`].
+    pub(crate) fn id_version_pairs(self, s: &mut Sql, pairs: &[(PartitionId, i64)], add: i64) {
+        let (open, id, version) = self.dialect().id_version_pairs;
+        s.push(open);
+        for (k, (p, v)) in pairs.iter().enumerate() {
+            s.push(if k == 0 { "(" } else { ", (" })
+                .bind(p.clone())
+                .push(id)
+                .push(", ")
+                .bind(v + add)
+                .push(version)
+                .push(")");
+        }
+        s.push(")");
     }
 
     /// `data` as bytes for an item aliased `alias`.
@@ -215,19 +206,23 @@ impl Driver {
         self.dialect().add_to_minute
     }
 
-    /// See [`Dialect::id_starts`].
-    pub(crate) fn id_starts(self) -> &'static str {
-        self.dialect().id_starts
-    }
-
-    /// See [`Dialect::fence_lock`].
-    pub(crate) fn fence_lock(self) -> &'static str {
-        self.dialect().fence_lock
+    /// Appends a test that `id` starts with `prefix`, byte for byte; see
+    /// [`Dialect::id_starts`].
+    pub(crate) fn id_starts(self, s: &mut Sql, prefix: &str) {
+        s.push(self.dialect().id_starts)
+            .bind(prefix.chars().count() as i32)
+            .push(") = ")
+            .bind(prefix);
     }
 
     /// See [`Dialect::for_update`].
     pub(crate) fn for_update(self) -> &'static str {
         self.dialect().for_update
+    }
+
+    /// Whether the database has LISTEN/NOTIFY (it has a [`Dialect::notify`]).
+    pub(crate) fn has_listen(self) -> bool {
+        self.dialect().notify.is_some()
     }
 
     /// See [`Dialect::notify`].
@@ -238,11 +233,6 @@ impl Driver {
     /// SQL expressions joined into one string.
     pub(crate) fn concat(self, parts: &[&str]) -> String {
         (self.dialect().concat)(parts)
-    }
-
-    /// See [`Dialect::picked`].
-    pub(crate) fn picked(self, pick: &str) -> Option<String> {
-        self.dialect().picked.map(|f| f(pick))
     }
 
     /// See [`Dialect::ready_index`].
@@ -267,20 +257,32 @@ impl Driver {
         self.dialect().unowned_order
     }
 
-    /// See [`Dialect::update_returning`].
-    pub(crate) fn update_returning(self) -> bool {
-        self.dialect().update_returning
+    /// Whether writes from many connections run at once (SQLite has one
+    /// writer at a time, so more only wait on its lock).
+    pub fn concurrent_writes(self) -> bool {
+        self.dialect().concurrent_writes
     }
 
-    /// See [`Dialect::result_batch`].
-    pub(crate) fn result_batch(self) -> ResultBatch {
-        self.dialect().result_batch
-    }
-
-    /// See [`Dialect::item_delete`]: `partition_ok` tests the partition
-    /// aliased `p`, `batch` bounds the rows.
-    pub(crate) fn item_delete(self, n: usize, partition_ok: &str, batch: i64) -> String {
-        (self.dialect().item_delete)(n, partition_ok, batch)
+    /// See [`Dialect::item_delete`]: the partitions of `page` whose test
+    /// `partition_ok` followed by `age` holds; `batch` bounds the rows.
+    pub(crate) fn item_delete(
+        self,
+        page: &[String],
+        partition_ok: &str,
+        age: i64,
+        batch: i64,
+    ) -> Statement {
+        let mut s = Sql::new(self);
+        let ids = page.iter().map(|id| Value::from(id.as_str())).collect();
+        (self.dialect().item_delete)(
+            &mut s,
+            ids,
+            &|s: &mut Sql| {
+                s.push(partition_ok).bind(age);
+            },
+            batch,
+        );
+        s.statement()
     }
 
     /// See [`Dialect::stale_statistics`].
@@ -309,98 +311,6 @@ fn on_conflict(key: &str, columns: &[&str]) -> String {
         .map(|c| format!("{c} = excluded.{c}"))
         .collect();
     format!(" ON CONFLICT ({key}) DO UPDATE SET {}", set.join(", "))
-}
-
-/// `?, ?, ?` for an `IN (…)` list of `n` values.
-pub fn marks(n: usize) -> String {
-    vec!["?"; n].join(", ")
-}
-
-/// `n` rows of `cols` `?` placeholders each, for a `VALUES` or row `IN` list.
-pub(crate) fn value_rows(n: usize, cols: usize) -> String {
-    let row = format!("({})", marks(cols));
-    vec![row.as_str(); n].join(", ")
-}
-
-/// Whether an error says the connection is on a server that cannot write
-/// (a standby, a demoted primary, a read-only replica): the statement is
-/// retried, and connections are checked for their role before reuse.
-pub fn is_wrong_node(err: &sea_orm::DbErr) -> bool {
-    use sea_orm::{DbErr, RuntimeErr};
-    let (DbErr::Conn(RuntimeErr::SqlxError(e))
-    | DbErr::Exec(RuntimeErr::SqlxError(e))
-    | DbErr::Query(RuntimeErr::SqlxError(e))) = err
-    else {
-        return false;
-    };
-    let Some(d) = e.as_database_error() else {
-        return false;
-    };
-    if let Some(pg) = d.try_downcast_ref::<sea_orm::sqlx::postgres::PgDatabaseError>() {
-        return pg.code() == postgres::READ_ONLY;
-    }
-    d.try_downcast_ref::<sea_orm::sqlx::mysql::MySqlDatabaseError>()
-        .is_some_and(|my| mysql::READ_ONLY.contains(&my.number()))
-}
-
-/// Whether PostgreSQL says a prepared statement of this connection is
-/// missing or taken: the connection changes server between statements
-/// (a pooler in transaction mode).
-pub fn is_lost_statement(err: &sea_orm::DbErr) -> bool {
-    use sea_orm::{DbErr, RuntimeErr};
-    let (DbErr::Conn(RuntimeErr::SqlxError(e))
-    | DbErr::Exec(RuntimeErr::SqlxError(e))
-    | DbErr::Query(RuntimeErr::SqlxError(e))) = err
-    else {
-        return false;
-    };
-    e.as_database_error()
-        .and_then(|d| d.try_downcast_ref::<sea_orm::sqlx::postgres::PgDatabaseError>())
-        .is_some_and(|pg| postgres::LOST_STATEMENT.contains(&pg.code()))
-}
-
-/// Whether an error is transient and the statement should be retried:
-/// a dropped or unavailable connection, or a conflict the database asks
-/// the client to retry. Read from the driver's error kind and codes, never
-/// from message text: each driver says which of its codes are transient.
-pub fn is_transient(err: &sea_orm::DbErr) -> bool {
-    use sea_orm::sqlx::Error as Sqlx;
-    use sea_orm::{DbErr, RuntimeErr};
-    let e = match err {
-        DbErr::ConnectionAcquire(_) => return true,
-        DbErr::Conn(RuntimeErr::SqlxError(e))
-        | DbErr::Exec(RuntimeErr::SqlxError(e))
-        | DbErr::Query(RuntimeErr::SqlxError(e)) => e,
-        _ => return false,
-    };
-    match e.as_ref() {
-        Sqlx::Io(_) | Sqlx::PoolTimedOut | Sqlx::PoolClosed | Sqlx::WorkerCrashed => true,
-        Sqlx::Database(d) => mysql::transient(d.as_ref())
-            .or_else(|| sqlite::transient(d.as_ref()))
-            .or_else(|| postgres::transient(d.as_ref()))
-            .unwrap_or(false),
-        _ => false,
-    }
-}
-
-/// A refusal to connect that lasts until someone acts.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Refusal {
-    /// The server has no database of the URL's name.
-    NoDatabase,
-    /// The server refused the login.
-    Login,
-    /// SQLite cannot open (or create) the file.
-    CannotOpen,
-}
-
-/// Whether an error met while connecting is a [`Refusal`], read from the
-/// driver's codes (each driver says which of its codes are).
-pub(crate) fn refusal(d: &dyn sea_orm::sqlx::error::DatabaseError) -> Option<Refusal> {
-    mysql::refusal(d)
-        .or_else(|| sqlite::refusal(d))
-        .or_else(|| postgres::refusal(d))
-        .flatten()
 }
 
 /// An integer column whose type differs by backend (PostgreSQL's

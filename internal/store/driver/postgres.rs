@@ -4,28 +4,29 @@
 
 use sea_orm::sqlx::error::DatabaseError;
 
-use super::{Dialect, ResultBatch, marks};
+use sea_orm::Value;
+
+use super::results::RESULT_ROW;
+use super::{Dialect, Sql};
 
 pub(super) const DIALECT: Dialect = Dialect {
     now: "(FLOOR(EXTRACT(EPOCH FROM CLOCK_TIMESTAMP()) * 1000)::BIGINT)",
     numbered: true,
     data_column,
     limited_branch: super::derived_branch,
-    id_version_pairs: |n| format!("(VALUES {})", vec!["(?::text, ?::bigint)"; n].join(", ")),
+    id_version_pairs: ("(VALUES ", "::text", "::bigint"),
     seq: "seq",
     new_work: Some("status = 'available'"),
     keep_existing: " ON CONFLICT (id) DO NOTHING",
     add_to_minute: " ON CONFLICT (minute) DO UPDATE SET items = feed_completions.items + excluded.items",
-    id_starts: "SUBSTR(id, 1, ?) = ?",
+    id_starts: "SUBSTR(id, 1, ",
     // The result write locks the partition row it read, so a lease change
     // waits for the write (or the write sees the new owner).
     fence_lock: " FOR SHARE OF p",
     for_update: " FOR UPDATE",
     notify: Some("NOTIFY feed_items"),
     concat: |parts| parts.join(" || "),
-    picked: Some(picked),
-    update_returning: true,
-    result_batch: ResultBatch::Values(values_source),
+    concurrent_writes: true,
     item_delete,
     stale_statistics: Some(
         "SELECT COUNT(*) AS n FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid \
@@ -50,33 +51,46 @@ fn data_column(alias: &str) -> String {
 /// is changing, and read once into an array: as `id IN (…)`, with
 /// statistics that lag behind a bulk load, PostgreSQL re-ran the pick once
 /// per row of the table (a 100,000-row table took minutes).
-fn picked(pick: &str) -> String {
-    format!("id = ANY(ARRAY({pick} FOR UPDATE SKIP LOCKED))")
+pub(super) fn picked(s: &mut Sql, after: &str, limit: i64) {
+    s.push("id = ANY(ARRAY(");
+    super::returning::page(s, "p.id", after, limit);
+    s.push(" FOR UPDATE SKIP LOCKED))");
 }
 
-/// Typed rows (its parameters carry no type), named by an alias list.
-fn values_source(n: usize, cols: &[(&str, &str)]) -> (String, &'static str) {
-    let typed: Vec<String> = cols.iter().map(|(_, t)| format!("?::{t}")).collect();
-    let row = format!("({})", typed.join(", "));
-    let rows = vec![row.as_str(); n].join(", ");
-    let names: Vec<&str> = cols.iter().map(|(c, _)| *c).collect();
-    (
-        format!("(VALUES {rows}) AS v({})", names.join(", ")),
-        "i.id",
-    )
+/// A result batch's `VALUES`: typed (its parameters carry no type), named
+/// by an alias list.
+pub(super) fn values_source(s: &mut Sql, rows: usize, values: Vec<Value>) -> &'static str {
+    let mut values = values.into_iter();
+    s.push("(VALUES ");
+    for r in 0..rows {
+        s.push(if r == 0 { "(" } else { ", (" });
+        for (k, (_, t)) in RESULT_ROW.iter().enumerate() {
+            if k > 0 {
+                s.push(", ");
+            }
+            s.bind(values.next().unwrap_or(Value::Int(None)));
+            s.push(&format!("::{t}"));
+        }
+        s.push(")");
+    }
+    let names: Vec<&str> = RESULT_ROW.iter().map(|(c, _)| *c).collect();
+    s.push(&format!(") AS v({})", names.join(", ")));
+    "i.id"
 }
 
 /// Row addresses picked partition by partition (a lateral sub-select,
 /// which the planner cannot turn into a scan of the whole table).
-fn item_delete(n: usize, partition_ok: &str, batch: i64) -> String {
-    format!(
+fn item_delete(s: &mut Sql, ids: Vec<Value>, partition_ok: &dyn Fn(&mut Sql), batch: i64) {
+    s.push(&format!(
         "DELETE FROM feed_items WHERE ctid = ANY(ARRAY(SELECT i.ctid FROM feed_partitions p \
          CROSS JOIN LATERAL (SELECT ctid FROM feed_items WHERE partition_id = p.id \
          AND status <> 'available' LIMIT {batch}) i \
-         WHERE p.id IN ({}) AND {partition_ok} LIMIT {batch})) \
-         AND status <> 'available'",
-        marks(n)
-    )
+         WHERE p.id IN ("
+    ))
+    .binds(ids)
+    .push(") AND ");
+    partition_ok(s);
+    s.push(&format!(" LIMIT {batch})) AND status <> 'available'"));
 }
 
 /// Serialization failure, deadlock, a connection ended by the server

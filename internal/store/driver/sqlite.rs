@@ -4,29 +4,29 @@
 use sea_orm::sqlx::error::DatabaseError;
 use sea_orm::sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynchronous};
 
-use super::{Dialect, ResultBatch, marks, value_rows};
+use sea_orm::Value;
+
+use super::results::RESULT_ROW;
+use super::{Dialect, Sql};
 
 pub(super) const DIALECT: Dialect = Dialect {
     now: "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)",
     numbered: false,
     data_column,
     limited_branch: super::derived_branch,
-    id_version_pairs: |n| format!("(VALUES {})", super::value_rows(n, 2)),
+    id_version_pairs: ("(VALUES ", "", ""),
     seq: "rowid",
     new_work: None,
     keep_existing: " ON CONFLICT (id) DO NOTHING",
     add_to_minute: " ON CONFLICT (minute) DO UPDATE SET items = feed_completions.items + excluded.items",
     // `LIKE` ignores case here; a byte-for-byte prefix does not.
-    id_starts: "SUBSTR(id, 1, ?) = ?",
+    id_starts: "SUBSTR(id, 1, ",
     // One writer at a time: a write transaction already excludes others.
     fence_lock: "",
     for_update: "",
     notify: None,
     concat: |parts| parts.join(" || "),
-    // A subquery that names no outer column runs once.
-    picked: Some(|pick| format!("id IN ({pick})")),
-    update_returning: true,
-    result_batch: ResultBatch::Values(values_source),
+    concurrent_writes: false,
     item_delete,
     stale_statistics: None,
     upsert: super::on_conflict,
@@ -42,27 +42,38 @@ fn data_column(alias: &str) -> String {
     format!("CAST({alias}.data AS BLOB)")
 }
 
-/// `VALUES` columns are `column1…`: named through a subquery.
-fn values_source(n: usize, cols: &[(&str, &str)]) -> (String, &'static str) {
-    let named: Vec<String> = cols
+/// A test that `id` is on the page of unowned partitions after `after`:
+/// a subquery that names no outer column runs once.
+pub(super) fn picked(s: &mut Sql, after: &str, limit: i64) {
+    s.push("id IN (");
+    super::returning::page(s, "p.id", after, limit);
+    s.push(")");
+}
+
+/// A result batch's `VALUES`, whose columns are `column1…`: named
+/// through a subquery.
+pub(super) fn values_source(s: &mut Sql, rows: usize, values: Vec<Value>) -> &'static str {
+    let named: Vec<String> = RESULT_ROW
         .iter()
         .enumerate()
         .map(|(k, (c, _))| format!("column{} AS {c}", k + 1))
         .collect();
-    let rows = value_rows(n, cols.len());
-    let source = format!("(SELECT {} FROM (VALUES {rows})) AS v", named.join(", "));
-    (source, "id")
+    s.push(&format!("(SELECT {} FROM (VALUES ", named.join(", ")))
+        .rows(rows, values)
+        .push(")) AS v");
+    "id"
 }
 
 /// Built without `DELETE … LIMIT`: rowids are picked.
-fn item_delete(n: usize, partition_ok: &str, batch: i64) -> String {
-    format!(
+fn item_delete(s: &mut Sql, ids: Vec<Value>, partition_ok: &dyn Fn(&mut Sql), batch: i64) {
+    s.push(
         "DELETE FROM feed_items WHERE rowid IN (SELECT i.rowid FROM feed_items i \
-         JOIN feed_partitions p ON p.id = i.partition_id WHERE i.partition_id IN ({}) \
-         AND i.status <> 'available' AND {partition_ok} LIMIT {batch}) \
-         AND status <> 'available'",
-        marks(n)
+         JOIN feed_partitions p ON p.id = i.partition_id WHERE i.partition_id IN (",
     )
+    .binds(ids)
+    .push(") AND i.status <> 'available' AND ");
+    partition_ok(s);
+    s.push(&format!(" LIMIT {batch}) AND status <> 'available'"));
 }
 
 /// BUSY and LOCKED (primary codes 5 and 6, the extended code's low byte);

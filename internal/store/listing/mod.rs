@@ -5,11 +5,15 @@
 
 use std::collections::BTreeMap;
 
+mod items;
+
 use sea_orm::{FromQueryResult, QueryResult, Value};
 use serde::Serialize;
 
+pub use items::{ItemFilter, ItemView};
+
 use super::Store;
-use super::driver::{Int, marks};
+use super::driver::{Int, Sql};
 use crate::{Error, Result, validate};
 
 /// Most rows one page returns.
@@ -75,34 +79,6 @@ pub struct PartitionView {
     pub next_due_in_ms: Option<i64>,
 }
 
-/// An item, with its data cut to a preview.
-#[derive(Debug, Serialize)]
-#[non_exhaustive]
-pub struct ItemView {
-    /// Item id.
-    pub id: String,
-    /// Its partition.
-    pub partition_id: String,
-    /// Its gate.
-    pub gate: i64,
-    /// available, complete, failed or cancelled.
-    pub status: String,
-    /// Calls made for the current step.
-    pub attempts: i32,
-    /// Why the last call failed, cut to [`ERROR_CHARS`].
-    pub last_error: Option<String>,
-    /// Not tried before (epoch ms), None = now.
-    pub not_before: Option<i64>,
-    /// OCC version.
-    pub version: i64,
-    /// Epoch ms, database clock.
-    pub updated_at: i64,
-    /// Length of the data in bytes.
-    pub data_bytes: i64,
-    /// The first [`PREVIEW_BYTES`] bytes of data, as lossy UTF-8.
-    pub data_preview: String,
-}
-
 /// Items of one partition at one gate with one status
 /// (`partition_id, gate, status, COUNT(*) AS n`), as the status is stored,
 /// with those of them scheduled for later and the first one's time.
@@ -131,20 +107,6 @@ pub struct PartitionFilter {
     pub limit: u64,
 }
 
-/// Filters of [`Store::items`].
-#[derive(Clone, Debug, Default)]
-#[non_exhaustive]
-pub struct ItemFilter {
-    /// Only this gate.
-    pub gate: Option<i64>,
-    /// Only this status.
-    pub status: Option<String>,
-    /// Ids after this one (keyset pagination).
-    pub after: Option<String>,
-    /// Page size (capped at [`MAX_PAGE`]).
-    pub limit: u64,
-}
-
 pub(super) const PARTITION_COLUMNS: &str = "id, status, paused, gate, owner, auto_close, manual_checkpoint, \
     on_failure, tenant, version, created_at, updated_at";
 
@@ -152,45 +114,10 @@ pub(super) fn partition_row(r: &QueryResult) -> Result<PartitionView> {
     Ok(PartitionView::from_query_result(r, "")?)
 }
 
-/// [`ItemView`] as read: the data preview is bytes, `last_error` is whole.
-#[derive(FromQueryResult)]
-struct ItemRow {
-    id: String,
-    partition_id: String,
-    gate: i64,
-    status: String,
-    attempts: i32,
-    last_error: Option<String>,
-    not_before: Option<i64>,
-    version: i64,
-    updated_at: i64,
-    data_bytes: Int,
-    preview: Vec<u8>,
-}
-
-impl From<ItemRow> for ItemView {
-    fn from(r: ItemRow) -> Self {
-        ItemView {
-            id: r.id,
-            partition_id: r.partition_id,
-            gate: r.gate,
-            status: r.status,
-            attempts: r.attempts,
-            last_error: r.last_error.map(|e| e.chars().take(ERROR_CHARS).collect()),
-            not_before: r.not_before,
-            version: r.version,
-            updated_at: r.updated_at,
-            data_bytes: r.data_bytes.0,
-            data_preview: String::from_utf8_lossy(&r.preview).into_owned(),
-        }
-    }
-}
-
-/// Appends `AND column = ?` when `value` is set.
-fn and_eq(sql: &mut String, values: &mut Vec<Value>, column: &str, value: Option<Value>) {
+/// Appends `AND column = <value>` when `value` is set.
+fn and_eq(s: &mut Sql, column: &str, value: Option<Value>) {
     if let Some(v) = value {
-        sql.push_str(&format!(" AND {column} = ?"));
-        values.push(v);
+        s.push(&format!(" AND {column} = ")).bind(v);
     }
 }
 
@@ -228,14 +155,11 @@ impl Store {
             validate::filter("prefix", p)?;
         }
         let limit = clamp(f.limit);
-        let mut sql = format!("SELECT {PARTITION_COLUMNS} FROM feed_partitions WHERE 1 = 1");
-        let mut values = Vec::new();
-        and_eq(
-            &mut sql,
-            &mut values,
-            "status",
-            f.status.clone().map(Into::into),
-        );
+        let mut s = Sql::new(self.driver);
+        s.push(&format!(
+            "SELECT {PARTITION_COLUMNS} FROM feed_partitions WHERE 1 = 1"
+        ));
+        and_eq(&mut s, "status", f.status.clone().map(Into::into));
         if let Some(p) = f.prefix.as_deref().filter(|p| !p.is_empty()) {
             let escaped: String = p
                 .chars()
@@ -246,21 +170,16 @@ impl Store {
                 .collect();
             // LIKE finds the range through the primary key; the exact
             // comparison makes case count on every backend.
-            sql.push_str(&format!(
-                " AND id LIKE ? ESCAPE '!' AND {}",
-                self.driver.id_starts()
-            ));
-            values.push(format!("{escaped}%").into());
-            values.push((p.chars().count() as i32).into());
-            values.push(p.to_string().into());
+            s.push(" AND id LIKE ")
+                .bind(format!("{escaped}%"))
+                .push(" ESCAPE '!' AND ");
+            self.driver.id_starts(&mut s, p);
         }
         if let Some(a) = &f.after {
-            sql.push_str(" AND id > ?");
-            values.push(a.clone().into());
+            s.push(" AND id > ").bind(a.clone());
         }
-        sql.push_str(" ORDER BY id LIMIT ?");
-        values.push(((limit + 1) as i64).into());
-        let rows = self.query(&sql, values).await?;
+        s.push(" ORDER BY id LIMIT ").bind((limit + 1) as i64);
+        let rows = self.fetch(s.statement()).await?;
         let mut list = rows.iter().map(partition_row).collect::<Result<Vec<_>>>()?;
         let ids: Vec<String> = list
             .iter()
@@ -280,15 +199,16 @@ impl Store {
             return Ok(());
         }
         let later = "status = 'available' AND attempts = 0 AND not_before > {now}";
-        let sql = format!(
+        let mut s = Sql::new(self.driver);
+        s.push(&format!(
             "SELECT partition_id, gate, status, COUNT(*) AS n, \
              COUNT(CASE WHEN {later} THEN 1 END) AS scheduled, \
              MIN(CASE WHEN {later} THEN not_before END) AS next_due, {{now}} AS now \
-             FROM feed_items WHERE partition_id IN ({}) GROUP BY partition_id, gate, status",
-            marks(ids.len())
-        );
-        let values = ids.iter().map(|i| Value::from(i.clone())).collect();
-        let rows = self.query(&sql, values).await?;
+             FROM feed_items WHERE partition_id IN ("
+        ))
+        .binds(ids.iter().map(|i| Value::from(i.clone())))
+        .push(") GROUP BY partition_id, gate, status");
+        let rows = self.fetch(s.statement()).await?;
         let index: std::collections::HashMap<String, usize> = list
             .iter()
             .enumerate()
@@ -336,69 +256,6 @@ impl Store {
         self.add_counts(&mut list, &[id.to_string()]).await?;
         list.pop()
             .ok_or_else(|| Error::NotFound(format!("partition {id}")))
-    }
-
-    /// A partition's items in the order they were written, filtered;
-    /// NotFound for an unknown partition.
-    pub async fn items(&self, partition: &str, f: &ItemFilter) -> Result<Page<ItemView>> {
-        validate::filter("partition id", partition)?;
-        check(f.status.as_deref(), f.after.as_deref())?;
-        if let Some(g) = f.gate {
-            validate::gate("gate", g)?;
-        }
-        let limit = clamp(f.limit);
-        let mut sql = " WHERE i.partition_id = ?".to_string();
-        let mut values: Vec<Value> = vec![partition.into()];
-        and_eq(&mut sql, &mut values, "i.gate", f.gate.map(Into::into));
-        and_eq(
-            &mut sql,
-            &mut values,
-            "i.status",
-            f.status.clone().map(Into::into),
-        );
-        let seq = self.driver.seq();
-        if let Some(a) = &f.after {
-            // The cursor is the last item's id; the page goes on after it
-            // in write order.
-            sql.push_str(&format!(
-                " AND i.{seq} > (SELECT a.{seq} FROM feed_items a WHERE a.id = ?)"
-            ));
-            values.push(a.clone().into());
-        }
-        sql.push_str(&format!(" ORDER BY i.{seq} LIMIT ?"));
-        values.push(((limit + 1) as i64).into());
-        let items = self.item_views(&sql, values).await?;
-        if items.is_empty() {
-            self.partition_exists(partition).await?;
-        }
-        Ok(page(items, limit, |i| i.id.clone()))
-    }
-
-    /// One item, its data cut to a preview.
-    pub async fn item(&self, id: &str) -> Result<ItemView> {
-        validate::filter("item id", id)?;
-        self.item_views(" WHERE i.id = ?", vec![id.into()])
-            .await?
-            .pop()
-            .ok_or_else(|| Error::NotFound(format!("item {id}")))
-    }
-
-    pub(super) async fn item_views(
-        &self,
-        filter: &str,
-        values: Vec<Value>,
-    ) -> Result<Vec<ItemView>> {
-        let data = self.driver.data_column("i");
-        let sql = format!(
-            "SELECT i.id, i.partition_id, i.gate, i.status, i.attempts, i.last_error, i.not_before, \
-             i.version, i.updated_at, LENGTH({data}) AS data_bytes, \
-             SUBSTR({data}, 1, {PREVIEW_BYTES}) AS preview FROM feed_items i{filter}"
-        );
-        self.query(&sql, values)
-            .await?
-            .iter()
-            .map(|r| Ok(ItemRow::from_query_result(r, "")?.into()))
-            .collect()
     }
 
     pub(super) async fn partition_exists(&self, id: &str) -> Result<()> {

@@ -2,9 +2,12 @@
 //! id prefixes, `UPDATE … JOIN` for result batches (no `UPDATE … FROM`
 //! and no `RETURNING` on `UPDATE`), and `DELETE … LIMIT`.
 
+use sea_orm::Value;
 use sea_orm::sqlx::error::DatabaseError;
 
-use super::{Dialect, ResultBatch, marks};
+use super::{Dialect, Sql};
+
+pub(super) mod results;
 
 pub(super) const DIALECT: Dialect = Dialect {
     now: "CAST(FLOOR(UNIX_TIMESTAMP(NOW(3)) * 1000) AS SIGNED)",
@@ -13,24 +16,20 @@ pub(super) const DIALECT: Dialect = Dialect {
     // A derived table with a BLOB column (`data`) is a temporary table on
     // disk for every refill; a parenthesized branch is read as it is.
     limited_branch: |select, _| format!("({select})"),
-    id_version_pairs: |n| format!("({})", super::value_rows(n, 2)),
+    id_version_pairs: ("(", "", ""),
     seq: "seq",
     new_work: None,
     // MySQL counts an updated duplicate as 2 rows, a new one as 1.
     keep_existing: " ON DUPLICATE KEY UPDATE version = version + 1",
     add_to_minute: " ON DUPLICATE KEY UPDATE items = items + VALUES(items)",
     // `=` ignores case under MariaDB's usual collations.
-    id_starts: "BINARY SUBSTR(id, 1, ?) = ?",
+    id_starts: "BINARY SUBSTR(id, 1, ",
     // Result writes lock the partition in a statement of their own.
     fence_lock: "",
     for_update: " FOR UPDATE",
     notify: None,
     concat: |parts| format!("CONCAT({})", parts.join(", ")),
-    // MariaDB cannot `LIMIT` a subquery of the table it updates, nor say
-    // which rows an `UPDATE` changed: a pick is read, then taken by its ids.
-    picked: None,
-    update_returning: false,
-    result_batch: ResultBatch::Join,
+    concurrent_writes: true,
     item_delete,
     stale_statistics: None,
     upsert: on_duplicate,
@@ -50,13 +49,16 @@ pub(super) const DIALECT: Dialect = Dialect {
 
 /// A sub-select on the table being deleted from cannot be limited, but
 /// `DELETE … LIMIT` can (ordered, so that it is the same rows on a replica).
-fn item_delete(n: usize, partition_ok: &str, batch: i64) -> String {
-    format!(
-        "DELETE FROM feed_items WHERE partition_id IN ({}) AND status <> 'available' \
-         AND EXISTS (SELECT 1 FROM feed_partitions p WHERE p.id = feed_items.partition_id \
-         AND {partition_ok}) ORDER BY partition_id, seq LIMIT {batch}",
-        marks(n)
-    )
+fn item_delete(s: &mut Sql, ids: Vec<Value>, partition_ok: &dyn Fn(&mut Sql), batch: i64) {
+    s.push("DELETE FROM feed_items WHERE partition_id IN (")
+        .binds(ids)
+        .push(
+            ") AND status <> 'available' \
+             AND EXISTS (SELECT 1 FROM feed_partitions p WHERE p.id = feed_items.partition_id \
+             AND ",
+        );
+    partition_ok(s);
+    s.push(&format!(") ORDER BY partition_id, seq LIMIT {batch}"));
 }
 
 /// Deadlock (1213), lock wait timeout (1205), or a server that cannot

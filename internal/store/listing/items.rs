@@ -1,0 +1,153 @@
+//! The console's item reads: a partition's items page by page in write
+//! order, and one item, each with its data cut to a preview.
+
+use sea_orm::FromQueryResult;
+use serde::Serialize;
+
+use super::{ERROR_CHARS, PREVIEW_BYTES, Page, and_eq, check, clamp, page};
+use crate::store::Store;
+use crate::store::driver::{Int, Sql};
+use crate::{Error, Result, validate};
+
+/// An item, with its data cut to a preview.
+#[derive(Debug, Serialize)]
+#[non_exhaustive]
+pub struct ItemView {
+    /// Item id.
+    pub id: String,
+    /// Its partition.
+    pub partition_id: String,
+    /// Its gate.
+    pub gate: i64,
+    /// available, complete, failed or cancelled.
+    pub status: String,
+    /// Calls made for the current step.
+    pub attempts: i32,
+    /// Why the last call failed, cut to [`ERROR_CHARS`].
+    pub last_error: Option<String>,
+    /// Not tried before (epoch ms), None = now.
+    pub not_before: Option<i64>,
+    /// OCC version.
+    pub version: i64,
+    /// Epoch ms, database clock.
+    pub updated_at: i64,
+    /// Length of the data in bytes.
+    pub data_bytes: i64,
+    /// The first [`PREVIEW_BYTES`] bytes of data, as lossy UTF-8.
+    pub data_preview: String,
+}
+
+/// Filters of [`Store::items`].
+#[derive(Clone, Debug, Default)]
+#[non_exhaustive]
+pub struct ItemFilter {
+    /// Only this gate.
+    pub gate: Option<i64>,
+    /// Only this status.
+    pub status: Option<String>,
+    /// Ids after this one (keyset pagination).
+    pub after: Option<String>,
+    /// Page size (capped at [`MAX_PAGE`](super::MAX_PAGE)).
+    pub limit: u64,
+}
+
+/// [`ItemView`] as read: the data preview is bytes, `last_error` is whole.
+#[derive(FromQueryResult)]
+struct ItemRow {
+    id: String,
+    partition_id: String,
+    gate: i64,
+    status: String,
+    attempts: i32,
+    last_error: Option<String>,
+    not_before: Option<i64>,
+    version: i64,
+    updated_at: i64,
+    data_bytes: Int,
+    preview: Vec<u8>,
+}
+
+impl From<ItemRow> for ItemView {
+    fn from(r: ItemRow) -> Self {
+        ItemView {
+            id: r.id,
+            partition_id: r.partition_id,
+            gate: r.gate,
+            status: r.status,
+            attempts: r.attempts,
+            last_error: r.last_error.map(|e| e.chars().take(ERROR_CHARS).collect()),
+            not_before: r.not_before,
+            version: r.version,
+            updated_at: r.updated_at,
+            data_bytes: r.data_bytes.0,
+            data_preview: String::from_utf8_lossy(&r.preview).into_owned(),
+        }
+    }
+}
+
+impl Store {
+    /// A partition's items in the order they were written, filtered;
+    /// NotFound for an unknown partition.
+    pub async fn items(&self, partition: &str, f: &ItemFilter) -> Result<Page<ItemView>> {
+        validate::filter("partition id", partition)?;
+        check(f.status.as_deref(), f.after.as_deref())?;
+        if let Some(g) = f.gate {
+            validate::gate("gate", g)?;
+        }
+        let limit = clamp(f.limit);
+        let seq = self.driver.seq();
+        let items = self
+            .item_views(|s| {
+                s.push(" WHERE i.partition_id = ").bind(partition);
+                and_eq(s, "i.gate", f.gate.map(Into::into));
+                and_eq(s, "i.status", f.status.clone().map(Into::into));
+                if let Some(a) = &f.after {
+                    // The cursor is the last item's id; the page goes on
+                    // after it in write order.
+                    s.push(&format!(
+                        " AND i.{seq} > (SELECT a.{seq} FROM feed_items a WHERE a.id = "
+                    ))
+                    .bind(a.clone())
+                    .push(")");
+                }
+                s.push(&format!(" ORDER BY i.{seq} LIMIT "))
+                    .bind((limit + 1) as i64);
+            })
+            .await?;
+        if items.is_empty() {
+            self.partition_exists(partition).await?;
+        }
+        Ok(page(items, limit, |i| i.id.clone()))
+    }
+
+    /// One item, its data cut to a preview.
+    pub async fn item(&self, id: &str) -> Result<ItemView> {
+        validate::filter("item id", id)?;
+        self.item_views(|s| {
+            s.push(" WHERE i.id = ").bind(id);
+        })
+        .await?
+        .pop()
+        .ok_or_else(|| Error::NotFound(format!("item {id}")))
+    }
+
+    /// The items the filter appended (to `FROM feed_items i`) picks.
+    pub(in crate::store) async fn item_views(
+        &self,
+        filter: impl FnOnce(&mut Sql),
+    ) -> Result<Vec<ItemView>> {
+        let data = self.driver.data_column("i");
+        let mut s = Sql::new(self.driver);
+        s.push(&format!(
+            "SELECT i.id, i.partition_id, i.gate, i.status, i.attempts, i.last_error, i.not_before, \
+             i.version, i.updated_at, LENGTH({data}) AS data_bytes, \
+             SUBSTR({data}, 1, {PREVIEW_BYTES}) AS preview FROM feed_items i"
+        ));
+        filter(&mut s);
+        self.fetch(s.statement())
+            .await?
+            .iter()
+            .map(|r| Ok(ItemRow::from_query_result(r, "")?.into()))
+            .collect()
+    }
+}
