@@ -118,9 +118,9 @@ async fn run_in(url: &str, resumes: usize, progress: &mut impl FnMut(&str)) -> R
 
     let (handler_url, _server) = serve_handler().await?;
     let mut config = Config::new(url, handler_url);
-    config.poll_interval = Duration::from_millis(100);
-    config.acquire_interval = Duration::from_millis(200);
-    config.concurrency = 4;
+    config.dispatch.poll_interval = Duration::from_millis(100);
+    config.leases.acquire_interval = Duration::from_millis(200);
+    config.handler.concurrency = 4;
     let done = Arc::new(tokio::sync::Notify::new());
     let stop = done.clone();
     let processor = tokio::spawn(crate::run(config, async move { stop.notified().await }));

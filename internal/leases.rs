@@ -200,7 +200,7 @@ async fn full(
 ) -> Result<()> {
     let store = &ctx.store;
     let cfg = &ctx.config;
-    let expiry = cfg.session_expiry;
+    let expiry = cfg.leases.session_expiry;
     let reaped = store.reap_sessions(expiry).await?;
     if reaped > 0 {
         tracing::info!(sessions = reaped, "deleted dead sessions");
@@ -271,7 +271,7 @@ async fn full(
     } else {
         vec![]
     };
-    let cap = cfg.max_partitions.map(|c| c as i64);
+    let cap = cfg.leases.max_partitions.map(|c| c as i64);
     let mut want = target(&counts, &caps, cap) - mine;
 
     // At the cap, make room: give back partitions with nothing to do while
@@ -426,7 +426,7 @@ impl Held {
 /// bounded.
 async fn take_free(ctx: &Context, me: &SessionId, out: &mut Cycle, want: usize) -> Result<usize> {
     let store = &ctx.store;
-    let expiry = ctx.config.session_expiry;
+    let expiry = ctx.config.leases.session_expiry;
     if want <= LEASE_CHUNK {
         let mut free = store.free_partitions(expiry, want * 2 + 8).await?;
         free.shuffle(&mut rand::rng());
@@ -517,7 +517,7 @@ fn target(counts: &LeaseCounts, caps: &[i64], cap: Option<i64>) -> i64 {
 /// way, 5–11 with a random pick).
 async fn steal_one(ctx: &Context, me: &SessionId, mine: i64, out: &mut Cycle) -> Result<()> {
     let store = &ctx.store;
-    let Some((owner, n)) = store.most_loaded(ctx.config.session_expiry).await? else {
+    let Some((owner, n)) = store.most_loaded(ctx.config.leases.session_expiry).await? else {
         return Ok(());
     };
     if owner == *me || n < mine + 2 {

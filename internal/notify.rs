@@ -24,9 +24,9 @@ pub const CHANNEL: &str = "feed_items";
 
 /// Listens until `cancel`, reconnecting with backoff.
 pub async fn listen(config: Config, wake: Arc<Notify>, cancel: CancellationToken) {
-    let url = config.database_url;
-    let limit = config.statement_timeout;
-    let every = config.session_expiry;
+    let url = config.database.url;
+    let limit = config.database.statement_timeout;
+    let every = config.leases.session_expiry;
     let mut backoff = Backoff::new(Duration::from_millis(500), Duration::from_secs(30));
     loop {
         match tokio::time::timeout(limit, open(&url)).await {

@@ -5,7 +5,6 @@
 
 use std::time::Duration;
 
-use crate::Config;
 use crate::backoff;
 use crate::handler::Outcome;
 use crate::status::Status;
@@ -23,16 +22,6 @@ pub struct Policy {
     pub backoff_base: Duration,
     /// Largest retry delay.
     pub backoff_max: Duration,
-}
-
-impl From<&Config> for Policy {
-    fn from(c: &Config) -> Self {
-        Policy {
-            max_attempts: c.max_attempts,
-            backoff_base: c.backoff_base,
-            backoff_max: c.backoff_max,
-        }
-    }
 }
 
 /// What a result did, the `outcome` label of `feed_items_total`.

@@ -38,13 +38,13 @@ use crate::{Config, Error, Result, dispatch, retention};
 /// health listener may take, together, after the drain.
 pub const RELEASE_BOUND: Duration = Duration::from_secs(5);
 
-/// Runs a processor that POSTs items to `config.handler_url` until
+/// Runs a processor that POSTs items to `config.handler.url` until
 /// `shutdown` resolves.
 ///
 /// ```no_run
 /// # async fn f() -> feed::Result<()> {
 /// let mut config = feed::Config::new("sqlite://feed.db?mode=rwc", "http://127.0.0.1:9000/feed");
-/// config.concurrency = 16;
+/// config.handler.concurrency = 16;
 /// feed::run(config, async { tokio::signal::ctrl_c().await.ok(); }).await
 /// # }
 /// ```
@@ -52,7 +52,7 @@ pub async fn run(
     config: Config,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
-    let handler = Arc::new(HttpHandler::new(&config)?);
+    let handler = Arc::new(HttpHandler::new(&config.handler)?);
     run_with(config, handler, shutdown).await
 }
 
@@ -100,7 +100,7 @@ pub async fn run_with(
     let ctx = ran.as_ref().ok().cloned().flatten();
     if let Some(ctx) = &ctx {
         let dispatch = work.spawn("dispatch", dispatch::run(ctx.clone(), work.token()));
-        drain(dispatch, &work.token(), ctx.config.drain_timeout).await;
+        drain(dispatch, &work.token(), ctx.config.dispatch.drain_timeout).await;
     }
     shut_down(&work, &session, ctx.as_deref()).await;
     if let Some((task, message)) = work.panicked() {
@@ -120,7 +120,7 @@ async fn start(
     let mut registry = Registry::default();
     let metrics = Metrics::new(&mut registry);
     let health = Arc::new(Health::default());
-    if let Some(addr) = &config.listen {
+    if let Some(addr) = &config.listen.address {
         let app = crate::server::app(health.clone(), Arc::new(registry), &config);
         work.spawn(
             "listener",
@@ -136,11 +136,15 @@ async fn start(
         completer: Completer::start(
             session,
             store.clone(),
-            config.session_expiry,
-            config.batch_size,
+            config.leases.session_expiry,
+            config.handler.batch_size,
         ),
-        breaker: crate::breaker::Breaker::new(config.breaker_calls, config.breaker_ratio),
-        limits: crate::limits::Limits::new(config.rate_limit, config.rate_burst, config.batch_size),
+        breaker: crate::breaker::Breaker::new(config.flow.breaker_calls, config.flow.breaker_ratio),
+        limits: crate::limits::Limits::new(
+            config.flow.rate_limit,
+            config.flow.rate_burst,
+            config.handler.batch_size,
+        ),
         config,
         store,
         session: Arc::new(Session::new(id.clone())),
@@ -160,16 +164,16 @@ async fn start(
     }
     let session = ctx.session.clone();
     let claimer = crate::limits::Claimer {
-        every: ctx.config.heartbeat_interval,
-        expiry: ctx.config.session_expiry,
-        batch: ctx.config.batch_size,
+        every: ctx.config.leases.heartbeat_interval,
+        expiry: ctx.config.leases.session_expiry,
+        batch: ctx.config.handler.batch_size,
         store: ctx.store.clone(),
         session: Box::new({
             let session = session.clone();
             move || session.id()
         }),
         live: {
-            let expiry = ctx.config.session_expiry;
+            let expiry = ctx.config.leases.session_expiry;
             Box::new(move || session.live(expiry))
         },
         limits: ctx.limits.clone(),
@@ -191,7 +195,7 @@ async fn started(ctx: &Context) {
     for flag in [&ctx.health.session, &ctx.health.handler] {
         flag.store(true, Ordering::Relaxed);
     }
-    tracing::info!(session = %ctx.session.id(), database = %shown(&ctx.config.database_url), handler = %redact(&ctx.config.handler_url), "processor started");
+    tracing::info!(session = %ctx.session.id(), database = %shown(&ctx.config.database.url), handler = %redact(&ctx.config.handler.url), "processor started");
     if ctx.store.autovacuum_off().await.unwrap_or(false) {
         tracing::warn!(
             "autovacuum is off on this PostgreSQL server: feed_items and feed_partitions keep every dead row version and stale planner statistics, and statements slow down as work goes on; turn autovacuum on (Feed's tables carry their own settings for it) or run VACUUM ANALYZE on them often"
@@ -277,7 +281,7 @@ async fn open(
     store.set_statement_counter(metrics.statements.clone());
     store.set_timeout_counter(metrics.statement_timeouts.clone());
     health.database.store(true, Ordering::Relaxed);
-    if config.migrate {
+    if config.database.migrate {
         tokio::select! {
             _ = cancel.cancelled() => return Ok(None),
             r = store.migrate() => r?,
@@ -324,22 +328,22 @@ async fn register(
 /// The store's settings from the processor's.
 fn store_options(config: &Config, pool: u32) -> crate::store::Options {
     let mut o = crate::store::Options::new(pool);
-    o.statement_timeout = config.statement_timeout;
-    o.max_lifetime = config.db_max_lifetime;
-    o.pooler = config.db_pooler;
+    o.statement_timeout = config.database.statement_timeout;
+    o.max_lifetime = config.database.max_lifetime;
+    o.pooler = config.database.pooler;
     o
 }
 
 async fn connect(config: &Config, cancel: &CancellationToken) -> Result<Option<Store>> {
-    let pool = u32::try_from(config.concurrency / 4 + 4)
+    let pool = u32::try_from(config.handler.concurrency / 4 + 4)
         .unwrap_or(32)
         .min(32);
     let mut backoff = Backoff::new(Duration::from_millis(500), Duration::from_secs(30));
     loop {
         let delay = backoff.next_delay();
-        tracing::debug!(database = %shown(&config.database_url), "connecting to the database");
+        tracing::debug!(database = %shown(&config.database.url), "connecting to the database");
         let options = store_options(config, pool);
-        let attempt = Store::open(&config.database_url, &options);
+        let attempt = Store::open(&config.database.url, &options);
         let result = tokio::select! {
             _ = cancel.cancelled() => return Ok(None),
             r = attempt => r,

@@ -85,17 +85,18 @@ pub fn router(health: Arc<Health>, registry: Arc<Registry>) -> Router {
         .with_state(AppState { health, registry })
 }
 
-/// [`router`], plus the console when `config.ui` is set.
+/// [`router`], plus the console when `config.listen.ui` is set.
 pub fn app(health: Arc<Health>, registry: Arc<Registry>, config: &crate::Config) -> Router {
     let app = router(health.clone(), registry);
-    if !config.ui {
+    if !config.listen.ui {
         return app;
     }
-    let console = crate::console::Console::lazy(&config.database_url, config.admin_token.clone())
-        .until_ready(health.clone())
-        .with_producer_token(config.producer_token.clone())
-        .allowing(&config.allowed_hosts)
-        .trusting(&config.trusted_proxies);
+    let console =
+        crate::console::Console::lazy(&config.database.url, config.listen.admin_token.clone())
+            .until_ready(health.clone())
+            .with_producer_token(config.listen.producer_token.clone())
+            .allowing(&config.listen.allowed_hosts)
+            .trusting(&config.listen.trusted_proxies);
     app.merge(console.router())
 }
 

@@ -28,7 +28,7 @@ pub async fn register(store: &Store, config: &Config, id: &SessionId) -> crate::
     store
         .within(
             beat_limit(config),
-            store.register_session(id, &host, std::process::id(), config.max_partitions),
+            store.register_session(id, &host, std::process::id(), config.leases.max_partitions),
         )
         .await
 }
@@ -37,13 +37,13 @@ pub async fn register(store: &Store, config: &Config, id: &SessionId) -> crate::
 /// that after one is abandoned another still fits in before the session
 /// expires, and never more than the statement timeout.
 fn beat_limit(config: &Config) -> Duration {
-    (config.session_expiry / 2).min(config.statement_timeout)
+    (config.leases.session_expiry / 2).min(config.database.statement_timeout)
 }
 
 /// After a good heartbeat, whether the database answers everything: no
 /// statement timed out within the statement timeout (a stuck one would have).
 fn database_ok(store: &Store, config: &Config) -> bool {
-    !store.timed_out_within(config.statement_timeout)
+    !store.timed_out_within(config.database.statement_timeout)
 }
 
 /// What the keeper task owns: the session cell it keeps, the store it
@@ -78,8 +78,8 @@ pub async fn keep(keeper: Keeper, cancel: CancellationToken) {
         send_rate,
         config,
     } = keeper;
-    let expiry = config.session_expiry;
-    let mut tick = tokio::time::interval(config.heartbeat_interval);
+    let expiry = config.leases.session_expiry;
+    let mut tick = tokio::time::interval(config.leases.heartbeat_interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut warned = false;
     loop {

@@ -77,21 +77,25 @@ impl Webhooks {
     /// The sender for `--events-url`; None when it is not set.
     pub fn new(ctx: &Arc<Context>) -> Result<Option<Webhooks>> {
         let config = &ctx.config;
-        let Some(url) = &config.events_url else {
+        let Some(url) = &config.events.url else {
             return Ok(None);
         };
-        let headers = config.events_headers.as_ref().unwrap_or(&config.headers);
-        let (flag, secrets) = match config.events_signing_secrets.as_slice() {
-            [] => ("--signing-secret", &config.signing_secrets),
-            _ => ("--events-signing-secret", &config.events_signing_secrets),
+        let headers = config
+            .events
+            .headers
+            .as_ref()
+            .unwrap_or(&config.handler.headers);
+        let (flag, secrets) = match config.events.signing_secrets.as_slice() {
+            [] => ("--signing-secret", &config.handler.signing_secrets),
+            _ => ("--events-signing-secret", &config.events.signing_secrets),
         };
         Ok(Some(Webhooks {
             ctx: ctx.clone(),
-            client: client(config.request_timeout, PARALLEL)?,
+            client: client(config.handler.request_timeout, PARALLEL)?,
             url: endpoint("--events-url", url)?,
             headers: fixed_headers("application/json", headers, "--events-header")?,
-            signer: Signer::new(flag, secrets, config.signature_scheme, false)?,
-            lease: config.request_timeout + config.session_expiry * 2,
+            signer: Signer::new(flag, secrets, config.handler.signature_scheme, false)?,
+            lease: config.handler.request_timeout + config.leases.session_expiry * 2,
         }))
     }
 
@@ -120,7 +124,7 @@ impl Webhooks {
             if !again {
                 tokio::select! {
                     _ = cancel.cancelled() => break,
-                    _ = tokio::time::sleep(self.ctx.config.poll_interval) => {}
+                    _ = tokio::time::sleep(self.ctx.config.dispatch.poll_interval) => {}
                 }
             }
         }
@@ -166,14 +170,14 @@ impl Webhooks {
     async fn failed(&self, e: &Event, sent: &Sent) -> Result<()> {
         let config = &self.ctx.config;
         let attempt = e.attempts as u32 + 1;
-        let max = config.events_max_attempts;
+        let max = config.events.max_attempts;
         let out_of_attempts = max != 0 && attempt >= max;
         let (why, retry_in) = match sent {
             Sent::Delivered => return Ok(()),
             Sent::Refused(why) => (why, None),
             Sent::Retry(why, _) if out_of_attempts => (why, None),
             Sent::Retry(why, after) => {
-                let (base, cap) = (config.backoff_base, config.backoff_max);
+                let (base, cap) = (config.retries.backoff_base, config.retries.backoff_max);
                 (why, Some(retry_delay(*after, base, cap, attempt)))
             }
         };

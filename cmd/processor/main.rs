@@ -11,6 +11,7 @@ mod items;
 mod limits;
 mod reference;
 mod run;
+mod run_flags;
 mod status;
 mod tokens;
 

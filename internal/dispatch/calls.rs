@@ -69,28 +69,30 @@ impl Dispatcher {
                 return (until, false);
             }
             if !self.calls.in_flight.is_empty() {
-                return (now + cfg.poll_interval, false);
+                return (now + cfg.dispatch.poll_interval, false);
             }
         }
         // No call while the session is not live, or while results wait
         // for the database: their answers could not be stored.
         let waiting = self.ctx.health.writes_waiting.load(Ordering::Relaxed);
-        if !self.ctx.session.live(cfg.session_expiry) || waiting > 0 {
-            return (now + cfg.poll_interval, false);
+        if !self.ctx.session.live(cfg.leases.session_expiry) || waiting > 0 {
+            return (now + cfg.dispatch.poll_interval, false);
         }
-        let batch = cfg.batch_size;
+        let batch = cfg.handler.batch_size;
         // One probe delivery of one item while the handler is down.
         let (calls, per_call, mut room) = if self.outage.until.is_some() {
             (1, 1, 1)
         } else {
-            let cap = cfg.concurrency * batch * IN_FLIGHT_PER_SLOT;
+            let cap = cfg.handler.concurrency * batch * IN_FLIGHT_PER_SLOT;
             (
-                cfg.concurrency.saturating_sub(self.calls.calling.len()),
+                cfg.handler
+                    .concurrency
+                    .saturating_sub(self.calls.calling.len()),
                 batch,
                 cap.saturating_sub(self.calls.in_flight.len()),
             )
         };
-        let mut next = now + cfg.poll_interval;
+        let mut next = now + cfg.dispatch.poll_interval;
         let mut gate = ctx.limits.gate();
         if !self.buffer.is_empty() {
             gate.demand();
@@ -108,7 +110,8 @@ impl Dispatcher {
             // A partial batch waits up to --batch-wait for more items while
             // another call runs; an idle processor sends it at once.
             if n < per_call && !self.calls.calling.is_empty() {
-                let deadline = *self.calls.partial_since.get_or_insert(now) + cfg.batch_wait;
+                let deadline =
+                    *self.calls.partial_since.get_or_insert(now) + cfg.handler.batch_wait;
                 if now < deadline {
                     next = next.min(deadline);
                     break;
@@ -152,7 +155,7 @@ impl Dispatcher {
         // polls again at once; one that found partitions dry while others
         // wait in the rotation lets the next start at once too.) Held-back
         // items count only up to a bound, so the buffer stays bounded.
-        let target = cfg.concurrency * batch;
+        let target = cfg.handler.concurrency * batch;
         if self.refilling.is_none()
             && now >= self.refill_at
             && ready < target

@@ -16,7 +16,7 @@ use crate::context::Context;
 use crate::handler::{Job, Outcome};
 use crate::ids::{ItemId, SessionId};
 use crate::limits::Permit;
-use crate::policy::{Label, Policy};
+use crate::policy::Label;
 use crate::status::Status;
 use crate::store::{Ack, Fence, ItemWrite, ReadyItem, Written};
 
@@ -84,7 +84,7 @@ pub(super) async fn deliver(
             })
             .unzip();
         let started = std::time::Instant::now();
-        let mut outcomes = if ctx.config.batch_size == 1 {
+        let mut outcomes = if ctx.config.handler.batch_size == 1 {
             vec![ctx.handler.handle(&jobs[0]).await]
         } else {
             ctx.handler.handle_batch(&jobs).await
@@ -114,7 +114,7 @@ pub(super) async fn deliver(
         }
         let first = fences.first().map_or("", |f| f.id.as_str());
         let (outcomes, away) = breaker(ctx, outcomes, started, first, counted);
-        let policy = Policy::from(&ctx.config);
+        let policy = ctx.config.retries;
         let mut each = fences.into_iter().zip(outcomes).map(|(fence, outcome)| {
             let span = (!single).then(|| item_span(&fence));
             let id = fence.id.clone();
@@ -254,7 +254,7 @@ pub(super) async fn record(
     label: Label,
 ) -> Delivery {
     let cfg = &ctx.config;
-    let policy = Policy::from(cfg);
+    let policy = cfg.retries;
     let cool = policy.delay(attempt(&fence));
     let (mut write, mut label, mut fallback) = (write, label, false);
     let mut waiting: Option<Waiting> = None;
@@ -263,7 +263,7 @@ pub(super) async fn record(
     loop {
         let (partition, item, gate, attempt) =
             (&fence.partition_id, &fence.id, fence.gate, attempt(&fence));
-        if ctx.session.id() != *me || !ctx.session.live(cfg.session_expiry) {
+        if ctx.session.id() != *me || !ctx.session.live(cfg.leases.session_expiry) {
             // Every answer in flight when a session ends comes here: one
             // line at a bounded rate, with a count.
             static DEAD: crate::ratelog::Every = crate::ratelog::Every::new();

@@ -13,7 +13,6 @@ use super::Dispatcher;
 use super::deliver::{Delivery, record};
 use crate::handler::Outcome;
 use crate::ids::ItemId;
-use crate::policy::Policy;
 use crate::store::Fence;
 
 impl Dispatcher {
@@ -111,7 +110,7 @@ impl Dispatcher {
         let now = Instant::now();
         self.outage.unreachable(item, why, now);
         let since = self.outage.since.unwrap_or(now);
-        let url = crate::store::redact(&self.ctx.config.handler_url);
+        let url = crate::store::redact(&self.ctx.config.handler.url);
         self.ctx.health.set_hold(Some(crate::server::Hold {
             reason: format!("handler at {url}: {why}"),
             since: since.into_std(),
@@ -164,7 +163,7 @@ impl Dispatcher {
         let ctx = self.ctx.clone();
         let me = self.me.clone();
         let task = self.calls.tasks.spawn(async move {
-            let policy = Policy::from(&ctx.config);
+            let policy = ctx.config.retries;
             let delivery = match policy.decide(&fence, outcome) {
                 Some((write, label)) => record(&ctx, &me, fence, write, label).await,
                 None => Delivery::Finished,

@@ -156,7 +156,7 @@ pub async fn run(ctx: Arc<Context>, cancel: CancellationToken) {
             (d.pace.next_poll, d.pace.full) = d.poll();
         }
     }
-    d.drain(ctx.config.drain_timeout).await;
+    d.drain(ctx.config.dispatch.drain_timeout).await;
 }
 
 impl Dispatcher {
@@ -177,7 +177,7 @@ impl Dispatcher {
             floors: Floors::default(),
             refill_at: Instant::now(),
             upkeep: None,
-            pace: Pace::new(ctx.config.acquire_interval),
+            pace: Pace::new(ctx.config.leases.acquire_interval),
             wakeups: Wakeups::default(),
             ctx,
         }

@@ -52,7 +52,7 @@ impl Dispatcher {
         self.refill_at = if again {
             now
         } else {
-            now + self.ctx.config.poll_interval
+            now + self.ctx.config.dispatch.poll_interval
         };
         true
     }
@@ -93,7 +93,7 @@ impl Dispatcher {
         // batch may mix partitions, so batches draw on several. When the
         // last refill's partitions ran dry, serve as many as its yield
         // says are needed to fill the buffer.
-        let base = if ctx.config.batch_size > 1 {
+        let base = if ctx.config.handler.batch_size > 1 {
             MAX_BRANCHES
         } else {
             1
@@ -109,7 +109,7 @@ impl Dispatcher {
         // A tenant with a round of calls buffered already is not served:
         // a slow rate's items would pile up in the buffer, held back, while
         // the other tenants' work waited to be fetched.
-        let round = ctx.config.concurrency * ctx.config.batch_size;
+        let round = ctx.config.handler.concurrency * ctx.config.handler.batch_size;
         let mut buffered: HashMap<String, usize> = HashMap::new();
         if binds {
             for i in &self.buffer {
@@ -152,7 +152,7 @@ impl Dispatcher {
                 let cap = attrs
                     .and_then(|a| a.max_in_flight)
                     .map(|m| m as usize)
-                    .or(ctx.config.max_in_flight_per_partition);
+                    .or(ctx.config.dispatch.max_in_flight_per_partition);
                 let share = share * weight;
                 let room = cap.map_or(share, |c| c.saturating_sub(k).min(share));
                 let after = self.floors.after(p, now);
@@ -201,7 +201,7 @@ impl Dispatcher {
                     let next = if ids.len() >= DISCOVER {
                         now
                     } else {
-                        now + self.ctx.config.poll_interval
+                        now + self.ctx.config.dispatch.poll_interval
                     };
                     let held = &self.held.versions;
                     let ids = ids.into_iter().filter(|p| held.contains_key(p));
@@ -276,7 +276,7 @@ impl Dispatcher {
         // by its cap) probably has more: it stays in the rotation, and its
         // next read starts after the last row of this one.
         let mut dry = false;
-        let fresh = self.ctx.config.poll_interval;
+        let fresh = self.ctx.config.dispatch.poll_interval;
         for (ask, room) in asks {
             let p = &ask.partition;
             let read = rows.get(p).copied().unwrap_or_default();

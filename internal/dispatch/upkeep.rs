@@ -60,7 +60,7 @@ impl Dispatcher {
             && now >= self.pace.check_after
             && !self.held.marked.is_empty()
         {
-            self.pace.next_check = now + self.ctx.config.poll_interval;
+            self.pace.next_check = now + self.ctx.config.dispatch.poll_interval;
             self.start_check();
         }
     }
@@ -82,7 +82,7 @@ impl Dispatcher {
     /// Takes in a gate check: partitions ready again join the rotation,
     /// those whose work waits for a time get a wake-up.
     fn checked(&mut self, mut checked: Checked) {
-        let poll = self.ctx.config.poll_interval;
+        let poll = self.ctx.config.dispatch.poll_interval;
         self.pace.check_pause = match checked.error {
             Some(_) => (self.pace.check_pause * 2).clamp(poll, CHECK_PAUSE_MAX),
             None => Duration::ZERO,

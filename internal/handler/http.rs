@@ -20,7 +20,8 @@ use super::keys::{batch_webhook_id, webhook_id};
 use super::sign::{Kind, Signer};
 use super::{Handler, Job, Outcome};
 use crate::client::{HandlerClient, causes, endpoint, fixed_headers, handler_client, unix_now};
-use crate::{Config, Error, Result};
+use crate::config::HandlerConfig;
+use crate::{Error, Result};
 
 /// POSTs items to an HTTP handler.
 pub struct HttpHandler {
@@ -68,12 +69,12 @@ impl AsRef<[u8]> for Held {
 impl HttpHandler {
     /// Builds the client from the configuration: timeout, no redirects,
     /// fixed headers (marked sensitive so they never show in debug output).
-    pub fn new(config: &Config) -> Result<Self> {
-        let url = endpoint("--handler-url", &config.handler_url)?;
+    pub fn new(config: &HandlerConfig) -> Result<Self> {
+        let url = endpoint("--handler-url", &config.url)?;
         let uri = url.as_str().parse::<http::Uri>().map_err(|e| {
             Error::Config(format!(
                 "--handler-url {:?} is not a URI ({e}); use e.g. http://127.0.0.1:9000/feed",
-                config.handler_url
+                config.url
             ))
         })?;
         let headers = fixed_headers(&config.content_type, &config.headers, "--header")?;

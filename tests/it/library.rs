@@ -35,8 +35,8 @@ async fn in_process_processor(db: TestDb) {
     let r = db.store.enqueue("lib", &spec, items).await.unwrap();
     assert!(r.created && r.items == 6);
     let mut config = Config::new(db.url.clone(), "http://unused.invalid/");
-    config.poll_interval = Duration::from_millis(50);
-    config.acquire_interval = Duration::from_millis(100);
+    config.dispatch.poll_interval = Duration::from_millis(50);
+    config.leases.acquire_interval = Duration::from_millis(100);
     let stop = Arc::new(tokio::sync::Notify::new());
     let s = stop.clone();
     let run = tokio::spawn(feed::run_with(config, Arc::new(Doubler), async move {

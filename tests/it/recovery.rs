@@ -37,10 +37,10 @@ async fn a_panicked_delivery_is_retried(db: TestDb) {
         .await
         .unwrap();
     let mut config = Config::new(db.url.clone(), "http://unused.invalid/");
-    config.poll_interval = Duration::from_millis(50);
-    config.acquire_interval = Duration::from_millis(100);
-    config.backoff_base = Duration::from_millis(50);
-    config.backoff_max = Duration::from_millis(100);
+    config.dispatch.poll_interval = Duration::from_millis(50);
+    config.leases.acquire_interval = Duration::from_millis(100);
+    config.retries.backoff_base = Duration::from_millis(50);
+    config.retries.backoff_max = Duration::from_millis(100);
     let handler = Arc::new(PanicsOnce(AtomicU32::new(0)));
     let stop = Arc::new(tokio::sync::Notify::new());
     let s = stop.clone();
