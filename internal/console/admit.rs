@@ -33,9 +33,11 @@ pub(super) struct Admitted<W> {
 }
 
 /// A check that lets a caller in. Its caller is told in its own form
-/// (JSON, or a page) when the store cannot be had.
+/// when the store cannot be had: JSON unless it says otherwise.
 pub(super) trait Caller: FromRequestParts<Console, Rejection = Response> {
-    fn unavailable(e: crate::Error, parts: &Parts, c: &Console) -> Response;
+    fn unavailable(e: crate::Error, _parts: &Parts, _c: &Console) -> Response {
+        json_error(e)
+    }
 }
 
 impl<W: Caller + Send> FromRequestParts<Console> for Admitted<W> {
@@ -75,11 +77,7 @@ impl FromRequestParts<Console> for Open {
     }
 }
 
-impl Caller for Open {
-    fn unavailable(e: crate::Error, _: &Parts, _: &Console) -> Response {
-        json_error(e)
-    }
-}
+impl Caller for Open {}
 
 /// An API request with the admin token (`Authorization: Bearer`), unless
 /// its client has guessed too much (see `throttle`).
@@ -96,11 +94,7 @@ impl FromRequestParts<Console> for Bearer {
     }
 }
 
-impl Caller for Bearer {
-    fn unavailable(e: crate::Error, _: &Parts, _: &Console) -> Response {
-        json_error(e)
-    }
-}
+impl Caller for Bearer {}
 
 /// An API request with the admin token, and a body within the cap.
 pub(super) struct Admin;
@@ -117,11 +111,7 @@ impl FromRequestParts<Console> for Admin {
     }
 }
 
-impl Caller for Admin {
-    fn unavailable(e: crate::Error, _: &Parts, _: &Console) -> Response {
-        json_error(e)
-    }
-}
+impl Caller for Admin {}
 
 /// A page's answer to a form over the cap.
 fn too_large_page(viewer: &Viewer) -> Response {

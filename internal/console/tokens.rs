@@ -97,11 +97,7 @@ impl FromRequestParts<Console> for Producing {
     }
 }
 
-impl Caller for Producing {
-    fn unavailable(e: crate::Error, _: &Parts, _: &Console) -> Response {
-        json_error(e)
-    }
-}
+impl Caller for Producing {}
 
 /// `POST /producer-tokens`: what the new token may do.
 #[derive(Deserialize)]
