@@ -4,7 +4,7 @@
 use anyhow::Context;
 use clap::Args;
 
-use super::{DbArgs, connect, create, duration};
+use super::{DbArgs, LOGS, LogFormat, connect, create, duration, init_logs, shutdown_signal};
 
 secret_flags!(
     AdminTokenArgs { admin_token, admin_token_file, env = "FEED_ADMIN_TOKEN", what = "admin token" },
@@ -173,10 +173,11 @@ pub async fn prune(a: PruneArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub async fn ui(
-    a: UiArgs,
-    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-) -> anyhow::Result<()> {
+/// Serves the dashboard until a signal; the handlers are installed first,
+/// so a signal during start-up is not lost.
+pub async fn ui(a: UiArgs) -> anyhow::Result<()> {
+    let shutdown = shutdown_signal().context("installing signal handlers")?;
+    init_logs(LogFormat::Text, LOGS);
     let token = a.token.token()?;
     let producer_token = a.producer_token.token()?;
     let store = create(&a.db).await?;

@@ -5,7 +5,8 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 
-use feed::store::status::LIST_LIMIT;
+use feed::store::listing::PartitionView;
+use feed::store::status::{LIST_LIMIT, Status};
 
 use super::{DbArgs, connect};
 
@@ -70,6 +71,22 @@ pub async fn status(a: StatusArgs) -> anyhow::Result<()> {
         println!("{}", serde_json::to_string_pretty(&s)?);
         return Ok(());
     }
+    print_partitions(&s, a.partition.is_none());
+    print_items(&s);
+    print_events(&s);
+    if s.failed_items.len() >= LIST_LIMIT {
+        println!(
+            "showing the first {LIST_LIMIT} failed items (by partition and id); more may be failed"
+        );
+    }
+    print_processors(&s);
+    Ok(())
+}
+
+/// The partitions: counts by status, the table, when the first scheduled
+/// item comes due and, for a listing of `all` that was cut, how to see
+/// the rest.
+fn print_partitions(s: &Status, all: bool) {
     let by_status: Vec<String> = s
         .partitions_by_status
         .iter()
@@ -83,6 +100,31 @@ pub async fn status(a: StatusArgs) -> anyhow::Result<()> {
             by_status.join("  ")
         }
     );
+    println!("{}", partition_table(&s.partitions));
+    let waiting: i64 = s.partitions.iter().map(|p| p.scheduled_items).sum();
+    let first = s
+        .partitions
+        .iter()
+        .filter_map(|p| Some((p.next_due?, p.next_due_in_ms?)))
+        .min();
+    if let Some((due, due_in)) = first {
+        println!(
+            "scheduled   {waiting} items wait for their time; the first comes due {}",
+            due_at(due, due_in)
+        );
+    }
+    let total: i64 = s.partitions_by_status.values().sum();
+    if s.partitions.len() < total as usize && all {
+        println!(
+            "showing the first {} of {total} partitions (failed first, then available, then the rest, each by id); \
+             see one with --partition ID, or page through all in the console (processor ui)",
+            s.partitions.len()
+        );
+    }
+}
+
+/// A row per partition: status, gate, owner, items by gate, scheduled.
+fn partition_table(partitions: &[PartitionView]) -> comfy_table::Table {
     let mut t = table([
         "partition",
         "status",
@@ -91,7 +133,7 @@ pub async fn status(a: StatusArgs) -> anyhow::Result<()> {
         "items by gate (available/complete/failed)",
         "scheduled",
     ]);
-    for p in &s.partitions {
+    for p in partitions {
         let gates: Vec<String> = p
             .items_by_gate
             .iter()
@@ -118,27 +160,11 @@ pub async fn status(a: StatusArgs) -> anyhow::Result<()> {
             scheduled(p.scheduled_items, p.next_due, p.next_due_in_ms),
         ]);
     }
-    println!("{t}");
-    let waiting: i64 = s.partitions.iter().map(|p| p.scheduled_items).sum();
-    let first = s
-        .partitions
-        .iter()
-        .filter_map(|p| Some((p.next_due?, p.next_due_in_ms?)))
-        .min();
-    if let Some((due, due_in)) = first {
-        println!(
-            "scheduled   {waiting} items wait for their time; the first comes due {}",
-            due_at(due, due_in)
-        );
-    }
-    let total: i64 = s.partitions_by_status.values().sum();
-    if s.partitions.len() < total as usize && a.partition.is_none() {
-        println!(
-            "showing the first {} of {total} partitions (failed first, then available, then the rest, each by id); \
-             see one with --partition ID, or page through all in the console (processor ui)",
-            s.partitions.len()
-        );
-    }
+    t
+}
+
+/// The failed items, and the first of those waiting to retry.
+fn print_items(s: &Status) {
     if !s.failed_items.is_empty() {
         println!("{}", item_table("failed item", &s.failed_items));
     }
@@ -157,6 +183,10 @@ pub async fn status(a: StatusArgs) -> anyhow::Result<()> {
             );
         }
     }
+}
+
+/// Completion events not delivered yet, when there are any.
+fn print_events(s: &Status) {
     if s.events_pending > 0 || s.events_failed > 0 {
         println!(
             "events      pending: {}  failed: {}{}",
@@ -169,11 +199,10 @@ pub async fn status(a: StatusArgs) -> anyhow::Result<()> {
             }
         );
     }
-    if s.failed_items.len() >= LIST_LIMIT {
-        println!(
-            "showing the first {LIST_LIMIT} failed items (by partition and id); more may be failed"
-        );
-    }
+}
+
+/// The live processors, and why any of them holds dispatch off.
+fn print_processors(s: &Status) {
     let mut t = table([
         "processor",
         "host",
@@ -208,7 +237,6 @@ pub async fn status(a: StatusArgs) -> anyhow::Result<()> {
             );
         }
     }
-    Ok(())
 }
 
 /// A partition's scheduled items: how many, and when the first comes due.

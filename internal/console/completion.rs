@@ -12,7 +12,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use super::admit::Admin;
+use super::admit::{Admin, Admitted, Open};
 use super::{Console, api_error, json_error};
 use crate::store::events::EventScope;
 use crate::store::export::{Export, ExportedItem, Planned};
@@ -132,10 +132,11 @@ pub(super) async fn export(
     State(c): State<Console>,
     Path(id): Path<String>,
     Query(q): Query<ExportQuery>,
+    open: Admitted<Open>,
 ) -> Response {
     let status = q.status.filter(|s| !s.is_empty());
     let started = async {
-        let mut export = c.store().await?.export(&id, status.as_deref(), q.gate)?;
+        let mut export = open.store.export(&id, status.as_deref(), q.gate)?;
         // The first page is planned before answering, so an unknown
         // partition is a 404 rather than an empty stream.
         let first = export.plan().await?;
@@ -169,20 +170,18 @@ pub(super) struct EventQuery {
     limit: Option<usize>,
 }
 
-pub(super) async fn events(State(c): State<Console>, Query(q): Query<EventQuery>) -> Response {
+pub(super) async fn events(Query(q): Query<EventQuery>, open: Admitted<Open>) -> Response {
     let partition = q.partition.filter(|s| !s.is_empty());
     let status = q.status.filter(|s| !s.is_empty());
-    let r = async {
-        let store = c.store().await?;
-        store
-            .events(
-                partition.as_deref(),
-                status.as_deref(),
-                q.limit.unwrap_or(100),
-            )
-            .await
-    };
-    match r.await {
+    let r = open
+        .store
+        .events(
+            partition.as_deref(),
+            status.as_deref(),
+            q.limit.unwrap_or(100),
+        )
+        .await;
+    match r {
         Ok(list) => axum::Json(list).into_response(),
         Err(e) => json_error(e),
     }
@@ -195,7 +194,7 @@ struct RetryBody {
     id: Option<i64>,
 }
 
-pub(super) async fn retry(State(c): State<Console>, _: Admin, body: Bytes) -> Response {
+pub(super) async fn retry(admin: Admitted<Admin>, body: Bytes) -> Response {
     let b: RetryBody = if body.is_empty() {
         RetryBody::default()
     } else {
@@ -212,8 +211,7 @@ pub(super) async fn retry(State(c): State<Console>, _: Admin, body: Bytes) -> Re
         (None, Some(id)) => EventScope::Event(id),
         (None, None) => EventScope::All,
     };
-    let r = async { c.store().await?.retry_events(scope).await };
-    match r.await {
+    match admin.store.retry_events(scope).await {
         Ok(n) => {
             tracing::info!(events = n, "operator retried failed events");
             axum::Json(serde_json::json!({ "retried": n })).into_response()

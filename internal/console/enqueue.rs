@@ -9,15 +9,15 @@
 //! allow any partition; a producer token of `feed_producer_tokens` only
 //! what its scope does (see `tokens`).
 
-use axum::Extension;
 use axum::extract::rejection::QueryRejection;
-use axum::extract::{Path, Query, Request, State};
+use axum::extract::{Path, Query, Request};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
-use super::tokens::{self, Producer};
-use super::{ClientAddr, Console, api_error, enqueue_body, json_error};
+use super::admit::Admitted;
+use super::tokens::Producing;
+use super::{api_error, enqueue_body, json_error};
 use crate::store::{NewItem, OnFailure, PartitionSpec, Schedule};
 
 pub use super::enqueue_body::{MAX_ENQUEUE_BODY_BYTES, MAX_ENQUEUE_ITEMS};
@@ -99,32 +99,14 @@ struct Answer<'a> {
 }
 
 pub(super) async fn enqueue(
-    State(c): State<Console>,
     Path(id): Path<String>,
-    client: Option<Extension<ClientAddr>>,
+    Admitted {
+        store,
+        who: Producing(scope),
+    }: Admitted<Producing>,
     query: Result<Query<EnqueueQuery>, QueryRejection>,
     request: Request,
 ) -> Response {
-    // The token first: nothing of the body is read for a refused request,
-    // and nothing is looked up for an address that has guessed too much.
-    if let Err(g) = c.guarded(client.as_deref(), "enqueue", || Ok(())) {
-        return g.json();
-    }
-    let producer = match tokens::producer(&c, request.headers()).await {
-        Ok(p) => p,
-        Err(e) => return json_error(e),
-    };
-    let check = || match &producer {
-        Producer::Refused(r) => Err(*r),
-        _ => Ok(()),
-    };
-    if let Err(g) = c.guarded(client.as_deref(), "enqueue", check) {
-        return g.json();
-    }
-    let scope = match producer {
-        Producer::Scoped(scope) => Some(scope),
-        _ => None,
-    };
     let (spec, schedule) = match query.as_ref().map(|q| (q.spec(), q.schedule())) {
         Ok((Ok(spec), Ok(schedule))) => (spec, schedule),
         Ok((Err(message), _)) => return api_error(StatusCode::BAD_REQUEST, message),
@@ -173,10 +155,6 @@ pub(super) async fn enqueue(
         }
     }
     let ids: Vec<String> = items.iter().filter_map(|i| i.id.clone()).collect();
-    let store = match c.store().await {
-        Ok(s) => s,
-        Err(e) => return json_error(e),
-    };
     match store.enqueue_as(&id, &spec, items, scope.as_ref()).await {
         Ok(r) => {
             tracing::info!(

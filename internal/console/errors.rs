@@ -1,6 +1,7 @@
 //! Every failed answer of the console: the status and message for a
 //! library error (database details logged, never shown), and the API's one
-//! JSON shape, `{"error": {"message": …}}`.
+//! JSON shape, `{"error": {"message": …}}`; and the API's answer to a
+//! store call, which is either.
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -51,6 +52,15 @@ fn without_driver_text(message: String) -> String {
     tracing::warn!(error = %message, "console request refused; the database's own text is logged, not shown");
     message[..at].trim_end_matches([':', ' ', ';']).to_string()
 }
+/// A store call's result as the API's answer: the value as JSON, or the
+/// error's JSON.
+pub(crate) fn answer<T: serde::Serialize>(r: crate::Result<T>) -> Response {
+    match r {
+        Ok(v) => axum::Json(v).into_response(),
+        Err(e) => json_error(e),
+    }
+}
+
 /// A library error as a JSON answer.
 pub(crate) fn json_error(e: Error) -> Response {
     let (code, message) = public(e);

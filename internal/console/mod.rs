@@ -4,9 +4,16 @@
 //! processor (`processor run --ui`).
 //!
 //! Reads are open; actions need the admin token (see `auth`); enqueueing
-//! over the API (`enqueue`) takes it or the producer token. Everything
-//! shown from the database is escaped by the templates and cut to a preview.
+//! over the API (`enqueue`) takes it or the producer token. Every action
+//! and API read starts with one preamble, `admit::Admitted`: the caller
+//! let in, then the store. Everything shown from the database is escaped
+//! by the templates and cut to a preview.
+//!
+//! The API: `api` (its routes), `reads`, `actions`, `completion`,
+//! `enqueue`, `tokens`, `limits`. The dashboard: `pages` (its routes and
+//! reads), `forms`, `login`, `html` and `views` (the markup).
 
+mod actions;
 mod admit;
 mod api;
 mod auth;
@@ -16,8 +23,12 @@ pub mod endpoints;
 mod enqueue;
 mod enqueue_body;
 mod errors;
+mod forms;
+mod html;
 mod limits;
+mod login;
 mod pages;
+mod reads;
 mod throttle;
 mod tokens;
 mod views;
@@ -39,7 +50,7 @@ pub use enqueue::{MAX_ENQUEUE_BODY_BYTES, MAX_ENQUEUE_ITEMS};
 
 use crate::{Error, Store};
 use errors::public;
-pub(crate) use errors::{api_error, json_error, json_errors};
+pub(crate) use errors::{answer, api_error, json_error, json_errors};
 
 /// The address a request came from, for logs and throttles (the server
 /// puts the peer's on each request; behind a `--trusted-proxy`, the
@@ -134,17 +145,6 @@ impl Console {
     pub fn trusting(mut self, proxies: &[ipnet::IpNet]) -> Self {
         self.trusted_proxies = proxies.into();
         self
-    }
-
-    /// The answer to an API action the caller may not take (no or a wrong
-    /// bearer token, or guessing too fast); None lets it through.
-    fn refusal(
-        &self,
-        client: Option<&ClientAddr>,
-        headers: &axum::http::HeaderMap,
-    ) -> Option<Response> {
-        let bearer = || auth::check_bearer(self.token.as_ref(), headers);
-        self.guarded(client, "API", bearer).err().map(|g| g.json())
     }
 
     /// Runs `check` (a comparison with a token) for a request `what`

@@ -4,17 +4,18 @@
 //! `GET`/`POST /api/v1/producer-tokens` and `DELETE
 //! /api/v1/producer-tokens/{id}`.
 
-use axum::Extension;
-use axum::extract::{Path, Request, State};
+use axum::extract::{FromRequestParts, Path, Request};
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
-use super::{ClientAddr, Console, api_error, auth, json_error};
+use super::admit::{Admitted, Bearer, Caller};
+use super::{ClientAddr, Console, Guarded, api_error, auth, json_error};
 use crate::store::ProducerScope;
 
 /// Who sends an enqueue.
-pub(super) enum Producer {
+enum Producer {
     /// The admin token, or the legacy `--producer-token`: any partition.
     Unscoped,
     /// A producer token: its scope only.
@@ -48,7 +49,7 @@ const DISABLED: auth::Refusal = (
 /// first (in constant time), then a producer token is looked up by its
 /// hash. A wrong token is a 401 (which the throttle counts); 403 only when
 /// no token of any kind exists, so there is nothing to guess.
-pub(super) async fn producer(c: &Console, headers: &HeaderMap) -> crate::Result<Producer> {
+async fn producer(c: &Console, headers: &HeaderMap) -> crate::Result<Producer> {
     let configured = auth::check_producer(c.token.as_ref(), c.producer_token.as_ref(), headers);
     let Err(refusal) = configured else {
         return Ok(Producer::Unscoped);
@@ -68,6 +69,35 @@ pub(super) async fn producer(c: &Console, headers: &HeaderMap) -> crate::Result<
         DISABLED
     }))
 }
+
+/// An enqueue's caller, let in by its token: None for the admin token or
+/// the legacy `--producer-token` (any partition), else a producer token's
+/// scope, which bounds what it may enqueue.
+pub(super) struct Producing(pub(super) Option<ProducerScope>);
+
+impl FromRequestParts<Console> for Producing {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, c: &Console) -> Result<Self, Response> {
+        // The token first: nothing of the body is read for a refused request,
+        // and nothing is looked up for an address that has guessed too much.
+        let client = parts.extensions.get::<ClientAddr>();
+        c.guarded(client, "enqueue", || Ok(()))
+            .map_err(Guarded::json)?;
+        let producer = producer(c, &parts.headers).await.map_err(json_error)?;
+        let check = || match &producer {
+            Producer::Refused(r) => Err(*r),
+            _ => Ok(()),
+        };
+        c.guarded(client, "enqueue", check).map_err(Guarded::json)?;
+        Ok(Producing(match producer {
+            Producer::Scoped(scope) => Some(scope),
+            _ => None,
+        }))
+    }
+}
+
+impl Caller for Producing {}
 
 /// `POST /producer-tokens`: what the new token may do.
 #[derive(Deserialize)]
@@ -90,31 +120,14 @@ struct Created {
 /// The largest body of `POST /producer-tokens`.
 const MAX_BODY: usize = 4 << 10;
 
-pub(super) async fn list(
-    State(c): State<Console>,
-    client: Option<Extension<ClientAddr>>,
-    headers: HeaderMap,
-) -> Response {
-    if let Some(r) = c.refusal(client.as_deref(), &headers) {
-        return r;
-    }
-    match c.store().await {
-        Ok(s) => match s.producer_tokens().await {
-            Ok(list) => axum::Json(list).into_response(),
-            Err(e) => json_error(e),
-        },
+pub(super) async fn list(admin: Admitted<Bearer>) -> Response {
+    match admin.store.producer_tokens().await {
+        Ok(list) => axum::Json(list).into_response(),
         Err(e) => json_error(e),
     }
 }
 
-pub(super) async fn create(
-    State(c): State<Console>,
-    client: Option<Extension<ClientAddr>>,
-    request: Request,
-) -> Response {
-    if let Some(r) = c.refusal(client.as_deref(), request.headers()) {
-        return r;
-    }
+pub(super) async fn create(admin: Admitted<Bearer>, request: Request) -> Response {
     let Ok(body) = axum::body::to_bytes(request.into_body(), MAX_BODY).await else {
         return api_error(StatusCode::PAYLOAD_TOO_LARGE, "the body is over 4 KiB");
     };
@@ -135,11 +148,7 @@ pub(super) async fn create(
     scope.prefix = new.prefix;
     scope.max_weight = new.max_weight;
     scope.max_in_flight = new.max_in_flight;
-    let store = match c.store().await {
-        Ok(s) => s,
-        Err(e) => return json_error(e),
-    };
-    match store.create_producer_token(&scope).await {
+    match admin.store.create_producer_token(&scope).await {
         Ok((scope, token)) => {
             tracing::info!(token = %scope.id, tenant = %scope.tenant, "producer token created over the API");
             axum::Json(Created { scope, token }).into_response()
@@ -148,20 +157,8 @@ pub(super) async fn create(
     }
 }
 
-pub(super) async fn revoke(
-    State(c): State<Console>,
-    Path(id): Path<String>,
-    client: Option<Extension<ClientAddr>>,
-    headers: HeaderMap,
-) -> Response {
-    if let Some(r) = c.refusal(client.as_deref(), &headers) {
-        return r;
-    }
-    let store = match c.store().await {
-        Ok(s) => s,
-        Err(e) => return json_error(e),
-    };
-    match store.revoke_producer_token(&id).await {
+pub(super) async fn revoke(Path(id): Path<String>, admin: Admitted<Bearer>) -> Response {
+    match admin.store.revoke_producer_token(&id).await {
         Ok(true) => {
             tracing::info!(token = %id, "producer token revoked over the API");
             axum::Json(serde_json::json!({"id": id, "revoked": true})).into_response()

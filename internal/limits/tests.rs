@@ -4,6 +4,7 @@
 
 use tokio::time::{Duration, Instant};
 
+use super::task::came_due;
 use super::*;
 
 /// `feed_buckets`' arithmetic (`Store::reserve`), in seconds from `t0`.

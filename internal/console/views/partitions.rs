@@ -1,0 +1,167 @@
+//! The partitions' pages: the filtered list, and one partition with its
+//! gates, its failed and waiting items, and the actions it allows.
+
+use maud::{Markup, html};
+
+use super::fleet::held_banner;
+use super::{
+    ITEM_STATUSES, PARTITION_STATUSES, Viewer, action, bar, cut, enc, status_badge, summary, time,
+};
+use crate::store::listing::{ItemView, Page, PartitionView};
+use crate::store::status::ProcessorStatus;
+
+/// Characters of item data shown in a table.
+const DATA_CHARS: usize = 200;
+/// Characters of `last_error` shown in a table.
+const ERROR_CHARS: usize = 300;
+
+/// A partition's scheduled items: how many, and when the first comes due.
+fn scheduled(p: &PartitionView) -> String {
+    match (p.next_due, p.next_due_in_ms) {
+        (Some(due), Some(due_in)) if p.scheduled_items > 0 => {
+            let secs = std::time::Duration::from_secs(u64::try_from(due_in / 1000).unwrap_or(0));
+            format!(
+                "{}, next {} (in {})",
+                p.scheduled_items,
+                time(due),
+                humantime::format_duration(secs)
+            )
+        }
+        _ => "-".into(),
+    }
+}
+
+pub fn partitions(page: &Page<PartitionView>, status: &str, prefix: &str) -> Markup {
+    html! {
+        form.filters method="get" action="/partitions" {
+            label { "Status " select name="status" {
+                option value="" { "any" }
+                @for s in PARTITION_STATUSES { option value=(s) selected[status == s] { (s) } }
+            } }
+            label { "Id starts with " input type="search" name="prefix" value=(prefix); }
+            button type="submit" { "Filter" }
+        }
+        div #live {
+            table {
+                thead { tr { th { "partition" } th { "tenant" } th { "status" } th { "gate" } th { "owner" } th { "progress by gate" } th title="available items that wait for their scheduled time" { "scheduled" } } }
+                tbody {
+                    @for p in &page.data {
+                        tr.partition data-id=(p.id) {
+                            td { a href={ "/partitions/" (enc(&p.id)) } { (p.id) } }
+                            td.tenant { (p.tenant.as_deref().unwrap_or("-")) }
+                            td { (status_badge(&p.status, p.paused)) }
+                            td { (p.gate) }
+                            td { code { (p.owner.as_deref().map(|o| cut(o, 8)).unwrap_or_else(|| "-".into())) } }
+                            td { @for (g, counts) in &p.items_by_gate {
+                                div.gate { span { "gate " (g) } (bar(counts)) span.summary { (summary(counts)) } }
+                            } }
+                            td.scheduled { (scheduled(p)) }
+                        }
+                    }
+                }
+            }
+            @if page.data.is_empty() { p.muted { "No partitions match." } }
+            @if let Some(next) = &page.next {
+                a.next href={ "/partitions?status=" (enc(status)) "&prefix=" (enc(prefix)) "&after=" (enc(next)) } { "Next page →" }
+            }
+        }
+    }
+}
+
+/// The item lists of a partition's page, and its owner's session.
+pub struct Lists<'a> {
+    /// Its failed items first.
+    pub failed: &'a [ItemView],
+    /// Its items waiting to retry after a failed attempt.
+    pub retrying: &'a [ItemView],
+    /// A page of all its items.
+    pub items: &'a Page<ItemView>,
+    /// The session that holds it (none when it is not held).
+    pub owner: &'a [ProcessorStatus],
+}
+
+pub fn partition(p: &PartitionView, viewer: &Viewer, lists: Lists<'_>, done: &str) -> Markup {
+    let base = format!("/partitions/{}", enc(&p.id));
+    let Lists {
+        failed,
+        retrying,
+        items,
+        owner,
+    } = lists;
+    html! {
+        @if !done.is_empty() { p.flash { (done) } }
+        div #live {
+            (held_banner(owner))
+            dl.facts {
+                dt { "status" } dd #status { (status_badge(&p.status, p.paused)) }
+                dt { "gate" } dd #gate { (p.gate) }
+                dt { "owner" } dd { code { (p.owner.as_deref().unwrap_or("-")) } }
+                dt { "tenant" } dd #tenant {
+                    @match &p.tenant {
+                        Some(t) => a href="/limits" title="the tenants' limits" { (t) },
+                        None => "-",
+                    }
+                }
+                dt { "settings" } dd { "auto_close " (p.auto_close) ", manual_checkpoint " (p.manual_checkpoint) ", on_failure " (p.on_failure) }
+                dt { "updated" } dd { (time(p.updated_at)) }
+                dt title="available items that wait for their scheduled time" { "scheduled" } dd #scheduled { (scheduled(p)) }
+            }
+            div.actions {
+                @match viewer {
+                    Viewer::ReadOnly => p.muted { "Read-only: start the dashboard with --admin-token to act." },
+                    Viewer::LoggedOut => p.muted { a href={ "/login?next=" (enc(&base)) } { "Log in" } " to act." },
+                    Viewer::Admin(_) => {
+                        @if p.items_by_status.contains_key("failed") && p.status != "cancelled" { (action(viewer, &format!("{base}/retry"), "Retry failed items", None)) }
+                        @if p.paused { (action(viewer, &format!("{base}/resume"), "Resume", None)) }
+                        @else if p.status == "available" || p.status == "failed" { (action(viewer, &format!("{base}/pause"), "Pause", None)) }
+                        @if p.manual_checkpoint && p.status == "available" { (action(viewer, &format!("{base}/checkpoint"), "Advance gate", Some(p.gate + 1))) }
+                        @if p.status != "complete" && p.status != "cancelled" { (action(viewer, &format!("{base}/cancel"), "Cancel", None)) }
+                    },
+                }
+            }
+            h2 { "Gates" }
+            table.gates {
+                thead { tr { th { "gate" } @for s in ITEM_STATUSES { th { (s) } } th { "progress" } } }
+                tbody {
+                    @for (g, counts) in &p.items_by_gate {
+                        tr data-gate=(g) {
+                            td { (g) @if *g == p.gate { " (current)" } }
+                            @for s in ITEM_STATUSES { td { (counts.get(s).copied().unwrap_or(0)) } }
+                            td { (bar(counts)) span.summary { (summary(counts)) } }
+                        }
+                    }
+                }
+            }
+            @if !failed.is_empty() {
+                h2 { "Failed items" }
+                (item_table(failed, viewer))
+            }
+            @if !retrying.is_empty() {
+                h2 #retrying { "Waiting to retry" }
+                (item_table(retrying, viewer))
+            }
+            h2 { "Items" }
+            (item_table(&items.data, viewer))
+            @if let Some(next) = &items.next { a.next href={ (base) "?after=" (enc(next)) } { "Next page →" } }
+        }
+    }
+}
+
+fn item_table(items: &[ItemView], viewer: &Viewer) -> Markup {
+    html! {
+        table.items {
+            thead { tr { th { "item" } th { "gate" } th { "status" } th { "attempts" } th title="not sent before (UTC)" { "not before" } th { "last error" } th { "data" } th {} } }
+            tbody {
+                @for i in items {
+                    tr.item data-id=(i.id) data-status=(i.status) {
+                        td { code { (i.id) } } td { (i.gate) } td.status { (i.status) } td { (i.attempts) }
+                        td.not-before { @if let (Some(t), "available") = (i.not_before, i.status.as_str()) { (time(t)) } }
+                        td.error { (cut(i.last_error.as_deref().unwrap_or(""), ERROR_CHARS)) }
+                        td.data { code { (cut(&i.data_preview, DATA_CHARS)) } @if i.data_bytes as usize > i.data_preview.len() { "…" } }
+                        td { @if i.status == "failed" { (action(viewer, &format!("/items/{}/retry", enc(&i.id)), "Retry", None)) } }
+                    }
+                }
+            }
+        }
+    }
+}
