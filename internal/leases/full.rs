@@ -80,7 +80,10 @@ pub(super) async fn full(
 
 /// Deletes the sessions that stopped heartbeating, whoever's they were.
 async fn reap(ctx: &Context) -> Result<()> {
-    let reaped = ctx.store.reap_sessions(ctx.config.leases.session_expiry).await?;
+    let reaped = ctx
+        .store
+        .reap_sessions(ctx.config.leases.session_expiry)
+        .await?;
     if reaped > 0 {
         tracing::info!(sessions = reaped, "deleted dead sessions");
     }
@@ -172,7 +175,9 @@ async fn count(
 /// from its target among the live sessions and their caps.
 async fn wanted(ctx: &Context, counts: &LeaseCounts, cap: Option<i64>, mine: i64) -> Result<i64> {
     let caps = if counts.capped > 0 {
-        ctx.store.session_caps(ctx.config.leases.session_expiry).await?
+        ctx.store
+            .session_caps(ctx.config.leases.session_expiry)
+            .await?
     } else {
         vec![]
     };
@@ -191,7 +196,11 @@ async fn make_room(
 ) -> Result<i64> {
     let store = &ctx.store;
     let free_ready = match cap {
-        Some(cap) if mine >= cap => store.free_ready(ctx.config.leases.session_expiry, cap).await?,
+        Some(cap) if mine >= cap => {
+            store
+                .free_ready(ctx.config.leases.session_expiry, cap)
+                .await?
+        }
         _ => 0,
     };
     let mut released = 0;
