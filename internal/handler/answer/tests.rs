@@ -1,0 +1,160 @@
+use super::*;
+
+fn ok(body: &str) -> Outcome {
+    parse_response(
+        StatusCode::OK,
+        &Bytes::copy_from_slice(body.as_bytes()),
+        None,
+    )
+}
+
+#[test]
+fn answers() {
+    assert_eq!(
+        ok(""),
+        Outcome::Step {
+            gate: None,
+            done: true,
+            data: None
+        }
+    );
+    assert_eq!(
+        ok(r#"{"gate": 2, "done": false, "data": {"a": 1}}"#),
+        Outcome::Step {
+            gate: Some(2),
+            done: false,
+            data: Some(Bytes::from_static(br#"{"a": 1}"#))
+        }
+    );
+    assert_eq!(
+        ok(r#"{"complete": true, "response": [1]}"#),
+        Outcome::Step {
+            gate: None,
+            done: true,
+            data: Some(Bytes::from_static(b"[1]"))
+        }
+    );
+    assert!(matches!(
+        ok(r#"{"gate": "x"}"#),
+        Outcome::Failed { retry: true, .. }
+    ));
+    assert!(matches!(
+        ok(r#"{"gate": -1}"#),
+        Outcome::Failed { retry: true, .. }
+    ));
+    assert!(matches!(
+        ok(r#"{"gate": 9007199254740993}"#),
+        Outcome::Failed { retry: true, .. }
+    ));
+    assert!(matches!(
+        ok(r#"{"done": "yes"}"#),
+        Outcome::Failed { retry: true, .. }
+    ));
+    assert!(matches!(
+        ok("not json"),
+        Outcome::Failed { retry: true, .. }
+    ));
+}
+
+#[test]
+fn errors_and_statuses() {
+    // The body's error, and whether it is retried: a non-retryable
+    // status stays final whatever the body says.
+    for (code, body, retry, text) in [
+        (
+            200,
+            r#"{"error": {"message": "bad pdf", "no_retry": true}}"#,
+            false,
+            "bad pdf",
+        ),
+        (
+            422,
+            r#"{"error": {"message": "unprocessable"}}"#,
+            false,
+            "unprocessable",
+        ),
+        (503, r#"{"error": {"message": "busy"}}"#, true, "busy"),
+    ] {
+        let s = StatusCode::from_u16(code).unwrap();
+        let e = parse_response(s, &Bytes::copy_from_slice(body.as_bytes()), None);
+        assert!(
+            matches!(e, Outcome::Failed { retry: r, ref message, .. } if r == retry && message.contains(text)),
+            "{code} {body}: {e:?}"
+        );
+    }
+    for (code, retry) in [
+        (408, true),
+        (429, true),
+        (503, true),
+        (404, false),
+        (422, false),
+        (302, false),
+    ] {
+        let s = StatusCode::from_u16(code).unwrap();
+        assert!(
+            matches!(parse_response(s, &Bytes::new(), None), Outcome::Failed { retry: r, .. } if r == retry),
+            "{code}"
+        );
+    }
+}
+
+#[test]
+fn retry_after() {
+    assert_eq!(parse_retry_after("7"), Some(Duration::from_secs(7)));
+    let later = std::time::SystemTime::now() + Duration::from_secs(100);
+    let d = parse_retry_after(&httpdate::fmt_http_date(later)).unwrap();
+    assert!(d > Duration::from_secs(90) && d <= Duration::from_secs(100));
+    assert_eq!(parse_retry_after("soon"), None);
+}
+
+#[test]
+fn batch_answers() {
+    let batch = |status: u16, body: &str, n| {
+        parse_batch_response(
+            StatusCode::from_u16(status).unwrap(),
+            &Bytes::copy_from_slice(body.as_bytes()),
+            None,
+            n,
+        )
+    };
+    assert_eq!(
+        batch(200, " ", 2),
+        Ok(vec![Outcome::done(), Outcome::done()])
+    );
+    let each = batch(
+        200,
+        r#"[null, {}, {"gate": 3}, {"error": {"message": "no", "no_retry": true}}, 7]"#,
+        5,
+    )
+    .unwrap();
+    assert_eq!(each[0], Outcome::done());
+    assert_eq!(each[1], Outcome::done());
+    assert_eq!(
+        each[2],
+        Outcome::Step {
+            gate: Some(3),
+            done: false,
+            data: None
+        }
+    );
+    assert!(matches!(each[3], Outcome::Failed { retry: false, .. }));
+    assert!(matches!(each[4], Outcome::Failed { retry: true, .. }));
+    for (status, body) in [
+        (200, "[null]"),
+        (200, "{}"),
+        (200, "nope"),
+        (503, "[null, null]"),
+    ] {
+        assert!(
+            matches!(
+                batch(status, body, 2),
+                Err(Outcome::Failed { retry: true, .. })
+            ),
+            "{status} {body}"
+        );
+    }
+    assert!(matches!(
+        batch(404, "", 2),
+        Err(Outcome::Failed { retry: false, .. })
+    ));
+}
