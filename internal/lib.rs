@@ -33,6 +33,8 @@
 //! accepts: ids, gates, filters) `printable` (text made safe to print) and `otel` (OpenTelemetry traces,
 //! off unless the standard variables name an endpoint).
 
+#![deny(missing_docs)]
+
 pub(crate) mod backoff;
 pub(crate) mod breaker;
 pub(crate) mod client;

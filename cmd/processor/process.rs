@@ -31,6 +31,7 @@ pub fn shutdown_signal() -> std::io::Result<impl std::future::Future<Output = ()
 /// otherwise raises that threshold each time such a block is freed, and
 /// then keeps freed multi-megabyte blocks (a large result written to
 /// SQLite) in its heap for good.
+#[allow(unsafe_code)] // sound for the reason beside the call
 pub fn return_large_blocks() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: mallopt only sets a tuning value of glibc's allocator; it is

@@ -16,6 +16,9 @@
 //! want it too), and costs one scan of the open descriptors per new
 //! connection. Remove this once sqlx sets the option itself again.
 
+// The socket calls below are each sound for the reason beside them.
+#![allow(unsafe_code)]
+
 /// Sets `TCP_NODELAY` on every TCP socket of this process that lacks it;
 /// returns how many it set. A descriptor closed meanwhile is skipped.
 #[cfg(target_os = "linux")]

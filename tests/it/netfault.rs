@@ -476,6 +476,7 @@ async fn database_connections_send_without_delay(db: TestDb) {
 
 /// This process's TCP sockets connected to `port`, with whether each has
 /// `TCP_NODELAY`.
+#[allow(unsafe_code)] // sound for the reason beside the call
 fn db_sockets(port: u16) -> Vec<(i32, bool)> {
     use std::os::fd::FromRawFd;
     let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {

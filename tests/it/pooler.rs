@@ -91,6 +91,7 @@ impl PgBouncer {
     }
 }
 
+#[allow(unsafe_code)] // sound for the reason beside the call
 fn nix_is_root() -> bool {
     // SAFETY: geteuid has no preconditions and cannot fail.
     unsafe { libc::geteuid() == 0 }
