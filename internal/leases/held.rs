@@ -32,8 +32,8 @@ impl Held {
                 .then(|| Attrs {
                     id: r.id.clone(),
                     tenant: r.tenant.clone(),
-                    weight: r.weight.and_then(|w| u32::try_from(w).ok()),
-                    max_in_flight: r.max_in_flight.and_then(|m| u32::try_from(m).ok()),
+                    weight: r.weight,
+                    max_in_flight: r.max_in_flight,
                 });
             self.set_attrs(&r.id, attrs, &mut out);
             if self.versions.get(&r.id) != Some(&r.version) {

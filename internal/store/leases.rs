@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use sea_orm::{FromQueryResult, QueryResult};
 
+use super::limits::nonneg;
 use super::probes::{item_exists, ready, stuck};
 use super::{Store, get, ms};
 use crate::ids::{PartitionId, SessionId};
@@ -48,7 +49,7 @@ pub struct LeaseCounts {
 }
 
 /// A partition this session holds, as one acquire cycle sees it.
-#[derive(Clone, Debug, FromQueryResult)]
+#[derive(Clone, Debug)]
 pub struct HeldRow {
     /// Partition id.
     pub id: PartitionId,
@@ -61,9 +62,9 @@ pub struct HeldRow {
     /// Its tenant.
     pub tenant: Option<String>,
     /// Its share of dispatch, if set.
-    pub weight: Option<i32>,
+    pub weight: Option<u32>,
     /// Its own cap on items in flight, if set.
-    pub max_in_flight: Option<i32>,
+    pub max_in_flight: Option<u32>,
 }
 
 /// A partition nobody live holds.
@@ -313,7 +314,17 @@ impl Store {
             )
             .await?;
         rows.iter()
-            .map(|r| Ok(HeldRow::from_query_result(r, "")?))
+            .map(|r| {
+                Ok(HeldRow {
+                    id: get(r, "id")?,
+                    version: get(r, "version")?,
+                    ready: get(r, "ready")?,
+                    stuck: get(r, "stuck")?,
+                    tenant: get(r, "tenant")?,
+                    weight: nonneg(get(r, "weight")?),
+                    max_in_flight: nonneg(get(r, "max_in_flight")?),
+                })
+            })
             .collect()
     }
 

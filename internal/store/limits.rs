@@ -58,7 +58,7 @@ const RESERVE_TRIES: usize = 4;
 const ATTRS_CHUNK: usize = 500;
 
 /// A count from an `INTEGER` column; a negative one is no limit.
-fn nonneg(v: Option<i32>) -> Option<u32> {
+pub(super) fn nonneg(v: Option<i32>) -> Option<u32> {
     v.and_then(|n| u32::try_from(n).ok())
 }
 
