@@ -101,23 +101,8 @@ pub struct TrustedProxyArgs {
 pub struct UiArgs {
     #[command(flatten)]
     db: DbArgs,
-    /// Address of the dashboard (loopback by default; say 0.0.0.0:8080 to serve every interface)
-    #[arg(long, env = "FEED_LISTEN", default_value = feed::Config::LISTEN)]
-    listen: String,
-    /// A host name the dashboard answers besides IP addresses and localhost, repeatable
-    /// (FEED_ALLOWED_HOST takes several, comma-separated) [default: none]
-    #[arg(
-        long = "allowed-host",
-        env = "FEED_ALLOWED_HOST",
-        value_delimiter = ','
-    )]
-    allowed_hosts: Vec<String>,
     #[command(flatten)]
-    trusted_proxies: TrustedProxyArgs,
-    #[command(flatten)]
-    token: AdminTokenArgs,
-    #[command(flatten)]
-    producer_token: ProducerTokenArgs,
+    listen: crate::run_flags::ListenArgs,
 }
 
 pub async fn checkpoint(a: CheckpointArgs) -> anyhow::Result<()> {
@@ -178,20 +163,20 @@ pub async fn prune(a: PruneArgs) -> anyhow::Result<()> {
 pub async fn ui(a: UiArgs) -> anyhow::Result<()> {
     let shutdown = shutdown_signal().context("installing signal handlers")?;
     init_logs(LogFormat::Text, LOGS);
-    let token = a.token.token()?;
-    let producer_token = a.producer_token.token()?;
+    let token = a.listen.token.token()?;
+    let producer_token = a.listen.producer_token.token()?;
     let store = create(&a.db).await?;
-    let listener = feed::server::bind(&a.listen, false).await?;
+    let listener = feed::server::bind(&a.listen.listen, false).await?;
     tracing::info!(
-        listen = %a.listen,
+        listen = %a.listen.listen,
         actions = token.is_some(),
         enqueue = token.is_some() || producer_token.is_some(),
         "dashboard started"
     );
     let app = feed::console::Console::new(store, token)
         .with_producer_token(producer_token)
-        .allowing(&a.allowed_hosts)
-        .trusting(&a.trusted_proxies.proxies)
+        .allowing(&a.listen.allowed_hosts)
+        .trusting(&a.listen.trusted_proxies.proxies)
         .router();
     feed::server::serve(listener, app, shutdown)
         .await

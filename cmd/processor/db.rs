@@ -7,6 +7,7 @@ use clap::{Args, ValueEnum};
 use super::{LOGS, LogFormat, duration, init_logs, secret};
 
 #[derive(Args, Clone)]
+#[command(next_help_heading = "Database")]
 pub struct DbArgs {
     /// Database URL: sqlite://PATH?mode=rwc, postgres://… or mysql://…
     #[arg(

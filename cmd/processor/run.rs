@@ -16,10 +16,10 @@ pub struct RunArgs {
     #[command(flatten)]
     db: DbArgs,
     /// Longest one database statement may take; one cut off is retried on a fresh connection, so a dead connection never hangs the processor
-    #[arg(long, env = "FEED_STATEMENT_TIMEOUT", value_parser = duration, default_value_t = Config::STATEMENT_TIMEOUT.into())]
+    #[arg(long, env = "FEED_STATEMENT_TIMEOUT", help_heading = "Database", value_parser = duration, default_value_t = Config::STATEMENT_TIMEOUT.into())]
     statement_timeout: Duration,
     /// Do not apply migrations at start [default: off]
-    #[arg(long, env = "FEED_NO_MIGRATE")]
+    #[arg(long, env = "FEED_NO_MIGRATE", help_heading = "Database")]
     no_migrate: bool,
     #[command(flatten)]
     handler: HandlerArgs,
@@ -33,13 +33,16 @@ pub struct RunArgs {
     flow: FlowArgs,
     #[command(flatten)]
     listen: ListenArgs,
+    /// Serve the dashboard and its JSON API under / on --listen [default: off]
+    #[arg(long, env = "FEED_UI", help_heading = "Listener and console")]
+    ui: bool,
     #[command(flatten)]
     events: EventsArgs,
     /// Prune complete and cancelled partitions older than this every few minutes, e.g. 7d [default: off]
-    #[arg(long, env = "FEED_RETENTION", value_parser = duration)]
+    #[arg(long, env = "FEED_RETENTION", value_parser = duration, help_heading = "Options")]
     retention: Option<Duration>,
     /// Log format
-    #[arg(long, env = "FEED_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    #[arg(long, env = "FEED_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text, help_heading = "Options")]
     log_format: LogFormat,
 }
 
@@ -60,7 +63,7 @@ pub async fn run(a: RunArgs) -> anyhow::Result<()> {
     c.leases = a.leases.config();
     c.retries = a.retries.config();
     c.flow = a.flow.config();
-    c.listen = a.listen.config()?;
+    c.listen = a.listen.config(a.ui)?;
     c.events = a.events.config();
     c.retention = a.retention.map(Into::into);
     let ran = feed::run(c, shutdown).await;

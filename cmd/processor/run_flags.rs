@@ -220,12 +220,13 @@ impl FlowArgs {
     }
 }
 
-/// Health, metrics and the console.
+/// Where to listen for health, metrics and the console, and who may act
+/// there: `run` and `ui` share these flags.
 #[derive(Args)]
 #[command(next_help_heading = "Listener and console")]
 pub struct ListenArgs {
-    /// Address of the health and metrics listener (loopback by default; say 0.0.0.0:8080 to
-    /// serve every interface); 'off' disables it
+    /// Address of the health, metrics and console listener (loopback by default; say
+    /// 0.0.0.0:8080 to serve every interface); with run, 'off' serves nothing
     #[arg(long, env = "FEED_LISTEN", default_value = Config::LISTEN)]
     pub listen: String,
     /// A host name the console (--ui) answers besides IP addresses and localhost, repeatable
@@ -238,9 +239,6 @@ pub struct ListenArgs {
     pub allowed_hosts: Vec<String>,
     #[command(flatten)]
     pub trusted_proxies: controls::TrustedProxyArgs,
-    /// Serve the dashboard and its JSON API under / on --listen [default: off]
-    #[arg(long, env = "FEED_UI")]
-    pub ui: bool,
     #[command(flatten)]
     pub token: controls::AdminTokenArgs,
     #[command(flatten)]
@@ -248,10 +246,11 @@ pub struct ListenArgs {
 }
 
 impl ListenArgs {
-    pub fn config(self) -> anyhow::Result<ListenConfig> {
+    /// The listener of `run`, serving the console when `ui`.
+    pub fn config(self, ui: bool) -> anyhow::Result<ListenConfig> {
         let mut l = ListenConfig::default();
         l.address = (self.listen != "off").then_some(self.listen);
-        l.ui = self.ui;
+        l.ui = ui;
         l.admin_token = self.token.token()?;
         l.producer_token = self.producer_token.token()?;
         l.allowed_hosts = self.allowed_hosts;
