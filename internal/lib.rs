@@ -47,6 +47,7 @@ pub(crate) mod dispatch;
 pub mod error;
 pub(crate) mod gates;
 pub mod handler;
+pub mod health;
 pub mod ids;
 pub(crate) mod leases;
 pub mod limits;

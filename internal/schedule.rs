@@ -9,8 +9,34 @@ use std::time::Duration;
 
 use serde_json::value::RawValue;
 
-use crate::store::Schedule;
-use crate::validate;
+use crate::validate::{self, shown};
+use crate::{Error, Result};
+
+/// When an item may first run. It is available at its gate from the
+/// start (so it holds its gate's fan-in until it has run), and no
+/// processor sends it before then.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Schedule {
+    /// Not before this time, in epoch milliseconds (`not_before`).
+    At(i64),
+    /// Not before this long after it is written, by the database's clock
+    /// (the clock every processor compares `not_before` with), not the
+    /// producer's.
+    After(Duration),
+}
+
+/// Refuses a schedule outside [`MIN_NOT_BEFORE`]..=[`MAX_NOT_BEFORE`] or
+/// with a delay over [`MAX_DELAY`]; `item` names the item in the error.
+pub fn check(item: Option<&str>, schedule: Schedule) -> Result<()> {
+    let item = item.map_or(String::new(), |id| format!("item {:?}: ", shown(id)));
+    match schedule {
+        Schedule::At(ms) => {
+            validate::not_before(ms).map_err(|e| Error::Invalid(format!("{item}{e}")))
+        }
+        Schedule::After(d) => validate::delay(d).map_err(|e| Error::Invalid(format!("{item}{e}"))),
+    }
+}
 
 /// How to write the fields, for error messages.
 const HOW: &str = "write not_before as epoch milliseconds or an RFC 3339 time \
@@ -107,6 +133,35 @@ pub(crate) fn of_line(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::validate::{MAX_DELAY, MAX_NOT_BEFORE, MIN_NOT_BEFORE};
+
+    #[test]
+    fn schedules_are_checked() {
+        assert!(check(None, Schedule::At(MIN_NOT_BEFORE)).is_ok());
+        assert!(check(None, Schedule::At(MAX_NOT_BEFORE)).is_ok());
+        assert!(check(None, Schedule::After(Duration::ZERO)).is_ok());
+        assert!(check(None, Schedule::After(MAX_DELAY)).is_ok());
+        let e = check(Some("a"), Schedule::At(1_767_225_600))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("item \"a\": not_before 1767225600 is before the year 2000")
+                && e.contains("seconds")
+                && e.contains("write 1767225600000"),
+            "{e}"
+        );
+        for bad in [-1, 0, MAX_NOT_BEFORE + 1, i64::MAX] {
+            let e = check(None, Schedule::At(bad)).unwrap_err().to_string();
+            assert!(
+                e.contains("out of range") && e.contains("RFC 3339"),
+                "{bad}: {e}"
+            );
+        }
+        let e = check(None, Schedule::After(MAX_DELAY + Duration::from_secs(1)))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("longer than 100 years"), "{e}");
+    }
 
     fn raw(t: Option<&str>) -> Option<&RawValue> {
         t.map(|t| serde_json::from_str::<&RawValue>(t).unwrap())

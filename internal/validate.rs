@@ -8,7 +8,6 @@ use unicode_normalization::UnicodeNormalization;
 use std::time::Duration;
 
 use crate::status::Status;
-use crate::store::Schedule;
 use crate::{Error, Result};
 
 /// Longest id, in bytes: it fits every backend's key and a header line.
@@ -94,16 +93,6 @@ pub const MAX_NOT_BEFORE: i64 = 253_402_300_799_999;
 /// The longest `delay` accepted: 100 years (36,500 days).
 pub const MAX_DELAY: Duration = Duration::from_secs(36_500 * 86_400);
 
-/// Refuses a schedule outside [`MIN_NOT_BEFORE`]..=[`MAX_NOT_BEFORE`] or
-/// with a delay over [`MAX_DELAY`]; `item` names the item in the error.
-pub fn schedule(item: Option<&str>, schedule: Schedule) -> Result<()> {
-    let item = item.map_or(String::new(), |id| format!("item {:?}: ", shown(id)));
-    match schedule {
-        Schedule::At(ms) => not_before(ms).map_err(|e| Error::Invalid(format!("{item}{e}"))),
-        Schedule::After(d) => delay(d).map_err(|e| Error::Invalid(format!("{item}{e}"))),
-    }
-}
-
 /// Why `ms` is no `not_before` Feed accepts, saying what to write.
 pub fn not_before(ms: i64) -> std::result::Result<(), String> {
     if ms < MIN_NOT_BEFORE && ms > MIN_NOT_BEFORE / 1000 {
@@ -158,7 +147,7 @@ pub fn status(value: &str) -> Result<()> {
 
 /// At most 80 characters of `text`, for an error message (shown with
 /// `{:?}`, which writes invisible characters as `\u{…}`).
-fn shown(text: &str) -> String {
+pub(crate) fn shown(text: &str) -> String {
     text.chars().take(80).collect()
 }
 
@@ -200,34 +189,6 @@ mod tests {
         for good in ["café", "Zoë/1", "日本語", "a-b_c.d:e", "\u{1F600}"] {
             assert!(id("item id", good).is_ok(), "{good:?}");
         }
-    }
-
-    #[test]
-    fn schedules() {
-        assert!(schedule(None, Schedule::At(MIN_NOT_BEFORE)).is_ok());
-        assert!(schedule(None, Schedule::At(MAX_NOT_BEFORE)).is_ok());
-        assert!(schedule(None, Schedule::After(Duration::ZERO)).is_ok());
-        assert!(schedule(None, Schedule::After(MAX_DELAY)).is_ok());
-        let e = schedule(Some("a"), Schedule::At(1_767_225_600))
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.starts_with("item \"a\": not_before 1767225600 is before the year 2000")
-                && e.contains("seconds")
-                && e.contains("write 1767225600000"),
-            "{e}"
-        );
-        for bad in [-1, 0, MAX_NOT_BEFORE + 1, i64::MAX] {
-            let e = schedule(None, Schedule::At(bad)).unwrap_err().to_string();
-            assert!(
-                e.contains("out of range") && e.contains("RFC 3339"),
-                "{bad}: {e}"
-            );
-        }
-        let e = schedule(None, Schedule::After(MAX_DELAY + Duration::from_secs(1)))
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("longer than 100 years"), "{e}");
     }
 
     #[test]

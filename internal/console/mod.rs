@@ -82,7 +82,7 @@ pub struct Console {
     exports: Arc<tokio::sync::Semaphore>,
     /// Inside a processor: its health, whose `schema` says when the
     /// database may be used (503 before).
-    health: Option<Arc<crate::server::Health>>,
+    health: Option<Arc<crate::health::Health>>,
 }
 
 impl Console {
@@ -128,7 +128,7 @@ impl Console {
 
     /// Answers 503 to every request that needs the database until
     /// `health` says its schema is there (a processor migrating it).
-    pub fn until_ready(mut self, health: Arc<crate::server::Health>) -> Self {
+    pub fn until_ready(mut self, health: Arc<crate::health::Health>) -> Self {
         self.health = Some(health);
         self
     }

@@ -69,7 +69,7 @@ impl Store {
                 validate::gate("item gate", g)?;
             }
             if let Some(schedule) = item.schedule {
-                validate::schedule(item.id.as_deref(), schedule)?;
+                crate::schedule::check(item.id.as_deref(), schedule)?;
             }
         }
         let mut backoff = Backoff::new(Duration::from_millis(20), Duration::from_secs(2));

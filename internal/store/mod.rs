@@ -45,6 +45,7 @@ use prometheus_client::metrics::counter::Counter;
 
 use sea_orm::{DatabaseConnection, DbBackend, DbErr, QueryResult, Value};
 
+pub use crate::schedule::Schedule;
 pub use connect::{Options, shown};
 pub use connect_error::{Unreachable, Unusable};
 pub(crate) use dispatch::{Ask, Fence, ReadyItem};
@@ -55,7 +56,7 @@ pub(crate) use gates::HeldPartition;
 pub(crate) use hosts::primary_url;
 pub(crate) use leases::{HeldRow, LEASE_CHUNK, LeaseCounts, STRANDED_SLICE};
 pub use pooler::Pooler;
-pub use producer::{Enqueued, NewItem, OnFailure, PartitionSpec, Retried, RetryScope, Schedule};
+pub use producer::{Enqueued, NewItem, OnFailure, PartitionSpec, Retried, RetryScope};
 pub(crate) use results::{Ack, ItemWrite, Written, sanitize_error};
 use timeout::Bound;
 pub use timeout::DEFAULT_STATEMENT_TIMEOUT;

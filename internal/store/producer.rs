@@ -2,6 +2,7 @@
 //! scopes) and what they get back; retrying failed items. Enqueueing
 //! is in `enqueue`.
 
+use crate::schedule::Schedule;
 use std::time::Duration;
 
 use sea_orm::{ConnectionTrait, Value};
@@ -96,20 +97,6 @@ impl Default for PartitionSpec {
             max_in_flight: None,
         }
     }
-}
-
-/// When an item may first run. It is available at its gate from the
-/// start (so it holds its gate's fan-in until it has run), and no
-/// processor sends it before then.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Schedule {
-    /// Not before this time, in epoch milliseconds (`not_before`).
-    At(i64),
-    /// Not before this long after it is written, by the database's clock
-    /// (the clock every processor compares `not_before` with), not the
-    /// producer's.
-    After(Duration),
 }
 
 /// One item to add.

@@ -33,6 +33,19 @@ pub fn processor(args: &[&str], stdin: &str) -> Output {
     child.wait_with_output().unwrap()
 }
 
+/// `processor enqueue` into `partition` with `flags`; the output.
+pub fn enqueue_cli(db: &TestDb, partition: &str, flags: &[&str], lines: &str) -> Output {
+    let mut args = vec![
+        "enqueue",
+        "--database-url",
+        &db.url,
+        "--partition",
+        partition,
+    ];
+    args.extend(flags);
+    processor(&args, lines)
+}
+
 pub(crate) fn text(o: &Output) -> String {
     format!(
         "{}{}",

@@ -17,7 +17,7 @@ use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
 use parking_lot::Mutex;
 use prost::Message;
 
-use crate::cli::{processor, text};
+use crate::cli::{enqueue_cli, text};
 use crate::enqueue_api::{PRODUCER, message, send, serve};
 use crate::support::{Call, Handler, Proc, TestDb, done, json, wait_for};
 use crate::{backend_tests, on_all_backends};
@@ -162,15 +162,7 @@ fn post_under<'a>(spans: &'a [Exported], parent: &Exported) -> &'a Exported {
 }
 
 fn enqueue(db: &TestDb, partition: &str, lines: &str, flags: &[&str]) {
-    let mut args = vec![
-        "enqueue",
-        "--database-url",
-        &db.url,
-        "--partition",
-        partition,
-    ];
-    args.extend(flags);
-    let o = processor(&args, lines);
+    let o = enqueue_cli(db, partition, flags, lines);
     assert!(o.status.success(), "{}", text(&o));
 }
 
@@ -485,18 +477,7 @@ async fn the_cli_the_api_and_sql_carry_a_producers_trace(db: TestDb) {
          {{\"id\": \"cli-line\", \"data\": 2, \"traceparent\": \"{line}\"}}\n"
     );
     enqueue(&db, "p", &lines, &["--traceparent", &flag]);
-    let o = processor(
-        &[
-            "enqueue",
-            "--database-url",
-            &db.url,
-            "--partition",
-            "p",
-            "--traceparent",
-            "00-nope",
-        ],
-        "{\"data\": 1}\n",
-    );
+    let o = enqueue_cli(&db, "p", &["--traceparent", "00-nope"], "{\"data\": 1}\n");
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     assert!(
         text(&o).contains("is not a W3C traceparent"),

@@ -16,7 +16,7 @@ use axum::response::Response;
 use feed::store::{NewItem, PartitionSpec};
 use serde_json::Value;
 
-use crate::cli::processor;
+use crate::cli::{enqueue_cli, processor};
 use crate::enqueue_api::{PRODUCER, message, send, serve};
 use crate::support::{Call, Handler, Proc, Scene, TestDb, done, metric, wait_for};
 use crate::{backend_tests, on_all_backends};
@@ -57,19 +57,6 @@ impl FirstCalls {
     fn of(&self, item: &str) -> Option<i64> {
         self.0.lock().unwrap().get(item).copied()
     }
-}
-
-/// `processor enqueue` into `partition` with `flags`; the output.
-fn enqueue_cli(db: &TestDb, partition: &str, flags: &[&str], lines: &str) -> std::process::Output {
-    let mut args = vec![
-        "enqueue",
-        "--database-url",
-        &db.url,
-        "--partition",
-        partition,
-    ];
-    args.extend(flags);
-    processor(&args, lines)
 }
 
 fn text(o: &std::process::Output) -> String {
