@@ -65,25 +65,46 @@ fn attr(list: &[opentelemetry_proto::tonic::common::v1::KeyValue], key: &str) ->
     }
 }
 
-/// An OTLP/HTTP receiver (`POST /v1/traces`, protobuf) on a free port.
+/// One export request as received: its path, headers and body.
+#[derive(Clone)]
+struct Request {
+    path: String,
+    headers: axum::http::HeaderMap,
+    body: Bytes,
+}
+
+/// An OTLP/HTTP receiver on a free port: every request is kept, and the
+/// spans of protobuf ones are decoded.
 struct Collector {
     url: String,
     spans: Arc<Mutex<Vec<Exported>>>,
     requests: Arc<AtomicUsize>,
+    received: Arc<Mutex<Vec<Request>>>,
 }
 
 impl Collector {
     async fn start() -> Collector {
         let spans: Arc<Mutex<Vec<Exported>>> = Arc::default();
         let requests = Arc::new(AtomicUsize::new(0));
-        let (s, r) = (spans.clone(), requests.clone());
-        let app = axum::Router::new().route(
-            "/v1/traces",
-            axum::routing::post(move |body: Bytes| {
-                let (s, r) = (s.clone(), r.clone());
+        let received: Arc<Mutex<Vec<Request>>> = Arc::default();
+        let (s, r, k) = (spans.clone(), requests.clone(), received.clone());
+        let app = axum::Router::new().fallback(
+            move |uri: axum::http::Uri, headers: axum::http::HeaderMap, body: Bytes| {
+                let (s, r, k) = (s.clone(), r.clone(), k.clone());
                 async move {
                     r.fetch_add(1, Ordering::SeqCst);
-                    let export = ExportTraceServiceRequest::decode(body).expect("OTLP protobuf");
+                    let protobuf = headers
+                        .get("content-type")
+                        .is_some_and(|v| v.as_bytes() == b"application/x-protobuf");
+                    k.lock().push(Request {
+                        path: uri.path().to_string(),
+                        headers,
+                        body: body.clone(),
+                    });
+                    let export = match protobuf {
+                        true => ExportTraceServiceRequest::decode(body).expect("OTLP protobuf"),
+                        false => ExportTraceServiceRequest::default(),
+                    };
                     for rs in export.resource_spans {
                         let service = rs
                             .resource
@@ -104,7 +125,7 @@ impl Collector {
                         Vec::<u8>::new(),
                     )
                 }
-            }),
+            },
         );
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
@@ -113,6 +134,7 @@ impl Collector {
             url,
             spans,
             requests,
+            received,
         }
     }
 
@@ -523,6 +545,16 @@ async fn the_cli_the_api_and_sql_carry_a_producers_trace(db: TestDb) {
         "{answer}"
     );
 
+    // The library's NewItem.
+    let library = tp(TRACE, "5555555555555555", true);
+    let item = feed::store::NewItem::new(b"8".to_vec())
+        .with_id("library")
+        .in_trace(library.clone());
+    db.store
+        .enqueue("p", &feed::store::PartitionSpec::default(), vec![item])
+        .await
+        .unwrap();
+
     // An SQL producer writes the column.
     db.exec(
         "INSERT INTO feed_items (id, partition_id, gate, data, traceparent) VALUES (?, 'p', 0, ?, ?)",
@@ -533,15 +565,16 @@ async fn the_cli_the_api_and_sql_carry_a_producers_trace(db: TestDb) {
     let collector = Collector::start().await;
     let handler = Handler::start(|_| done()).await;
     let _p = traced(&db, &handler, &[], &collector.env());
-    db.wait_complete(6).await;
+    db.wait_complete(7).await;
     let spans = collector
-        .wait("every delivery", |s| named(s, "process").len() >= 6)
+        .wait("every delivery", |s| named(s, "process").len() >= 7)
         .await;
     for (item, parent) in [
         ("cli-flag", &flag),
         ("cli-line", &line),
         ("api-header", &header),
         ("api-line", &line),
+        ("library", &library),
         ("sql", &column),
     ] {
         let p = process_of(&spans, item);
@@ -589,6 +622,79 @@ async fn with_tracing_off_nothing_is_exported_or_sent(db: TestDb) {
     for call in handler.ledger.lock().iter() {
         assert_eq!(call.header("traceparent"), None, "{:?}", call.headers);
     }
+}
+
+backend_tests!(the_standard_variables_configure_the_export: sqlite => Sqlite);
+async fn the_standard_variables_configure_the_export(db: TestDb) {
+    let collector = Collector::start().await;
+    enqueue(&db, "p", "{\"id\": \"a\", \"data\": 1}\n", &[]);
+    let handler = Handler::start(|_| done()).await;
+    let traces = format!("{}/custom/traces", collector.url);
+    let env = [
+        // The traces endpoint is the full URL, and wins over the generic one.
+        ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", traces),
+        (
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            "http://127.0.0.1:9".to_string(),
+        ),
+        ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json".into()),
+        ("OTEL_EXPORTER_OTLP_HEADERS", "x-api-key=s3cret".into()),
+        (
+            "OTEL_RESOURCE_ATTRIBUTES",
+            "deployment.environment=test,service.name=from-attributes".into(),
+        ),
+        ("OTEL_BSP_SCHEDULE_DELAY", "50".into()),
+    ];
+    let mut p = traced(&db, &handler, &[], &env);
+    db.wait_complete(1).await;
+    assert!(p.stop(Duration::from_secs(20)).await, "{}", p.log_tail(20));
+    let received = collector.received.lock().clone();
+    assert!(!received.is_empty(), "nothing was exported");
+    let mut names = Vec::new();
+    for r in &received {
+        assert_eq!(r.path, "/custom/traces");
+        let header = |n: &str| {
+            r.headers
+                .get(n)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string)
+        };
+        assert_eq!(header("x-api-key").as_deref(), Some("s3cret"));
+        assert_eq!(header("content-type").as_deref(), Some("application/json"));
+        let export: serde_json::Value = serde_json::from_slice(&r.body).expect("OTLP JSON");
+        for rs in export["resourceSpans"].as_array().unwrap() {
+            let resource: Vec<(String, String)> = rs["resource"]["attributes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|kv| {
+                    let v = &kv["value"]["stringValue"];
+                    (
+                        kv["key"].as_str().unwrap().to_string(),
+                        v.as_str().unwrap_or_default().to_string(),
+                    )
+                })
+                .collect();
+            for want in [
+                ("service.name", "from-attributes"),
+                ("deployment.environment", "test"),
+            ] {
+                assert!(
+                    resource
+                        .iter()
+                        .any(|(k, v)| (k.as_str(), v.as_str()) == want),
+                    "{want:?} not in {resource:?}"
+                );
+            }
+            for ss in rs["scopeSpans"].as_array().unwrap() {
+                for span in ss["spans"].as_array().unwrap() {
+                    names.push(span["name"].as_str().unwrap().to_string());
+                }
+            }
+        }
+    }
+    assert!(names.iter().any(|n| n == "process"), "{names:?}");
+    assert!(names.iter().any(|n| n == "POST"), "{names:?}");
 }
 
 #[test]
