@@ -96,8 +96,10 @@ fn duration(s: &str) -> Result<humantime::Duration, String> {
 /// connection its role check refuses (many a second) and each slow
 /// acquire; Feed says the first at a bounded rate (`store::role`), and
 /// the second shows as a statement timeout or results waiting.
-const LOGS: &str =
-    "info,sqlx=warn,sqlx::pool::acquire=error,sqlx_core::pool::inner=off,sea_orm_migration=warn";
+/// The OpenTelemetry SDK says a failed export or dropped spans as a
+/// warning or error; its other lines are for debugging it.
+const LOGS: &str = "info,sqlx=warn,sqlx::pool::acquire=error,sqlx_core::pool::inner=off,\
+     sea_orm_migration=warn,opentelemetry=warn,opentelemetry_sdk=warn,opentelemetry-otlp=warn";
 
 /// Logs to stderr in `format`, at `RUST_LOG` or else `default` levels.
 fn init_logs(format: LogFormat, default: &str) {
