@@ -44,6 +44,29 @@ pub struct Context {
     pub tasks: Tasks,
 }
 
+/// What acquire cycles and gate checks may touch: the store, the metrics
+/// and the lease settings, not the handler, the limits or the session.
+#[derive(Clone, Copy)]
+pub struct Leasing<'a> {
+    /// The database.
+    pub store: &'a Store,
+    /// Exported counters.
+    pub metrics: &'a Metrics,
+    /// Heartbeats, expiry, the acquire interval and the partition cap.
+    pub leases: &'a crate::config::LeaseConfig,
+}
+
+impl Context {
+    /// The narrow view leasing and gate checks take.
+    pub fn leasing(&self) -> Leasing<'_> {
+        Leasing {
+            store: &self.store,
+            metrics: &self.metrics,
+            leases: &self.config.leases,
+        }
+    }
+}
+
 /// The current session id and when it was last heartbeated successfully.
 #[derive(Debug)]
 pub struct Session {

@@ -15,7 +15,7 @@ use std::time::Duration;
 use tracing::Instrument;
 
 use crate::Result;
-use crate::context::Context;
+use crate::context::Leasing;
 use crate::ids::{PartitionId, SessionId};
 use crate::leases::Held;
 use crate::metrics::Metrics;
@@ -96,7 +96,7 @@ pub fn due(held: &Held, skip: impl Fn(&str) -> bool) -> Vec<(PartitionId, i64)> 
 
 /// Checks the partitions `due` (from [`due`], with the versions last seen)
 /// of session `me`.
-pub async fn check(ctx: &Context, me: &SessionId, due: Vec<(PartitionId, i64)>) -> Checked {
+pub async fn check(ctx: &Leasing<'_>, me: &SessionId, due: Vec<(PartitionId, i64)>) -> Checked {
     let mut out = Checked {
         more: due.len() == CHECK_CHUNK,
         ..Checked::default()
@@ -108,7 +108,7 @@ pub async fn check(ctx: &Context, me: &SessionId, due: Vec<(PartitionId, i64)>) 
 }
 
 async fn run(
-    ctx: &Context,
+    ctx: &Leasing<'_>,
     me: &SessionId,
     due: &[(PartitionId, i64)],
     out: &mut Checked,
@@ -161,7 +161,7 @@ async fn run(
     Ok(())
 }
 
-fn closed(ctx: &Context, id: &PartitionId, out: &mut Checked) {
+fn closed(ctx: &Leasing<'_>, id: &PartitionId, out: &mut Checked) {
     crate::otel::closed(id);
     tracing::info!(partition = %id, "partition complete");
     ctx.metrics.partitions_closed.inc();
@@ -172,7 +172,7 @@ fn closed(ctx: &Context, id: &PartitionId, out: &mut Checked) {
 /// caller closes them all at once); true when the partition needs no new
 /// look.
 async fn apply(
-    ctx: &Context,
+    ctx: &Leasing<'_>,
     me: &SessionId,
     p: &HeldPartition,
     decision: Decision,

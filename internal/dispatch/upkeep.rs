@@ -147,7 +147,7 @@ impl Dispatcher {
         let held = self.held.versions.len();
         let busy = self.busy_partitions();
         self.upkeep = Some(self.ctx.tasks.spawn("acquire cycle", async move {
-            let cycle = leases::cycle(&ctx, &me, cursors, held, &busy).await;
+            let cycle = leases::cycle(&ctx.leasing(), &me, cursors, held, &busy).await;
             Upkeep::Cycle(me, cycle)
         }));
     }
@@ -165,7 +165,7 @@ impl Dispatcher {
         let ctx = self.ctx.clone();
         let me = self.me.clone();
         self.upkeep = Some(self.ctx.tasks.spawn("gate check", async move {
-            let checked = gates::check(&ctx, &me, ids).await;
+            let checked = gates::check(&ctx.leasing(), &me, ids).await;
             Upkeep::Check(me, checked)
         }));
     }

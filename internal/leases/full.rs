@@ -10,7 +10,7 @@ use super::take::{steal_one, take_free};
 use super::target::target;
 use super::{Cursors, Cycle, Swept};
 use crate::Result;
-use crate::context::Context;
+use crate::context::Leasing;
 use crate::ids::{PartitionId, SessionId};
 use crate::store::{LeaseCounts, STRANDED_SLICE};
 
@@ -47,7 +47,7 @@ const BACKLOG_EVERY: Duration = Duration::from_secs(30);
 
 /// A full cycle: reap, probe a slice, count, then lease, release or steal.
 pub(super) async fn full(
-    ctx: &Context,
+    ctx: &Leasing<'_>,
     me: &SessionId,
     held: usize,
     busy: &HashSet<PartitionId>,
@@ -64,7 +64,7 @@ pub(super) async fn full(
     // slice within one sweep, and meanwhile only makes this session take
     // a little less.
     let mine = held as i64;
-    let cap = ctx.config.leases.max_partitions.map(|c| c as i64);
+    let cap = ctx.leases.max_partitions.map(|c| c as i64);
     let want = wanted(ctx, &counts, cap, mine).await?;
     let released = make_room(ctx, me, cap, mine, busy, out).await?;
     let (want, mine) = (want + released, mine - released);
@@ -79,11 +79,8 @@ pub(super) async fn full(
 }
 
 /// Deletes the sessions that stopped heartbeating, whoever's they were.
-async fn reap(ctx: &Context) -> Result<()> {
-    let reaped = ctx
-        .store
-        .reap_sessions(ctx.config.leases.session_expiry)
-        .await?;
+async fn reap(ctx: &Leasing<'_>) -> Result<()> {
+    let reaped = ctx.store.reap_sessions(ctx.leases.session_expiry).await?;
     if reaped > 0 {
         tracing::info!(sessions = reaped, "deleted dead sessions");
     }
@@ -93,7 +90,7 @@ async fn reap(ctx: &Context) -> Result<()> {
 /// At the first cycles and then at most every [`STATISTICS_EVERY`], has
 /// the planner's statistics refreshed when they lag far behind a bulk
 /// load, which would otherwise plan every statement for a tiny table.
-async fn analyze_when_lagging(ctx: &Context, c: &mut Cursors) -> Result<()> {
+async fn analyze_when_lagging(ctx: &Leasing<'_>, c: &mut Cursors) -> Result<()> {
     let looks = c.statistics.map_or(0, |(_, n)| n);
     if c.statistics
         .is_none_or(|(last, n)| n < STATISTICS_FIRST || last.elapsed() >= STATISTICS_EVERY)
@@ -116,7 +113,12 @@ async fn analyze_when_lagging(ctx: &Context, c: &mut Cursors) -> Result<()> {
 /// comparison of versions (a change by someone else: enqueue, retry, an
 /// operator control), run on one slice per cycle, so every partition is
 /// seen within SWEEP_CYCLES cycles.
-async fn probe_slice(ctx: &Context, me: &SessionId, held: usize, out: &mut Cycle) -> Result<()> {
+async fn probe_slice(
+    ctx: &Leasing<'_>,
+    me: &SessionId,
+    held: usize,
+    out: &mut Cycle,
+) -> Result<()> {
     let c = &mut out.cursors;
     let slice = (held / SWEEP_CYCLES).max(MIN_SLICE);
     out.slice = ctx.store.held_slice(me, &c.sweep, slice).await?;
@@ -134,14 +136,14 @@ async fn probe_slice(ctx: &Context, me: &SessionId, held: usize, out: &mut Cycle
 /// the gauges, and reopens `complete` partitions of this cycle's stranded
 /// slice that have available items.
 async fn count(
-    ctx: &Context,
+    ctx: &Leasing<'_>,
     me: &SessionId,
     held: usize,
     backlog: bool,
     c: &mut Cursors,
 ) -> Result<LeaseCounts> {
     let store = &ctx.store;
-    let expiry = ctx.config.leases.session_expiry;
+    let expiry = ctx.leases.session_expiry;
     let counts = store
         .lease_counts(me, held as i64, expiry, &c.stranded, backlog)
         .await?;
@@ -173,11 +175,14 @@ async fn count(
 
 /// How many more partitions this session should hold (negative: fewer),
 /// from its target among the live sessions and their caps.
-async fn wanted(ctx: &Context, counts: &LeaseCounts, cap: Option<i64>, mine: i64) -> Result<i64> {
+async fn wanted(
+    ctx: &Leasing<'_>,
+    counts: &LeaseCounts,
+    cap: Option<i64>,
+    mine: i64,
+) -> Result<i64> {
     let caps = if counts.capped > 0 {
-        ctx.store
-            .session_caps(ctx.config.leases.session_expiry)
-            .await?
+        ctx.store.session_caps(ctx.leases.session_expiry).await?
     } else {
         vec![]
     };
@@ -187,7 +192,7 @@ async fn wanted(ctx: &Context, counts: &LeaseCounts, cap: Option<i64>, mine: i64
 /// At the cap, makes room: gives back partitions with nothing to do while
 /// partitions with work wait unleased. Returns how many it gave back.
 async fn make_room(
-    ctx: &Context,
+    ctx: &Leasing<'_>,
     me: &SessionId,
     cap: Option<i64>,
     mine: i64,
@@ -196,11 +201,7 @@ async fn make_room(
 ) -> Result<i64> {
     let store = &ctx.store;
     let free_ready = match cap {
-        Some(cap) if mine >= cap => {
-            store
-                .free_ready(ctx.config.leases.session_expiry, cap)
-                .await?
-        }
+        Some(cap) if mine >= cap => store.free_ready(ctx.leases.session_expiry, cap).await?,
         _ => 0,
     };
     let mut released = 0;
@@ -223,7 +224,7 @@ async fn make_room(
 /// Takes up to [`TAKE_PER_STEP`] of the `want` free partitions now, and
 /// leaves the rest (up to [`TAKE_PER_CYCLE`]) to the steps that follow.
 /// Returns how many it took.
-async fn take_wanted(ctx: &Context, me: &SessionId, want: i64, out: &mut Cycle) -> Result<i64> {
+async fn take_wanted(ctx: &Leasing<'_>, me: &SessionId, want: i64, out: &mut Cycle) -> Result<i64> {
     out.cursors.cursor = PartitionId::default();
     let allowed = (want as usize).min(TAKE_PER_STEP);
     let took = take_free(ctx, me, out, allowed).await?;
@@ -236,7 +237,7 @@ async fn take_wanted(ctx: &Context, me: &SessionId, want: i64, out: &mut Cycle) 
 }
 
 /// One step of a large lease: takes the next free partitions, nothing else.
-pub(super) async fn step(ctx: &Context, me: &SessionId, out: &mut Cycle) -> Result<()> {
+pub(super) async fn step(ctx: &Leasing<'_>, me: &SessionId, out: &mut Cycle) -> Result<()> {
     let allowed = out.cursors.steps.min(TAKE_PER_STEP);
     let took = take_free(ctx, me, out, allowed).await;
     let all = took.as_ref().is_ok_and(|n| *n == allowed);

@@ -29,7 +29,7 @@ mod target;
 use std::collections::{HashMap, HashSet};
 use std::time::Instant;
 
-use crate::context::Context;
+use crate::context::Leasing;
 use crate::ids::{PartitionId, SessionId};
 use crate::store::HeldRow;
 use crate::store::limits::Attrs;
@@ -132,7 +132,7 @@ pub struct Applied {
 /// One acquire cycle for session `me`, which holds `held` partitions;
 /// `idle` may be given back at the cap (held, nothing here in flight).
 pub async fn cycle(
-    ctx: &Context,
+    ctx: &Leasing<'_>,
     me: &SessionId,
     cursors: Cursors,
     held: usize,

@@ -6,7 +6,7 @@ use rand::seq::{IndexedRandom, SliceRandom};
 
 use super::Cycle;
 use crate::Result;
-use crate::context::Context;
+use crate::context::Leasing;
 use crate::ids::{PartitionId, SessionId};
 use crate::store::LEASE_CHUNK;
 
@@ -19,13 +19,13 @@ const STEAL_PICK: i64 = 1_000;
 /// id order, [`LEASE_CHUNK`] per statement, so every statement stays
 /// bounded.
 pub(super) async fn take_free(
-    ctx: &Context,
+    ctx: &Leasing<'_>,
     me: &SessionId,
     out: &mut Cycle,
     want: usize,
 ) -> Result<usize> {
     let store = &ctx.store;
-    let expiry = ctx.config.leases.session_expiry;
+    let expiry = ctx.leases.session_expiry;
     if want <= LEASE_CHUNK {
         let mut free = store.free_partitions(expiry, want * 2 + 8).await?;
         free.shuffle(&mut rand::rng());
@@ -91,13 +91,13 @@ fn took(out: &mut Cycle, leased: Vec<(PartitionId, i64)>) -> usize {
 /// (the chaos test measured 35–55 duplicate deliveries per 1,000 steps that
 /// way, 5–11 with a random pick).
 pub(super) async fn steal_one(
-    ctx: &Context,
+    ctx: &Leasing<'_>,
     me: &SessionId,
     mine: i64,
     out: &mut Cycle,
 ) -> Result<()> {
     let store = &ctx.store;
-    let Some((owner, n)) = store.most_loaded(ctx.config.leases.session_expiry).await? else {
+    let Some((owner, n)) = store.most_loaded(ctx.leases.session_expiry).await? else {
         return Ok(());
     };
     if owner == *me || n < mine + 2 {
