@@ -7,6 +7,7 @@
 //! its lease and items, and dispatch skips it. Cancelling sets status
 //! `cancelled` and `owner = NULL` so that late results fail the fence.
 
+use super::driver::sql;
 use sea_orm::{ConnectionTrait, FromQueryResult, Value};
 
 use super::{Retried, RetryScope, Store, get};
@@ -24,10 +25,9 @@ impl Store {
     /// A partition's status and settings; NotFound for an unknown one.
     pub(super) async fn state(&self, id: &str) -> Result<State> {
         let rows = self
-            .query(
-                "SELECT status, gate, manual_checkpoint FROM feed_partitions WHERE id = ?",
-                vec![id.into()],
-            )
+            .fetch(sql!(self.driver;
+                "SELECT status, gate, manual_checkpoint FROM feed_partitions WHERE id = " {id}
+            ))
             .await?;
         let r = rows
             .first()
@@ -143,17 +143,15 @@ impl Store {
             )));
         }
         let items = self
-            .bounded(txn.execute_raw(b.stmt(
+            .bounded(txn.execute_raw(sql!(b;
                 "UPDATE feed_items SET status = 'cancelled', version = version + 1, updated_at = {now} \
-                 WHERE partition_id = ? AND status = 'available'",
-                vec![id.into()],
+                 WHERE partition_id = " {id} " AND status = 'available'"
             )))
             .await?
             .rows_affected();
-        self.bounded(txn.execute_raw(b.stmt(
+        self.bounded(txn.execute_raw(sql!(b;
             "UPDATE feed_partitions SET status = 'cancelled', owner = NULL, version = version + 1, \
-             updated_at = {now} WHERE id = ?",
-            vec![id.into()],
+             updated_at = {now} WHERE id = " {id}
         )))
         .await?;
         self.bounded(self.commit(txn)).await?;
@@ -168,14 +166,12 @@ impl Store {
     pub async fn checkpoint(&self, id: &str, gate: i64) -> Result<()> {
         validate::filter("partition id", id)?;
         validate::gate("checkpoint gate", gate)?;
-        let n = self
-            .exec(
-                "UPDATE feed_partitions SET gate = ?, version = version + 1, updated_at = {now} \
-                 WHERE id = ? AND manual_checkpoint AND status = 'available' AND gate < ? \
+        let n = self.run(sql!(self.driver;
+            "UPDATE feed_partitions SET gate = " {gate} ", version = version + 1, updated_at = {now} \
+                 WHERE id = " {id} " AND manual_checkpoint AND status = 'available' AND gate < " {gate} " \
                  AND NOT EXISTS (SELECT 1 FROM feed_items i \
-                 WHERE i.partition_id = ? AND i.status = 'available' AND i.gate < ?)",
-                vec![gate.into(), id.into(), gate.into(), id.into(), gate.into()],
-            )
+                 WHERE i.partition_id = " {id} " AND i.status = 'available' AND i.gate < " {gate} ")"
+        ))
             .await?;
         if n == 1 {
             return self.wake().await;
@@ -222,11 +218,10 @@ impl Store {
     pub async fn retry_one(&self, id: &str) -> Result<Retried> {
         validate::filter("item id", id)?;
         let rows = self
-            .query(
+            .fetch(sql!(self.driver;
                 "SELECT i.status AS status, p.status AS pstatus FROM feed_items i \
-                 JOIN feed_partitions p ON p.id = i.partition_id WHERE i.id = ?",
-                vec![id.into()],
-            )
+                     JOIN feed_partitions p ON p.id = i.partition_id WHERE i.id = " {id}
+            ))
             .await?;
         let r = rows
             .first()

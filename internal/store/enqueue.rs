@@ -1,6 +1,7 @@
 //! Enqueueing: a partition created or extended and its items inserted,
 //! in one transaction.
 
+use super::driver::sql;
 use std::time::Duration;
 
 use sea_orm::ConnectionTrait;
@@ -154,9 +155,9 @@ impl Store {
         }
         // Bumping the version makes a holder re-check the partition's gate,
         // and makes any advance or close it computed before this fail.
-        self.bounded(txn.execute_raw(b.stmt("UPDATE feed_partitions SET status = CASE WHEN status = 'complete' THEN 'available' ELSE status END, \
-             version = version + 1, updated_at = {now} WHERE id = ?",
-            vec![partition.into()],
+        self.bounded(txn.execute_raw(sql!(b;
+            "UPDATE feed_partitions SET status = CASE WHEN status = 'complete' THEN 'available' ELSE status END, \
+             version = version + 1, updated_at = {now} WHERE id = " {partition}
         )))
         .await?;
         for chunk in statements(items) {

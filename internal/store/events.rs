@@ -4,6 +4,7 @@
 //! through delivery (`pending` → `delivered`, or `failed` once delivery
 //! gives up) by the events worker.
 
+use super::driver::sql;
 use std::time::Duration;
 
 use sea_orm::{FromQueryResult, Value};
@@ -210,16 +211,10 @@ impl Store {
             Some(d) => ("pending", d.as_millis() as i64),
             None => ("failed", 0),
         };
-        self.exec(
-            "UPDATE feed_events SET status = ?, attempts = attempts + 1, last_error = ?, \
-             not_before = {now} + ?, updated_at = {now} WHERE id = ? AND status = 'pending'",
-            vec![
-                status.into(),
-                super::sanitize_error(error).into(),
-                delay.into(),
-                id.into(),
-            ],
-        )
+        self.run(sql!(self.driver;
+            "UPDATE feed_events SET status = " {status} ", attempts = attempts + 1, last_error = " {super::sanitize_error(error)} ", \
+             not_before = {now} + " {delay} ", updated_at = {now} WHERE id = " {id} " AND status = 'pending'"
+        ))
         .await?;
         Ok(())
     }

@@ -1,6 +1,7 @@
 //! Gate-check queries: reading held partitions and their unfinished items,
 //! advancing, closing and failing partitions.
 
+use super::driver::sql;
 use std::collections::HashMap;
 
 use sea_orm::{FromQueryResult, Value};
@@ -151,20 +152,11 @@ impl Store {
         me: &SessionId,
         gate: i64,
     ) -> Result<bool> {
-        let n = self
-            .exec(
-                "UPDATE feed_partitions SET gate = ?, version = version + 1, updated_at = {now} \
-                 WHERE id = ? AND version = ? AND owner = ? AND NOT EXISTS (SELECT 1 FROM feed_items i \
-                 WHERE i.partition_id = ? AND i.status = 'available' AND i.gate < ?)",
-                vec![
-                    gate.into(),
-                    p.id.clone().into(),
-                    p.version.into(),
-                    me.into(),
-                    p.id.clone().into(),
-                    gate.into(),
-                ],
-            )
+        let n = self.run(sql!(self.driver;
+            "UPDATE feed_partitions SET gate = " {gate} ", version = version + 1, updated_at = {now} \
+                 WHERE id = " {p.id.clone()} " AND version = " {p.version} " AND owner = " {me} " AND NOT EXISTS (SELECT 1 FROM feed_items i \
+                 WHERE i.partition_id = " {p.id.clone()} " AND i.status = 'available' AND i.gate < " {gate} ")"
+        ))
             .await?;
         Ok(n == 1)
     }
@@ -229,12 +221,10 @@ impl Store {
     /// Fails a held partition (an item failed for good and blocks fan-in)
     /// and releases it (OCC, owner-fenced).
     pub(crate) async fn fail_partition(&self, p: &HeldPartition, me: &SessionId) -> Result<bool> {
-        let n = self
-            .exec(
-                "UPDATE feed_partitions SET status = 'failed', owner = NULL, version = version + 1, \
-                 updated_at = {now} WHERE id = ? AND version = ? AND owner = ?",
-                vec![p.id.clone().into(), p.version.into(), me.into()],
-            )
+        let n = self.run(sql!(self.driver;
+            "UPDATE feed_partitions SET status = 'failed', owner = NULL, version = version + 1, \
+                 updated_at = {now} WHERE id = " {p.id.clone()} " AND version = " {p.version} " AND owner = " {me}
+        ))
             .await?;
         Ok(n == 1)
     }

@@ -1,6 +1,7 @@
 //! Leases: counting, taking, releasing and stealing partitions, and
 //! reopening partitions that a plain-SQL producer left stranded.
 
+use super::driver::sql;
 use std::time::Duration;
 
 use sea_orm::{FromQueryResult, QueryResult};
@@ -180,11 +181,10 @@ impl Store {
     /// The caps of the live sessions that have one.
     pub(crate) async fn session_caps(&self, expiry: Duration) -> Result<Vec<i64>> {
         let rows = self
-            .query(
+            .fetch(sql!(self.driver;
                 "SELECT max_partitions FROM feed_processors \
-                 WHERE heartbeat_at >= {now} - ? AND max_partitions IS NOT NULL",
-                vec![ms(expiry).into()],
-            )
+                     WHERE heartbeat_at >= {now} - " {ms(expiry)} " AND max_partitions IS NOT NULL"
+            ))
             .await?;
         rows.iter().map(|r| get(r, "max_partitions")).collect()
     }
@@ -254,12 +254,10 @@ impl Store {
 
     /// Takes a partition by OCC: succeeds only if nobody changed it since it was read.
     pub(crate) async fn lease(&self, id: &str, version: i64, me: &SessionId) -> Result<bool> {
-        let n = self
-            .exec(
-                "UPDATE feed_partitions SET owner = ?, version = version + 1, updated_at = {now} \
-                 WHERE id = ? AND version = ? AND status = 'available'",
-                vec![me.into(), id.into(), version.into()],
-            )
+        let n = self.run(sql!(self.driver;
+            "UPDATE feed_partitions SET owner = " {me} ", version = version + 1, updated_at = {now} \
+                 WHERE id = " {id} " AND version = " {version} " AND status = 'available'"
+        ))
             .await?;
         Ok(n == 1)
     }
@@ -277,12 +275,10 @@ impl Store {
 
     /// Gives one held partition back (OCC, owner-fenced), to make room.
     pub(crate) async fn release(&self, id: &str, version: i64, me: &SessionId) -> Result<bool> {
-        let n = self
-            .exec(
-                "UPDATE feed_partitions SET owner = NULL, version = version + 1, updated_at = {now} \
-                 WHERE id = ? AND version = ? AND owner = ?",
-                vec![id.into(), version.into(), me.into()],
-            )
+        let n = self.run(sql!(self.driver;
+            "UPDATE feed_partitions SET owner = NULL, version = version + 1, updated_at = {now} \
+                 WHERE id = " {id} " AND version = " {version} " AND owner = " {me}
+        ))
             .await?;
         Ok(n == 1)
     }
@@ -334,12 +330,10 @@ impl Store {
         owner: &SessionId,
         limit: i64,
     ) -> Result<Vec<(PartitionId, i64)>> {
-        let rows = self
-            .query(
-                "SELECT id, version FROM feed_partitions WHERE owner = ? AND status = 'available' \
-                 ORDER BY status, owner, id LIMIT ?",
-                vec![owner.into(), limit.into()],
-            )
+        let rows = self.fetch(sql!(self.driver;
+            "SELECT id, version FROM feed_partitions WHERE owner = " {owner} " AND status = 'available' \
+                 ORDER BY status, owner, id LIMIT " {limit}
+        ))
             .await?;
         id_versions(&rows)
     }
@@ -347,13 +341,12 @@ impl Store {
     /// The live session holding the most active partitions, with its count.
     pub(crate) async fn most_loaded(&self, expiry: Duration) -> Result<Option<(SessionId, i64)>> {
         let rows = self
-            .query(
+            .fetch(sql!(self.driver;
                 "SELECT p.owner AS owner, COUNT(*) AS n FROM feed_partitions p \
-                 JOIN feed_processors s ON s.id = p.owner \
-                 WHERE p.status = 'available' AND s.heartbeat_at >= {now} - ? \
-                 GROUP BY p.owner ORDER BY n DESC LIMIT 1",
-                vec![ms(expiry).into()],
-            )
+                     JOIN feed_processors s ON s.id = p.owner \
+                     WHERE p.status = 'available' AND s.heartbeat_at >= {now} - " {ms(expiry)} " \
+                     GROUP BY p.owner ORDER BY n DESC LIMIT 1"
+            ))
             .await?;
         rows.first()
             .map(|r| Ok((get(r, "owner")?, get(r, "n")?)))
@@ -362,11 +355,10 @@ impl Store {
 
     /// Releases every partition owned by `me` so others can take them at once.
     pub(crate) async fn release_all(&self, me: &SessionId) -> Result<u64> {
-        self.exec(
+        self.run(sql!(self.driver;
             "UPDATE feed_partitions SET owner = NULL, version = version + 1, updated_at = {now} \
-             WHERE owner = ?",
-            vec![me.into()],
-        )
+             WHERE owner = " {me}
+        ))
         .await
     }
 

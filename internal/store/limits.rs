@@ -2,6 +2,7 @@
 //! buckets every processor claims from (`feed_buckets`), and each
 //! session's share of a tenant's in-flight slots (`feed_slots`).
 
+use super::driver::sql;
 use std::time::Duration;
 
 use sea_orm::ConnectionTrait;
@@ -71,10 +72,9 @@ impl Store {
     /// Every tenant's limits, by tenant.
     pub async fn limits(&self) -> Result<Vec<Limit>> {
         let rows = self
-            .query(
-                "SELECT tenant, max_in_flight, rate, burst, weight FROM feed_limits ORDER BY tenant",
-                vec![],
-            )
+            .fetch(sql!(self.driver;
+                "SELECT tenant, max_in_flight, rate, burst, weight FROM feed_limits ORDER BY tenant"
+            ))
             .await?;
         rows.iter()
             .map(|r| {
@@ -122,16 +122,10 @@ impl Store {
     pub async fn clear_limit(&self, tenant: &str) -> Result<bool> {
         validate::id("tenant", tenant)?;
         let n = self
-            .exec(
-                "DELETE FROM feed_limits WHERE tenant = ?",
-                vec![tenant.into()],
-            )
+            .run(sql!(self.driver; "DELETE FROM feed_limits WHERE tenant = " {tenant}))
             .await?;
-        self.exec(
-            "DELETE FROM feed_slots WHERE tenant = ?",
-            vec![tenant.into()],
-        )
-        .await?;
+        self.run(sql!(self.driver; "DELETE FROM feed_slots WHERE tenant = " {tenant}))
+            .await?;
         Ok(n > 0)
     }
 
@@ -182,10 +176,9 @@ impl Store {
         let (cost, tolerance) = (micros(n), micros(burst));
         for _ in 0..RESERVE_TRIES {
             let rows = self
-                .query(
-                    "SELECT paid_until, {now} AS now FROM feed_buckets WHERE name = ?",
-                    vec![name.into()],
-                )
+                .fetch(sql!(self.driver;
+                    "SELECT paid_until, {now} AS now FROM feed_buckets WHERE name = " {name}
+                ))
                 .await?;
             let Some(row) = rows.first() else {
                 let keep = self.driver.upsert("name", &[]);
@@ -202,11 +195,9 @@ impl Store {
             // Saturating: a rate is at least 1/h (`Rate::MIN`), but a row
             // written by hand must not overflow the arithmetic either.
             let until = start.saturating_add(cost);
-            let moved = self
-                .exec(
-                    "UPDATE feed_buckets SET paid_until = ? WHERE name = ? AND paid_until = ?",
-                    vec![until.into(), name.into(), paid.into()],
-                )
+            let moved = self.run(sql!(self.driver;
+                "UPDATE feed_buckets SET paid_until = " {until} " WHERE name = " {name} " AND paid_until = " {paid}
+            ))
                 .await?;
             if moved == 1 {
                 return Ok(Some(start.saturating_sub(tolerance).saturating_sub(now)));
@@ -244,9 +235,8 @@ impl Store {
             &format!("DELETE FROM feed_slots WHERE tenant = ? AND session_id NOT IN {live}"),
             vec![tenant.into(), ms(expiry).into()],
         );
-        let others = b.stmt(
-            "SELECT session_id, slots, wanted FROM feed_slots WHERE tenant = ? AND session_id <> ?",
-            vec![tenant.into(), me.into()],
+        let others = sql!(b;
+            "SELECT session_id, slots, wanted FROM feed_slots WHERE tenant = " {tenant} " AND session_id <> " {me}
         );
         self.retry(|| async {
             let txn = self.begin_immediate().await?;
@@ -257,9 +247,8 @@ impl Store {
                 None => None,
             };
             let Some(cap) = nonneg(cap) else {
-                txn.execute_raw(b.stmt(
-                    "DELETE FROM feed_slots WHERE tenant = ? AND session_id = ?",
-                    vec![tenant.into(), me.into()],
+                txn.execute_raw(sql!(b;
+                    "DELETE FROM feed_slots WHERE tenant = " {tenant} " AND session_id = " {me}
                 ))
                 .await?;
                 self.commit(txn).await?;
@@ -275,9 +264,8 @@ impl Store {
             }
             let granted = grant(cap, in_use, &shares);
             let write = if granted == 0 && wanted == 0 {
-                b.stmt(
-                    "DELETE FROM feed_slots WHERE tenant = ? AND session_id = ?",
-                    vec![tenant.into(), me.into()],
+                sql!(b;
+                    "DELETE FROM feed_slots WHERE tenant = " {tenant} " AND session_id = " {me}
                 )
             } else {
                 let up = b.upsert("tenant, session_id", &["slots", "wanted"]);
@@ -302,11 +290,8 @@ impl Store {
 
     /// Gives back every slot `me` holds (at shutdown).
     pub(crate) async fn release_slots(&self, me: &SessionId) -> Result<()> {
-        self.exec(
-            "DELETE FROM feed_slots WHERE session_id = ?",
-            vec![me.into()],
-        )
-        .await?;
+        self.run(sql!(self.driver; "DELETE FROM feed_slots WHERE session_id = " {me}))
+            .await?;
         Ok(())
     }
 }

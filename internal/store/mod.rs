@@ -38,6 +38,7 @@ pub mod wait;
 #[cfg(test)]
 mod conformance;
 
+use driver::sql;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -229,7 +230,7 @@ impl Store {
 
     /// The database clock, in epoch milliseconds.
     pub async fn now_ms(&self) -> Result<i64> {
-        let rows = self.query("SELECT {now} AS now", vec![]).await?;
+        let rows = self.fetch(sql!(self.driver; "SELECT {now} AS now")).await?;
         let row = rows
             .first()
             .ok_or_else(|| Error::NotFound("clock".into()))?;

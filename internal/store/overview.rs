@@ -3,6 +3,7 @@
 //! results are written), the processors and the completion events waiting
 //! or failed.
 
+use super::driver::sql;
 use std::collections::BTreeMap;
 
 use sea_orm::FromQueryResult;
@@ -66,10 +67,9 @@ impl Store {
         let mut partitions_by_status = BTreeMap::new();
         let mut paused = 0;
         for r in self
-            .query(
-                "SELECT status, paused, COUNT(*) AS n FROM feed_partitions GROUP BY status, paused",
-                vec![],
-            )
+            .fetch(sql!(self.driver;
+                "SELECT status, paused, COUNT(*) AS n FROM feed_partitions GROUP BY status, paused"
+            ))
             .await?
         {
             let c = PausedCount::from_query_result(&r, "")?;
@@ -79,11 +79,10 @@ impl Store {
             *partitions_by_status.entry(c.status).or_default() += c.n;
         }
         let completed_per_minute = self
-            .query(
+            .fetch(sql!(self.driver;
                 "SELECT minute AS bucket, items AS n FROM feed_completions \
-                 WHERE minute >= {now} - 3600000 ORDER BY minute",
-                vec![],
-            )
+                     WHERE minute >= {now} - 3600000 ORDER BY minute"
+            ))
             .await?
             .iter()
             .map(|r| {

@@ -16,6 +16,7 @@
 //! Completion events older than the cutoff go too, unless their delivery
 //! failed: those stay until retried (or deleted by hand).
 
+use super::driver::sql;
 use std::time::Duration;
 
 use sea_orm::{FromQueryResult, Statement, Value};
@@ -77,10 +78,9 @@ impl Store {
         }
         // The overview's per-minute counts before the cutoff; its chart
         // reads the last hour only.
-        self.exec(
-            "DELETE FROM feed_completions WHERE minute < {now} - ? AND minute < {now} - 3600000",
-            vec![age.into()],
-        )
+        self.run(sql!(self.driver;
+            "DELETE FROM feed_completions WHERE minute < {now} - " {age} " AND minute < {now} - 3600000"
+        ))
         .await?;
         let mut done = Pruned {
             events: self.prune_events(age).await?,
@@ -176,12 +176,10 @@ impl Store {
         holder: &SessionId,
         ttl: Duration,
     ) -> Result<bool> {
-        let n = self
-            .exec(
-                "UPDATE feed_maintenance SET holder = ?, expires_at = {now} + ? \
-                 WHERE name = ? AND (holder IS NULL OR holder = ? OR expires_at < {now})",
-                vec![holder.into(), ms(ttl).into(), name.into(), holder.into()],
-            )
+        let n = self.run(sql!(self.driver;
+            "UPDATE feed_maintenance SET holder = " {holder} ", expires_at = {now} + " {ms(ttl)} " \
+                 WHERE name = " {name} " AND (holder IS NULL OR holder = " {holder} " OR expires_at < {now})"
+        ))
             .await?;
         Ok(n == 1)
     }
@@ -191,10 +189,9 @@ impl Store {
     /// Gives up a `feed_maintenance` lease held by `holder`, so another
     /// processor takes it at once rather than when it expires.
     pub(crate) async fn release_maintenance(&self, name: &str, holder: &SessionId) -> Result<()> {
-        self.exec(
-            "UPDATE feed_maintenance SET holder = NULL, expires_at = 0 WHERE name = ? AND holder = ?",
-            vec![name.into(), holder.into()],
-        )
+        self.run(sql!(self.driver;
+            "UPDATE feed_maintenance SET holder = NULL, expires_at = 0 WHERE name = " {name} " AND holder = " {holder}
+        ))
         .await?;
         Ok(())
     }

@@ -1,5 +1,6 @@
 //! Session rows: register, heartbeat, reap and delete.
 
+use super::driver::sql;
 use std::time::Duration;
 
 use super::{Store, ms};
@@ -16,17 +17,10 @@ impl Store {
         pid: u32,
         max_partitions: Option<usize>,
     ) -> Result<()> {
-        self.exec(
+        self.run(sql!(self.driver;
             "INSERT INTO feed_processors (id, hostname, pid, software_version, max_partitions, started_at, heartbeat_at) \
-             VALUES (?, ?, ?, ?, ?, {now}, {now})",
-            vec![
-                id.into(),
-                hostname.into(),
-                i64::from(pid).into(),
-                env!("CARGO_PKG_VERSION").into(),
-                max_partitions.map(|n| n as i64).into(),
-            ],
-        )
+             VALUES (" {id} ", " {hostname} ", " {i64::from(pid)} ", " {env!("CARGO_PKG_VERSION")} ", " {max_partitions.map(|n| n as i64)} ", {now}, {now})"
+        ))
         .await?;
         Ok(())
     }
@@ -43,28 +37,23 @@ impl Store {
     ) -> Result<bool> {
         let rate = (send_rate > 0).then_some(send_rate as f64);
         let (reason, held_for) = held.map_or((None, None), |(r, d)| (Some(r), Some(ms(d))));
-        let n = self
-            .exec(
-                "UPDATE feed_processors SET heartbeat_at = {now}, send_rate = ?, \
-                 held_reason = ?, held_since = {now} - ? WHERE id = ?",
-                vec![rate.into(), reason.into(), held_for.into(), id.into()],
-            )
+        let n = self.run(sql!(self.driver;
+            "UPDATE feed_processors SET heartbeat_at = {now}, send_rate = " {rate} ", \
+                 held_reason = " {reason} ", held_since = {now} - " {held_for} " WHERE id = " {id}
+        ))
             .await?;
         Ok(n == 1)
     }
 
     /// Deletes sessions silent for longer than `expiry`.
     pub(crate) async fn reap_sessions(&self, expiry: Duration) -> Result<u64> {
-        self.exec(
-            "DELETE FROM feed_processors WHERE heartbeat_at < {now} - ?",
-            vec![ms(expiry).into()],
-        )
+        self.run(sql!(self.driver; "DELETE FROM feed_processors WHERE heartbeat_at < {now} - " {ms(expiry)}))
         .await
     }
 
     /// Deletes a session row (graceful shutdown).
     pub(crate) async fn delete_session(&self, id: &SessionId) -> Result<()> {
-        self.exec("DELETE FROM feed_processors WHERE id = ?", vec![id.into()])
+        self.run(sql!(self.driver; "DELETE FROM feed_processors WHERE id = " {id}))
             .await?;
         Ok(())
     }

@@ -1,6 +1,7 @@
 //! PostgreSQL's planner statistics and autovacuum, which Feed looks after:
 //! a bulk load leaves the planner planning for a table of a few rows.
 
+use super::driver::sql;
 use super::{Store, get};
 use crate::Result;
 
@@ -31,7 +32,7 @@ impl Store {
         if stale == 0 {
             return Ok(false);
         }
-        self.exec("ANALYZE feed_partitions, feed_items", vec![])
+        self.run(sql!(self.driver; "ANALYZE feed_partitions, feed_items"))
             .await?;
         Ok(true)
     }

@@ -1,5 +1,6 @@
 //! What `processor status` shows: partitions, items, failures, processors.
 
+use super::driver::sql;
 use std::collections::BTreeMap;
 
 use sea_orm::{FromQueryResult, Value};
@@ -171,15 +172,13 @@ impl Store {
 
     /// Processor sessions (live and not yet reaped) with the partitions each holds.
     pub async fn processors(&self) -> Result<Vec<ProcessorStatus>> {
-        self
-            .query(
-                "SELECT s.id, s.hostname, s.pid, s.software_version, s.started_at, s.heartbeat_at, s.send_rate, \
+        self.fetch(sql!(self.driver;
+            "SELECT s.id, s.hostname, s.pid, s.software_version, s.started_at, s.heartbeat_at, s.send_rate, \
                  s.held_reason, s.held_since, \
                  {now} - s.heartbeat_at AS age, \
                  (SELECT COUNT(*) FROM feed_partitions p WHERE p.owner = s.id AND p.status = 'available') AS n \
-                 FROM feed_processors s ORDER BY s.started_at",
-                vec![],
-            )
+                 FROM feed_processors s ORDER BY s.started_at"
+        ))
             .await?
             .iter()
             .map(|r| Ok(ProcessorStatus::from_query_result(r, "")?))

@@ -3,6 +3,7 @@
 //! may give a partition. Only a SHA-256 hash of a token is stored, so the
 //! table gives no token away; the token is shown once, when created.
 
+use super::driver::sql;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
@@ -149,18 +150,10 @@ impl Store {
         }
         let id = format!("pt-{}", hex::encode(rand::random::<[u8; 6]>()));
         let token = format!("fpt_{}", hex::encode(rand::random::<[u8; 32]>()));
-        self.exec(
+        self.run(sql!(self.driver;
             "INSERT INTO feed_producer_tokens (id, token_hash, tenant, prefix, max_weight, \
-             max_in_flight, created_at) VALUES (?, ?, ?, ?, ?, ?, {now})",
-            vec![
-                id.as_str().into(),
-                hash(&token).into(),
-                scope.tenant.as_str().into(),
-                scope.prefix.clone().into(),
-                int(scope.max_weight),
-                int(scope.max_in_flight),
-            ],
-        )
+             max_in_flight, created_at) VALUES (" {id.as_str()} ", " {hash(&token)} ", " {scope.tenant.as_str()} ", " {scope.prefix.clone()} ", " {int(scope.max_weight)} ", " {int(scope.max_in_flight)} ", {now})"
+        ))
         .await?;
         let stored = self
             .producer_tokens()
@@ -182,10 +175,7 @@ impl Store {
     pub async fn revoke_producer_token(&self, id: &str) -> Result<bool> {
         validate::filter("token id", id)?;
         let n = self
-            .exec(
-                "DELETE FROM feed_producer_tokens WHERE id = ?",
-                vec![id.into()],
-            )
+            .run(sql!(self.driver; "DELETE FROM feed_producer_tokens WHERE id = " {id}))
             .await?;
         Ok(n > 0)
     }
@@ -201,7 +191,7 @@ impl Store {
     /// Whether any producer token exists.
     pub async fn has_producer_tokens(&self) -> Result<bool> {
         let rows = self
-            .query("SELECT id FROM feed_producer_tokens LIMIT 1", vec![])
+            .fetch(sql!(self.driver; "SELECT id FROM feed_producer_tokens LIMIT 1"))
             .await?;
         Ok(!rows.is_empty())
     }

@@ -4,6 +4,7 @@
 //! elsewhere, and as PostgreSQL's safety net, it polls the partition's
 //! status every `poll`.
 
+use super::driver::sql;
 use std::time::Duration;
 
 use sea_orm::sqlx::postgres::PgListener;
@@ -99,11 +100,9 @@ impl Store {
 
     /// A partition's items by status (one index range).
     pub async fn partition_counts(&self, id: &str) -> Result<Counts> {
-        let rows = self
-            .query(
-                "SELECT status, COUNT(*) AS n FROM feed_items WHERE partition_id = ? GROUP BY status",
-                vec![id.into()],
-            )
+        let rows = self.fetch(sql!(self.driver;
+            "SELECT status, COUNT(*) AS n FROM feed_items WHERE partition_id = " {id} " GROUP BY status"
+        ))
             .await?;
         let mut c = Counts::default();
         for r in &rows {

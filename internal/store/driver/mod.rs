@@ -17,7 +17,7 @@ pub(crate) mod sqlite;
 
 pub(crate) use errors::{Refusal, refusal};
 pub use errors::{is_lost_statement, is_transient, is_wrong_node};
-pub(crate) use sql::Sql;
+pub(crate) use sql::{Sql, sql};
 
 use sea_orm::{DbBackend, Statement, Value};
 

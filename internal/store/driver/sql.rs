@@ -6,6 +6,32 @@ use sea_orm::{Statement, Value};
 
 use super::Driver;
 
+/// Builds a [`Statement`] for a driver bind by bind: a string literal is
+/// SQL text (`{now}` stands for the database clock), `{value}` binds a
+/// value where it stands, `[text]` appends SQL text held in a variable.
+/// `sql!(driver; "UPDATE t SET a = " {a} " WHERE id = " {id})`.
+macro_rules! sql {
+    ($driver:expr; $($part:tt)*) => {{
+        let mut s = $crate::store::driver::Sql::new($driver);
+        $crate::store::driver::sql!(@ s; $($part)*);
+        s.statement()
+    }};
+    (@ $s:ident;) => {};
+    (@ $s:ident; $text:literal $($rest:tt)*) => {
+        $s.push($text);
+        $crate::store::driver::sql!(@ $s; $($rest)*);
+    };
+    (@ $s:ident; {$value:expr} $($rest:tt)*) => {
+        $s.bind($value);
+        $crate::store::driver::sql!(@ $s; $($rest)*);
+    };
+    (@ $s:ident; [$text:expr] $($rest:tt)*) => {
+        $s.push($text);
+        $crate::store::driver::sql!(@ $s; $($rest)*);
+    };
+}
+pub(crate) use sql;
+
 /// A statement being built: its text, its values, and the driver whose
 /// placeholders and clock it is written with.
 #[derive(Debug)]

@@ -3,6 +3,7 @@
 //! its per-gate counts, and the overview. Pages are served by primary-key
 //! or `(partition_id, id)` index order, so they stay fast on large tables.
 
+use crate::store::driver::sql;
 use std::collections::BTreeMap;
 
 mod items;
@@ -260,10 +261,7 @@ impl Store {
 
     pub(super) async fn partition_exists(&self, id: &str) -> Result<()> {
         let rows = self
-            .query(
-                "SELECT id FROM feed_partitions WHERE id = ?",
-                vec![id.into()],
-            )
+            .fetch(sql!(self.driver; "SELECT id FROM feed_partitions WHERE id = " {id}))
             .await?;
         if rows.is_empty() {
             return Err(Error::NotFound(format!("partition {id}")));
