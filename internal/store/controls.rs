@@ -7,8 +7,8 @@
 //! its lease and items, and dispatch skips it. Cancelling sets status
 //! `cancelled` and `owner = NULL` so that late results fail the fence.
 
-use super::driver::sql;
-use sea_orm::{ConnectionTrait, FromQueryResult, Value};
+use super::driver::{Sql, sql};
+use sea_orm::{ConnectionTrait, FromQueryResult};
 
 use super::{Retried, RetryScope, Store, get};
 use crate::{Error, Result, validate};
@@ -38,7 +38,7 @@ impl Store {
     /// Wakes PostgreSQL listeners after a control that makes work runnable.
     async fn wake(&self) -> Result<()> {
         if let Some(notify) = self.driver.notify() {
-            self.exec(notify, vec![]).await?;
+            self.run(sql!(self.driver; [notify])).await?;
         }
         Ok(())
     }
@@ -51,20 +51,15 @@ impl Store {
         } else {
             "paused AND status <> 'cancelled'"
         };
-        let (filter, mut values): (&str, Vec<Value>) = match id {
-            Some(id) => (" AND id = ?", vec![id.into()]),
-            None => ("", vec![]),
-        };
-        values.insert(0, paused.into());
-        let n = self
-            .exec(
-                &format!(
-                    "UPDATE feed_partitions SET paused = ?, version = version + 1, updated_at = {{now}} \
-                     WHERE {applies}{filter}"
-                ),
-                values,
-            )
-            .await?;
+        let mut st = Sql::new(self.driver);
+        st.push("UPDATE feed_partitions SET paused = ")
+            .bind(paused)
+            .push(", version = version + 1, updated_at = {now} WHERE ")
+            .push(applies);
+        if let Some(id) = id {
+            st.push(" AND id = ").bind(id);
+        }
+        let n = self.run(st.statement()).await?;
         if !paused && n > 0 {
             self.wake().await?;
         }
@@ -123,12 +118,8 @@ impl Store {
         let b = self.driver;
         let txn = self.begin_write().await?;
         let rows = self
-            .bounded(txn.query_all_raw(b.stmt(
-                &format!(
-                    "SELECT status FROM feed_partitions WHERE id = ?{}",
-                    b.for_update()
-                ),
-                vec![id.into()],
+            .bounded(txn.query_all_raw(sql!(b;
+                "SELECT status FROM feed_partitions WHERE id = " {id} [b.for_update()]
             )))
             .await?;
         let Some(row) = rows.first() else {

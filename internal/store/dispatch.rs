@@ -8,7 +8,7 @@
 
 use sea_orm::Value;
 
-use super::driver::NOW_BOUND;
+use super::driver::{NOW_BOUND, Sql, sql};
 use super::{Store, get};
 use crate::Result;
 use crate::ids::{ItemId, PartitionId, SessionId};
@@ -86,22 +86,16 @@ impl Store {
         let only = |word: &str| work.map_or(String::new(), |c| format!(" {word} {c}"));
         let Some(after) = after else {
             let rows = self
-                .query(
-                    &format!("SELECT MAX({seq}) AS s FROM feed_items{}", only("WHERE")),
-                    vec![],
-                )
+                .fetch(sql!(self.driver; [&format!("SELECT MAX({seq}) AS s FROM feed_items{}", only("WHERE"))]))
                 .await?;
             let end: Option<i64> = rows.first().map(|r| get(r, "s")).transpose()?.flatten();
             return Ok((vec![], end.unwrap_or(0)));
         };
         let rows = self
-            .query(
-                &format!(
-                    "SELECT partition_id, {seq} AS s FROM feed_items WHERE {seq} > ?{} ORDER BY {seq} LIMIT ?",
-                    only("AND")
-                ),
-                vec![after.into(), (limit as i64).into()],
-            )
+            .fetch(sql!(self.driver;
+                [&format!("SELECT partition_id, {seq} AS s FROM feed_items WHERE {seq} > ")] {after}
+                [&only("AND")] [&format!(" ORDER BY {seq} LIMIT ")] {limit as i64}
+            ))
             .await?;
         let mut end = after;
         let mut ids = Vec::with_capacity(rows.len());
@@ -130,33 +124,34 @@ impl Store {
         let n = want.len().next_power_of_two();
         let d = self.driver;
         let (data, seq, index) = (d.data_column("i"), d.seq(), d.ready_index());
-        let select = |range: &str, order: &str| {
-            format!(
-                "SELECT i.id, i.partition_id, i.gate, {data} AS data, i.attempts, \
-                 i.version, i.{seq} AS seq, i.not_before, i.traceparent FROM feed_items i{index} \
-                 WHERE i.partition_id = ? AND i.status = 'available' \
-                 AND i.gate = (SELECT p.gate FROM feed_partitions p WHERE p.id = ? AND p.owner = ? \
-                 AND p.status = 'available' AND NOT p.paused) \
-                 AND {range} ORDER BY {order} LIMIT ?"
-            )
-        };
-        let now = select(
-            &format!("i.not_before IS NULL AND i.{seq} > ?"),
-            &d.unscheduled_order("i", false),
+        let head = format!(
+            "SELECT i.id, i.partition_id, i.gate, {data} AS data, i.attempts, \
+             i.version, i.{seq} AS seq, i.not_before, i.traceparent FROM feed_items i{index} \
+             WHERE i.partition_id = "
         );
-        let due = select(
-            &format!("i.not_before <= {NOW_BOUND}"),
-            &format!("i.not_before, i.{seq}"),
+        // One branch: the partition's available items of its gate in
+        // `range` (which binds its own values), ordered, at most `limit`.
+        let branch =
+            |s: &mut Sql, partition: &Value, range: &dyn Fn(&mut Sql), order: &str, limit: i64| {
+                s.push(&head)
+                    .bind(partition.clone())
+                    .push(
+                        " AND i.status = 'available' \
+                     AND i.gate = (SELECT p.gate FROM feed_partitions p WHERE p.id = ",
+                    )
+                    .bind(partition.clone())
+                    .push(" AND p.owner = ")
+                    .bind(me)
+                    .push(" AND p.status = 'available' AND NOT p.paused) AND ");
+                range(s);
+                s.push(" ORDER BY ").push(order).push(" LIMIT ").bind(limit);
+            };
+        let (now_order, due_order) = (
+            d.unscheduled_order("i", false),
+            format!("i.not_before, i.{seq}"),
         );
-        let branches: Vec<String> = (0..n)
-            .flat_map(|b| {
-                [
-                    d.limited_branch(&now, 2 * b),
-                    d.limited_branch(&due, 2 * b + 1),
-                ]
-            })
-            .collect();
-        let mut values: Vec<Value> = Vec::with_capacity(n * 9);
+        let due_range = format!("i.not_before <= {NOW_BOUND}");
+        let mut s = Sql::new(d);
         for b in 0..n {
             let (partition, after, asked, due) = match want.get(b) {
                 Some(ask) => (
@@ -167,19 +162,30 @@ impl Store {
                 ),
                 None => (Value::String(None), i64::MIN, 0, 0),
             };
-            values.extend([
-                partition.clone(),
-                partition.clone(),
-                me.into(),
-                after.into(),
-                (asked as i64).into(),
-                partition.clone(),
-                partition,
-                me.into(),
-                (due as i64).into(),
-            ]);
+            if b > 0 {
+                s.push(" UNION ALL ");
+            }
+            d.limited_branch(&mut s, 2 * b, &|s| {
+                let range = |s: &mut Sql| {
+                    s.push(&format!("i.not_before IS NULL AND i.{seq} > "))
+                        .bind(after);
+                };
+                branch(s, &partition, &range, &now_order, asked as i64);
+            });
+            s.push(" UNION ALL ");
+            d.limited_branch(&mut s, 2 * b + 1, &|s| {
+                branch(
+                    s,
+                    &partition,
+                    &|s: &mut Sql| {
+                        s.push(&due_range);
+                    },
+                    &due_order,
+                    due as i64,
+                );
+            });
         }
-        let rows = self.query(&branches.join(" UNION ALL "), values).await?;
+        let rows = self.fetch(s.statement()).await?;
         let mut items = rows
             .iter()
             .map(|r| {

@@ -1,12 +1,11 @@
 //! Enqueueing: a partition created or extended and its items inserted,
 //! in one transaction.
 
-use super::driver::sql;
 use std::time::Duration;
 
 use sea_orm::ConnectionTrait;
 
-use super::driver::is_transient;
+use super::driver::{is_transient, sql};
 use super::insert::{insert_items, statements};
 use super::producer::{Enqueued, NewItem, PartitionSpec};
 use super::{ProducerScope, Store, get};
@@ -95,32 +94,19 @@ impl Store {
         // Upsert, then lock: producers creating the same partition at once
         // all succeed (a lock on a row that does not exist yet locks nothing).
         let created = self.bounded(txn
-            .execute_raw(b.stmt(&format!(
-                    "INSERT INTO feed_partitions (id, auto_close, manual_checkpoint, on_failure, gate_events, \
-                     tenant, weight, max_in_flight) VALUES (?, ?, ?, ?, ?, ?, ?, ?){}",
-                    b.keep_existing()
-                ),
-                vec![
-                    partition.into(),
-                    spec.auto_close.into(),
-                    spec.manual_checkpoint.into(),
-                    spec.on_failure.as_str().into(),
-                    spec.gate_events.into(),
-                    spec.tenant.clone().into(),
-                    spec.weight.map(|w| i32::try_from(w).unwrap_or(i32::MAX)).into(),
-                    spec.max_in_flight.map(|m| i32::try_from(m).unwrap_or(i32::MAX)).into(),
-                ],
+            .execute_raw(sql!(b;
+                "INSERT INTO feed_partitions (id, auto_close, manual_checkpoint, on_failure, gate_events, \
+                 tenant, weight, max_in_flight) VALUES (" {partition} ", " {spec.auto_close} ", "
+                {spec.manual_checkpoint} ", " {spec.on_failure.as_str()} ", " {spec.gate_events} ", "
+                {spec.tenant.clone()} ", " {spec.weight.map(|w| i32::try_from(w).unwrap_or(i32::MAX))} ", "
+                {spec.max_in_flight.map(|m| i32::try_from(m).unwrap_or(i32::MAX))} ")" [b.keep_existing()]
             )))
             .await?
             .rows_affected()
             == 1;
         let rows = self
-            .bounded(txn.query_all_raw(b.stmt(
-                &format!(
-                    "SELECT gate, status, tenant FROM feed_partitions WHERE id = ?{}",
-                    b.for_update()
-                ),
-                vec![partition.into()],
+            .bounded(txn.query_all_raw(sql!(b;
+                "SELECT gate, status, tenant FROM feed_partitions WHERE id = " {partition} [b.for_update()]
             )))
             .await?;
         let row = rows

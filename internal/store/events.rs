@@ -4,13 +4,12 @@
 //! through delivery (`pending` → `delivered`, or `failed` once delivery
 //! gives up) by the events worker.
 
-use super::driver::sql;
 use std::time::Duration;
 
-use sea_orm::{FromQueryResult, Value};
+use sea_orm::{FromQueryResult, Statement, Value};
 use serde::Serialize;
 
-use super::driver::Sql;
+use super::driver::{Sql, sql};
 use super::{Store, get};
 use crate::{Error, Result, validate};
 
@@ -118,12 +117,11 @@ impl Store {
         status: Option<&str>,
         limit: usize,
     ) -> Result<Vec<Event>> {
-        let mut sql = format!("SELECT {COLUMNS} FROM feed_events e WHERE 1 = 1");
-        let mut values: Vec<Value> = vec![];
+        let mut sql = Sql::new(self.driver);
+        sql.push(&format!("SELECT {COLUMNS} FROM feed_events e WHERE 1 = 1"));
         if let Some(p) = partition {
             validate::filter("partition id", p)?;
-            sql.push_str(" AND e.partition_id = ?");
-            values.push(p.into());
+            sql.push(" AND e.partition_id = ").bind(p);
         }
         if let Some(s) = status {
             if !STATES.contains(&s) {
@@ -131,16 +129,15 @@ impl Store {
                     "unknown event status {s:?}; use pending, delivered or failed"
                 )));
             }
-            sql.push_str(" AND e.status = ?");
-            values.push(s.into());
+            sql.push(" AND e.status = ").bind(s);
         }
-        sql.push_str(" ORDER BY e.id LIMIT ?");
-        values.push((limit.min(10_000) as i64).into());
-        self.event_rows(&sql, values).await
+        sql.push(" ORDER BY e.id LIMIT ")
+            .bind(limit.min(10_000) as i64);
+        self.event_rows(sql.statement()).await
     }
 
-    async fn event_rows(&self, sql: &str, values: Vec<Value>) -> Result<Vec<Event>> {
-        self.query(sql, values)
+    async fn event_rows(&self, st: Statement) -> Result<Vec<Event>> {
+        self.fetch(st)
             .await?
             .iter()
             .map(|r| Ok(EventRow::from_query_result(r, "")?.into()))
@@ -150,19 +147,18 @@ impl Store {
     /// Events `pending` and `failed` (delivered ones are not counted), of
     /// one partition or all, for `status`, the console and metrics.
     pub async fn event_backlog(&self, partition: Option<&str>) -> Result<(i64, i64)> {
-        let (filter, values): (&str, Vec<Value>) = match partition {
-            Some(p) => (" AND partition_id = ?", vec![p.into(), p.into()]),
-            None => ("", vec![]),
-        };
-        let rows = self
-            .query(
-                &format!(
-                    "SELECT (SELECT COUNT(*) FROM feed_events WHERE status = 'pending'{filter}) AS pending, \
-                     (SELECT COUNT(*) FROM feed_events WHERE status = 'failed'{filter}) AS failed"
-                ),
-                values,
-            )
-            .await?;
+        let mut sql = Sql::new(self.driver);
+        for (k, status) in ["pending", "failed"].into_iter().enumerate() {
+            sql.push(if k == 0 { "SELECT " } else { ", " })
+                .push(&format!(
+                    "(SELECT COUNT(*) FROM feed_events WHERE status = '{status}'"
+                ));
+            if let Some(p) = partition {
+                sql.push(" AND partition_id = ").bind(p);
+            }
+            sql.push(&format!(") AS {status}"));
+        }
+        let rows = self.fetch(sql.statement()).await?;
         let r = rows
             .first()
             .ok_or_else(|| Error::NotFound("counts".into()))?;
@@ -177,9 +173,10 @@ impl Store {
             "SELECT {COLUMNS} FROM feed_events e WHERE e.status = 'pending' \
              AND (e.not_before IS NULL OR e.not_before <= {{now}}) \
              AND NOT EXISTS (SELECT 1 FROM feed_events o WHERE o.partition_id = e.partition_id \
-             AND o.id < e.id AND o.status = 'pending') ORDER BY e.id LIMIT ?"
+             AND o.id < e.id AND o.status = 'pending') ORDER BY e.id LIMIT "
         );
-        self.event_rows(&sql, vec![(limit as i64).into()]).await
+        self.event_rows(sql!(self.driver; [&sql] {limit as i64}))
+            .await
     }
 
     /// Marks events as accepted by the receiver.
@@ -222,31 +219,28 @@ impl Store {
     /// Puts failed events back to `pending` with fresh attempts, so the
     /// events worker sends them again; returns how many.
     pub async fn retry_events(&self, scope: EventScope<'_>) -> Result<u64> {
-        let (filter, values): (&str, Vec<Value>) = match scope {
-            EventScope::All => ("", vec![]),
+        let mut sql = Sql::new(self.driver);
+        sql.push(
+            "UPDATE feed_events SET status = 'pending', attempts = 0, not_before = NULL, \
+             updated_at = {now} WHERE status = 'failed'",
+        );
+        match scope {
+            EventScope::All => {}
             EventScope::Partition(p) => {
                 validate::filter("partition id", p)?;
-                (" AND partition_id = ?", vec![p.into()])
+                sql.push(" AND partition_id = ").bind(p);
             }
-            EventScope::Event(id) => (" AND id = ?", vec![id.into()]),
-        };
-        self.exec(
-            &format!(
-                "UPDATE feed_events SET status = 'pending', attempts = 0, not_before = NULL, \
-                 updated_at = {{now}} WHERE status = 'failed'{filter}"
-            ),
-            values,
-        )
-        .await
+            EventScope::Event(id) => {
+                sql.push(" AND id = ").bind(id);
+            }
+        }
+        self.run(sql.statement()).await
     }
 
     /// Events older than `age` ms whose delivery did not fail.
     pub(super) async fn count_old_events(&self, age: i64) -> Result<u64> {
         let rows = self
-            .query(
-                &format!("SELECT COUNT(*) AS n FROM feed_events WHERE {OLD_BEFORE}?"),
-                vec![age.into()],
-            )
+            .fetch(sql!(self.driver; "SELECT COUNT(*) AS n FROM feed_events WHERE " [OLD_BEFORE] {age}))
             .await?;
         let r = rows
             .first()
@@ -260,10 +254,10 @@ impl Store {
         let mut deleted = 0;
         loop {
             let ids: Vec<Value> = self
-                .query(
-                    &format!("SELECT id FROM feed_events WHERE {OLD_BEFORE}? ORDER BY id LIMIT ?"),
-                    vec![age.into(), (PRUNE_BATCH as i64).into()],
-                )
+                .fetch(sql!(self.driver;
+                    "SELECT id FROM feed_events WHERE " [OLD_BEFORE] {age}
+                    " ORDER BY id LIMIT " {PRUNE_BATCH as i64}
+                ))
                 .await?
                 .iter()
                 .map(|r| Ok(get::<i64>(r, "id")?.into()))

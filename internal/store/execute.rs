@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use sea_orm::{
     DatabaseTransaction, DbErr, QueryResult, SqliteTransactionMode, TransactionOptions,
-    TransactionTrait, Value,
+    TransactionTrait,
 };
 
 use super::{Pooler, Store, driver, hosts, is_transient};
@@ -14,25 +14,6 @@ use crate::backoff::Backoff;
 use crate::{Error, Result};
 
 impl Store {
-    pub(super) async fn exec(&self, sql: &str, values: Vec<Value>) -> Result<u64> {
-        self.retry(|| async {
-            self.count(1);
-            self.execute_raw(self.driver.stmt(sql, values.clone()))
-                .await
-                .map(|r| r.rows_affected())
-        })
-        .await
-    }
-
-    pub(super) async fn query(&self, sql: &str, values: Vec<Value>) -> Result<Vec<QueryResult>> {
-        self.retry(|| async {
-            self.count(1);
-            self.query_all_raw(self.driver.stmt(sql, values.clone()))
-                .await
-        })
-        .await
-    }
-
     /// Runs a built statement (retried as [`Store::retry`] does); the
     /// rows it changed.
     pub(super) async fn run(&self, st: sea_orm::Statement) -> Result<u64> {

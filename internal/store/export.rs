@@ -9,10 +9,10 @@
 //! ([`Export::fetch`]), so that a reader can make room for it before any
 //! data comes in.
 
-use sea_orm::{FromQueryResult, Value};
+use sea_orm::FromQueryResult;
 
 use super::Store;
-use super::driver::Int;
+use super::driver::{Int, Sql};
 use crate::{Result, validate};
 
 /// Items read per page at most.
@@ -99,23 +99,23 @@ impl Store {
 
 impl Export {
     /// `SELECT columns` of this export's items after `after`, in order.
-    fn select(&self, columns: &str, after: Option<i64>) -> (String, Vec<Value>) {
+    fn select(&self, columns: &str, after: Option<i64>) -> Sql {
         let seq = self.store.driver.seq();
-        let mut sql = format!("SELECT {columns} FROM feed_items i WHERE i.partition_id = ?");
-        let mut values: Vec<Value> = vec![self.partition.clone().into()];
+        let mut sql = Sql::new(self.store.driver);
+        sql.push(&format!(
+            "SELECT {columns} FROM feed_items i WHERE i.partition_id = "
+        ))
+        .bind(self.partition.as_str());
         if let Some(s) = &self.status {
-            sql.push_str(" AND i.status = ?");
-            values.push(s.clone().into());
+            sql.push(" AND i.status = ").bind(s.as_str());
         }
         if let Some(g) = self.gate {
-            sql.push_str(" AND i.gate = ?");
-            values.push(g.into());
+            sql.push(" AND i.gate = ").bind(g);
         }
         if let Some(a) = after {
-            sql.push_str(&format!(" AND i.{seq} > ?"));
-            values.push(a.into());
+            sql.push(&format!(" AND i.{seq} > ")).bind(a);
         }
-        (sql, values)
+        sql
     }
 
     /// Plans the next page from its items' sizes (no data is read); None
@@ -127,10 +127,10 @@ impl Export {
         let b = self.store.driver;
         let seq = b.seq();
         let columns = format!("i.{seq} AS seq, LENGTH({}) AS size", b.data_column("i"));
-        let (mut sql, mut values) = self.select(&columns, self.after);
-        sql.push_str(&format!(" ORDER BY i.{seq} LIMIT ?"));
-        values.push((PAGE as i64).into());
-        let rows = self.store.query(&sql, values).await?;
+        let mut sql = self.select(&columns, self.after);
+        sql.push(&format!(" ORDER BY i.{seq} LIMIT "))
+            .bind(PAGE as i64);
+        let rows = self.store.fetch(sql.statement()).await?;
         if rows.is_empty() {
             if self.after.is_none() {
                 self.store.partition_exists(&self.partition).await?;
@@ -166,12 +166,13 @@ impl Export {
              {} AS data",
             b.data_column("i")
         );
-        let (mut sql, mut values) = self.select(&columns, self.after);
-        sql.push_str(&format!(" AND i.{seq} <= ? ORDER BY i.{seq}"));
-        values.push(plan.last.into());
+        let mut sql = self.select(&columns, self.after);
+        sql.push(&format!(" AND i.{seq} <= "))
+            .bind(plan.last)
+            .push(&format!(" ORDER BY i.{seq}"));
         let page = self
             .store
-            .query(&sql, values)
+            .fetch(sql.statement())
             .await?
             .iter()
             .map(|r| Ok(ExportedItem::from_query_result(r, "")?))

@@ -1,12 +1,11 @@
 //! Gate-check queries: reading held partitions and their unfinished items,
 //! advancing, closing and failing partitions.
 
-use super::driver::sql;
 use std::collections::HashMap;
 
 use sea_orm::{FromQueryResult, Value};
 
-use super::driver::{Driver, Sql};
+use super::driver::{Driver, Sql, sql};
 use super::probes::{item_exists, open_items, verdict_column};
 use super::{Store, get};
 use crate::Result;
@@ -238,32 +237,21 @@ impl Store {
              Run `processor retry` to run it at the partition's gate",
             p.gate
         );
-        let owned = "EXISTS (SELECT 1 FROM feed_partitions p WHERE p.id = ? AND p.owner = ?)";
+        let owned = "EXISTS (SELECT 1 FROM feed_partitions p WHERE p.id = ";
         let n = self
-            .exec(
-                &format!(
-                    "UPDATE feed_items SET status = 'failed', last_error = ?, version = version + 1, \
-                     updated_at = {{now}} WHERE partition_id = ? AND status = 'available' AND gate < ? AND {owned}"
-                ),
-                vec![
-                    below.into(),
-                    p.id.clone().into(),
-                    p.gate.into(),
-                    p.id.clone().into(),
-                    me.into(),
-                ],
-            )
+            .run(sql!(self.driver;
+                "UPDATE feed_items SET status = 'failed', last_error = " {below} ", version = version + 1, \
+                 updated_at = {now} WHERE partition_id = " {&p.id} " AND status = 'available' AND gate < "
+                {p.gate} " AND " [owned] {&p.id} " AND p.owner = " {me} ")"
+            ))
             .await?;
         let m = self
-            .exec(
-                &format!(
-                    "UPDATE feed_items SET last_error = {}, status = 'failed', version = version + 1, \
-                     updated_at = {{now}} WHERE partition_id = ? \
-                     AND status NOT IN ('available', 'complete', 'failed', 'cancelled') AND {owned}",
-                    unknown_status_message(self.driver)
-                ),
-                vec![p.id.clone().into(), p.id.clone().into(), me.into()],
-            )
+            .run(sql!(self.driver;
+                "UPDATE feed_items SET last_error = " [&unknown_status_message(self.driver)]
+                ", status = 'failed', version = version + 1, updated_at = {now} WHERE partition_id = "
+                {&p.id} " AND status NOT IN ('available', 'complete', 'failed', 'cancelled') AND "
+                [owned] {&p.id} " AND p.owner = " {me} ")"
+            ))
             .await?;
         Ok(n + m)
     }

@@ -1,8 +1,8 @@
 //! Inserting an enqueue's items: in statements bounded by items and bytes.
 
-use sea_orm::{ConnectionTrait, DatabaseTransaction, Value};
+use sea_orm::{ConnectionTrait, DatabaseTransaction};
 
-use super::driver::Driver;
+use super::driver::{Driver, Sql, sql};
 use super::{NewItem, Schedule};
 use crate::{Error, Result};
 
@@ -49,44 +49,38 @@ pub(super) async fn insert_items(
     // of before.
     let scheduled = items.iter().any(|i| i.schedule.is_some());
     let traced = items.iter().any(|i| i.traceparent.is_some());
-    let mut columns = String::new();
-    let mut row = String::from("(?, ?, ?, ?");
+    let mut sql = Sql::new(b);
+    sql.push("INSERT INTO feed_items (id, partition_id, gate, data");
     if scheduled {
-        columns.push_str(", not_before");
-        row.push_str(", COALESCE(?, {now} + ?)");
+        sql.push(", not_before");
     }
     if traced {
-        columns.push_str(", traceparent");
-        row.push_str(", ?");
+        sql.push(", traceparent");
     }
-    row.push(')');
-    let rows = vec![row.as_str(); items.len()].join(", ");
-    let mut values: Vec<Value> = Vec::with_capacity(items.len() * 7);
-    for item in items {
-        values.push(
-            item.id
-                .clone()
-                .unwrap_or_else(|| uuid::Uuid::new_v4().to_string())
-                .into(),
+    sql.push(") VALUES ");
+    for (k, item) in items.iter().enumerate() {
+        let id = item
+            .id
+            .clone()
+            .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+        sql!(into sql;
+            [if k == 0 { "(" } else { ", (" }] {id} ", " {partition} ", "
+            {item.gate.unwrap_or(gate)} ", " {item.data.to_vec()}
         );
-        values.push(partition.into());
-        values.push(item.gate.unwrap_or(gate).into());
-        values.push(item.data.to_vec().into());
         if scheduled {
             let (at, after) = match item.schedule {
                 Some(Schedule::At(ms)) => (Some(ms), None),
                 Some(Schedule::After(d)) => (None, Some(super::ms(d))),
                 None => (None, None),
             };
-            values.extend([Value::BigInt(at), Value::BigInt(after)]);
+            sql!(into sql; ", COALESCE(" {at} ", {now} + " {after} ")");
         }
         if traced {
-            values.push(item.traceparent.clone().into());
+            sql.push(", ").bind(item.traceparent.clone());
         }
+        sql.push(")");
     }
-    let sql =
-        format!("INSERT INTO feed_items (id, partition_id, gate, data{columns}) VALUES {rows}");
-    txn.execute_raw(b.stmt(&sql, values)).await.map_err(|e| {
+    txn.execute_raw(sql.statement()).await.map_err(|e| {
         if matches!(e.sql_err(), Some(sea_orm::SqlErr::UniqueConstraintViolation(_))) {
             Error::Invalid(format!(
                 "an item id already exists (ids are unique across all partitions); nothing was written: {e}"

@@ -1,22 +1,19 @@
 //! Leases: counting, taking, releasing and stealing partitions, and
 //! reopening partitions that a plain-SQL producer left stranded.
 
-use super::driver::sql;
 use std::time::Duration;
 
 use sea_orm::{FromQueryResult, QueryResult};
 
+use super::driver::{Sql, sql};
 use super::limits::nonneg;
-use super::probes::{item_exists, ready, stuck};
+use super::probes::{LIVE, item_exists, ready, stuck};
 use super::{Store, get, ms};
 use crate::ids::{PartitionId, SessionId};
 use crate::{Error, Result};
 
 /// Partitions leased per statement: a bounded `IN` list however many are free.
 pub(crate) const LEASE_CHUNK: usize = 500;
-
-/// Live sessions' ids; takes the expiry in milliseconds.
-const LIVE: &str = "(SELECT id FROM feed_processors WHERE heartbeat_at >= {now} - ?)";
 
 /// Counts that only steer decisions stop here, so that a cycle reads no
 /// more rows however large the backlog: beyond it, a processor aims for
@@ -107,52 +104,43 @@ impl Store {
         let unowned_order = self.driver.unowned_order();
         let index = self.driver.ready_index();
         let stranded = item_exists(self.driver, "i.status = 'available'", "x.id");
-        let complete = format!(
-            "(SELECT id FROM feed_partitions WHERE status = 'complete' AND owner IS NULL \
-             AND id > ? ORDER BY {unowned_order} LIMIT ?)"
-        );
-        let others = |cond: &str, order: &str| {
-            format!(
-                "(SELECT COUNT(*) FROM (SELECT 1 AS x FROM feed_partitions WHERE status = 'available' \
-                 AND {cond} ORDER BY {order} LIMIT ?) o)"
+        let left = (COUNT_CAP - held).max(0);
+        // Active partitions others hold or nobody does, counted along the
+        // index in `order`, at most `left`.
+        let others = |s: &mut Sql, cond: &str, owner: Option<&SessionId>, order: &str| {
+            s.push(
+                " + (SELECT COUNT(*) FROM (SELECT 1 AS x FROM feed_partitions WHERE status = 'available' AND ",
             )
+            .push(cond);
+            if let Some(owner) = owner {
+                s.bind(owner);
+            }
+            sql!(into s; " ORDER BY " [order] " LIMIT " {left} ") o)");
         };
         let key = "status, owner, id";
-        let (unowned, below, above) = (
-            others("owner IS NULL", unowned_order),
-            others("owner < ?", key),
-            others("owner > ?", key),
+        let mut s = Sql::new(self.driver);
+        sql!(into s;
+            "SELECT \
+             (SELECT COUNT(*) FROM feed_processors WHERE heartbeat_at >= {now} - " {e} ") AS sessions, \
+             (SELECT COUNT(*) FROM feed_processors WHERE heartbeat_at >= {now} - " {e}
+            " AND max_partitions IS NOT NULL) AS capped, " {held}
         );
-        let left = (COUNT_CAP - held).max(0);
-        let rows = self
-            .query(
-                &format!(
-                    "SELECT \
-                     (SELECT COUNT(*) FROM feed_processors WHERE heartbeat_at >= {{now}} - ?) AS sessions, \
-                     (SELECT COUNT(*) FROM feed_processors WHERE heartbeat_at >= {{now}} - ? AND max_partitions IS NOT NULL) AS capped, \
-                     ? + {unowned} + {below} + {above} AS active, \
-                     (SELECT COUNT(*) FROM (SELECT 1 AS x FROM feed_partitions p JOIN feed_items i{index} ON i.partition_id = p.id \
-                      WHERE p.owner = ? AND p.status = 'available' AND i.status = 'available' LIMIT ?) b) AS backlog, \
-                     c.stranded, c.stranded_slice, c.stranded_end \
-                     FROM (SELECT COUNT(CASE WHEN {stranded} THEN 1 END) AS stranded, \
-                      COUNT(*) AS stranded_slice, MAX(x.id) AS stranded_end FROM {complete} x) c"
-                ),
-                vec![
-                    e.into(),
-                    e.into(),
-                    held.into(),
-                    left.into(),
-                    me.into(),
-                    left.into(),
-                    me.into(),
-                    left.into(),
-                    me.into(),
-                    (if backlog { COUNT_CAP } else { 0 }).into(),
-                    stranded_after.into(),
-                    STRANDED_SLICE.into(),
-                ],
-            )
-            .await?;
+        others(&mut s, "owner IS NULL", None, unowned_order);
+        others(&mut s, "owner < ", Some(me), key);
+        others(&mut s, "owner > ", Some(me), key);
+        sql!(into s;
+            " AS active, \
+             (SELECT COUNT(*) FROM (SELECT 1 AS x FROM feed_partitions p JOIN feed_items i" [index]
+            " ON i.partition_id = p.id WHERE p.owner = " {me}
+            " AND p.status = 'available' AND i.status = 'available' LIMIT "
+            {if backlog { COUNT_CAP } else { 0 }} ") b) AS backlog, \
+             c.stranded, c.stranded_slice, c.stranded_end \
+             FROM (SELECT COUNT(CASE WHEN " [&stranded] " THEN 1 END) AS stranded, \
+              COUNT(*) AS stranded_slice, MAX(x.id) AS stranded_end FROM \
+             (SELECT id FROM feed_partitions WHERE status = 'complete' AND owner IS NULL \
+             AND id > " {stranded_after} " ORDER BY " [unowned_order] " LIMIT " {STRANDED_SLICE} ") x) c"
+        );
+        let rows = self.fetch(s.statement()).await?;
         let row = rows
             .first()
             .ok_or_else(|| Error::NotFound("lease counts".into()))?;
@@ -165,15 +153,11 @@ impl Store {
     /// `limit`: asked only by a processor at its `--max-partitions` cap.
     pub(crate) async fn free_ready(&self, expiry: Duration, limit: i64) -> Result<i64> {
         let rows = self
-            .query(
-                &format!(
-                    "SELECT COUNT(*) AS n FROM (SELECT 1 AS x FROM feed_partitions p \
-                     WHERE p.status = 'available' AND (p.owner IS NULL OR p.owner NOT IN {LIVE}) \
-                     AND {} LIMIT ?) f",
-                    ready(self.driver)
-                ),
-                vec![ms(expiry).into(), limit.into()],
-            )
+            .fetch(sql!(self.driver;
+                "SELECT COUNT(*) AS n FROM (SELECT 1 AS x FROM feed_partitions p \
+                 WHERE p.status = 'available' AND (p.owner IS NULL OR p.owner NOT IN " [LIVE]
+                {ms(expiry)} ")) AND " [&ready(self.driver)] " LIMIT " {limit} ") f"
+            ))
             .await?;
         rows.first().map_or(Ok(0), |r| get(r, "n"))
     }
@@ -197,15 +181,12 @@ impl Store {
         limit: usize,
     ) -> Result<Vec<FreeRow>> {
         let rows = self
-            .query(
-                &format!(
-                    "SELECT p.id, p.version, CASE WHEN {} THEN TRUE ELSE FALSE END AS ready \
-                     FROM feed_partitions p WHERE p.status = 'available' AND \
-                     (p.owner IS NULL OR p.owner NOT IN {LIVE}) ORDER BY ready DESC LIMIT ?",
-                    ready(self.driver)
-                ),
-                vec![ms(expiry).into(), (limit as i64).into()],
-            )
+            .fetch(sql!(self.driver;
+                "SELECT p.id, p.version, CASE WHEN " [&ready(self.driver)] " THEN TRUE ELSE FALSE END AS ready \
+                 FROM feed_partitions p WHERE p.status = 'available' AND \
+                 (p.owner IS NULL OR p.owner NOT IN " [LIVE] {ms(expiry)} ")) ORDER BY ready DESC LIMIT "
+                {limit as i64}
+            ))
             .await?;
         rows.iter()
             .map(|r| Ok(FreeRow::from_query_result(r, "")?))
@@ -240,14 +221,11 @@ impl Store {
         limit: usize,
     ) -> Result<Vec<(PartitionId, i64)>> {
         let rows = self
-            .query(
-                &format!(
-                    "SELECT p.id, p.version FROM feed_partitions p WHERE p.status = 'available' \
-                     AND p.owner IS NOT NULL AND p.owner NOT IN {LIVE} \
-                     ORDER BY p.status, p.owner, p.id LIMIT ?"
-                ),
-                vec![ms(expiry).into(), (limit as i64).into()],
-            )
+            .fetch(sql!(self.driver;
+                "SELECT p.id, p.version FROM feed_partitions p WHERE p.status = 'available' \
+                 AND p.owner IS NOT NULL AND p.owner NOT IN " [LIVE] {ms(expiry)} ") \
+                 ORDER BY p.status, p.owner, p.id LIMIT " {limit as i64}
+            ))
             .await?;
         id_versions(&rows)
     }
@@ -295,19 +273,15 @@ impl Store {
         limit: usize,
     ) -> Result<Vec<HeldRow>> {
         let rows = self
-            .query(
-                &format!(
-                    "SELECT p.id, p.version, CASE WHEN {} THEN TRUE ELSE FALSE END AS ready, \
-                     CASE WHEN {} THEN TRUE ELSE FALSE END AS stuck, p.tenant, p.weight, p.max_in_flight \
-                     FROM (SELECT id, version, gate, paused, auto_close, manual_checkpoint, on_failure, \
-                     tenant, weight, max_in_flight \
-                     FROM feed_partitions WHERE owner = ? AND status = 'available' AND id > ? \
-                     ORDER BY status, owner, id LIMIT ?) p ORDER BY p.id",
-                    ready(self.driver),
-                    stuck(self.driver)
-                ),
-                vec![me.into(), after.into(), (limit as i64).into()],
-            )
+            .fetch(sql!(self.driver;
+                "SELECT p.id, p.version, CASE WHEN " [&ready(self.driver)]
+                " THEN TRUE ELSE FALSE END AS ready, CASE WHEN " [&stuck(self.driver)]
+                " THEN TRUE ELSE FALSE END AS stuck, p.tenant, p.weight, p.max_in_flight \
+                 FROM (SELECT id, version, gate, paused, auto_close, manual_checkpoint, on_failure, \
+                 tenant, weight, max_in_flight \
+                 FROM feed_partitions WHERE owner = " {me} " AND status = 'available' AND id > " {after}
+                " ORDER BY status, owner, id LIMIT " {limit as i64} ") p ORDER BY p.id"
+            ))
             .await?;
         rows.iter()
             .map(|r| {
@@ -366,14 +340,11 @@ impl Store {
     /// an available item (a producer inserted it with plain SQL without
     /// reopening the partition).
     pub(crate) async fn reopen_stranded(&self, after: &str, end: &str) -> Result<u64> {
-        self.exec(
-            &format!(
-                "UPDATE feed_partitions SET status = 'available', version = version + 1, updated_at = {{now}} \
-                 WHERE status = 'complete' AND id > ? AND id <= ? AND {}",
-                item_exists(self.driver, "i.status = 'available'", "feed_partitions.id")
-            ),
-            vec![after.into(), end.into()],
-        )
+        let exists = item_exists(self.driver, "i.status = 'available'", "feed_partitions.id");
+        self.run(sql!(self.driver;
+            "UPDATE feed_partitions SET status = 'available', version = version + 1, updated_at = {now} \
+             WHERE status = 'complete' AND id > " {after} " AND id <= " {end} " AND " [&exists]
+        ))
         .await
     }
 }

@@ -2,13 +2,13 @@
 //! buckets every processor claims from (`feed_buckets`), and each
 //! session's share of a tenant's in-flight slots (`feed_slots`).
 
-use super::driver::sql;
 use std::time::Duration;
 
 use sea_orm::ConnectionTrait;
 use serde::Serialize;
 
-use super::driver::Sql;
+use super::driver::{Sql, sql};
+use super::probes::LIVE;
 use super::{Store, get, ms};
 use crate::ids::{PartitionId, SessionId};
 use crate::limits::Rate;
@@ -101,19 +101,11 @@ impl Store {
             "tenant",
             &["max_in_flight", "rate", "burst", "weight", "updated_at"],
         );
-        self.exec(
-            &format!(
-                "INSERT INTO feed_limits (tenant, max_in_flight, rate, burst, weight, updated_at) \
-                 VALUES (?, ?, ?, ?, ?, {{now}}){up}"
-            ),
-            vec![
-                limit.tenant.as_str().into(),
-                int(limit.max_in_flight),
-                limit.rate.into(),
-                int(limit.burst),
-                int(limit.weight),
-            ],
-        )
+        self.run(sql!(self.driver;
+            "INSERT INTO feed_limits (tenant, max_in_flight, rate, burst, weight, updated_at) VALUES ("
+            {limit.tenant.as_str()} ", " {int(limit.max_in_flight)} ", " {limit.rate} ", "
+            {int(limit.burst)} ", " {int(limit.weight)} ", {now})" [&up]
+        ))
         .await?;
         Ok(())
     }
@@ -182,10 +174,9 @@ impl Store {
                 .await?;
             let Some(row) = rows.first() else {
                 let keep = self.driver.upsert("name", &[]);
-                self.exec(
-                    &format!("INSERT INTO feed_buckets (name, paid_until) VALUES (?, 0){keep}"),
-                    vec![name.into()],
-                )
+                self.run(sql!(self.driver;
+                    "INSERT INTO feed_buckets (name, paid_until) VALUES (" {name} ", 0)" [&keep]
+                ))
                 .await?;
                 continue;
             };
@@ -223,17 +214,12 @@ impl Store {
         grant: Grant,
     ) -> Result<Option<u32>> {
         let b = self.driver;
-        let lock = b.stmt(
-            &format!(
-                "SELECT max_in_flight FROM feed_limits WHERE tenant = ?{}",
-                b.for_update()
-            ),
-            vec![tenant.into()],
+        let lock = sql!(b;
+            "SELECT max_in_flight FROM feed_limits WHERE tenant = " {tenant} [b.for_update()]
         );
-        let live = "(SELECT id FROM feed_processors WHERE heartbeat_at >= {now} - ?)";
-        let reap = b.stmt(
-            &format!("DELETE FROM feed_slots WHERE tenant = ? AND session_id NOT IN {live}"),
-            vec![tenant.into(), ms(expiry).into()],
+        let reap = sql!(b;
+            "DELETE FROM feed_slots WHERE tenant = " {tenant} " AND session_id NOT IN " [LIVE]
+            {ms(expiry)} ")"
         );
         let others = sql!(b;
             "SELECT session_id, slots, wanted FROM feed_slots WHERE tenant = " {tenant} " AND session_id <> " {me}
@@ -260,7 +246,11 @@ impl Store {
                 let id: String = r.try_get("", "session_id")?;
                 let slots: i32 = r.try_get("", "slots")?;
                 let want: i32 = r.try_get("", "wanted")?;
-                shares.push((id, nonneg(Some(slots)).unwrap_or(0), nonneg(Some(want)).unwrap_or(0)));
+                shares.push((
+                    id,
+                    nonneg(Some(slots)).unwrap_or(0),
+                    nonneg(Some(want)).unwrap_or(0),
+                ));
             }
             let granted = grant(cap, in_use, &shares);
             let write = if granted == 0 && wanted == 0 {
@@ -269,16 +259,9 @@ impl Store {
                 )
             } else {
                 let up = b.upsert("tenant, session_id", &["slots", "wanted"]);
-                b.stmt(
-                    &format!(
-                        "INSERT INTO feed_slots (tenant, session_id, slots, wanted) VALUES (?, ?, ?, ?){up}"
-                    ),
-                    vec![
-                        tenant.into(),
-                        me.into(),
-                        int(Some(granted)),
-                        int(Some(wanted)),
-                    ],
+                sql!(b;
+                    "INSERT INTO feed_slots (tenant, session_id, slots, wanted) VALUES ("
+                    {tenant} ", " {me} ", " {int(Some(granted))} ", " {int(Some(wanted))} ")" [&up]
                 )
             };
             txn.execute_raw(write).await?;

@@ -44,7 +44,7 @@ use std::time::Duration;
 
 use prometheus_client::metrics::counter::Counter;
 
-use sea_orm::{DatabaseConnection, DbBackend, DbErr, QueryResult, Value};
+use sea_orm::{DatabaseConnection, DbBackend, DbErr, QueryResult};
 
 pub use crate::schedule::Schedule;
 pub use connect::{Options, shown};
@@ -65,17 +65,6 @@ pub use tokens::ProducerScope;
 
 use crate::backoff::Backoff;
 use crate::{Error, Result};
-
-/// Builds a statement for `backend` from a template written with `?`
-/// where each value goes and `{now}` for the database clock, as the
-/// store's fixed statements are (see [`Driver::stmt`]: a `?` quoted in the
-/// SQL is text).
-pub fn statement(backend: DbBackend, sql: &str, values: Vec<Value>) -> sea_orm::Statement {
-    match Driver::of(backend) {
-        Some(driver) => driver.stmt(sql, values),
-        None => sea_orm::Statement::from_sql_and_values(backend, sql, values),
-    }
-}
 
 /// A connection pool plus the backend it talks to.
 #[derive(Clone, Debug)]

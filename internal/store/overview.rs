@@ -53,11 +53,11 @@ impl Store {
     /// database clock), which the overview's chart reads: 60 rows for the
     /// hour, however many items were completed in it.
     pub(crate) async fn add_completions(&self, items: u64) -> Result<()> {
-        let sql = format!(
-            "INSERT INTO feed_completions (minute, items) VALUES ({{now}} - ({{now}} % 60000), ?){}",
-            self.driver.add_to_minute()
-        );
-        self.exec(&sql, vec![(items as i64).into()]).await?;
+        self.run(sql!(self.driver;
+            "INSERT INTO feed_completions (minute, items) VALUES ({now} - ({now} % 60000), "
+            {items as i64} ")" [self.driver.add_to_minute()]
+        ))
+        .await?;
         Ok(())
     }
 

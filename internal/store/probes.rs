@@ -4,6 +4,10 @@
 //! one of a million.
 
 use super::driver::{Driver, NOW_BOUND, Sql};
+
+/// Opens a list of the live sessions' ids: the expiry in milliseconds
+/// and `)` follow.
+pub(super) const LIVE: &str = "(SELECT id FROM feed_processors WHERE heartbeat_at >= {now} - ";
 use crate::ids::SessionId;
 use crate::status::Status;
 

@@ -5,7 +5,9 @@
 use crate::schedule::Schedule;
 use std::time::Duration;
 
-use sea_orm::{ConnectionTrait, Value};
+use sea_orm::ConnectionTrait;
+
+use super::driver::Sql;
 
 use super::Store;
 use crate::Result;
@@ -194,21 +196,34 @@ impl Store {
     pub async fn retry_failed(&self, scope: RetryScope<'_>) -> Result<Retried> {
         let b = self.driver;
         let txn = self.begin_write().await?;
-        let (filter, values): (&str, Vec<Value>) = match scope {
-            RetryScope::All => ("", vec![]),
-            RetryScope::Partition(p) => (" AND partition_id = ?", vec![p.into()]),
-            RetryScope::Item(i) => (" AND id = ?", vec![i.into()]),
+        // Which failed items: of the scope, not of cancelled partitions
+        // (their items stay as they are).
+        let scoped = |s: &mut Sql| {
+            match scope {
+                RetryScope::All => {}
+                RetryScope::Partition(p) => {
+                    s.push(" AND partition_id = ").bind(p);
+                }
+                RetryScope::Item(i) => {
+                    s.push(" AND id = ").bind(i);
+                }
+            }
+            s.push(
+                " AND partition_id NOT IN (SELECT c.id FROM feed_partitions c WHERE c.status = 'cancelled')",
+            );
         };
-        // Items of cancelled partitions stay as they are.
-        let filter = format!(
-            "{filter} AND partition_id NOT IN (SELECT c.id FROM feed_partitions c WHERE c.status = 'cancelled')"
-        );
+        let statement = |head: &str, tail: &str| {
+            let mut s = Sql::new(b);
+            s.push(head);
+            scoped(&mut s);
+            s.push(tail);
+            s.statement()
+        };
         // Partitions first, then items: the lock order of every writer.
-        self.bounded(txn.execute_raw(b.stmt(&format!(
-                "UPDATE feed_partitions SET status = 'available', version = version + 1, updated_at = {{now}} \
-                 WHERE status <> 'cancelled' AND id IN (SELECT partition_id FROM feed_items WHERE status = 'failed'{filter})"
-            ),
-            values.clone(),
+        self.bounded(txn.execute_raw(statement(
+            "UPDATE feed_partitions SET status = 'available', version = version + 1, updated_at = {now} \
+             WHERE status <> 'cancelled' AND id IN (SELECT partition_id FROM feed_items WHERE status = 'failed'",
+            ")",
         )))
         .await?;
         let gate = "(SELECT p.gate FROM feed_partitions p WHERE p.id = feed_items.partition_id)";
@@ -220,22 +235,20 @@ impl Store {
         ]);
         // `last_error` first: MySQL's later assignments see earlier ones.
         let moved = self
-            .bounded(txn.execute_raw(b.stmt(
+            .bounded(txn.execute_raw(statement(
                 &format!(
                     "UPDATE feed_items SET last_error = {note}, gate = {gate} \
-                     WHERE status = 'failed' AND gate < {gate}{filter}"
+                     WHERE status = 'failed' AND gate < {gate}"
                 ),
-                values.clone(),
+                "",
             )))
             .await?
             .rows_affected();
         let n = self
-            .bounded(txn.execute_raw(b.stmt(
-                &format!(
-                    "UPDATE feed_items SET status = 'available', attempts = 0, not_before = NULL, \
-                     version = version + 1, updated_at = {{now}} WHERE status = 'failed'{filter}"
-                ),
-                values,
+            .bounded(txn.execute_raw(statement(
+                "UPDATE feed_items SET status = 'available', attempts = 0, not_before = NULL, \
+                 version = version + 1, updated_at = {now} WHERE status = 'failed'",
+                "",
             )))
             .await?
             .rows_affected();

@@ -89,13 +89,10 @@ impl Store {
         let mut after = String::new();
         loop {
             let page: Vec<String> = self
-                .query(
-                    &format!(
-                        "SELECT id FROM feed_partitions WHERE {FINISHED} AND updated_at < {{now}} - ? \
-                         AND id > ? ORDER BY id LIMIT ?"
-                    ),
-                    vec![age.into(), after.clone().into(), PARTITION_BATCH.into()],
-                )
+                .fetch(sql!(self.driver;
+                    "SELECT id FROM feed_partitions WHERE " [FINISHED] " AND updated_at < {now} - " {age}
+                    " AND id > " {after.as_str()} " ORDER BY id LIMIT " {PARTITION_BATCH}
+                ))
                 .await?
                 .iter()
                 .map(|r| get(r, "id"))
@@ -111,15 +108,12 @@ impl Store {
 
     async fn count_prunable(&self, age: i64) -> Result<Pruned> {
         let rows = self
-            .query(
-                &format!(
-                    "SELECT (SELECT COUNT(*) FROM feed_partitions WHERE {FINISHED} \
-                     AND updated_at < {{now}} - ?) AS parts, \
-                     (SELECT COUNT(*) FROM feed_items i JOIN feed_partitions p ON p.id = i.partition_id \
-                     WHERE p.{FINISHED} AND p.updated_at < {{now}} - ?) AS items"
-                ),
-                vec![age.into(), age.into()],
-            )
+            .fetch(sql!(self.driver;
+                "SELECT (SELECT COUNT(*) FROM feed_partitions WHERE " [FINISHED]
+                " AND updated_at < {now} - " {age} ") AS parts, \
+                 (SELECT COUNT(*) FROM feed_items i JOIN feed_partitions p ON p.id = i.partition_id \
+                 WHERE p." [FINISHED] " AND p.updated_at < {now} - " {age} ") AS items"
+            ))
             .await?;
         let r = rows
             .first()

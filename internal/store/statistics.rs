@@ -22,12 +22,10 @@ impl Store {
     /// either changed far more since its last analyze than the planner
     /// believes it holds; true when it did. One catalog read otherwise.
     pub(crate) async fn refresh_statistics(&self) -> Result<bool> {
-        let Some(stale) = self.driver.stale_statistics() else {
+        let Some(stale) = self.driver.stale_statistics(STALE_FROM, STALE_FACTOR) else {
             return Ok(false);
         };
-        let rows = self
-            .query(stale, vec![STALE_FROM.into(), STALE_FACTOR.into()])
-            .await?;
+        let rows = self.fetch(stale).await?;
         let stale: i64 = rows.first().map_or(Ok(0), |r| get(r, "n"))?;
         if stale == 0 {
             return Ok(false);
@@ -46,7 +44,7 @@ impl Store {
         let Some(off) = self.driver.autovacuum_off() else {
             return Ok(false);
         };
-        let rows = self.query(off, vec![]).await?;
+        let rows = self.fetch(off).await?;
         rows.first().map_or(Ok(false), |r| get(r, "off"))
     }
 }

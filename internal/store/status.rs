@@ -1,6 +1,6 @@
 //! What `processor status` shows: partitions, items, failures, processors.
 
-use super::driver::sql;
+use super::driver::{Sql, sql};
 use std::collections::BTreeMap;
 
 use sea_orm::{FromQueryResult, Value};
@@ -92,31 +92,34 @@ impl Store {
         if let Some(p) = partition {
             validate::filter("partition id", p)?;
         }
-        let (pfilter, values): (&str, Vec<Value>) = match partition {
-            Some(p) => (" WHERE id = ?", vec![p.into()]),
-            None => ("", vec![]),
+        let of = |text: &str, rest: &str| {
+            let mut s = Sql::new(self.driver);
+            s.push(text);
+            if let Some(p) = partition {
+                s.push(" WHERE id = ").bind(p);
+            }
+            s.push(rest);
+            s.statement()
         };
         let mut partitions_by_status = BTreeMap::new();
         for r in self
-            .query(
-                &format!(
-                    "SELECT status, COUNT(*) AS n FROM feed_partitions{pfilter} GROUP BY status"
-                ),
-                values.clone(),
-            )
+            .fetch(of(
+                "SELECT status, COUNT(*) AS n FROM feed_partitions",
+                " GROUP BY status",
+            ))
             .await?
         {
             let c = StatusCount::from_query_result(&r, "")?;
             partitions_by_status.insert(c.status, c.n);
         }
         let rows = self
-            .query(
+            .fetch(of(
+                &format!("SELECT {PARTITION_COLUMNS} FROM feed_partitions"),
                 &format!(
-                    "SELECT {PARTITION_COLUMNS} FROM feed_partitions{pfilter} \
-                     ORDER BY CASE status WHEN 'failed' THEN 0 WHEN 'available' THEN 1 ELSE 2 END, id LIMIT {LIST_LIMIT}"
+                    " ORDER BY CASE status WHEN 'failed' THEN 0 WHEN 'available' THEN 1 ELSE 2 END, \
+                     id LIMIT {LIST_LIMIT}"
                 ),
-                values,
-            )
+            ))
             .await?;
         let mut partitions = rows.iter().map(partition_row).collect::<Result<Vec<_>>>()?;
         let ids: Vec<String> = partitions.iter().map(|p| p.id.clone()).collect();
@@ -189,10 +192,10 @@ impl Store {
     pub async fn item_data(&self, id: &str) -> Result<Vec<u8>> {
         validate::filter("item id", id)?;
         let sql = format!(
-            "SELECT {} AS data FROM feed_items i WHERE i.id = ?",
+            "SELECT {} AS data FROM feed_items i WHERE i.id = ",
             self.driver.data_column("i")
         );
-        let rows = self.query(&sql, vec![id.into()]).await?;
+        let rows = self.fetch(sql!(self.driver; [&sql] {id})).await?;
         let row = rows
             .first()
             .ok_or_else(|| crate::Error::NotFound(format!("item {id}")))?;

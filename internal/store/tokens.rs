@@ -167,7 +167,11 @@ impl Store {
     /// Every producer token's scope (never the token), oldest first.
     pub async fn producer_tokens(&self) -> Result<Vec<ProducerScope>> {
         let sql = format!("SELECT {COLUMNS} FROM feed_producer_tokens ORDER BY created_at, id");
-        self.query(&sql, vec![]).await?.iter().map(scope).collect()
+        self.fetch(sql!(self.driver; [&sql]))
+            .await?
+            .iter()
+            .map(scope)
+            .collect()
     }
 
     /// Revokes a producer token by its id: it stops working at once.
@@ -183,8 +187,8 @@ impl Store {
     /// The scope of the producer token `token`; None when it is no
     /// producer token (the lookup is by its hash).
     pub async fn producer_scope(&self, token: &str) -> Result<Option<ProducerScope>> {
-        let sql = format!("SELECT {COLUMNS} FROM feed_producer_tokens WHERE token_hash = ?");
-        let rows = self.query(&sql, vec![hash(token).into()]).await?;
+        let sql = format!("SELECT {COLUMNS} FROM feed_producer_tokens WHERE token_hash = ");
+        let rows = self.fetch(sql!(self.driver; [&sql] {hash(token)})).await?;
         rows.first().map(scope).transpose()
     }
 

@@ -1,17 +1,19 @@
 //! Feed's test kit, shared by the integration tests and the benchmark:
 //! a fresh database per backend ([`db`]), a real HTTP handler that records
 //! every call ([`handler`]), the `processor` binary as a child process
-//! ([`process`]), `/metrics` parsing ([`metrics`]) and statistics
-//! ([`stats`]). Dev-only: nothing here ships.
+//! ([`process`]), `/metrics` parsing ([`metrics`]), statistics
+//! ([`stats`]) and test SQL for every backend ([`sql`]). Dev-only: nothing here ships.
 
 pub mod db;
 pub mod handler;
 pub mod metrics;
 pub mod process;
+pub mod sql;
 pub mod stats;
 
 pub use db::{Backend, Database, Servers};
 pub use handler::{Call, Handler, json, signed, signed_event};
 pub use metrics::{Outcomes, metric};
 pub use process::{Process, Reserved, free_port};
+pub use sql::statement;
 pub use stats::{Stats, percentile};

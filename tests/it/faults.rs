@@ -97,7 +97,7 @@ impl TestDb {
     /// that the row locks it took are held until the test commits it.
     pub async fn holding(&self, sql: &str) -> DatabaseTransaction {
         let txn = self.store.connection().begin().await.unwrap();
-        txn.execute_raw(feed::store::statement(self.store.backend(), sql, vec![]))
+        txn.execute_raw(testkit::statement(self.store.backend(), sql, vec![]))
             .await
             .unwrap();
         txn

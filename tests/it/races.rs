@@ -31,7 +31,7 @@ async fn fence_holds_at_commit(db: TestDb) {
     // The lease change, uncommitted: its row lock is held.
     let txn = db.store.connection().begin().await.unwrap();
     let moved = txn
-        .execute_raw(feed::store::statement(
+        .execute_raw(testkit::statement(
             db.store.backend(),
             "UPDATE feed_partitions SET owner = ?, version = version + 1 WHERE id = 'p' AND owner = ?",
             vec![b_session.clone().into(), a_session.clone().into()],
@@ -70,7 +70,7 @@ on_all_backends!(two_producers_create_one_partition);
 /// a second producer enqueues into `p` meanwhile. Both succeed.
 async fn two_producers_create_one_partition(db: TestDb) {
     let txn = db.store.connection().begin().await.unwrap();
-    txn.execute_raw(feed::store::statement(
+    txn.execute_raw(testkit::statement(
         db.store.backend(),
         "INSERT INTO feed_partitions (id) VALUES ('p')",
         vec![],

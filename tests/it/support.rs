@@ -97,7 +97,7 @@ impl TestDb {
     }
 
     fn stmt(&self, sql: &str, values: Vec<sea_orm::Value>) -> Statement {
-        feed::store::statement(self.db_backend(), sql, values)
+        testkit::statement(self.db_backend(), sql, values)
     }
 
     /// Creates a partition with plain SQL.

@@ -20,10 +20,11 @@ mod statements;
 
 use std::time::Duration;
 
-use sea_orm::{TryGetableMany, Value};
+use sea_orm::{Statement, TryGetableMany, Value};
 use testkit::{Backend, Database};
 
 use super::Store;
+use super::driver::{Sql, sql};
 use crate::ids::PartitionId;
 
 /// Session expiry used by the suite: long enough that a test's sessions
@@ -47,16 +48,18 @@ impl Kit {
         Some(Kit { backend, store, db })
     }
 
-    /// Runs SQL written with `?` and `{now}` as the store writes it.
-    async fn exec(&self, sql: &str, values: Vec<Value>) -> u64 {
+    /// Runs a statement built as the store builds its own.
+    async fn exec(&self, st: Statement) -> u64 {
+        let sql = st.sql.clone();
         self.store
-            .exec(sql, values)
+            .run(st)
             .await
             .unwrap_or_else(|e| panic!("{sql}: {e}"))
     }
 
+    /// Runs SQL without values (`{now}` is the database clock).
     async fn sql(&self, sql: &str) -> u64 {
-        self.exec(sql, vec![]).await
+        self.exec(sql!(self.store.driver(); [sql])).await
     }
 
     /// Runs each statement in turn.
@@ -70,7 +73,7 @@ impl Kit {
     async fn rows<T: TryGetableMany>(&self, sql: &str, cols: &[&str]) -> Vec<T> {
         let cols: Vec<String> = cols.iter().map(|c| c.to_string()).collect();
         self.store
-            .query(sql, vec![])
+            .fetch(sql!(self.store.driver(); [sql]))
             .await
             .unwrap_or_else(|e| panic!("{sql}: {e}"))
             .iter()
@@ -89,19 +92,17 @@ impl Kit {
     /// A session whose last heartbeat is an hour old.
     async fn dead_session(&self, id: &str) {
         self.session(id).await;
-        self.exec(
-            "UPDATE feed_processors SET heartbeat_at = heartbeat_at - 3600000 WHERE id = ?",
-            vec![id.into()],
-        )
+        self.exec(sql!(self.store.driver();
+            "UPDATE feed_processors SET heartbeat_at = heartbeat_at - 3600000 WHERE id = " {id}
+        ))
         .await;
     }
 
     /// An `available` partition at gate 0 held by `owner` (None: nobody).
     async fn partition(&self, id: &str, owner: Option<&str>) {
-        self.exec(
-            "INSERT INTO feed_partitions (id, owner) VALUES (?, ?)",
-            vec![id.into(), owner.into()],
-        )
+        self.exec(sql!(self.store.driver();
+            "INSERT INTO feed_partitions (id, owner) VALUES (" {id} ", " {owner} ")"
+        ))
         .await;
     }
 
@@ -109,29 +110,21 @@ impl Kit {
     async fn partitions(&self, prefix: &str, n: usize) -> Vec<PartitionId> {
         let ids: Vec<PartitionId> = (0..n).map(|i| format!("{prefix}{i:03}").into()).collect();
         for chunk in ids.chunks(500) {
-            let rows = vec!["(?)"; chunk.len()].join(", ");
             let values = chunk.iter().map(|id| Value::from(id.as_str())).collect();
-            self.exec(
-                &format!("INSERT INTO feed_partitions (id) VALUES {rows}"),
-                values,
-            )
-            .await;
+            let mut s = Sql::new(self.store.driver());
+            s.push("INSERT INTO feed_partitions (id) VALUES ")
+                .rows(chunk.len(), values);
+            self.exec(s.statement()).await;
         }
         ids
     }
 
     /// An item with `{}` as data at `gate`, with `status`.
     async fn item(&self, id: &str, partition: &str, gate: i64, status: &str) {
-        self.exec(
-            "INSERT INTO feed_items (id, partition_id, gate, status, data) VALUES (?, ?, ?, ?, ?)",
-            vec![
-                id.into(),
-                partition.into(),
-                gate.into(),
-                status.into(),
-                b"{}".to_vec().into(),
-            ],
-        )
+        self.exec(sql!(self.store.driver();
+            "INSERT INTO feed_items (id, partition_id, gate, status, data) VALUES ("
+            {id} ", " {partition} ", " {gate} ", " {status} ", " {b"{}".to_vec()} ")"
+        ))
         .await;
     }
 

@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use super::{Kit, conformance};
+use crate::store::driver::sql;
 use crate::store::prune::Pruned;
 
 conformance!(
@@ -37,10 +38,10 @@ async fn prune_deletes_only_old_finished_work(k: Kit) {
             },
         )
         .await;
-        k.exec(
-            "UPDATE feed_partitions SET status = ?, updated_at = CASE WHEN ? THEN 0 ELSE updated_at END WHERE id = ?",
-            vec![status.into(), old.into(), id.into()],
-        )
+        k.exec(sql!(k.store.driver();
+            "UPDATE feed_partitions SET status = " {status} ", updated_at = CASE WHEN " {old}
+            " THEN 0 ELSE updated_at END WHERE id = " {id}
+        ))
         .await;
     }
     k.item("stray/1", "stray", 0, "available").await;

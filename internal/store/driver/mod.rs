@@ -48,9 +48,9 @@ pub(crate) struct Dialect {
     numbered: bool,
     /// `data` as bytes, for an item aliased by the argument.
     data_column: fn(&str) -> String,
-    /// A `SELECT … ORDER BY … LIMIT` made one branch (numbered by the
-    /// second argument) of a `UNION ALL`.
-    limited_branch: fn(&str, usize) -> String,
+    /// What goes around a `SELECT … ORDER BY … LIMIT` to make it one
+    /// branch (numbered by the argument) of a `UNION ALL`.
+    limited_branch: fn(usize) -> (&'static str, String),
     /// How the right side of `(id, version) IN …` is written: the list's
     /// opening, then the casts after each row's id and version (a text and
     /// a bigint). Each row's pair is looked up, where a `CASE id WHEN …
@@ -89,8 +89,8 @@ pub(crate) struct Dialect {
     /// passes the test the last argument appends.
     item_delete: ItemDelete,
     /// Counts Feed's tables whose planner statistics lag far behind their
-    /// rows (binds: the least change, the factor), where the database
-    /// keeps such counts.
+    /// rows, where the database keeps such counts: written in the
+    /// driver's own placeholders, the least change first, the factor second.
     stale_statistics: Option<&'static str>,
     /// Whether the server runs without autovacuum, where it has one.
     autovacuum_off: Option<&'static str>,
@@ -119,8 +119,8 @@ pub(crate) const NOW_BOUND: &str = "(SELECT {now})";
 
 /// A limited `SELECT` as a branch of a `UNION ALL` where a branch cannot
 /// be ordered or limited itself (SQLite): a derived table.
-fn derived_branch(select: &str, n: usize) -> String {
-    format!("SELECT * FROM ({select}) AS b{n}")
+fn derived_branch(n: usize) -> (&'static str, String) {
+    ("SELECT * FROM (", format!(") AS b{n}"))
 }
 
 impl Driver {
@@ -133,6 +133,12 @@ impl Driver {
             // sea-orm may add backends; Feed runs on none of them.
             _ => None,
         }
+    }
+
+    /// The database clock as integer epoch milliseconds, for SQL written
+    /// by hand (tests) to compare times as Feed does.
+    pub fn clock(self) -> &'static str {
+        self.dialect().now
     }
 
     /// The sea-orm backend.
@@ -152,16 +158,13 @@ impl Driver {
         }
     }
 
-    /// Builds a statement from a template written with `?` where each
-    /// value goes and `{now}` for the database clock (see
-    /// `Sql::template`: a `?` quoted in the SQL is text).
-    pub fn stmt(self, sql: &str, values: Vec<Value>) -> Statement {
-        Sql::template(self, sql, values)
-    }
-
-    /// See [`Dialect::limited_branch`].
-    pub(crate) fn limited_branch(self, select: &str, n: usize) -> String {
-        (self.dialect().limited_branch)(select, n)
+    /// Appends the `SELECT … ORDER BY … LIMIT` that `select` appends as
+    /// branch `n` of a `UNION ALL`; see [`Dialect::limited_branch`].
+    pub(crate) fn limited_branch(self, s: &mut Sql, n: usize, select: &dyn Fn(&mut Sql)) {
+        let (open, close) = (self.dialect().limited_branch)(n);
+        s.push(open);
+        select(s);
+        s.push(&close);
     }
 
     /// Appends the right side of `(id, version) IN …` for `pairs`, each
@@ -286,13 +289,16 @@ impl Driver {
     }
 
     /// See [`Dialect::stale_statistics`].
-    pub(crate) fn stale_statistics(self) -> Option<&'static str> {
-        self.dialect().stale_statistics
+    pub(crate) fn stale_statistics(self, least: i64, factor: i64) -> Option<Statement> {
+        let sql = self.dialect().stale_statistics?;
+        let values = vec![least.into(), factor.into()];
+        Some(Statement::from_sql_and_values(self.backend(), sql, values))
     }
 
     /// See [`Dialect::autovacuum_off`].
-    pub(crate) fn autovacuum_off(self) -> Option<&'static str> {
-        self.dialect().autovacuum_off
+    pub(crate) fn autovacuum_off(self) -> Option<Statement> {
+        let sql = self.dialect().autovacuum_off?;
+        Some(Statement::from_string(self.backend(), sql))
     }
 
     /// See [`Dialect::upsert`].
@@ -333,18 +339,20 @@ mod tests {
     use super::*;
 
     #[test]
-    fn postgres_placeholders_are_numbered() {
-        let s = Driver::Postgres.stmt("a = ? AND b = ?", vec![1.into(), 2.into()]);
-        assert_eq!(s.sql, "a = $1 AND b = $2");
-        let s = Driver::Sqlite.stmt("a = ? AND b = ?", vec![1.into(), 2.into()]);
+    fn placeholders_are_written_as_values_are_bound() {
+        let (a, b) = (1, "b?");
+        let s = sql!(Driver::Postgres; "a = " {a} " AND b = " {b} " AND c = '?'");
+        assert_eq!(s.sql, "a = $1 AND b = $2 AND c = '?'");
+        let s = sql!(Driver::Sqlite; "a = " {a} " AND b = " {b});
         assert_eq!(s.sql, "a = ? AND b = ?");
+        assert_eq!(s.values.map(|v| v.0.len()), Some(2));
     }
 
     #[test]
     fn every_driver_has_its_clock() {
         for d in [Driver::Sqlite, Driver::Postgres, Driver::MySql] {
             assert_eq!(Driver::of(d.backend()), Some(d));
-            assert!(!d.stmt("SELECT {now}", vec![]).sql.contains("{now}"));
+            assert!(!sql!(d; "SELECT {now}").sql.contains("{now}"));
         }
     }
 }

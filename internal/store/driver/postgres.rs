@@ -31,8 +31,8 @@ pub(super) const DIALECT: Dialect = Dialect {
     stale_statistics: Some(
         "SELECT COUNT(*) AS n FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid \
          WHERE s.relname IN ('feed_partitions', 'feed_items') AND s.schemaname = current_schema() \
-         AND s.n_mod_since_analyze >= ? \
-         AND s.n_mod_since_analyze > ? * GREATEST(c.reltuples, 0)::BIGINT",
+         AND s.n_mod_since_analyze >= $1 \
+         AND s.n_mod_since_analyze > $2 * GREATEST(c.reltuples, 0)::BIGINT",
     ),
     upsert: super::on_conflict,
     autovacuum_off: Some("SELECT current_setting('autovacuum') = 'off' AS off"),

@@ -3,7 +3,6 @@
 //! its per-gate counts, and the overview. Pages are served by primary-key
 //! or `(partition_id, id)` index order, so they stay fast on large tables.
 
-use crate::store::driver::sql;
 use std::collections::BTreeMap;
 
 mod items;
@@ -14,7 +13,7 @@ use serde::Serialize;
 pub use items::{ItemFilter, ItemView};
 
 use super::Store;
-use super::driver::{Int, Sql};
+use super::driver::{Int, Sql, sql};
 use crate::{Error, Result, validate};
 
 /// Most rows one page returns.
@@ -248,10 +247,9 @@ impl Store {
     pub async fn partition(&self, id: &str) -> Result<PartitionView> {
         validate::filter("partition id", id)?;
         let rows = self
-            .query(
-                &format!("SELECT {PARTITION_COLUMNS} FROM feed_partitions WHERE id = ?"),
-                vec![id.into()],
-            )
+            .fetch(sql!(self.driver;
+                [&format!("SELECT {PARTITION_COLUMNS} FROM feed_partitions WHERE id = ")] {id}
+            ))
             .await?;
         let mut list = rows.iter().map(partition_row).collect::<Result<Vec<_>>>()?;
         self.add_counts(&mut list, &[id.to_string()]).await?;

@@ -61,7 +61,7 @@ pub struct Rec {
 pub async fn owner_of(store: &feed::Store, partition: &str) -> Result<Option<String>, String> {
     let mut last = String::new();
     for _ in 0..5 {
-        let q = feed::store::statement(
+        let q = testkit::statement(
             store.backend(),
             "SELECT owner FROM feed_partitions WHERE id = ?",
             vec![partition.into()],

@@ -51,7 +51,7 @@ async fn a_failed_check_is_checked_again(db: TestDb) {
     } else {
         "LOCK IN SHARE MODE"
     };
-    txn.execute_raw(feed::store::statement(
+    txn.execute_raw(testkit::statement(
         db.store.backend(),
         &format!("SELECT id FROM feed_partitions WHERE id = 'k0' {share}"),
         vec![],

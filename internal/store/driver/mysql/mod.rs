@@ -15,7 +15,7 @@ pub(super) const DIALECT: Dialect = Dialect {
     data_column: |alias| format!("{alias}.data"),
     // A derived table with a BLOB column (`data`) is a temporary table on
     // disk for every refill; a parenthesized branch is read as it is.
-    limited_branch: |select, _| format!("({select})"),
+    limited_branch: |_| ("(", ")".to_string()),
     id_version_pairs: ("(", "", ""),
     seq: "seq",
     new_work: None,
