@@ -25,8 +25,8 @@ pub struct Context {
     pub store: Store,
     /// This processor's session (the keeper and the retention loop hold it too).
     pub session: Arc<Session>,
-    /// Exported counters.
-    pub metrics: Metrics,
+    /// Exported counters (shared: the webhook sender holds them too).
+    pub metrics: Arc<Metrics>,
     /// What `/readyz` reports.
     pub health: Arc<Health>,
     /// Opens when most handler calls fail as an outage (5xx, timeouts).
@@ -56,6 +56,32 @@ pub struct Leasing<'a> {
     pub leases: &'a crate::config::LeaseConfig,
 }
 
+/// What a delivery may touch: the handler, the completer, flow control
+/// and health, not the store, the tasks or the other settings.
+#[derive(Clone, Copy)]
+pub struct Delivering<'a> {
+    /// Turns items into outcomes.
+    pub handler: &'a dyn Handler,
+    /// Writes results in batches.
+    pub completer: &'a Completer,
+    /// Fed each call's result.
+    pub breaker: &'a Breaker,
+    /// Fed each call's answer (the adaptive rate).
+    pub limits: &'a crate::limits::Limits,
+    /// Exported counters.
+    pub metrics: &'a Metrics,
+    /// The breaker's state and the database hold, for `/readyz`.
+    pub health: &'a Health,
+    /// Results are written only while it is live and unchanged.
+    pub session: &'a Session,
+    /// Items per handler call (1: one item, no batch request).
+    pub batch_size: usize,
+    /// What a failed attempt does to an item.
+    pub retries: crate::policy::Policy,
+    /// How old the last good heartbeat may be for a result to be written.
+    pub session_expiry: Duration,
+}
+
 impl Context {
     /// The narrow view leasing and gate checks take.
     pub fn leasing(&self) -> Leasing<'_> {
@@ -63,6 +89,22 @@ impl Context {
             store: &self.store,
             metrics: &self.metrics,
             leases: &self.config.leases,
+        }
+    }
+
+    /// The narrow view deliveries take.
+    pub fn delivering(&self) -> Delivering<'_> {
+        Delivering {
+            handler: &*self.handler,
+            completer: &self.completer,
+            breaker: &self.breaker,
+            limits: &self.limits,
+            metrics: &self.metrics,
+            health: &self.health,
+            session: &self.session,
+            batch_size: self.config.handler.batch_size,
+            retries: self.config.retries,
+            session_expiry: self.config.leases.session_expiry,
         }
     }
 }

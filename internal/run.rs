@@ -32,6 +32,7 @@ use crate::server::Health;
 use crate::session;
 use crate::store::{Store, redact, shown};
 use crate::tasks::Tasks;
+use crate::webhooks::Webhooks;
 use crate::{Config, Error, Result, dispatch, retention};
 
 /// How long releasing partitions, deleting the session and stopping the
@@ -148,7 +149,7 @@ async fn start(
         config,
         store,
         session: Arc::new(Session::new(id.clone())),
-        metrics,
+        metrics: Arc::new(metrics),
         health,
         handler,
         tasks: work.clone(),
@@ -179,7 +180,8 @@ async fn start(
         limits: ctx.limits.clone(),
     };
     work.spawn("limits", crate::limits::run(claimer, work.token()));
-    if let Some(webhooks) = crate::webhooks::Webhooks::new(&ctx)? {
+    let (store, metrics) = (ctx.store.clone(), ctx.metrics.clone());
+    if let Some(webhooks) = Webhooks::new(&ctx.config, store, metrics, ctx.session.clone())? {
         work.spawn("webhooks", webhooks.run(work.token()));
     }
     if let Some(age) = ctx.config.retention {

@@ -28,10 +28,13 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::client::{client, endpoint, error_chain, fixed_headers, unix_now};
-use crate::context::Context;
+use crate::context::Session;
 use crate::handler::{Kind, Signer};
+use crate::metrics::Metrics;
+use crate::policy::Policy;
+use crate::store::Store;
 use crate::store::events::{Counts, Event};
-use crate::{Result, backoff};
+use crate::{Config, Result, backoff};
 
 /// Events read per round.
 const BATCH: usize = 64;
@@ -42,7 +45,16 @@ const GAUGES_EVERY: Duration = Duration::from_secs(10);
 
 /// Sends events to the receiver at `--events-url`.
 pub struct Webhooks {
-    ctx: Arc<Context>,
+    store: Store,
+    metrics: Arc<Metrics>,
+    /// Its id holds the `events` lease.
+    session: Arc<Session>,
+    /// Attempts per event before it is kept as failed; 0 = unlimited.
+    max_attempts: u32,
+    /// Its backoff spaces an event's attempts (events count their own).
+    retries: Policy,
+    /// The pause after a round that did not deliver all it read.
+    poll_interval: Duration,
     client: reqwest::Client,
     url: reqwest::Url,
     headers: HeaderMap,
@@ -75,8 +87,12 @@ enum Sent {
 
 impl Webhooks {
     /// The sender for `--events-url`; None when it is not set.
-    pub fn new(ctx: &Arc<Context>) -> Result<Option<Webhooks>> {
-        let config = &ctx.config;
+    pub fn new(
+        config: &Config,
+        store: Store,
+        metrics: Arc<Metrics>,
+        session: Arc<Session>,
+    ) -> Result<Option<Webhooks>> {
         let Some(url) = &config.events.url else {
             return Ok(None);
         };
@@ -90,7 +106,12 @@ impl Webhooks {
             _ => ("--events-signing-secret", &config.events.signing_secrets),
         };
         Ok(Some(Webhooks {
-            ctx: ctx.clone(),
+            store,
+            metrics,
+            session,
+            max_attempts: config.events.max_attempts,
+            retries: config.retries,
+            poll_interval: config.dispatch.poll_interval,
             client: client(config.handler.request_timeout, PARALLEL)?,
             url: endpoint("--events-url", url)?,
             headers: fixed_headers("application/json", headers, "--events-header")?,
@@ -124,12 +145,12 @@ impl Webhooks {
             if !again {
                 tokio::select! {
                     _ = cancel.cancelled() => break,
-                    _ = tokio::time::sleep(self.ctx.config.dispatch.poll_interval) => {}
+                    _ = tokio::time::sleep(self.poll_interval) => {}
                 }
             }
         }
-        let me = self.ctx.session.id();
-        if let Err(e) = self.ctx.store.release_maintenance("events", &me).await {
+        let me = self.session.id();
+        if let Err(e) = self.store.release_maintenance("events", &me).await {
             tracing::debug!(error = %e, "could not release the events lease; it expires");
         }
     }
@@ -138,8 +159,8 @@ impl Webhooks {
     /// next round may start at once: it read a full batch and delivered
     /// all of it).
     async fn round(&self) -> Result<(bool, bool)> {
-        let (store, metrics) = (&self.ctx.store, &self.ctx.metrics);
-        let me = self.ctx.session.id();
+        let (store, metrics) = (&self.store, &self.metrics);
+        let me = self.session.id();
         if !store.lease_maintenance("events", &me, self.lease).await? {
             return Ok((false, false));
         }
@@ -168,33 +189,29 @@ impl Webhooks {
 
     /// Stores a failed attempt: a retry after its backoff, or `failed`.
     async fn failed(&self, e: &Event, sent: &Sent) -> Result<()> {
-        let config = &self.ctx.config;
         let attempt = e.attempts as u32 + 1;
-        let max = config.events.max_attempts;
+        let max = self.max_attempts;
         let out_of_attempts = max != 0 && attempt >= max;
         let (why, retry_in) = match sent {
             Sent::Delivered => return Ok(()),
             Sent::Refused(why) => (why, None),
             Sent::Retry(why, _) if out_of_attempts => (why, None),
             Sent::Retry(why, after) => {
-                let (base, cap) = (config.retries.backoff_base, config.retries.backoff_max);
+                let (base, cap) = (self.retries.backoff_base, self.retries.backoff_max);
                 (why, Some(retry_delay(*after, base, cap, attempt)))
             }
         };
         match retry_in {
             Some(wait) => {
-                self.ctx.metrics.events_retried.inc();
+                self.metrics.events_retried.inc();
                 tracing::warn!(event = e.id, partition = %e.partition_id, kind = %e.kind, attempt, retry_in = ?wait, error = %why, "event not delivered; trying again later");
             }
             None => {
-                self.ctx.metrics.events_failed.inc();
+                self.metrics.events_failed.inc();
                 tracing::error!(event = e.id, partition = %e.partition_id, kind = %e.kind, attempt, error = %why, "event not delivered and kept as failed; `processor events retry` sends it again");
             }
         }
-        self.ctx
-            .store
-            .event_attempt_failed(e.id, why, retry_in)
-            .await
+        self.store.event_attempt_failed(e.id, why, retry_in).await
     }
 
     /// POSTs one event.
@@ -261,9 +278,9 @@ impl Webhooks {
 
     /// Refreshes the gauges of pending and failed events.
     async fn gauges(&self) {
-        if let Ok((pending, failed)) = self.ctx.store.event_backlog(None).await {
-            self.ctx.metrics.events_pending.set(pending);
-            self.ctx.metrics.events_undeliverable.set(failed);
+        if let Ok((pending, failed)) = self.store.event_backlog(None).await {
+            self.metrics.events_pending.set(pending);
+            self.metrics.events_undeliverable.set(failed);
         }
     }
 }

@@ -225,7 +225,7 @@ impl Dispatcher {
         // Boxed: the delivery's state machine is kilobytes, and a task's
         // future is moved several times on its way into the scheduler.
         let task = self.calls.tasks.spawn(Box::pin(async move {
-            deliver(&ctx, &me, items, permit, &answered, counted).await
+            deliver(&ctx.delivering(), &me, items, permit, &answered, counted).await
         }));
         self.calls.calling.insert(task.id());
         self.calls.task_items.insert(task.id(), ids);

@@ -12,7 +12,7 @@ use tracing::Instrument;
 
 use crate::breaker::Turn;
 use crate::completer::WriteError;
-use crate::context::Context;
+use crate::context::Delivering;
 use crate::handler::{Job, Outcome};
 use crate::ids::{ItemId, SessionId};
 use crate::limits::Permit;
@@ -53,7 +53,7 @@ pub(super) type Answered = mpsc::UnboundedSender<tokio::task::Id>;
 /// circuit breaker is open (a probe of an item already probed in this
 /// outage). Runs as its own task.
 pub(super) async fn deliver(
-    ctx: &Context,
+    ctx: &Delivering<'_>,
     me: &SessionId,
     items: Vec<ReadyItem>,
     permit: Option<Permit>,
@@ -84,7 +84,7 @@ pub(super) async fn deliver(
             })
             .unzip();
         let started = std::time::Instant::now();
-        let mut outcomes = if ctx.config.handler.batch_size == 1 {
+        let mut outcomes = if ctx.batch_size == 1 {
             vec![ctx.handler.handle(&jobs[0]).await]
         } else {
             ctx.handler.handle_batch(&jobs).await
@@ -114,7 +114,7 @@ pub(super) async fn deliver(
         }
         let first = fences.first().map_or("", |f| f.id.as_str());
         let (outcomes, away) = breaker(ctx, outcomes, started, first, counted);
-        let policy = ctx.config.retries;
+        let policy = ctx.retries;
         let mut each = fences.into_iter().zip(outcomes).map(|(fence, outcome)| {
             let span = (!single).then(|| item_span(&fence));
             let id = fence.id.clone();
@@ -160,7 +160,7 @@ pub(super) async fn deliver(
 
 /// Feeds the call's answer to the adaptive rate: throttled when any item
 /// was answered "too many" (429, or 503 with `Retry-After`).
-fn throttle(ctx: &Context, outcomes: &[Outcome]) {
+fn throttle(ctx: &Delivering<'_>, outcomes: &[Outcome]) {
     let throttled = outcomes.iter().any(Outcome::is_throttled);
     if throttled {
         ctx.metrics.throttled.inc();
@@ -181,7 +181,7 @@ fn throttle(ctx: &Context, outcomes: &[Outcome]) {
 /// they stay attempts, and the second value is true (the handler still
 /// looks away).
 fn breaker(
-    ctx: &Context,
+    ctx: &Delivering<'_>,
     outcomes: Vec<Outcome>,
     started: std::time::Instant,
     first: &str,
@@ -247,14 +247,13 @@ fn item_span(f: &Fence) -> tracing::Span {
 /// recorded instead as a failed attempt that says why (with a backoff), so
 /// that nothing is fetched again without an attempt counted.
 pub(super) async fn record(
-    ctx: &Context,
+    ctx: &Delivering<'_>,
     me: &SessionId,
     fence: Fence,
     write: ItemWrite,
     label: Label,
 ) -> Delivery {
-    let cfg = &ctx.config;
-    let policy = cfg.retries;
+    let policy = ctx.retries;
     let cool = policy.delay(attempt(&fence));
     let (mut write, mut label, mut fallback) = (write, label, false);
     let mut waiting: Option<Waiting> = None;
@@ -263,7 +262,7 @@ pub(super) async fn record(
     loop {
         let (partition, item, gate, attempt) =
             (&fence.partition_id, &fence.id, fence.gate, attempt(&fence));
-        if ctx.session.id() != *me || !ctx.session.live(cfg.leases.session_expiry) {
+        if ctx.session.id() != *me || !ctx.session.live(ctx.session_expiry) {
             // Every answer in flight when a session ends comes here: one
             // line at a bounded rate, with a count.
             static DEAD: crate::ratelog::Every = crate::ratelog::Every::new();
@@ -333,7 +332,7 @@ pub(super) async fn record(
                 // connection until it is stored, or refused as stale
                 // (the lease ended meanwhile).
                 let since = waiting
-                    .get_or_insert_with(|| Waiting::new(&ctx.health, &e))
+                    .get_or_insert_with(|| Waiting::new(ctx.health, &e))
                     .since;
                 if let Some(n) = ctx.health.unwritten.due() {
                     let held = Duration::from_secs(since.elapsed().as_secs());

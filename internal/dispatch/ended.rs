@@ -163,9 +163,9 @@ impl Dispatcher {
         let ctx = self.ctx.clone();
         let me = self.me.clone();
         let task = self.calls.tasks.spawn(async move {
-            let policy = ctx.config.retries;
-            let delivery = match policy.decide(&fence, outcome) {
-                Some((write, label)) => record(&ctx, &me, fence, write, label).await,
+            let view = ctx.delivering();
+            let delivery = match view.retries.decide(&fence, outcome) {
+                Some((write, label)) => record(&view, &me, fence, write, label).await,
                 None => Delivery::Finished,
             };
             vec![(id, delivery)]
