@@ -78,6 +78,12 @@ macro_rules! id {
             }
         }
 
+        impl serde::Serialize for $name {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(&self.0)
+            }
+        }
+
         impl TryGetable for $name {
             fn try_get_by<I: ColIdx>(res: &QueryResult, index: I) -> Result<Self, TryGetError> {
                 String::try_get_by(res, index).map(Self::from)
@@ -99,6 +105,11 @@ id!(
     /// An item (unique across all partitions). Shared text: the dispatch
     /// loop, the delivery and the result all hold it.
     ItemId(Arc<str>)
+);
+id!(
+    /// A tenant: the group flow control limits and shares dispatch
+    /// between (`feed_partitions.tenant`, a producer token's scope).
+    Tenant(Arc<str>)
 );
 
 impl SessionId {

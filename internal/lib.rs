@@ -34,6 +34,10 @@
 //! off unless the standard variables name an endpoint).
 
 #![deny(missing_docs)]
+// A panic in a task is caught and logged, but an item must never be lost
+// to one: outside tests every fallible step says what went wrong.
+#![deny(clippy::unwrap_used)]
+#![cfg_attr(test, allow(clippy::unwrap_used))]
 
 pub(crate) mod backoff;
 pub(crate) mod breaker;

@@ -14,14 +14,14 @@ use std::collections::{HashMap, VecDeque};
 
 use tokio::time::Instant;
 
-use crate::ids::PartitionId;
+use crate::ids::{PartitionId, Tenant};
 
 /// What partitions take turns as: their tenant, or, without one, each
 /// partition on its own.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Group {
     /// The partitions of one tenant share its turns.
-    Tenant(String),
+    Tenant(Tenant),
     /// A partition without a tenant.
     Alone(PartitionId),
 }
@@ -39,7 +39,7 @@ pub struct Rotation {
     /// Waiting partition → its group.
     members: HashMap<PartitionId, Group>,
     /// Partitions of a tenant (the rest are alone).
-    tenants: HashMap<PartitionId, String>,
+    tenants: HashMap<PartitionId, Tenant>,
     /// The write position up to which new items have been looked at; None
     /// until the first look.
     pub mark: Option<i64>,
@@ -75,16 +75,16 @@ impl Rotation {
 
     /// Sets (or, with None, clears) the tenant a partition takes turns
     /// with; applies the next time it joins.
-    pub fn set_tenant(&mut self, id: &PartitionId, tenant: Option<&str>) {
+    pub fn set_tenant(&mut self, id: &PartitionId, tenant: Option<&Tenant>) {
         match tenant {
-            Some(t) => self.tenants.insert(id.clone(), t.to_string()),
+            Some(t) => self.tenants.insert(id.clone(), t.clone()),
             None => self.tenants.remove(id),
         };
     }
 
     /// The tenant a partition takes turns with.
-    pub fn tenant(&self, id: &str) -> Option<&str> {
-        self.tenants.get(id).map(String::as_str)
+    pub fn tenant(&self, id: &str) -> Option<&Tenant> {
+        self.tenants.get(id)
     }
 
     /// Takes up to `n` partitions to serve now, groups in turn: a group
@@ -215,9 +215,9 @@ mod tests {
         let mut r = Rotation::default();
         for i in 0..4 {
             let id = PartitionId::from(format!("a{i}").as_str());
-            r.set_tenant(&id, Some("A"));
+            r.set_tenant(&id, Some(&"A".into()));
         }
-        r.set_tenant(&"b0".into(), Some("B"));
+        r.set_tenant(&"b0".into(), Some(&"B".into()));
         let ids = ["a0", "a1", "a2", "a3", "b0", "x"].map(PartitionId::from);
         r.discovered(ids, 1, now);
         // A tenant with four partitions gets no more turns than one with one,

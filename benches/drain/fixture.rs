@@ -158,7 +158,7 @@ pub(crate) async fn enqueue_backlog(
                     .map(|j| NewItem::new(item_body(j * partitions + k, multistep)))
                     .collect();
                 let mut spec = PartitionSpec::default();
-                spec.tenant = (tenants > 0).then(|| format!("t{}", k % tenants));
+                spec.tenant = (tenants > 0).then(|| format!("t{}", k % tenants).into());
                 store.enqueue(&format!("p-{k:05}"), &spec, batch).await?;
             }
             anyhow::Ok(())
@@ -169,7 +169,7 @@ pub(crate) async fn enqueue_backlog(
     }
     for t in 0..tenants {
         let limit = feed::store::limits::Limit {
-            tenant: format!("t{t}"),
+            tenant: format!("t{t}").into(),
             max_in_flight: Some(1_000_000),
             weight: Some(1),
             ..Default::default()

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
+use feed::ids::Tenant;
 use feed::store::{NewItem, OnFailure, PartitionSpec, RetryScope, Schedule};
 
 use super::{DbArgs, connect, create};
@@ -33,7 +34,7 @@ pub struct EnqueueArgs {
     /// The tenant the partition belongs to: tenants share dispatch fairly and have limits of
     /// their own (`processor limits`)
     #[arg(long)]
-    pub tenant: Option<String>,
+    pub tenant: Option<Tenant>,
     /// The partition's share of dispatch against its tenant's other partitions (or, without a
     /// tenant, against other partitions) [default: 1]
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1000))]

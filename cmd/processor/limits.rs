@@ -2,6 +2,7 @@
 //! read by every processor within a heartbeat.
 
 use clap::{Args, Subcommand};
+use feed::ids::Tenant;
 use feed::limits::Rate;
 use feed::store::limits::Limit;
 
@@ -30,7 +31,7 @@ pub struct SetArgs {
     pub db: DbArgs,
     /// The tenant, as partitions name it (`enqueue --tenant`)
     #[arg(long)]
-    pub tenant: String,
+    pub tenant: Tenant,
     /// Items of the tenant at the handler at once, across every processor (0 = no cap)
     #[arg(long)]
     pub max_in_flight: Option<u32>,
@@ -62,7 +63,7 @@ pub struct ClearArgs {
     pub db: DbArgs,
     /// The tenant whose limits to remove
     #[arg(long)]
-    pub tenant: String,
+    pub tenant: Tenant,
 }
 
 /// A rate, or `none`.
@@ -126,7 +127,7 @@ async fn list(a: ListArgs) -> anyhow::Result<()> {
     let or_dash = |v: Option<String>| v.unwrap_or_else(|| "-".into());
     for l in &limits {
         t.add_row([
-            l.tenant.clone(),
+            l.tenant.to_string(),
             or_dash(l.max_in_flight.map(|m| m.to_string())),
             or_dash(l.rate.map(|r| Rate(r).to_string())),
             or_dash(l.burst.map(|b| b.to_string())),

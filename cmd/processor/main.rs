@@ -3,6 +3,8 @@
 //! `db`, the process's set-up (allocator, signals) in `process`;
 //! everything else is the `feed` library.
 
+#![deny(clippy::unwrap_used)]
+
 #[macro_use]
 mod secret;
 

@@ -18,6 +18,7 @@ use serde::Deserialize;
 use super::admit::Admitted;
 use super::tokens::Producing;
 use super::{api_error, enqueue_body, json_error};
+use crate::ids::Tenant;
 use crate::store::{NewItem, OnFailure, PartitionSpec, Schedule};
 
 pub use super::enqueue_body::{MAX_ENQUEUE_BODY_BYTES, MAX_ENQUEUE_ITEMS};
@@ -64,7 +65,7 @@ impl EnqueueQuery {
         if self.weight.is_some_and(|w| !(1..=1000).contains(&w)) || self.max_in_flight == Some(0) {
             return Err("weight runs from 1 to 1000, and max_in_flight must be at least 1");
         }
-        spec.tenant = self.tenant.clone();
+        spec.tenant = self.tenant.as_deref().map(Tenant::from);
         spec.weight = self.weight;
         spec.max_in_flight = self.max_in_flight;
         spec.on_failure = match self.on_failure.as_deref() {

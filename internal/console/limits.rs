@@ -223,7 +223,7 @@ pub async fn current(store: &Store, tenant: &str) -> Result<Limit> {
         .into_iter()
         .find(|l| l.tenant == tenant)
         .unwrap_or_else(|| Limit {
-            tenant: tenant.to_string(),
+            tenant: tenant.into(),
             ..Limit::default()
         }))
 }
@@ -239,7 +239,7 @@ pub async fn set(store: &Store, tenant: &str, change: &Change) -> Result<Limit> 
 /// Removes `tenant`'s limits; false when it had none.
 pub async fn clear(store: &Store, tenant: &str) -> Result<bool> {
     validate::id("tenant", tenant)?;
-    let removed = store.clear_limit(tenant).await?;
+    let removed = store.clear_limit(&tenant.into()).await?;
     tracing::info!(tenant = %tenant, removed, "operator cleared a tenant's limits");
     Ok(removed)
 }

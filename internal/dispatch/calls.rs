@@ -11,7 +11,7 @@ use tokio::time::Instant;
 
 use super::deliver::{self, Delivery, deliver};
 use super::{Dispatcher, HELD_BACK_ROUNDS, IN_FLIGHT_PER_SLOT};
-use crate::ids::ItemId;
+use crate::ids::{ItemId, Tenant};
 use crate::limits::{Blocked, Gate, Permit};
 use crate::store::{Fence, ReadyItem};
 
@@ -171,7 +171,7 @@ impl Dispatcher {
     /// may go (with when to look again, if known).
     fn admit(&mut self, gate: &mut Gate<'_>, n: usize) -> Result<Vec<ReadyItem>, Option<Instant>> {
         let mut picked = Vec::new();
-        let mut held_back: HashSet<&str> = HashSet::new();
+        let mut held_back: HashSet<&Tenant> = HashSet::new();
         let mut stop = None;
         for (i, item) in self.buffer.iter().enumerate() {
             if picked.len() == n {

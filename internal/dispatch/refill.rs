@@ -8,7 +8,7 @@ use tokio::time::Instant;
 
 use super::Dispatcher;
 use crate::Result;
-use crate::ids::{ItemId, PartitionId, SessionId};
+use crate::ids::{ItemId, PartitionId, SessionId, Tenant};
 use crate::rotation::Group;
 use crate::store::{Ask, ReadyItem};
 
@@ -110,11 +110,11 @@ impl Dispatcher {
         // a slow rate's items would pile up in the buffer, held back, while
         // the other tenants' work waited to be fetched.
         let round = ctx.config.handler.concurrency * ctx.config.handler.batch_size;
-        let mut buffered: HashMap<String, usize> = HashMap::new();
+        let mut buffered: HashMap<Tenant, usize> = HashMap::new();
         if binds {
             for i in &self.buffer {
                 if let Some(t) = self.rotation.tenant(&i.fence.partition_id) {
-                    *buffered.entry(t.to_owned()).or_default() += 1;
+                    *buffered.entry(t.clone()).or_default() += 1;
                 }
             }
         }

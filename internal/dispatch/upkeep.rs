@@ -210,7 +210,7 @@ impl Dispatcher {
             }
         }
         for (p, attrs) in &b.attrs {
-            let tenant = attrs.as_ref().and_then(|a| a.tenant.as_deref());
+            let tenant = attrs.as_ref().and_then(|a| a.tenant.as_ref());
             self.rotation.set_tenant(p, tenant);
         }
         for p in &b.lost {

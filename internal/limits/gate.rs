@@ -9,6 +9,7 @@ use std::sync::{Arc, MutexGuard};
 use tokio::time::Instant;
 
 use super::{Blocked, IDLE, Limits, State};
+use crate::ids::Tenant;
 
 impl Limits {
     /// Opens a look at what may be sent now, for one poll of dispatch.
@@ -31,7 +32,7 @@ pub(crate) struct Gate<'a> {
     /// Something ran short: the limits task is woken when the look ends.
     short: bool,
     /// Items admitted per tenant in this look.
-    started: HashMap<String, u32>,
+    started: HashMap<Tenant, u32>,
 }
 
 impl Gate<'_> {
@@ -60,7 +61,7 @@ impl Gate<'_> {
     }
 
     /// A tenant's share of dispatch against other tenants (1 = even).
-    pub(crate) fn weight(&self, tenant: &str) -> u32 {
+    pub(crate) fn weight(&self, tenant: &Tenant) -> u32 {
         self.state
             .tenants
             .get(tenant)
@@ -68,7 +69,7 @@ impl Gate<'_> {
     }
 
     /// Whether items of `tenant` are held back by its own limits now.
-    pub(crate) fn tenant_blocked(&self, tenant: &str) -> bool {
+    pub(crate) fn tenant_blocked(&self, tenant: &Tenant) -> bool {
         self.state.tenants.get(tenant).is_some_and(|t| {
             t.cap.is_some_and(|_| t.no_slot())
                 || t.rate.as_ref().is_some_and(|p| !p.spendable(self.now))
@@ -77,7 +78,7 @@ impl Gate<'_> {
 
     /// Admits one item of `tenant` (None: it has none) and counts it
     /// against every limit, or says why it may not go.
-    pub(crate) fn admit(&mut self, tenant: Option<&str>) -> Result<(), Blocked> {
+    pub(crate) fn admit(&mut self, tenant: Option<&Tenant>) -> Result<(), Blocked> {
         let now = self.now;
         self.demanded();
         let s = &mut *self.state;
@@ -140,7 +141,7 @@ impl Gate<'_> {
                 match self.started.get_mut(name) {
                     Some(n) => *n += 1,
                     None => {
-                        self.started.insert(name.to_string(), 1);
+                        self.started.insert(name.clone(), 1);
                     }
                 }
             }
@@ -161,7 +162,7 @@ impl Gate<'_> {
     /// Records that dispatch passed `tenant`'s partitions over for want of
     /// a slot or a token: it wants them (slots: as many as its cap, for all
     /// it knows), or it would never fetch an item to be refused.
-    pub(crate) fn starved(&mut self, tenant: &str) {
+    pub(crate) fn starved(&mut self, tenant: &Tenant) {
         let Some(t) = self.state.tenants.get_mut(tenant) else {
             return;
         };
@@ -192,7 +193,7 @@ impl Drop for Gate<'_> {
 #[derive(Debug)]
 pub(crate) struct Permit {
     limits: Arc<Limits>,
-    tenants: Vec<(String, u32)>,
+    tenants: Vec<(Tenant, u32)>,
 }
 
 impl Drop for Permit {

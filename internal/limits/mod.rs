@@ -44,6 +44,8 @@ use tokio::time::{Duration, Instant};
 use adaptive::Adaptive;
 pub(crate) use gate::{Gate, Permit};
 use pool::Pool;
+
+use crate::ids::Tenant;
 pub use rate::Rate;
 pub(crate) use task::{Claimer, run};
 
@@ -77,14 +79,14 @@ struct State {
     retry_at: Option<Instant>,
     fleet: Option<Pool>,
     adaptive: Adaptive,
-    tenants: HashMap<String, Tenant>,
+    tenants: HashMap<Tenant, TenantState>,
     /// When dispatch last wanted to send anything.
     demand_at: Option<Instant>,
 }
 
 /// One tenant's limits and what this processor holds of them.
 #[derive(Debug, Default)]
-struct Tenant {
+struct TenantState {
     weight: u32,
     /// Its `max_in_flight`; None = no cap.
     cap: Option<u32>,
@@ -108,7 +110,7 @@ struct Tenant {
     rate: Option<Pool>,
 }
 
-impl Tenant {
+impl TenantState {
     /// Whether every slot it holds has a call (or a claim on its way may
     /// grant no more than the calls it counted).
     fn no_slot(&self) -> bool {

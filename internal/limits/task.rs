@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 use super::pool::Pool;
 use super::share::grant;
 use super::{DEMAND, IDLE, Limits, RECLAIM, Rate, State};
-use crate::ids::SessionId;
+use crate::ids::{SessionId, Tenant};
 use crate::store::Store;
 use crate::store::limits::Limit;
 
@@ -142,11 +142,11 @@ fn load(limits: &Limits, rows: Vec<Limit>, batch: usize) {
 #[derive(Debug)]
 enum Due {
     /// Tokens from a pool: the fleet's (None) or a tenant's.
-    Tokens(Option<String>, String, f64, f64, f64),
+    Tokens(Option<Tenant>, String, f64, f64, f64),
     /// A tenant's slots (what it has in use and wants is taken as the
     /// claim starts, so that its calls are held at their count for one
     /// round trip, not for every claim before it).
-    Slots(String),
+    Slots(Tenant),
 }
 
 /// The claims due now.
@@ -185,7 +185,7 @@ fn due_claims(s: &State, now: Instant, every: Duration) -> Vec<Due> {
 async fn run_claim(ctx: &Claimer, limits: &Limits, due: Due) -> Option<Instant> {
     match due {
         Due::Tokens(tenant, name, n, rate, burst) => {
-            reserve(ctx, limits, tenant.as_deref(), &name, n, rate, burst).await
+            reserve(ctx, limits, tenant.as_ref(), &name, n, rate, burst).await
         }
         Due::Slots(tenant) => claim(ctx, limits, &tenant).await,
     }
@@ -196,7 +196,7 @@ async fn run_claim(ctx: &Claimer, limits: &Limits, due: Due) -> Option<Instant> 
 async fn reserve(
     ctx: &Claimer,
     limits: &Limits,
-    tenant: Option<&str>,
+    tenant: Option<&Tenant>,
     name: &str,
     n: f64,
     rate: f64,
@@ -234,7 +234,7 @@ async fn reserve(
 
 /// Claims `tenant`'s share of its in-flight slots for what it has in use
 /// and wants; returns when to look again if it must wait.
-async fn claim(ctx: &Claimer, limits: &Limits, tenant: &str) -> Option<Instant> {
+async fn claim(ctx: &Claimer, limits: &Limits, tenant: &Tenant) -> Option<Instant> {
     let (in_use, wanted) = {
         let mut s = limits.lock();
         let t = s.tenants.get_mut(tenant)?;

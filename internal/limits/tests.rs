@@ -125,14 +125,14 @@ fn the_limits_task_wakes_dispatch_when_a_token_comes_due() {
         pool.reserved(1.0, 0, t0, t0);
         s.tenants.insert(
             "a".into(),
-            Tenant {
+            TenantState {
                 rate: Some(pool),
-                ..Tenant::default()
+                ..TenantState::default()
             },
         );
     }
     let mut gate = limits.gate();
-    assert_eq!(gate.admit(Some("a")), Err(Blocked::Tenant));
+    assert_eq!(gate.admit(Some(&"a".into())), Err(Blocked::Tenant));
     drop(gate);
     let due = t0 + Duration::from_millis(200);
     let next = came_due(&limits, t0);

@@ -98,7 +98,7 @@ impl Store {
                 "INSERT INTO feed_partitions (id, auto_close, manual_checkpoint, on_failure, gate_events, \
                  tenant, weight, max_in_flight) VALUES (" {partition} ", " {spec.auto_close} ", "
                 {spec.manual_checkpoint} ", " {spec.on_failure.as_str()} ", " {spec.gate_events} ", "
-                {spec.tenant.clone()} ", " {spec.weight.map(|w| i32::try_from(w).unwrap_or(i32::MAX))} ", "
+                {spec.tenant.as_deref()} ", " {spec.weight.map(|w| i32::try_from(w).unwrap_or(i32::MAX))} ", "
                 {spec.max_in_flight.map(|m| i32::try_from(m).unwrap_or(i32::MAX))} ")" [b.keep_existing()]
             )))
             .await?

@@ -9,7 +9,7 @@ use super::driver::{Sql, sql};
 use super::limits::nonneg;
 use super::probes::{LIVE, item_exists, ready, stuck};
 use super::{Store, get, ms};
-use crate::ids::{PartitionId, SessionId};
+use crate::ids::{PartitionId, SessionId, Tenant};
 use crate::{Error, Result};
 
 /// Partitions leased per statement: a bounded `IN` list however many are free.
@@ -58,7 +58,7 @@ pub struct HeldRow {
     /// A gate check would act on it (advance, close, fail).
     pub stuck: bool,
     /// Its tenant.
-    pub tenant: Option<String>,
+    pub tenant: Option<Tenant>,
     /// Its share of dispatch, if set.
     pub weight: Option<u32>,
     /// Its own cap on items in flight, if set.

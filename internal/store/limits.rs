@@ -10,7 +10,7 @@ use serde::Serialize;
 use super::driver::{Sql, sql};
 use super::probes::LIVE;
 use super::{Store, get, ms};
-use crate::ids::{PartitionId, SessionId};
+use crate::ids::{PartitionId, SessionId, Tenant};
 use crate::limits::Rate;
 use crate::validate;
 use crate::{Error, Result};
@@ -19,7 +19,7 @@ use crate::{Error, Result};
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct Limit {
     /// The tenant, as `feed_partitions.tenant` names it.
-    pub tenant: String,
+    pub tenant: Tenant,
     /// Items of this tenant in flight at the handler, fleet-wide.
     pub max_in_flight: Option<u32>,
     /// Items of this tenant sent per second, fleet-wide.
@@ -36,7 +36,7 @@ pub struct Attrs {
     /// Partition id.
     pub id: PartitionId,
     /// Its tenant.
-    pub tenant: Option<String>,
+    pub tenant: Option<Tenant>,
     /// Its share of dispatch within its tenant (or, without one, against others).
     pub weight: Option<u32>,
     /// Its own cap on items in flight.
@@ -111,7 +111,7 @@ impl Store {
     }
 
     /// Removes a tenant's limits; false when it had none.
-    pub async fn clear_limit(&self, tenant: &str) -> Result<bool> {
+    pub async fn clear_limit(&self, tenant: &Tenant) -> Result<bool> {
         validate::id("tenant", tenant)?;
         let n = self
             .run(sql!(self.driver; "DELETE FROM feed_limits WHERE tenant = " {tenant}))
@@ -206,7 +206,7 @@ impl Store {
     /// when the tenant has no cap.
     pub(crate) async fn claim_slots(
         &self,
-        tenant: &str,
+        tenant: &Tenant,
         me: &SessionId,
         in_use: u32,
         wanted: u32,

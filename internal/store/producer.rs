@@ -2,6 +2,7 @@
 //! scopes) and what they get back; retrying failed items. Enqueueing
 //! is in `enqueue`.
 
+use crate::ids::Tenant;
 use crate::schedule::Schedule;
 use std::time::Duration;
 
@@ -80,7 +81,7 @@ pub struct PartitionSpec {
     pub gate_events: bool,
     /// The tenant it belongs to, for fairness and per-tenant limits
     /// (None: it counts as its own).
-    pub tenant: Option<String>,
+    pub tenant: Option<Tenant>,
     /// Its share of dispatch (None: 1, an even share).
     pub weight: Option<u32>,
     /// Its own cap on items in flight (None: `--max-in-flight-per-partition`).

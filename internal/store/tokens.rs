@@ -8,6 +8,7 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use super::{NewItem, PartitionSpec, Store, get};
+use crate::ids::Tenant;
 use crate::{Error, Result, validate};
 
 /// What a producer token may do: enqueue into its tenant's partitions.
@@ -18,7 +19,7 @@ pub struct ProducerScope {
     pub id: String,
     /// The tenant every partition it creates belongs to, and the only
     /// tenant whose partitions it may add to.
-    pub tenant: String,
+    pub tenant: Tenant,
     /// Partition ids and the item ids it gives must start with this.
     pub prefix: Option<String>,
     /// The highest `weight` it may give a partition (None: none; the default applies).
@@ -36,7 +37,7 @@ impl ProducerScope {
         let tenant = tenant.into();
         validate::id("tenant", &tenant)?;
         Ok(Self {
-            tenant,
+            tenant: tenant.into(),
             ..Self::default()
         })
     }

@@ -41,8 +41,8 @@ async fn limits_are_written_whole_and_cleared(k: Kit) {
     assert_eq!(all[0], acme, "every column is written, unset ones too");
     k.sql("INSERT INTO feed_slots (tenant, session_id, slots, wanted) VALUES ('acme', 's1', 1, 1)")
         .await;
-    assert!(k.store.clear_limit("acme").await.unwrap());
-    assert!(!k.store.clear_limit("acme").await.unwrap());
+    assert!(k.store.clear_limit(&"acme".into()).await.unwrap());
+    assert!(!k.store.clear_limit(&"acme".into()).await.unwrap());
     assert_eq!(k.store.limits().await.unwrap().len(), 1);
     let slots: Vec<(String,)> = k.rows("SELECT tenant FROM feed_slots", &["tenant"]).await;
     assert!(slots.is_empty(), "its slots go with it");
@@ -126,7 +126,7 @@ async fn slots_are_shared_under_the_tenants_lock(k: Kit) {
         let store = k.store.clone();
         async move {
             store
-                .claim_slots("acme", &me.into(), in_use, wanted, EXPIRY, greedy)
+                .claim_slots(&"acme".into(), &me.into(), in_use, wanted, EXPIRY, greedy)
                 .await
                 .unwrap()
         }

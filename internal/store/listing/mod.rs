@@ -14,6 +14,7 @@ pub use items::{ItemFilter, ItemView};
 
 use super::Store;
 use super::driver::{Int, Sql, sql};
+use crate::ids::Tenant;
 use crate::{Error, Result, validate};
 
 /// Most rows one page returns.
@@ -54,7 +55,7 @@ pub struct PartitionView {
     /// block or continue.
     pub on_failure: String,
     /// The tenant it belongs to (flow control), if any.
-    pub tenant: Option<String>,
+    pub tenant: Option<Tenant>,
     /// OCC version.
     pub version: i64,
     /// Epoch ms, database clock.
