@@ -147,7 +147,7 @@ pub async fn enqueue(a: EnqueueArgs) -> anyhow::Result<()> {
         };
         written += r.items;
         first.get_or_insert(r);
-        if store.backend() == sea_orm::DbBackend::Sqlite && written < total {
+        if !store.driver().concurrent_writes() && written < total {
             // Leave the write lock to the processors as long as this
             // transaction held it (at most 100 ms): SQLite's waiting writers
             // poll, and would not get it if the next began at once.

@@ -131,37 +131,35 @@ async fn open(url: &str, options: &Options, create: bool) -> Result<Store> {
     let limit = options.statement_timeout;
     let pooler = options.pooler;
     let mut target = target(url, create)?;
-    if pooler == Pooler::Transaction && target.driver != Driver::Postgres {
+    if pooler == Pooler::Transaction && !target.driver.transaction_pooler() {
         return Err(Error::DatabaseUrl(format!(
             "{}: --db-pooler transaction is for PostgreSQL behind a pooler in transaction mode",
             redact(url)
         )));
     }
-    let hosts = match target.driver {
-        Driver::Postgres => hosts::Hosts::parse(&target.url, create)?.map(Arc::new),
-        Driver::Sqlite | Driver::MySql => None,
+    let hosts = if target.driver.several_hosts() {
+        hosts::Hosts::parse(&target.url, create)?.map(Arc::new)
+    } else {
+        None
     };
     if let Some(h) = &hosts {
         target.url = h.pick(&target).await?;
     }
     let url = target.url.as_str();
-    if target.driver != Driver::Sqlite {
-        // The pool retries a refused connection itself until its acquire
-        // timeout and then says only that it timed out: one direct login
-        // first says why, at once.
+    if !target.driver.embedded() {
         first_login(&target, create).await?;
     }
     let mut opts = ConnectOptions::new(url);
     // No minimum: sqlx opens a pool's minimum outside its acquire timeout,
     // and one refused by the role check (a standby) then waits unbounded.
     opts.max_connections(options.max_connections.max(2))
-        .min_connections(u32::from(target.driver == Driver::Sqlite))
+        .min_connections(u32::from(target.driver.embedded()))
         .max_lifetime(options.max_lifetime)
         .connect_timeout(CONNECT_TIMEOUT)
         .acquire_timeout(Duration::from_secs(5))
         .set_application_name("feed-processor")
         .sqlx_logging(false);
-    if target.driver == Driver::Sqlite {
+    if target.driver.embedded() {
         // No network between Feed and the file: a connection cannot die
         // in the pool, and a ping is a hop to its worker thread and back.
         let existing_only = target.existing_only;
@@ -224,28 +222,22 @@ async fn open(url: &str, options: &Options, create: bool) -> Result<Store> {
 
 /// Checks the URL's scheme and shape; what is being opened.
 fn target(url: &str, create: bool) -> Result<Target> {
-    let scheme = url.split(':').next().unwrap_or_default();
-    let (url, driver) = match scheme {
-        "sqlite" => (url.to_string(), Driver::Sqlite),
-        "postgres" | "postgresql" => (url.to_string(), Driver::Postgres),
-        "mysql" => (url.to_string(), Driver::MySql),
-        "mariadb" => (url.replacen("mariadb", "mysql", 1), Driver::MySql),
-        _ => {
-            return Err(Error::DatabaseUrl(format!(
-                "{}: the scheme must be sqlite:, postgres: or mysql: (e.g. sqlite://feed.db?mode=rwc)",
-                redact(url)
-            )));
-        }
+    let Some((url, driver)) = Driver::from_url(url) else {
+        return Err(Error::DatabaseUrl(format!(
+            "{}: the scheme must be sqlite:, postgres: or mysql: (e.g. sqlite://feed.db?mode=rwc)",
+            redact(url)
+        )));
     };
     let several = several_hosts(&url);
-    if driver == Driver::MySql && several {
+    if several && !driver.several_hosts() {
         return Err(Error::DatabaseUrl(format!(
-            "{}: on MySQL/MariaDB Feed takes one host per URL; put what follows the primary in \
+            "{}: on {} Feed takes one host per URL; put what follows the primary in \
              front of the cluster (a proxy, or a DNS name moved on failover) and give its address",
-            redact(&url)
+            redact(&url),
+            driver.name()
         )));
     }
-    if driver != Driver::Sqlite
+    if !driver.embedded()
         && !several
         && let Err(e) = url::Url::parse(&url)
     {
@@ -254,7 +246,7 @@ fn target(url: &str, create: bool) -> Result<Target> {
             redact(&url)
         )));
     }
-    let rwc = driver == Driver::Sqlite && query_value(&url, "mode").as_deref() == Some("rwc");
+    let rwc = driver.embedded() && query_value(&url, "mode").as_deref() == Some("rwc");
     Ok(Target {
         url,
         driver,
@@ -279,32 +271,11 @@ pub(super) fn query_value(url: &str, key: &str) -> Option<String> {
         .map(|(_, v)| v.into_owned())
 }
 
-/// One login on a connection of its own, closed at once.
+/// One login first (see `Driver::login`), bounded by the connect timeout,
+/// its failure said as what it means.
 async fn first_login(target: &Target, primary: bool) -> Result<()> {
-    use sea_orm::sqlx::mysql::MySqlConnectOptions;
-    use sea_orm::sqlx::postgres::PgConnectOptions;
-    use sea_orm::sqlx::{ConnectOptions as _, Connection as _};
     let url = target.url.as_str();
-    let login = async {
-        match target.driver {
-            Driver::Postgres => {
-                let opts: PgConnectOptions = url.parse()?;
-                let mut conn = opts.application_name("feed-processor").connect().await?;
-                let writes = !primary || role::writable(&mut conn).await?;
-                conn.close().await?;
-                Ok(writes)
-            }
-            Driver::MySql => {
-                url.parse::<MySqlConnectOptions>()?
-                    .connect()
-                    .await?
-                    .close()
-                    .await?;
-                Ok(true)
-            }
-            Driver::Sqlite => Ok(true),
-        }
-    };
+    let login = target.driver.login(url, primary);
     match tokio::time::timeout(CONNECT_TIMEOUT, login).await {
         Ok(Ok(true)) => Ok(()),
         Ok(Ok(false)) => Err(unreachable_as(target, Unreachable::Standby(address(url)))),

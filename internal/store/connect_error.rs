@@ -188,23 +188,10 @@ fn no_database(target: &Target) -> Unusable {
         .next()
         .unwrap_or_default()
         .to_string();
-    let user_flag = |flag: &str| {
-        if user.is_empty() {
-            String::new()
-        } else {
-            format!(" {flag} {user}")
-        }
-    };
-    let hint = match target.driver {
-        Driver::MySql => format!(
-            "create it with `CREATE DATABASE {name};` (e.g. mysql -h {host} -P {port}{} -p -e 'CREATE DATABASE {name}'), or fix --database-url",
-            user_flag("-u")
-        ),
-        _ => format!(
-            "create it with `createdb -h {host} -p {port}{} {name}` (or `CREATE DATABASE {name};` in psql), or fix --database-url",
-            user_flag("-U")
-        ),
-    };
+    let hint = format!(
+        "{}, or fix --database-url",
+        target.driver.create_database(&host, &port, user, &name)
+    );
     Unusable::NoDatabase {
         url: redact(&target.url),
         name,

@@ -18,7 +18,7 @@ use super::timeout::{Bound, Hook, release_check};
 /// is off: a primary, not a standby nor a read-only database).
 /// The simple protocol: no prepared statement, so it also works through a
 /// pooler in transaction mode.
-pub(super) async fn writable(conn: &mut PgConnection) -> Result<bool, sqlx::Error> {
+pub(crate) async fn writable(conn: &mut PgConnection) -> Result<bool, sqlx::Error> {
     use sqlx::Row;
     let row = sqlx::raw_sql(sqlx::AssertSqlSafe("SHOW transaction_read_only"))
         .fetch_one(conn)

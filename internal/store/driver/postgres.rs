@@ -27,6 +27,10 @@ pub(super) const DIALECT: Dialect = Dialect {
     notify: Some("NOTIFY feed_items"),
     concat: |parts| parts.join(" || "),
     concurrent_writes: true,
+    embedded: false,
+    several_hosts: true,
+    transaction_pooler: true,
+    create_database: super::createdb,
     item_delete,
     stale_statistics: Some(
         "SELECT COUNT(*) AS n FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid \

@@ -30,6 +30,10 @@ pub(super) const DIALECT: Dialect = Dialect {
     notify: None,
     concat: |parts| format!("CONCAT({})", parts.join(", ")),
     concurrent_writes: true,
+    embedded: false,
+    several_hosts: false,
+    transaction_pooler: false,
+    create_database,
     item_delete,
     stale_statistics: None,
     upsert: on_duplicate,
@@ -95,4 +99,12 @@ fn on_duplicate(key: &str, columns: &[&str]) -> String {
         .map(|c| format!("{c} = VALUES({c})"))
         .collect();
     format!(" ON DUPLICATE KEY UPDATE {}", set.join(", "))
+}
+
+/// The hint for a missing database: `CREATE DATABASE` through the client.
+fn create_database(host: &str, port: &str, user: &str, name: &str) -> String {
+    let user = super::user_flag("-u", user);
+    format!(
+        "create it with `CREATE DATABASE {name};` (e.g. mysql -h {host} -P {port}{user} -p -e 'CREATE DATABASE {name}')"
+    )
 }
