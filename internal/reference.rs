@@ -8,7 +8,7 @@ use std::fmt::Write;
 
 use sea_orm::{ConnectionTrait, DbBackend, Statement};
 
-use crate::console::endpoints::endpoints;
+use crate::console::endpoints;
 
 /// How every generated page starts: where it comes from and how to
 /// write it again.

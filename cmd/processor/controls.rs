@@ -6,36 +6,6 @@ use clap::Args;
 
 use super::{DbArgs, LOGS, LogFormat, connect, create, duration, init_logs, shutdown_signal};
 
-secret_flags!(
-    AdminTokenArgs { admin_token, admin_token_file, env = "FEED_ADMIN_TOKEN", what = "admin token" },
-    "Allows actions in the dashboard and the API (at least 16 characters); without it they are read-only [default: none]"
-);
-
-impl AdminTokenArgs {
-    /// The checked token, if one was given.
-    pub fn token(&self) -> anyhow::Result<Option<feed::console::AdminToken>> {
-        Ok(self
-            .value()
-            .map(feed::console::AdminToken::new)
-            .transpose()?)
-    }
-}
-
-secret_flags!(
-    ProducerTokenArgs { producer_token, producer_token_file, env = "FEED_PRODUCER_TOKEN", what = "producer token" },
-    "Allows enqueueing over the API (POST /api/v1/partitions/{id}/items) and nothing else (at least 16 characters); the admin token allows it too [default: none]"
-);
-
-impl ProducerTokenArgs {
-    /// The checked token, if one was given.
-    pub fn token(&self) -> anyhow::Result<Option<feed::console::ProducerToken>> {
-        Ok(self
-            .value()
-            .map(|t| feed::console::ProducerToken::for_flag("--producer-token", t))
-            .transpose()?)
-    }
-}
-
 #[derive(Args)]
 pub struct CheckpointArgs {
     #[command(flatten)]
@@ -81,28 +51,12 @@ pub struct PruneArgs {
     dry_run: bool,
 }
 
-/// `--trusted-proxy`, for the console of `run --ui` and `ui`.
-#[derive(Args)]
-pub struct TrustedProxyArgs {
-    /// A reverse proxy (address or network, e.g. 10.0.0.7 or 10.0.0.0/8) whose
-    /// X-Forwarded-For names the client, so that wrong tokens count against that client and
-    /// not against everyone behind the proxy; repeatable (FEED_TRUSTED_PROXY takes several,
-    /// comma-separated) [default: none: X-Forwarded-For is ignored]
-    #[arg(
-        long = "trusted-proxy",
-        env = "FEED_TRUSTED_PROXY",
-        value_delimiter = ',',
-        value_parser = feed::console::parse_proxy
-    )]
-    pub proxies: Vec<ipnet::IpNet>,
-}
-
 #[derive(Args)]
 pub struct UiArgs {
     #[command(flatten)]
     db: DbArgs,
     #[command(flatten)]
-    listen: crate::run_flags::ListenArgs,
+    listen: crate::listen::ListenArgs,
 }
 
 pub async fn checkpoint(a: CheckpointArgs) -> anyhow::Result<()> {

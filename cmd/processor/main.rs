@@ -13,6 +13,7 @@ mod db;
 mod events;
 mod items;
 mod limits;
+mod listen;
 mod process;
 mod reference;
 mod run;

@@ -6,9 +6,8 @@ use clap::Args;
 use feed::Config;
 use humantime::Duration;
 
-use super::run_flags::{
-    DispatchArgs, EventsArgs, FlowArgs, HandlerArgs, LeaseArgs, ListenArgs, RetriesArgs,
-};
+use super::listen::ListenArgs;
+use super::run_flags::{DispatchArgs, EventsArgs, FlowArgs, HandlerArgs, LeaseArgs, RetriesArgs};
 use super::{DbArgs, LogFormat, duration, init_logs_and_traces, shutdown_signal};
 
 #[derive(Args)]

@@ -4,13 +4,11 @@
 
 use clap::Args;
 use feed::Config;
-use feed::config::{
-    DispatchConfig, EventsConfig, FlowConfig, HandlerConfig, LeaseConfig, ListenConfig, Policy,
-};
+use feed::config::{DispatchConfig, EventsConfig, FlowConfig, HandlerConfig, LeaseConfig, Policy};
 use feed::handler::SignatureScheme;
 use humantime::Duration;
 
-use super::{controls, duration};
+use super::duration;
 
 secret_list_flags!(
     SigningSecretArgs { signing_secret, signing_secret_file, env = "FEED_SIGNING_SECRET", what = "signing secret" },
@@ -217,45 +215,6 @@ impl FlowArgs {
         f.breaker_calls = self.breaker_calls;
         f.breaker_ratio = self.breaker_ratio;
         f
-    }
-}
-
-/// Where to listen for health, metrics and the console, and who may act
-/// there: `run` and `ui` share these flags.
-#[derive(Args)]
-#[command(next_help_heading = "Listener and console")]
-pub struct ListenArgs {
-    /// Address of the health, metrics and console listener (loopback by default; say
-    /// 0.0.0.0:8080 to serve every interface); with run, 'off' serves nothing
-    #[arg(long, env = "FEED_LISTEN", default_value = Config::LISTEN)]
-    pub listen: String,
-    /// A host name the console (--ui) answers besides IP addresses and localhost, repeatable
-    /// (FEED_ALLOWED_HOST takes several, comma-separated) [default: none]
-    #[arg(
-        long = "allowed-host",
-        env = "FEED_ALLOWED_HOST",
-        value_delimiter = ','
-    )]
-    pub allowed_hosts: Vec<String>,
-    #[command(flatten)]
-    pub trusted_proxies: controls::TrustedProxyArgs,
-    #[command(flatten)]
-    pub token: controls::AdminTokenArgs,
-    #[command(flatten)]
-    pub producer_token: controls::ProducerTokenArgs,
-}
-
-impl ListenArgs {
-    /// The listener of `run`, serving the console when `ui`.
-    pub fn config(self, ui: bool) -> anyhow::Result<ListenConfig> {
-        let mut l = ListenConfig::default();
-        l.address = (self.listen != "off").then_some(self.listen);
-        l.ui = ui;
-        l.admin_token = self.token.token()?;
-        l.producer_token = self.producer_token.token()?;
-        l.allowed_hosts = self.allowed_hosts;
-        l.trusted_proxies = self.trusted_proxies.proxies;
-        Ok(l)
     }
 }
 

@@ -19,6 +19,11 @@ use super::endpoints::{Access, Endpoint, fields, no_query};
 use super::reads::{ItemQuery, PartitionQuery, items, list_limits, partition, partitions, status};
 use super::{Console, api_error, completion, enqueue, json_errors, tokens};
 
+/// Every route of the API, in the order the reference lists them.
+pub fn endpoints() -> Vec<Endpoint> {
+    table().into_iter().map(|(e, _)| e).collect()
+}
+
 /// Every route with what the reference says of it; `routes` serves
 /// exactly these.
 pub(super) fn table() -> Vec<(Endpoint, MethodRouter<Console>)> {
@@ -223,4 +228,27 @@ pub(super) fn routes() -> Router<Console> {
             )
         })
         .layer(axum::middleware::map_response(json_errors))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::endpoints;
+
+    #[test]
+    fn every_route_is_listed_once() {
+        let list = endpoints();
+        let mut seen = std::collections::HashSet::new();
+        for e in &list {
+            assert!(
+                seen.insert((e.method, e.path)),
+                "{} {} twice",
+                e.method,
+                e.path
+            );
+        }
+        assert!(
+            list.iter()
+                .any(|e| e.path == "/partitions/{id}/items" && e.method == "POST")
+        );
+    }
 }

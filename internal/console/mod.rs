@@ -43,6 +43,7 @@ use axum::response::Response;
 use tokio::sync::OnceCell;
 
 pub use admit::MAX_ACTION_BODY_BYTES;
+pub use api::endpoints;
 pub use auth::{AdminToken, ProducerToken};
 pub use client::parse_proxy;
 pub use completion::EXPORT_BUDGET_BYTES;

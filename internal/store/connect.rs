@@ -7,21 +7,19 @@
 //! (`Unreachable`: refused, no answer); see `connect_error`. Commands exit
 //! at once on the first, with what to do; `run` waits out the second.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use prometheus_client::metrics::counter::Counter;
 use sea_orm::{ConnectOptions, Database, DbErr, RuntimeErr};
 
-use super::connect_error::{Target, Unreachable, address, classify, clean, unreachable_as};
+use super::connect_error::{
+    CONNECT_TIMEOUT, Target, Unreachable, address, classify, clean, unreachable_as,
+};
 use super::driver;
 use super::timeout::{self, Bound};
-use super::{Driver, Pooler, Store, hosts, nodelay, redact, role};
+use super::{Driver, Pooler, Store, hosts, nodelay, query_value, redact, role};
 use crate::{Error, Result};
-
-/// How long one attempt to log in may take.
-pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How a store connects, beyond its URL.
 #[derive(Clone, Debug)]
@@ -103,7 +101,7 @@ impl Store {
 /// The URL as it is shown: password redacted, and an SQLite file as an
 /// absolute path, so that "which database was that?" has one answer.
 pub fn shown(url: &str) -> String {
-    match sqlite_file(url) {
+    match driver::sqlite::file(url) {
         Some(path) => {
             let query = url.split_once('?').map(|(_, q)| format!("?{q}"));
             redact(&format!(
@@ -114,17 +112,6 @@ pub fn shown(url: &str) -> String {
         }
         None => redact(url),
     }
-}
-
-/// An SQLite URL's file as an absolute path; None for another database
-/// or an in-memory one.
-pub(super) fn sqlite_file(url: &str) -> Option<PathBuf> {
-    use sea_orm::sqlx::sqlite::SqliteConnectOptions;
-    if !url.starts_with("sqlite:") || url.contains(":memory:") || url.contains("mode=memory") {
-        return None;
-    }
-    let opts: SqliteConnectOptions = url.parse().ok()?;
-    std::path::absolute(opts.get_filename()).ok()
 }
 
 async fn open(url: &str, options: &Options, create: bool) -> Result<Store> {
@@ -261,14 +248,6 @@ fn several_hosts(url: &str) -> bool {
     let authority = rest.split(['/', '?']).next().unwrap_or_default();
     let hosts = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
     hosts.contains(',')
-}
-
-/// The value of `key` in the URL's query.
-pub(super) fn query_value(url: &str, key: &str) -> Option<String> {
-    let (_, query) = url.split_once('?')?;
-    url::form_urlencoded::parse(query.as_bytes())
-        .find(|(k, _)| k == key)
-        .map(|(_, v)| v.into_owned())
 }
 
 /// One login first (see `Driver::login`), bounded by the connect timeout,

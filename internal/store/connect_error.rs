@@ -8,10 +8,14 @@ use std::time::Duration;
 
 use sea_orm::sqlx::Error as Sqlx;
 
-use super::connect::{CONNECT_TIMEOUT, query_value, sqlite_file};
+use super::driver::sqlite;
 use super::driver::{self, Refusal};
+use super::query_value;
 use super::{Driver, redact};
 use crate::Error;
+
+/// How long one attempt to log in may take.
+pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A database that cannot be used as `--database-url` says; waiting will
 /// not change that. Each message says what to do.
@@ -201,7 +205,7 @@ fn no_database(target: &Target) -> Unusable {
 
 /// An SQLite file that cannot be opened: what is wrong with its path.
 fn sqlite_unusable(target: &Target, said: String) -> Unusable {
-    let path = sqlite_file(&target.url).unwrap_or_default();
+    let path = sqlite::file(&target.url).unwrap_or_default();
     let dir = path.parent().unwrap_or(Path::new("/"));
     let hint = if path.exists() {
         "check that this user may read and write the file and its directory".to_string()

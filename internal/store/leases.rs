@@ -3,17 +3,14 @@
 
 use std::time::Duration;
 
-use sea_orm::{FromQueryResult, QueryResult};
+use sea_orm::FromQueryResult;
 
-use super::driver::{Sql, sql};
+use super::driver::{Sql, id_versions, sql};
 use super::limits::nonneg;
 use super::probes::{LIVE, item_exists, ready, stuck};
 use super::{Store, get, ms};
 use crate::ids::{PartitionId, SessionId, Tenant};
 use crate::{Error, Result};
-
-/// Partitions leased per statement: a bounded `IN` list however many are free.
-pub(crate) const LEASE_CHUNK: usize = 500;
 
 /// Counts that only steer decisions stop here, so that a cycle reads no
 /// more rows however large the backlog: beyond it, a processor aims for
@@ -242,7 +239,7 @@ impl Store {
 
     /// Takes many partitions at once, each only at the version it was read
     /// at (OCC per row, as [`Store::lease`]), in chunks of at most
-    /// [`LEASE_CHUNK`]; returns the ids taken with their new versions.
+    /// [`super::LEASE_CHUNK`]; returns the ids taken with their new versions.
     pub(crate) async fn lease_many(
         &self,
         rows: &[(PartitionId, i64)],
@@ -347,11 +344,4 @@ impl Store {
         ))
         .await
     }
-}
-
-/// The `id` and `version` of each row.
-pub(super) fn id_versions(rows: &[QueryResult]) -> Result<Vec<(PartitionId, i64)>> {
-    rows.iter()
-        .map(|r| Ok((get(r, "id")?, get(r, "version")?)))
-        .collect()
 }

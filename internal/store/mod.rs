@@ -51,11 +51,12 @@ pub use connect::{Options, shown};
 pub use connect_error::{Unreachable, Unusable};
 pub(crate) use dispatch::{Ask, Fence, ReadyItem};
 pub use driver::Driver;
+pub(crate) use driver::LEASE_CHUNK;
 pub(crate) use driver::is_transient;
 pub(crate) use gates::GateProbe;
 pub(crate) use gates::HeldPartition;
 pub(crate) use hosts::primary_url;
-pub(crate) use leases::{HeldRow, LEASE_CHUNK, LeaseCounts, STRANDED_SLICE};
+pub(crate) use leases::{HeldRow, LeaseCounts, STRANDED_SLICE};
 pub use pooler::Pooler;
 pub use producer::{Enqueued, NewItem, OnFailure, PartitionSpec, Retried, RetryScope};
 pub(crate) use results::{Ack, ItemWrite, Written, sanitize_error};
@@ -82,6 +83,14 @@ pub struct Store {
     pooler: Pooler,
     /// The hosts of a multi-host PostgreSQL URL, followed after a failover.
     hosts: Option<Arc<hosts::Hosts>>,
+}
+
+/// The value of `key` in the URL's query.
+pub(crate) fn query_value(url: &str, key: &str) -> Option<String> {
+    let (_, query) = url.split_once('?')?;
+    url::form_urlencoded::parse(query.as_bytes())
+        .find(|(k, _)| k == key)
+        .map(|(_, v)| v.into_owned())
 }
 
 /// A URL (the database's, the handler's) with its password and secret

@@ -18,6 +18,7 @@ pub(crate) mod sqlite;
 
 pub(crate) use errors::{Refusal, refusal};
 pub use errors::{is_lost_statement, is_transient, is_wrong_node};
+pub(crate) use returning::{LEASE_CHUNK, id_versions};
 pub(crate) use sql::{Sql, sql};
 
 use sea_orm::{DbBackend, Statement, Value};

@@ -4,13 +4,15 @@
 //! statement); MariaDB has no `RETURNING` on `UPDATE` and cannot `LIMIT` a
 //! subquery of the table it updates, so it reads the rows back.
 
-use sea_orm::{ConnectionTrait, Value};
+use sea_orm::{ConnectionTrait, QueryResult, Value};
 
 use super::{Driver, Sql, postgres, sqlite};
 use crate::Result;
 use crate::ids::{PartitionId, SessionId};
-use crate::store::leases::id_versions;
-use crate::store::{LEASE_CHUNK, Store, get};
+use crate::store::{Store, get};
+
+/// Partitions leased per statement: a bounded `IN` list however many are free.
+pub(crate) const LEASE_CHUNK: usize = 500;
 
 /// Appends a test that `id` is one of the page picked by [`page`]; each
 /// driver's own (see `picked` in its file).
@@ -161,4 +163,11 @@ impl Driver {
 /// The ids of `chunk`, as values.
 fn ids(chunk: &[(PartitionId, i64)]) -> impl Iterator<Item = Value> + '_ {
     chunk.iter().map(|(id, _)| Value::from(id.clone()))
+}
+
+/// The `id` and `version` of each row.
+pub(crate) fn id_versions(rows: &[QueryResult]) -> Result<Vec<(PartitionId, i64)>> {
+    rows.iter()
+        .map(|r| Ok((get(r, "id")?, get(r, "version")?)))
+        .collect()
 }

@@ -110,3 +110,13 @@ pub fn connect_options(o: SqliteConnectOptions) -> SqliteConnectOptions {
         .busy_timeout(std::time::Duration::from_secs(30))
         .foreign_keys(true)
 }
+
+/// An SQLite URL's file as an absolute path; None for another database
+/// or an in-memory one.
+pub(crate) fn file(url: &str) -> Option<std::path::PathBuf> {
+    if !url.starts_with("sqlite:") || url.contains(":memory:") || url.contains("mode=memory") {
+        return None;
+    }
+    let opts: SqliteConnectOptions = url.parse().ok()?;
+    std::path::absolute(opts.get_filename()).ok()
+}
