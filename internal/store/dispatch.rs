@@ -133,18 +133,14 @@ impl Store {
         // `range` (which binds its own values), ordered, at most `limit`.
         let branch =
             |s: &mut Sql, partition: &Value, range: &dyn Fn(&mut Sql), order: &str, limit: i64| {
-                s.push(&head)
-                    .bind(partition.clone())
-                    .push(
-                        " AND i.status = 'available' \
-                     AND i.gate = (SELECT p.gate FROM feed_partitions p WHERE p.id = ",
-                    )
-                    .bind(partition.clone())
-                    .push(" AND p.owner = ")
-                    .bind(me)
-                    .push(" AND p.status = 'available' AND NOT p.paused) AND ");
+                sql!(into s;
+                    [&head] {partition.clone()} " AND i.status = 'available' \
+                     AND i.gate = (SELECT p.gate FROM feed_partitions p WHERE p.id = "
+                    {partition.clone()} " AND p.owner = " {me}
+                    " AND p.status = 'available' AND NOT p.paused) AND "
+                );
                 range(s);
-                s.push(" ORDER BY ").push(order).push(" LIMIT ").bind(limit);
+                sql!(into s; " ORDER BY " [order] " LIMIT " {limit});
             };
         let (now_order, due_order) = (
             d.unscheduled_order("i", false),
