@@ -7,8 +7,8 @@
 //! names all three, so a new database is a new variant and a new file that
 //! the compiler walks through; see docs/design.md, "Adding a backend".
 
+mod connect;
 mod errors;
-mod login;
 mod mysql;
 mod postgres;
 mod results;
@@ -152,47 +152,6 @@ impl Driver {
     /// by hand (tests) to compare times as Feed does.
     pub fn clock(self) -> &'static str {
         self.dialect().now
-    }
-
-    /// The driver for a database URL by its scheme, with the URL as the
-    /// connection pool takes it; None for a scheme Feed does not know.
-    pub(crate) fn from_url(url: &str) -> Option<(String, Driver)> {
-        Some(match url.split(':').next().unwrap_or_default() {
-            "sqlite" => (url.to_string(), Driver::Sqlite),
-            "postgres" | "postgresql" => (url.to_string(), Driver::Postgres),
-            "mysql" => (url.to_string(), Driver::MySql),
-            "mariadb" => (url.replacen("mariadb", "mysql", 1), Driver::MySql),
-            _ => return None,
-        })
-    }
-
-    /// What the database is called in messages.
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            Driver::Sqlite => "SQLite",
-            Driver::Postgres => "PostgreSQL",
-            Driver::MySql => "MySQL/MariaDB",
-        }
-    }
-
-    /// See [`Dialect::embedded`].
-    pub(crate) fn embedded(self) -> bool {
-        self.dialect().embedded
-    }
-
-    /// See [`Dialect::several_hosts`].
-    pub(crate) fn several_hosts(self) -> bool {
-        self.dialect().several_hosts
-    }
-
-    /// See [`Dialect::transaction_pooler`].
-    pub(crate) fn transaction_pooler(self) -> bool {
-        self.dialect().transaction_pooler
-    }
-
-    /// See [`Dialect::create_database`].
-    pub(crate) fn create_database(self, host: &str, port: &str, user: &str, name: &str) -> String {
-        (self.dialect().create_database)(host, port, user, name)
     }
 
     /// The sea-orm backend.
@@ -358,23 +317,6 @@ impl Driver {
     /// See [`Dialect::upsert`].
     pub(crate) fn upsert(self, key: &str, columns: &[&str]) -> String {
         (self.dialect().upsert)(key, columns)
-    }
-}
-
-/// `createdb` (PostgreSQL's; SQLite creates its file instead).
-fn createdb(host: &str, port: &str, user: &str, name: &str) -> String {
-    let user = user_flag("-U", user);
-    format!(
-        "create it with `createdb -h {host} -p {port}{user} {name}` (or `CREATE DATABASE {name};` in psql)"
-    )
-}
-
-/// A client's user flag and the user, or nothing without one.
-fn user_flag(flag: &str, user: &str) -> String {
-    if user.is_empty() {
-        String::new()
-    } else {
-        format!(" {flag} {user}")
     }
 }
 

@@ -30,7 +30,7 @@ pub(super) const DIALECT: Dialect = Dialect {
     embedded: false,
     several_hosts: true,
     transaction_pooler: true,
-    create_database: super::createdb,
+    create_database: super::connect::createdb,
     item_delete,
     stale_statistics: Some(
         "SELECT COUNT(*) AS n FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid \

@@ -30,7 +30,7 @@ pub(super) const DIALECT: Dialect = Dialect {
     embedded: true,
     several_hosts: false,
     transaction_pooler: false,
-    create_database: super::createdb,
+    create_database: super::connect::createdb,
     item_delete,
     stale_statistics: None,
     upsert: super::on_conflict,

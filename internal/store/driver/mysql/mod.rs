@@ -103,7 +103,7 @@ fn on_duplicate(key: &str, columns: &[&str]) -> String {
 
 /// The hint for a missing database: `CREATE DATABASE` through the client.
 fn create_database(host: &str, port: &str, user: &str, name: &str) -> String {
-    let user = super::user_flag("-u", user);
+    let user = super::connect::user_flag("-u", user);
     format!(
         "create it with `CREATE DATABASE {name};` (e.g. mysql -h {host} -P {port}{user} -p -e 'CREATE DATABASE {name}')"
     )
