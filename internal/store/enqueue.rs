@@ -119,7 +119,8 @@ impl Store {
             return Err(Error::Forbidden(format!(
                 "producer token {}: partition {partition} exists and is not tenant {:?}'s; \
                  nothing was written",
-                scope.id, scope.tenant
+                scope.id,
+                scope.tenant.as_str()
             )));
         }
         if status == "cancelled" {

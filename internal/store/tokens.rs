@@ -62,8 +62,9 @@ impl ProducerScope {
         match &spec.tenant {
             Some(t) if *t != self.tenant => {
                 return refuse(format!(
-                    "it is bound to tenant {:?}, not {t:?}",
-                    self.tenant
+                    "it is bound to tenant {:?}, not {:?}",
+                    self.tenant.as_str(),
+                    t.as_str()
                 ));
             }
             _ => spec.tenant = Some(self.tenant.clone()),
