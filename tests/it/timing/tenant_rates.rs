@@ -134,7 +134,7 @@ async fn drain(
     }
     // Work once both processors are live, so each leases half of it.
     for db in &dbs {
-        wait_for("two sessions", Duration::from_secs(30), || async {
+        wait_for("two sessions", Duration::from_secs(60), || async {
             db.sessions().await.len() == 2
         })
         .await;
@@ -196,7 +196,7 @@ on_all_backends!(alone a_low_fleet_rate_holds_with_two_processors);
 async fn a_low_fleet_rate_holds_with_two_processors(db: TestDb) {
     let h = handler().await;
     let procs = two(&db, &h, &["--rate-limit", "10/s"]);
-    wait_for("two sessions", Duration::from_secs(30), || async {
+    wait_for("two sessions", Duration::from_secs(60), || async {
         db.sessions().await.len() == 2
     })
     .await;
