@@ -215,7 +215,8 @@ fn target(url: &str, create: bool) -> Result<Target> {
             redact(url)
         )));
     };
-    let several = several_hosts(&url);
+    // An SQLite URL names a file, whose name may hold a comma.
+    let several = !driver.embedded() && several_hosts(&url);
     if several && !driver.several_hosts() {
         return Err(Error::DatabaseUrl(format!(
             "{}: on {} Feed takes one host per URL; put what follows the primary in \
@@ -278,6 +279,22 @@ mod tests {
         ));
         assert!(!super::several_hosts("postgres://u:p,w@h1:5432/db"));
         assert!(!super::several_hosts("postgres://h1/db?options=a,b"));
+    }
+
+    #[test]
+    fn one_host_per_url_where_the_driver_follows_no_more() {
+        let refused = target("mysql://root@h1:3306,h2:3306/test", true).err();
+        assert!(refused.is_some_and(|e| {
+            e.to_string()
+                .contains("on MySQL/MariaDB Feed takes one host per URL")
+        }));
+        assert!(target("postgres://h1:5432,h2:5432/db", true).is_ok());
+        let file = target("sqlite://feed,1.db?mode=rwc", true).map(|t| t.driver);
+        assert_eq!(
+            file.ok(),
+            Some(Driver::Sqlite),
+            "a comma in a file name is no host list"
+        );
     }
 
     use super::*;
