@@ -146,7 +146,10 @@ impl Store {
             d.unscheduled_order("i", false),
             format!("i.not_before, i.{seq}"),
         );
-        let due_range = format!("i.not_before <= {NOW_BOUND}");
+        let (now_range, due_range) = (
+            format!("i.not_before IS NULL AND i.{seq} > "),
+            format!("i.not_before <= {NOW_BOUND}"),
+        );
         let mut s = Sql::new(d);
         for b in 0..n {
             let (partition, after, asked, due) = match want.get(b) {
@@ -163,8 +166,7 @@ impl Store {
             }
             d.limited_branch(&mut s, 2 * b, &|s| {
                 let range = |s: &mut Sql| {
-                    s.push(&format!("i.not_before IS NULL AND i.{seq} > "))
-                        .bind(after);
+                    s.push(&now_range).bind(after);
                 };
                 branch(s, &partition, &range, &now_order, asked as i64);
             });
