@@ -38,7 +38,7 @@ pub struct HandlerArgs {
     /// Where items are POSTed, e.g. http://127.0.0.1:9000/feed (required)
     #[arg(long, env = "FEED_HANDLER_URL", hide_env_values = true)]
     pub handler_url: String,
-    /// Items in flight at once
+    /// Handler requests in flight at once (each carries up to --batch-size items)
     #[arg(long, env = "FEED_CONCURRENCY", default_value_t = Config::CONCURRENCY)]
     pub concurrency: usize,
     /// Timeout of one handler call

@@ -245,3 +245,38 @@ fn readme_quick_start_is_the_books() {
     assert_eq!(blocks(readme, "python")[0], blocks(book, "python")[0]);
     assert_eq!(blocks(readme, "sh")[..2], blocks(book, "sh")[..2]);
 }
+
+/// README's set-up is two commands that work pasted into a fresh clone:
+/// both are `cargo` commands (nothing to install first), and the first
+/// runs the demo, here through the same binary built for the tests, in
+/// an empty folder, as written (its arguments after `--`).
+#[test]
+fn readme_setup_is_two_commands_that_need_nothing_installed() {
+    let readme = include_str!("../../README.md");
+    let setup = &readme[readme.find("## Set-up: two commands").unwrap()..];
+    let commands: Vec<&str> = blocks(setup, "sh")[0]
+        .lines()
+        .map(|l| l.split(" #").next().unwrap().trim())
+        .filter(|l| !l.is_empty())
+        .collect();
+    assert_eq!(
+        commands,
+        ["cargo run --release -- demo", "cargo test --workspace"],
+        "README's set-up must need nothing but a clone and Rust"
+    );
+    let args: Vec<&str> = commands[0].split(" -- ").nth(1).unwrap().split(' ').collect();
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_processor"))
+        .args(&args)
+        .current_dir(dir.path())
+        .env_remove("FEED_DATABASE_URL")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("partition complete"), "{text}");
+}
