@@ -102,7 +102,15 @@ impl Webhooks {
             .as_ref()
             .unwrap_or(&config.handler.headers);
         let (flag, secrets) = match config.events.signing_secrets.as_slice() {
-            [] => ("--signing-secret", &config.handler.signing_secrets),
+            [] => (
+                "--signing-secret",
+                &config
+                    .handler
+                    .signing_secrets
+                    .iter()
+                    .map(|s| crate::handler::events_secret(s))
+                    .collect::<Result<Vec<_>>>()?,
+            ),
             _ => ("--events-signing-secret", &config.events.signing_secrets),
         };
         Ok(Some(Webhooks {

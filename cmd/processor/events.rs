@@ -6,6 +6,7 @@ use std::io::Write;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use anyhow::Context;
 use clap::{Args, Subcommand};
 use feed::store::events::EventScope;
 
@@ -57,6 +58,16 @@ pub enum EventsCommand {
     List(EventListArgs),
     /// Send failed events again, with fresh attempts.
     Retry(EventRetryArgs),
+    /// Print the events secret that goes with the signing secret: what an
+    /// events receiver verifies with when no --events-signing-secret is given
+    /// (one line per secret during a rotation).
+    Secret(EventSecretArgs),
+}
+
+#[derive(Args)]
+pub struct EventSecretArgs {
+    #[command(flatten)]
+    pub signing_secret: crate::run_flags::SigningSecretArgs,
 }
 
 #[derive(Args)]
@@ -168,7 +179,24 @@ pub async fn events(a: EventsArgs) -> anyhow::Result<()> {
     match a.command {
         EventsCommand::List(a) => list(a).await,
         EventsCommand::Retry(a) => retry(a).await,
+        EventsCommand::Secret(a) => secret(a),
     }
+}
+
+/// Prints the events secret of each signing secret given.
+fn secret(a: EventSecretArgs) -> anyhow::Result<()> {
+    let secrets = a.signing_secret.values();
+    if secrets.is_empty() {
+        anyhow::bail!(
+            "no signing secret: give --signing-secret (or FEED_SIGNING_SECRET, or \
+             --signing-secret-file) as the processor has it"
+        );
+    }
+    for s in secrets {
+        let events = feed::handler::events_secret(&s).context("--signing-secret")?;
+        println!("{events}");
+    }
+    Ok(())
 }
 
 async fn list(a: EventListArgs) -> anyhow::Result<()> {

@@ -17,7 +17,7 @@ secret_list_flags!(
 
 secret_list_flags!(
     EventsSecretArgs { events_signing_secret, events_signing_secret_file, env = "FEED_EVENTS_SIGNING_SECRET", what = "events signing secret" },
-    "Sign event requests with this secret instead, repeatable as --signing-secret is [default: the --signing-secret]"
+    "Sign event requests with this secret, repeatable as --signing-secret is [default: the events secret of each --signing-secret, which `processor events secret` prints]"
 );
 
 /// `--signature-scheme`.

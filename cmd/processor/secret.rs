@@ -79,7 +79,9 @@ macro_rules! secret_list_flags {
         impl $name {
             /// The secrets, from whichever flag was given.
             pub fn values(&self) -> Vec<String> {
-                let inline = self.$inline.iter().filter(|s| !s.is_empty()).cloned();
+                // An empty value is kept, so that checking it refuses it rather
+                // than leaving requests unsigned without a word.
+                let inline = self.$inline.iter().cloned();
                 let file = self.$file.iter().flat_map(|f| f.0.iter().cloned());
                 inline.chain(file).collect()
             }

@@ -5,6 +5,7 @@ use std::borrow::Cow;
 
 use base64::Engine;
 use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
+use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
 
 use crate::{Error, Result};
@@ -15,9 +16,15 @@ const WHSEC: GeneralPurpose = GeneralPurpose::new(
     GeneralPurposeConfig::new().with_decode_padding_mode(DecodePaddingMode::Indifferent),
 );
 
+/// The fewest bytes a signing key may have: shorter keys can be guessed
+/// offline from one signed request. The Standard Webhooks spec asks for
+/// 24 to 64; `openssl rand -base64 32` makes 32.
+pub const MIN_KEY_BYTES: usize = 16;
+
 /// The HMAC key of a secret: `whsec_<base64>` is the decoded bytes (the
 /// Standard Webhooks form); any other text is its own bytes (what Feed
-/// always used, and what the libraries call a raw secret).
+/// always used, and what the libraries call a raw secret). An empty or
+/// short key is refused: it would sign without protecting anything.
 pub fn signing_key(secret: &str) -> Result<Vec<u8>> {
     let key = match secret.strip_prefix("whsec_") {
         Some(b64) => WHSEC.decode(b64).map_err(|_| {
@@ -30,9 +37,37 @@ pub fn signing_key(secret: &str) -> Result<Vec<u8>> {
         None => secret.as_bytes().to_vec(),
     };
     if key.is_empty() {
-        return Err(Error::Invalid("a signing secret is empty".into()));
+        return Err(Error::Invalid(
+            "a signing secret is empty; give one (e.g. `echo whsec_$(openssl rand -base64 32)`) \
+             or leave the flag out to send unsigned requests"
+                .into(),
+        ));
+    }
+    if key.len() < MIN_KEY_BYTES {
+        return Err(Error::Invalid(format!(
+            "a signing secret's key is {} bytes, under the {MIN_KEY_BYTES} a key needs to resist \
+             guessing; generate one, e.g. `echo whsec_$(openssl rand -base64 32)`",
+            key.len()
+        )));
     }
     Ok(key)
+}
+
+/// The events secret that goes with a signing secret, as `whsec_<base64>`:
+/// an HMAC of a fixed label keyed with the signing key. Events are signed
+/// with it unless `--events-signing-secret` is given, so that an item
+/// request, whose body a producer chooses, never verifies as an event with
+/// a plain Standard Webhooks check (`processor events secret` prints it
+/// for the events receiver).
+pub fn events_secret(signing_secret: &str) -> Result<String> {
+    let key = signing_key(signing_secret)?;
+    let mut mac = Hmac::<Sha256>::new_from_slice(&key).expect("HMAC takes any key length");
+    mac.update(b"feed events secret v1");
+    let derived = mac.finalize().into_bytes();
+    Ok(format!(
+        "whsec_{}",
+        base64::engine::general_purpose::STANDARD.encode(derived)
+    ))
 }
 
 /// The `webhook-id` of an item's step: its `Idempotency-Key`, with `%`
@@ -71,11 +106,28 @@ mod tests {
 
     #[test]
     fn secrets_and_ids() {
-        assert_eq!(signing_key("raw secret").unwrap(), b"raw secret");
-        assert_eq!(signing_key("whsec_AAEC").unwrap(), [0, 1, 2]);
-        assert_eq!(signing_key("whsec_AAE").unwrap(), [0, 1], "unpadded");
+        assert_eq!(
+            signing_key("a raw secret, 16+").unwrap(),
+            b"a raw secret, 16+"
+        );
+        let sixteen = "whsec_AAECAwQFBgcICQoLDA0ODw";
+        assert_eq!(
+            signing_key(sixteen).unwrap(),
+            (0..16).collect::<Vec<u8>>(),
+            "unpadded"
+        );
+        assert_eq!(signing_key(&format!("{sixteen}==")).unwrap().len(), 16);
         assert!(signing_key("whsec_not base64!").is_err());
         assert!(signing_key("").is_err() && signing_key("whsec_").is_err());
+        for short in ["whsec_QUJD", "short", "fifteen bytes!!"] {
+            let e = signing_key(short).unwrap_err().to_string();
+            assert!(e.contains("under the 16"), "{short}: {e}");
+        }
+        let events = events_secret(sixteen).unwrap();
+        assert!(events.starts_with("whsec_") && events != sixteen);
+        assert_eq!(signing_key(&events).unwrap().len(), 32);
+        assert_eq!(events, events_secret(sixteen).unwrap(), "stable");
+        assert_ne!(events, events_secret("another raw secret").unwrap());
         assert_eq!(webhook_id("i1:3"), "i1:3");
         assert_eq!(webhook_id("a.b%c:2"), "a%2Eb%25c:2");
         assert_ne!(webhook_id("a.b:2"), webhook_id("a%2Eb:2"));

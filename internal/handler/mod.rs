@@ -14,7 +14,7 @@ mod sign;
 
 pub(crate) use answer::parse_retry_after;
 pub use http::HttpHandler;
-pub use keys::{batch_webhook_id, signing_key, webhook_id};
+pub use keys::{MIN_KEY_BYTES, batch_webhook_id, events_secret, signing_key, webhook_id};
 pub use sign::{
     EVENT_SIGNED_HEADERS, SIGNED_HEADERS, SignatureScheme, event_signature_v2, signature,
     signature_v2,

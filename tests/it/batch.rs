@@ -125,7 +125,7 @@ async fn non_json_data_and_signing(db: TestDb) {
     .await;
     db.item("json", "p", 0, json!({"n": 1})).await;
     let h = Handler::start(|c| {
-        let signed = signed(c, b"s3cret", &c.body);
+        let signed = signed(c, b"batch-s3cret-0123456789", &c.body);
         let tagged = c.headers.get("x-tenant").is_some_and(|v| v == "t1");
         if !(signed && tagged) {
             return no_retry(401, "unsigned");
@@ -141,7 +141,7 @@ async fn non_json_data_and_signing(db: TestDb) {
         "--batch-size",
         "5",
         "--signing-secret",
-        "s3cret",
+        "batch-s3cret-0123456789",
         "--header",
         "X-Tenant: t1",
     ];

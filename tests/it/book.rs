@@ -264,7 +264,12 @@ fn readme_setup_is_two_commands_that_need_nothing_installed() {
         ["cargo run --release -- demo", "cargo test --workspace"],
         "README's set-up must need nothing but a clone and Rust"
     );
-    let args: Vec<&str> = commands[0].split(" -- ").nth(1).unwrap().split(' ').collect();
+    let args: Vec<&str> = commands[0]
+        .split(" -- ")
+        .nth(1)
+        .unwrap()
+        .split(' ')
+        .collect();
     let dir = tempfile::tempdir().unwrap();
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_processor"))
         .args(&args)

@@ -310,7 +310,7 @@ async fn secrets_never_printed(db: TestDb) {
             "--header",
             "Authorization: Bearer tok-s3cret",
             "--signing-secret",
-            "sig-s3cret",
+            "sig-s3cret-0123456789",
             "--signature-v1",
         ],
     );
@@ -322,10 +322,10 @@ async fn secrets_never_printed(db: TestDb) {
     let t = v1_part.trim_start_matches("t=").split(',').next().unwrap();
     assert_eq!(
         v1_part,
-        feed::handler::signature(b"sig-s3cret", t.parse().unwrap(), br#"{"n":1}"#)
+        feed::handler::signature(b"sig-s3cret-0123456789", t.parse().unwrap(), br#"{"n":1}"#)
     );
     assert_eq!(v2.len(), 64);
-    assert!(signed(call, b"sig-s3cret", br#"{"n":1}"#));
+    assert!(signed(call, b"sig-s3cret-0123456789", br#"{"n":1}"#));
     let m = p.metrics().await;
     let status = text(&processor(&["status", "--database-url", &url], ""));
     let bad_scheme = text(&processor(
@@ -346,7 +346,7 @@ async fn secrets_never_printed(db: TestDb) {
         ("status", &status),
         ("error", &bad_scheme),
     ] {
-        for secret in ["pw-s3cret", "tok-s3cret", "sig-s3cret"] {
+        for secret in ["pw-s3cret", "tok-s3cret", "sig-s3cret-0123456789"] {
             assert!(!out.contains(secret), "{secret} printed in {what}:\n{out}");
         }
     }
@@ -435,6 +435,42 @@ fn bad_command_lines_exit_2_with_one_line() {
                 "whsec_pw-s3cret!",
             ],
             "--signing-secret: a secret starting with whsec_ must be base64",
+        ),
+        // A key too short to resist guessing, or none at all, is refused
+        // rather than signing without protecting anything.
+        (
+            &[
+                "run",
+                "--handler-url",
+                "http://x/",
+                "--signing-secret",
+                "whsec_QUJD",
+            ],
+            "--signing-secret: a signing secret's key is 3 bytes, under the 16",
+        ),
+        (
+            &[
+                "run",
+                "--handler-url",
+                "http://x/",
+                "--signing-secret",
+                "short",
+            ],
+            "key is 5 bytes, under the 16",
+        ),
+        (
+            &["run", "--handler-url", "http://x/", "--signing-secret", ""],
+            "--signing-secret: a signing secret is empty",
+        ),
+        (
+            &[
+                "run",
+                "--handler-url",
+                "http://x/",
+                "--events-signing-secret",
+                "0123456789",
+            ],
+            "--events-signing-secret: a signing secret's key is 10 bytes",
         ),
         (
             &[

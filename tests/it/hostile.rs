@@ -227,16 +227,16 @@ async fn signed_requests_verify(db: TestDb) {
     db.item("i", "p", 0, json!({"amount": 10})).await;
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("secret");
-    std::fs::write(&file, "file-s3cret\n").unwrap();
+    std::fs::write(&file, "file-s3cret-0123456789\n").unwrap();
     let h = Handler::start(|c| {
         let body = serde_json::to_vec(&c.data).unwrap();
         let mut forged = c.clone();
         forged
             .headers
             .insert("feed-item-id", "other".parse().unwrap());
-        if signed(c, b"file-s3cret", &body)
-            && !signed(c, b"file-s3cret", br#"{"amount":1000}"#)
-            && !signed(&forged, b"file-s3cret", &body)
+        if signed(c, b"file-s3cret-0123456789", &body)
+            && !signed(c, b"file-s3cret-0123456789", br#"{"amount":1000}"#)
+            && !signed(&forged, b"file-s3cret-0123456789", &body)
         {
             reply(200, json!({"done": true, "data": {"verified": true}}))
         } else {

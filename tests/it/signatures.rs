@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use feed::handler::events_secret;
 use serde_json::{Value, json};
 use standardwebhooks::Webhook;
 
@@ -20,7 +21,7 @@ use crate::support::{
 
 /// A `whsec_` secret (24 random bytes, base64) and a raw one, as in a rotation.
 const NEW: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
-const OLD: &str = "old raw secret";
+const OLD: &str = "old raw secret, 24 bytes";
 
 fn new_key() -> Webhook {
     Webhook::new(NEW).unwrap()
@@ -36,11 +37,19 @@ fn verifies(call: &Call) -> bool {
         && old_key().verify(&call.body, &call.headers).is_ok()
 }
 
-/// What the book tells an events receiver to do: verify, and refuse a
-/// `webhook-id` that is not an event's number.
+/// What the book tells an events receiver to do: a plain Standard
+/// Webhooks check with the events secrets that go with both signing
+/// secrets (`processor events secret` prints them), no check of its own.
 fn event_verifies(call: &Call) -> bool {
-    let id = call.header("webhook-id").unwrap_or_default();
-    !id.is_empty() && id.bytes().all(|b| b.is_ascii_digit()) && verifies(call)
+    [NEW, OLD].iter().all(|s| {
+        let key = Webhook::new(&events_secret(s).unwrap()).unwrap();
+        key.verify(&call.body, &call.headers).is_ok()
+    })
+}
+
+/// The key of the events secret that goes with `secret`.
+fn events_key(secret: &str) -> Vec<u8> {
+    feed::handler::signing_key(&events_secret(secret).unwrap()).unwrap()
 }
 
 /// The answer of a receiver that only accepts what `check` verifies.
@@ -160,8 +169,9 @@ async fn events_verify_and_item_requests_replayed_to_them_fail(db: TestDb) {
     let s = seen.clone();
     let receiver = Handler::start(move |c| {
         let ok = event_verifies(c)
-            && signed_event(c, OLD.as_bytes(), &c.body)
-            && !signed(c, OLD.as_bytes(), &c.body);
+            && signed_event(c, &events_key(OLD), &c.body)
+            && !signed(c, &events_key(OLD), &c.body)
+            && !verifies(c);
         let answer = if ok && s.fetch_add(1, Ordering::SeqCst) == 0 {
             retry_after(503, "0", "busy")
         } else {
@@ -210,7 +220,11 @@ async fn events_verify_and_item_requests_replayed_to_them_fail(db: TestDb) {
     let status = replay.send().await.unwrap().status();
     assert_eq!(status, 401, "the events receiver refuses it");
     assert_eq!(receiver.calls().len(), 3);
-    assert!(!signed_event(&item, OLD.as_bytes(), &item.body));
+    assert!(!signed_event(&item, &events_key(OLD), &item.body));
+    assert!(
+        !event_verifies(&item),
+        "not even by a check without the id rule"
+    );
     let ids: HashSet<&str> = events
         .iter()
         .filter_map(|e| e.header("webhook-id"))
@@ -243,7 +257,7 @@ for r in json.load(sys.stdin):
     except WebhookVerificationError:
         ok = False
     if FEED:
-        ok = ok and verify(b"OLD", {k.title(): v for k, v in h.items()}, body, "KIND")
+        ok = ok and verify(base64.b64decode("KEY"), {k.title(): v for k, v in h.items()}, body, "KIND")
     out.append(ok)
 print(json.dumps(out))
 "#;
@@ -284,7 +298,13 @@ fn python(calls: &[Call], kind: Kind, feed: bool) -> Vec<bool> {
         .replace("CHECK", check)
         .replace("FEED", if feed { "True" } else { "False" })
         .replace("KIND", v2_kind)
-        .replace("OLD", OLD);
+        .replace(
+            "KEY",
+            &base64::engine::general_purpose::STANDARD.encode(match kind {
+                Kind::Item => OLD.as_bytes().to_vec(),
+                Kind::Event => events_key(OLD),
+            }),
+        );
     let driver = format!("{standard}\n{v2}\n{driver}");
     let dir = tempfile::tempdir().unwrap();
     let script = dir.path().join("verify.py");
@@ -292,6 +312,7 @@ fn python(calls: &[Call], kind: Kind, feed: bool) -> Vec<bool> {
     let mut child = std::process::Command::new("python3")
         .arg(&script)
         .env("FEED_SIGNING_SECRET", NEW)
+        .env("FEED_EVENTS_SECRET", events_secret(NEW).unwrap())
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -306,4 +327,32 @@ fn python(calls: &[Call], kind: Kind, feed: bool) -> Vec<bool> {
         String::from_utf8_lossy(&out.stderr)
     );
     serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// `processor events secret` prints the events secret of each signing
+/// secret given (flags or the variable, one a line during a rotation):
+/// what an events receiver verifies with.
+#[test]
+fn the_events_secret_command_prints_each_events_secret() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_processor"))
+        .args(["events", "secret"])
+        .env("FEED_SIGNING_SECRET", format!("{NEW}\n{OLD}"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let printed = String::from_utf8(out.stdout).unwrap();
+    let want = format!(
+        "{}\n{}\n",
+        events_secret(NEW).unwrap(),
+        events_secret(OLD).unwrap()
+    );
+    assert_eq!(printed, want);
+    assert!(!printed.contains(NEW) && !printed.contains(OLD));
+    let none = std::process::Command::new(env!("CARGO_BIN_EXE_processor"))
+        .args(["events", "secret"])
+        .env_remove("FEED_SIGNING_SECRET")
+        .output()
+        .unwrap();
+    assert!(!none.status.success());
+    assert!(String::from_utf8_lossy(&none.stderr).contains("no signing secret"));
 }

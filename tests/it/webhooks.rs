@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use feed::handler::events_secret;
 use serde_json::{Value, json};
 
 use crate::cli::processor;
@@ -79,11 +80,14 @@ async fn events_are_delivered_signed_once(db: TestDb) {
         assert_eq!(c.header("feed-event"), body["event"].as_str());
         assert_eq!(c.header("feed-attempt"), Some("1"));
         assert_eq!(body["partition_id"].as_str(), Some(c.partition.as_str()));
+        // Signed with the events secret that goes with the signing secret.
+        let events = feed::handler::signing_key(&events_secret(SECRET).unwrap()).unwrap();
+        assert!(signed_event(c, &events, &c.body), "signed as an event");
+        assert!(!signed(c, &events, &c.body), "never as an item");
         assert!(
-            signed_event(c, SECRET.as_bytes(), &c.body),
-            "signed as an event"
+            !signed_event(c, SECRET.as_bytes(), &c.body),
+            "not with the item requests' key"
         );
-        assert!(!signed(c, SECRET.as_bytes(), &c.body), "never as an item");
         let at = body["occurred_at"].as_str().unwrap();
         assert!(chrono::DateTime::parse_from_rfc3339(at).is_ok(), "{at}");
         kinds.push((
