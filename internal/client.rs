@@ -63,11 +63,12 @@ pub(crate) fn causes(e: &dyn std::error::Error) -> String {
     out
 }
 
-/// An http:// or https:// URL given by `flag`.
+/// An http:// or https:// URL given by `flag`. The error does not repeat
+/// the text, which may carry a password or a key.
 pub(crate) fn endpoint(flag: &str, text: &str) -> Result<reqwest::Url> {
     let url = reqwest::Url::parse(text).map_err(|e| {
         Error::Config(format!(
-            "{flag} {text:?} is not a URL ({e}); use e.g. http://127.0.0.1:9000/feed"
+            "{flag} is not a URL ({e}); use e.g. http://127.0.0.1:9000/feed"
         ))
     })?;
     if !matches!(url.scheme(), "http" | "https") {

@@ -37,7 +37,8 @@ pub fn on() -> bool {
 /// The trace exporter, from the standard variables.
 pub struct Traces {
     provider: SdkTracerProvider,
-    /// Where spans go, for the start-up log line.
+    /// Where spans go, for the start-up log line: its password and secret
+    /// query values (`?api_key=`) masked as the handler URL's are.
     pub endpoint: String,
 }
 
@@ -89,7 +90,13 @@ impl Traces {
             .with_http()
             .with_protocol(protocol)
             .build()
-            .map_err(|e| Error::Config(format!("cannot set up the OTLP trace exporter: {e}")))?;
+            .map_err(|e| {
+                // The SDK's error repeats the endpoint, secrets and all.
+                let e = e
+                    .to_string()
+                    .replace(&endpoint, &crate::store::redact(&endpoint));
+                Error::Config(format!("cannot set up the OTLP trace exporter: {e}"))
+            })?;
         // The SDK names the service `unknown_service` unless told.
         let named = var("OTEL_SERVICE_NAME").is_some()
             || var("OTEL_RESOURCE_ATTRIBUTES").is_some_and(|a| a.contains("service.name="));
@@ -102,6 +109,7 @@ impl Traces {
             .with_resource(resource.build())
             .build();
         ON.store(true, Ordering::Relaxed);
+        let endpoint = crate::store::redact(&endpoint);
         Ok(Some(Traces { provider, endpoint }))
     }
 
@@ -157,15 +165,40 @@ fn remote(traceparent: &str) -> Option<SpanContext> {
     span.is_valid().then_some(span)
 }
 
-/// Checks a producer's `traceparent` (W3C Trace Context, version 00).
+/// Checks a producer's `traceparent` as W3C Trace Context has it:
+/// `00-<32 hex trace id>-<16 hex parent id>-<2 hex flags>`, lowercase,
+/// neither id all zeros, exactly 55 characters. A later version (not
+/// `ff`) may carry more after a `-`, which is dropped: the known fields
+/// are what is returned (and stored). Anything else is refused, so that
+/// no column receives more than 55 ASCII characters.
 pub fn traceparent(text: &str) -> std::result::Result<String, String> {
-    match remote(text) {
-        Some(_) => Ok(text.to_string()),
-        None => Err(format!(
-            "traceparent {text:?} is not a W3C traceparent; give one such as \
-             \"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01\""
-        )),
+    const LEN: usize = 55;
+    let b = text.as_bytes();
+    let hex =
+        |r: std::ops::Range<usize>| b[r].iter().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f'));
+    let zeros = |r: std::ops::Range<usize>| b[r].iter().all(|&c| c == b'0');
+    let valid = b.len() >= LEN
+        && hex(0..2)
+        && &b[..2] != b"ff"
+        && b[2] == b'-'
+        && hex(3..35)
+        && !zeros(3..35)
+        && b[35] == b'-'
+        && hex(36..52)
+        && !zeros(36..52)
+        && b[52] == b'-'
+        && hex(53..55)
+        && (b.len() == LEN || (&b[..2] != b"00" && b[LEN] == b'-'));
+    if valid {
+        // The first 55 bytes are ASCII: a character boundary.
+        return Ok(text[..LEN].to_string());
     }
+    Err(format!(
+        "traceparent {:?} is not a W3C traceparent (00-, a 32-digit trace id, -, a 16-digit \
+         parent id, -, 2-digit flags, in lowercase hex, neither id all zeros); give one such as \
+         \"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01\"",
+        crate::validate::shown(text)
+    ))
 }
 
 /// The `process` span of one delivery (CONSUMER, as the messaging
@@ -335,16 +368,43 @@ mod tests {
     fn traceparents_are_checked() {
         let good = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
         assert_eq!(traceparent(good).as_deref(), Ok(good));
+        assert!(remote(good).is_some());
+        let tail = "-".to_string() + &"x".repeat(60_000);
         for bad in [
             "",
+            "00-1-1-1",
             "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331",
             "00-00000000000000000000000000000000-b7ad6b7169203331-01",
             "00-0af7651916cd43dd8448eb211c80319c-0000000000000000-01",
             "zz-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+            "00-0AF7651916CD43DD8448EB211C80319C-b7ad6b7169203331-01",
+            "ff-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+            " 00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01 ",
+            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01\0",
+            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01\u{1b}",
+            "\u{202e}00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-more",
+            "01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01x",
+            "01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-0\u{e9}",
+            &format!("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01{tail}"),
         ] {
             let e = traceparent(bad).unwrap_err();
             assert!(e.contains("is not a W3C traceparent"), "{e}");
+            assert!(e.len() < 400, "the value is cut: {} bytes", e.len());
         }
+        // A later version: the known fields, the rest after a `-` dropped.
+        let later = format!("01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01{tail}");
+        let kept = traceparent(&later).unwrap();
+        assert_eq!(
+            kept,
+            "01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+        );
+        assert!(remote(&kept).is_some(), "the stored form is read back");
+        assert_eq!(
+            traceparent("cc-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-09").as_deref(),
+            Ok("cc-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-09")
+        );
     }
 
     #[test]

@@ -48,14 +48,15 @@ pub fn not_before(text: &str) -> Result<Schedule, String> {
     let text = text.trim();
     let ms = if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {
         text.parse::<i64>()
-            .map_err(|_| format!("not_before {text} is out of range; {HOW}"))?
+            .map_err(|_| format!("not_before {} is out of range; {HOW}", shown(text)))?
     } else {
         chrono::DateTime::parse_from_rfc3339(text)
             .map_err(|e| {
                 format!(
-                    "not_before {text:?} is not a time ({e}): write epoch milliseconds, or an \
+                    "not_before {:?} is not a time ({e}): write epoch milliseconds, or an \
                      RFC 3339 time with its offset, such as \"2030-01-01T09:00:00Z\" or \
-                     \"2030-01-01T09:00:00+02:00\""
+                     \"2030-01-01T09:00:00+02:00\"",
+                    shown(text)
                 )
             })?
             .timestamp_millis()
@@ -70,10 +71,19 @@ pub fn delay(text: &str) -> Result<Schedule, String> {
     let text = text.trim();
     let what = "write how long to wait, such as \"90s\", \"10m\" or \"1h30m\"";
     if text.starts_with('-') {
-        return Err(format!("delay {text:?} is negative; {what}"));
+        return Err(format!("delay {:?} is negative; {what}", shown(text)));
     }
-    let d: Duration = humantime::parse_duration(text)
-        .map_err(|e| format!("delay {text:?} is not a duration ({e}); {what}"))?;
+    let d: Duration = humantime::parse_duration(text).map_err(|e| {
+        // humantime's own text repeats the unit it did not know, whole.
+        let why = match e {
+            humantime::DurationError::UnknownUnit { unit, .. } if !unit.is_empty() => format!(
+                "unknown time unit {:?}; the units are ns, us, ms, s, m, h, d, w, M, y",
+                shown(&unit)
+            ),
+            other => other.to_string(),
+        };
+        format!("delay {:?} is not a duration ({why}); {what}", shown(text))
+    })?;
     validate::delay(d)?;
     Ok(Schedule::After(d))
 }
@@ -114,7 +124,8 @@ pub(crate) fn of_line(
             Ok(text) => not_before(&text).map(Some),
             Err(_) => Err(format!(
                 "not_before must be epoch milliseconds (an integer) or an RFC 3339 time (a \
-                 string), not {json}; {HOW}"
+                 string), not {}; {HOW}",
+                shown(json)
             )),
         };
     }
@@ -123,7 +134,8 @@ pub(crate) fn of_line(
             Ok(text) => delay(&text).map(Some),
             Err(_) => Err(format!(
                 "delay must be a duration in a string, such as \"90s\", \"10m\" or \"1h30m\", \
-                 not {json}"
+                 not {}",
+                shown(json)
             )),
         };
     }

@@ -141,8 +141,55 @@ pub fn status(value: &str) -> Result<()> {
     }
     filter("status", value)?;
     Err(Error::Invalid(format!(
-        "status {value:?} is not one of available, complete, failed, cancelled"
+        "status {:?} is not one of available, complete, failed, cancelled",
+        shown(value)
     )))
+}
+
+/// The deepest nesting of arrays and objects accepted in an item's JSON
+/// data. Handlers parse their body into a tree, and common parsers give up
+/// beyond about this (Python's `json` raises `RecursionError`, serde_json
+/// stops at 128): data nested deeper would only burn its attempts.
+pub const MAX_DATA_DEPTH: usize = 128;
+
+/// Refuses item data that is JSON nested deeper than [`MAX_DATA_DEPTH`].
+/// A byte scan counting brackets outside strings, no tree built; only data
+/// that nests that deep is then read whole, to leave alone bytes that are
+/// not JSON (a `--raw` line, `data_base64`) and merely hold many brackets.
+pub fn data_depth(data: &[u8]) -> std::result::Result<(), String> {
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    for &b in data {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > MAX_DATA_DEPTH {
+                    return match std::str::from_utf8(data)
+                        .ok()
+                        .and_then(|t| serde_json::from_str::<&serde_json::value::RawValue>(t).ok())
+                    {
+                        Some(_) => Err(format!(
+                            "data nests arrays and objects more than {MAX_DATA_DEPTH} deep; \
+                             handlers' JSON parsers fail on such data: flatten it"
+                        )),
+                        None => Ok(()),
+                    };
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 /// At most 80 characters of `text`, for an error message (shown with
@@ -192,10 +239,27 @@ mod tests {
     }
 
     #[test]
+    fn data_depth_counts_brackets_outside_strings() {
+        let nest = |n: usize| format!("{}1{}", "[{\"a\":".repeat(n), "}]".repeat(n));
+        assert!(data_depth(nest(64).as_bytes()).is_ok(), "128 deep");
+        let e = data_depth(nest(65).as_bytes()).unwrap_err();
+        assert!(e.contains("more than 128 deep"), "{e}");
+        // Escaped quotes and brackets in strings do not count.
+        let s = format!(r#"["\"{}", "\\", {}]"#, "[".repeat(200), "[]".repeat(200));
+        assert!(data_depth(s.as_bytes()).is_ok(), "{s}");
+        // Not JSON: opaque bytes, whatever their brackets.
+        for opaque in [&b"[".repeat(200)[..], &[0xff; 3], b"{{{{"] {
+            assert!(data_depth(opaque).is_ok());
+        }
+    }
+
+    #[test]
     fn gates_and_filters() {
         assert!(gate("gate", 0).is_ok() && gate("gate", MAX_GATE).is_ok());
         assert!(gate("gate", -1).is_err() && gate("gate", MAX_GATE + 1).is_err());
         assert!(filter("prefix", "a b").is_ok() && filter("prefix", "a\0").is_err());
         assert!(status("failed").is_ok() && status("bogus").is_err() && status("a\0").is_err());
+        let e = status(&"x".repeat(100_000)).unwrap_err().to_string();
+        assert!(e.len() < 300, "the value is cut: {e}");
     }
 }

@@ -50,7 +50,7 @@ pub async fn run(a: RunArgs) -> anyhow::Result<()> {
     let traces = feed::otel::Traces::from_env()?;
     init_logs_and_traces(a.log_format, super::LOGS, traces.as_ref());
     if let Some(t) = &traces {
-        tracing::info!(endpoint = %without_credentials(&t.endpoint), "exporting traces to OpenTelemetry (OTLP)");
+        tracing::info!(endpoint = %t.endpoint, "exporting traces to OpenTelemetry (OTLP)");
     }
     let mut c = Config::new(a.db.url(), "");
     c.database.pooler = a.db.db_pooler.into();
@@ -75,16 +75,4 @@ pub async fn run(a: RunArgs) -> anyhow::Result<()> {
         }
     }
     Ok(ran?)
-}
-
-/// An endpoint as it may be logged: without a user or password.
-fn without_credentials(endpoint: &str) -> String {
-    match url::Url::parse(endpoint) {
-        Ok(mut u) => {
-            let _ = u.set_username("");
-            let _ = u.set_password(None);
-            u.to_string()
-        }
-        Err(_) => "(not a URL)".into(),
-    }
 }

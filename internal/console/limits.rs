@@ -132,7 +132,7 @@ impl Change {
         if let Some((twice, _)) = fields.iter().find(|(f, _)| !seen.insert(f.as_str())) {
             return Err(invalid(format!(
                 "field {:?} is given twice; give each field once",
-                crate::printable::printable(twice)
+                crate::printable::printable(&crate::validate::shown(twice))
             )));
         }
         let mut c = Change::default();
@@ -159,7 +159,7 @@ impl Change {
                 other => {
                     return Err(invalid(format!(
                         "unknown field {:?}; a limit has {FIELDS}",
-                        crate::printable::printable(other)
+                        crate::printable::printable(&crate::validate::shown(other))
                     )));
                 }
             }

@@ -73,8 +73,8 @@ impl HttpHandler {
         let url = endpoint("--handler-url", &config.url)?;
         let uri = url.as_str().parse::<http::Uri>().map_err(|e| {
             Error::Config(format!(
-                "--handler-url {:?} is not a URI ({e}); use e.g. http://127.0.0.1:9000/feed",
-                config.url
+                "--handler-url {} is not a URI ({e}); use e.g. http://127.0.0.1:9000/feed",
+                crate::store::redact(&config.url)
             ))
         })?;
         let headers = fixed_headers(&config.content_type, &config.headers, "--header")?;

@@ -53,7 +53,7 @@ impl FromStr for Rate {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let bad = || format!("{s:?} is not a rate: {EXAMPLE}");
+        let bad = || format!("{:?} is not a rate: {EXAMPLE}", crate::validate::shown(s));
         let (count, unit) = s.trim().split_once('/').unwrap_or((s.trim(), "s"));
         let count: f64 = count.trim().parse().map_err(|_| bad())?;
         let per = match unit.trim() {
@@ -65,7 +65,8 @@ impl FromStr for Rate {
         if !(count.is_finite() && count > 0.0) {
             return Err(bad());
         }
-        Rate::check(count / per).map_err(|why| format!("{s:?} {why}: {RANGE}"))
+        Rate::check(count / per)
+            .map_err(|why| format!("{:?} {why}: {RANGE}", crate::validate::shown(s)))
     }
 }
 
@@ -148,6 +149,10 @@ mod tests {
             let e = bad.parse::<Rate>().unwrap_err();
             assert!(e.contains("e.g. 500/s"), "{bad}: {e}");
         }
+        let e = format!("1/{}", "\u{202E}".repeat(10_000))
+            .parse::<Rate>()
+            .unwrap_err();
+        assert!(e.len() < 1000, "the value is cut: {} bytes", e.len());
         assert_eq!(Rate(500.0).to_string(), "500/s");
         assert_eq!(Rate(0.5).to_string(), "30/m");
         assert_eq!(Rate(0.01).to_string(), "36/h");

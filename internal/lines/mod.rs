@@ -8,7 +8,8 @@
 //!
 //! An item's data is kept byte for byte: the JSON text of `data` exactly as
 //! sent (its big numbers, key order, duplicate keys and inner whitespace),
-//! from its first character to its last. No tree of it is ever built.
+//! from its first character to its last. No tree of it is ever built; JSON
+//! data nested deeper than [`validate::MAX_DATA_DEPTH`] is refused.
 
 use std::io::BufRead;
 
@@ -21,6 +22,7 @@ use serde_json::value::RawValue;
 
 use crate::store::NewItem;
 use crate::store::export::ExportedItem;
+use crate::validate::{self, shown};
 use crate::{Error, Result};
 
 /// What a line may hold, for error messages.
@@ -59,6 +61,7 @@ pub fn read(
 /// `raw` the data itself. The data is copied out of `line`.
 pub fn parse(line: &str, raw: bool) -> std::result::Result<NewItem, String> {
     if raw {
+        validate::data_depth(line.as_bytes())?;
         return Ok(NewItem::new(line.as_bytes().to_vec()));
     }
     item(line, |data| Bytes::copy_from_slice(data.as_bytes()))
@@ -96,6 +99,7 @@ fn item(text: &str, data: impl FnOnce(&str) -> Bytes) -> std::result::Result<New
         (Some(_), Some(_)) => return Err("give data or data_base64, not both".into()),
         (None, None) => return Err(format!("missing field `data`; {EXPECTED}")),
     };
+    validate::data_depth(&bytes)?;
     let mut item = NewItem::new(bytes);
     item.schedule = crate::schedule::of_line(fields.not_before, fields.delay)?;
     if let Some(tp) = fields.traceparent.filter(|v| v.get() != "null") {
@@ -112,7 +116,12 @@ fn item(text: &str, data: impl FnOnce(&str) -> Bytes) -> std::result::Result<New
         match serde_json::from_str::<i64>(gate.get()) {
             Ok(g) if g >= 0 => item = item.at_gate(g),
             Ok(_) => return Err("gate must not be negative".into()),
-            Err(_) => return Err(format!("gate must be an integer, not {}", gate.get())),
+            Err(_) => {
+                return Err(format!(
+                    "gate must be an integer, not {}",
+                    shown(gate.get())
+                ));
+            }
         }
     }
     Ok(item)
@@ -173,12 +182,13 @@ impl<'de> Visitor<'de> for EnvelopeVisitor {
             if e.problem.is_none() {
                 if seen.contains(&key) {
                     e.problem = Some(format!(
-                        "field `{key}` is given twice; give each field once"
+                        "field `{}` is given twice; give each field once",
+                        shown(&key)
                     ));
                 } else if slot_known(&key) {
                     seen.push(key);
                 } else {
-                    e.problem = Some(format!("unknown field `{key}`; {EXPECTED}"));
+                    e.problem = Some(format!("unknown field `{}`; {EXPECTED}", shown(&key)));
                 }
             }
         }

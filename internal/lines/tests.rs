@@ -182,3 +182,63 @@ fn exported_lines_enqueue_as_they_are() {
     let escaped = parse(r#"{"id": "a\u00e9", "data": 0}"#, false).unwrap();
     assert_eq!(escaped.id.as_deref(), Some("aé"));
 }
+
+#[test]
+fn data_nested_too_deep_is_refused_naming_its_line() {
+    let deep = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n));
+    let ok = format!("{{\"data\": {}}}\n", deep(128));
+    assert!(read(ok.as_bytes(), false, || {}).is_ok());
+    let input = format!("{ok}{{\"data\": {}}}\n", deep(100_000));
+    let e = read(input.as_bytes(), false, || {})
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.starts_with("line 2: data nests arrays and objects more than 128 deep"),
+        "{e}"
+    );
+    // Brackets inside strings do not nest.
+    let quoted = format!(
+        r#"{{"data": ["{}\"{}"]}}"#,
+        "[".repeat(500),
+        "{".repeat(500)
+    );
+    assert!(parse(&quoted, false).is_ok());
+    // Raw lines and data_base64: deep JSON is refused, bytes that are not
+    // JSON are data like any other.
+    assert!(
+        parse(&deep(129), true)
+            .unwrap_err()
+            .contains("more than 128 deep")
+    );
+    assert!(parse(&"[".repeat(1000), true).is_ok());
+    let b64 = BASE64.encode(deep(129));
+    let e = parse(&format!(r#"{{"data_base64": "{b64}"}}"#), false).unwrap_err();
+    assert!(e.contains("more than 128 deep"), "{e}");
+}
+
+#[test]
+fn echoed_values_are_cut() {
+    let huge = "\u{202E}".repeat(100_000);
+    for line in [
+        format!(r#"{{"data": 1, "delay": "1{huge}"}}"#),
+        format!(r#"{{"data": 1, "delay": "{huge}"}}"#),
+        format!(r#"{{"data": 1, "delay": ["{huge}"]}}"#),
+        format!(r#"{{"data": 1, "not_before": "{huge}"}}"#),
+        format!(r#"{{"data": 1, "not_before": "{}"}}"#, "9".repeat(100_000)),
+        format!(r#"{{"data": 1, "not_before": ["{huge}"]}}"#),
+        format!(r#"{{"data": 1, "traceparent": "{huge}"}}"#),
+        format!(r#"{{"data": 1, "gate": "{huge}"}}"#),
+        format!(r#"{{"data": 1, "{huge}": 1}}"#),
+        format!(r#"{{"data": 1, "{huge}": 1, "{huge}": 1}}"#),
+        format!(r#"{{"data": 1, "id": "{huge}"}}"#),
+    ] {
+        let e = match parse(&line, false) {
+            Err(e) => e,
+            // The id is checked by the store.
+            Ok(item) => crate::validate::id("item id", item.id.as_deref().unwrap())
+                .unwrap_err()
+                .to_string(),
+        };
+        assert!(e.len() < 1000, "{} bytes: {}", e.len(), &e[..200]);
+    }
+}

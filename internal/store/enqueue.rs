@@ -18,8 +18,10 @@ impl Store {
     /// partition's current gate are refused (they could never run), and so
     /// is a `cancelled` partition ([`Error::Conflict`]); adding to a
     /// `complete` partition reopens it, adding to a `failed` one leaves it
-    /// failed (see [`Enqueued::failed`]). `spec` applies when the partition
-    /// is created. On SQLite the transaction holds the database's one write
+    /// failed (see [`Enqueued::failed`]). An item's `traceparent` must be
+    /// W3C Trace Context's ([`crate::otel::traceparent`]; a later version's
+    /// extra fields are dropped). `spec` applies when the partition is
+    /// created. On SQLite the transaction holds the database's one write
     /// lock: keep a call to about 10,000 items so that dispatch is not held
     /// up for long.
     ///
@@ -50,7 +52,7 @@ impl Store {
         &self,
         partition: &str,
         spec: &PartitionSpec,
-        items: Vec<NewItem>,
+        mut items: Vec<NewItem>,
         scope: Option<&ProducerScope>,
     ) -> Result<Enqueued> {
         validate::id("partition id", partition)?;
@@ -61,7 +63,7 @@ impl Store {
         if let Some(t) = &spec.tenant {
             validate::id("tenant", t)?;
         }
-        for item in &items {
+        for item in &mut items {
             if let Some(id) = &item.id {
                 validate::id("item id", id)?;
             }
@@ -70,6 +72,13 @@ impl Store {
             }
             if let Some(schedule) = item.schedule {
                 crate::schedule::check(item.id.as_deref(), schedule)?;
+            }
+            if let Some(trace) = &item.traceparent {
+                let trace = crate::otel::traceparent(trace).map_err(|e| match &item.id {
+                    Some(id) => Error::Invalid(format!("item {:?}: {e}", validate::shown(id))),
+                    None => Error::Invalid(e),
+                })?;
+                item.traceparent = Some(trace);
             }
         }
         let mut backoff = Backoff::new(Duration::from_millis(20), Duration::from_secs(2));

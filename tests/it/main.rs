@@ -22,6 +22,7 @@ mod completion;
 mod console_api;
 mod controls;
 mod dbfaults;
+mod echoes;
 mod enqueue_api;
 mod enqueue_inputs;
 mod enqueue_memory;

@@ -720,3 +720,87 @@ fn an_unsupported_protocol_stops_run_with_what_to_use() {
         text(&o)
     );
 }
+
+backend_tests!(the_endpoints_secrets_are_not_logged: sqlite => Sqlite);
+/// `OTEL_EXPORTER_OTLP_ENDPOINT=http://u:pw@host:4318/?api_key=…` was
+/// logged at start with its key (only the user and password were
+/// dropped): both endpoint variables are masked as the handler URL is,
+/// and so is one the exporter cannot take, in the error that stops `run`.
+async fn the_endpoints_secrets_are_not_logged(db: TestDb) {
+    let collector = Collector::start().await;
+    let handler = Handler::start(|_| done()).await;
+    let with_secrets = |path: &str| {
+        format!("{path}?api_key=otlp-key-s3cret&region=eu")
+            .replace("http://", "http://user:otlp-pw-s3cret@")
+    };
+    for (var, url) in [
+        (
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            with_secrets(&format!("{}/", collector.url)),
+        ),
+        (
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+            with_secrets(&format!("{}/v1/traces", collector.url)),
+        ),
+    ] {
+        let mut p = traced(&db, &handler, &[], &[(var, url)]);
+        wait_for("the start-up lines", Duration::from_secs(30), || async {
+            p.log().contains("processor started")
+        })
+        .await;
+        assert!(p.stop(Duration::from_secs(20)).await, "{}", p.log_tail(20));
+        let log = p.log();
+        let line = log
+            .lines()
+            .find(|l| l.contains("exporting traces"))
+            .unwrap_or_else(|| panic!("no start-up line:\n{log}"));
+        assert!(
+            line.contains("user:***@") && line.contains("api_key=***&region=eu"),
+            "{var}: {line}"
+        );
+        for secret in ["otlp-key-s3cret", "otlp-pw-s3cret"] {
+            assert!(!log.contains(secret), "{var}: {secret} in the log:\n{log}");
+        }
+    }
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_processor"))
+        .args([
+            "run",
+            "--database-url",
+            &db.url,
+            "--handler-url",
+            &handler.url(),
+        ])
+        .env(
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+            "http://user:otlp-pw-s3cret@exa mple/?api_key=otlp-key-s3cret",
+        )
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("OTLP"), "{}", text(&o));
+    for secret in ["otlp-key-s3cret", "otlp-pw-s3cret"] {
+        assert!(!text(&o).contains(secret), "{secret}: {}", text(&o));
+    }
+    // Nor do the handler's and the events' URLs when they do not parse.
+    let bad = "http://user:pw-s3cret@[::1/feed?api_key=key-s3cret";
+    for flags in [
+        vec!["--handler-url", bad],
+        vec![
+            "--handler-url",
+            "http://127.0.0.1:9/feed",
+            "--events-url",
+            bad,
+        ],
+    ] {
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_processor"))
+            .args(["run", "--database-url", &db.url])
+            .args(&flags)
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+        assert!(text(&o).contains("is not a URL"), "{}", text(&o));
+        for secret in ["key-s3cret", "pw-s3cret"] {
+            assert!(!text(&o).contains(secret), "{secret}: {}", text(&o));
+        }
+    }
+}

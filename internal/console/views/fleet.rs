@@ -3,7 +3,7 @@
 
 use maud::{Markup, html};
 
-use super::{PARTITION_STATUSES, cut, time};
+use super::{PARTITION_STATUSES, cut, text, time};
 use crate::console::limits::shown_rate;
 use crate::store::overview::Overview;
 use crate::store::status::ProcessorStatus;
@@ -60,7 +60,7 @@ pub fn held_banner(list: &[ProcessorStatus]) -> Markup {
                 div.banner.held role="alert" data-id=(p.id) {
                     strong { "Dispatch holds off" }
                     " on processor " code { (cut(&p.id, 8)) } " since " (time(since))
-                    " (no attempts are counted): " (why)
+                    " (no attempts are counted): " (text(why))
                 }
             }
         }

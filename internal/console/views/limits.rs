@@ -2,7 +2,7 @@
 
 use maud::{Markup, html};
 
-use super::{Viewer, action, enc};
+use super::{Viewer, action, enc, text};
 use crate::console::limits::{MAX_WEIGHT, shown_rate};
 use crate::store::limits::Limit;
 
@@ -22,7 +22,7 @@ pub fn limits(list: &[Limit], viewer: &Viewer, done: &str) -> Markup {
                 tbody {
                     @for l in list {
                         tr.limit data-tenant=(l.tenant) {
-                            td.tenant { (l.tenant) }
+                            td.tenant { (text(&l.tenant)) }
                             td.max-in-flight { (or_dash(l.max_in_flight)) }
                             td.rate { (shown_rate(l.rate)) }
                             td.burst { (or_dash(l.burst)) }

@@ -1,5 +1,7 @@
 //! The dashboard's markup (maud escapes every interpolated value, so item
-//! data and errors always render as text). Only what can change lives in
+//! data and errors always render as text; stored text is also shown
+//! through [`crate::printable`], so that a control or reordering character
+//! in an error, data or id shows as an escape). Only what can change lives in
 //! `#live`, which the script re-fetches every few seconds. Here: the frame
 //! and the pieces every page shares; each page's own markup is in `fleet`
 //! (overview, processors), `partitions` and `limits`.
@@ -45,13 +47,20 @@ pub fn enc(s: &str) -> String {
     percent_encoding::utf8_percent_encode(s, percent_encoding::NON_ALPHANUMERIC).to_string()
 }
 
-/// `s` cut to `n` characters, marked when cut: a table row stays short.
+/// `s` cut to `n` characters, marked when cut (a table row stays short),
+/// and printable.
 fn cut(s: &str, n: usize) -> String {
     let mut out: String = s.chars().take(n).collect();
     if out.len() < s.len() {
         out.push('…');
     }
-    out
+    text(&out).into_owned()
+}
+
+/// Stored text as a page shows it: controls and reordering characters
+/// (U+202E…) written as escapes.
+fn text(s: &str) -> std::borrow::Cow<'_, str> {
+    crate::printable::printable(s)
 }
 
 /// Epoch milliseconds as a UTC time.
@@ -69,7 +78,7 @@ pub fn layout(title: &str, viewer: &Viewer, body: Markup) -> Markup {
             head {
                 meta charset="utf-8";
                 meta name="viewport" content="width=device-width, initial-scale=1";
-                title { (title) " · Feed" }
+                title { (text(title)) " · Feed" }
                 link rel="stylesheet" href="/assets/style.css";
                 script src="/assets/console.js" defer {}
             }
@@ -91,7 +100,7 @@ pub fn layout(title: &str, viewer: &Viewer, body: Markup) -> Markup {
                         }
                     }
                 }
-                main { h1 { (title) } (body) }
+                main { h1 { (text(title)) } (body) }
             }
         }
     }

@@ -5,7 +5,8 @@ use maud::{Markup, html};
 
 use super::fleet::held_banner;
 use super::{
-    ITEM_STATUSES, PARTITION_STATUSES, Viewer, action, bar, cut, enc, status_badge, summary, time,
+    ITEM_STATUSES, PARTITION_STATUSES, Viewer, action, bar, cut, enc, status_badge, summary, text,
+    time,
 };
 use crate::store::listing::{ItemView, Page, PartitionView};
 use crate::store::status::ProcessorStatus;
@@ -47,8 +48,8 @@ pub fn partitions(page: &Page<PartitionView>, status: &str, prefix: &str) -> Mar
                 tbody {
                     @for p in &page.data {
                         tr.partition data-id=(p.id) {
-                            td { a href={ "/partitions/" (enc(&p.id)) } { (p.id) } }
-                            td.tenant { (p.tenant.as_deref().unwrap_or("-")) }
+                            td { a href={ "/partitions/" (enc(&p.id)) } { (text(&p.id)) } }
+                            td.tenant { (text(p.tenant.as_deref().unwrap_or("-"))) }
                             td { (status_badge(&p.status, p.paused)) }
                             td { (p.gate) }
                             td { code { (p.owner.as_deref().map(|o| cut(o, 8)).unwrap_or_else(|| "-".into())) } }
@@ -98,7 +99,7 @@ pub fn partition(p: &PartitionView, viewer: &Viewer, lists: Lists<'_>, done: &st
                 dt { "owner" } dd { code { (p.owner.as_deref().unwrap_or("-")) } }
                 dt { "tenant" } dd #tenant {
                     @match &p.tenant {
-                        Some(t) => a href="/limits" title="the tenants' limits" { (t) },
+                        Some(t) => a href="/limits" title="the tenants' limits" { (text(t)) },
                         None => "-",
                     }
                 }
@@ -154,7 +155,7 @@ fn item_table(items: &[ItemView], viewer: &Viewer) -> Markup {
             tbody {
                 @for i in items {
                     tr.item data-id=(i.id) data-status=(i.status) {
-                        td { code { (i.id) } } td { (i.gate) } td.status { (i.status) } td { (i.attempts) }
+                        td { code { (text(&i.id)) } } td { (i.gate) } td.status { (i.status) } td { (i.attempts) }
                         td.not-before { @if let (Some(t), "available") = (i.not_before, i.status.as_str()) { (time(t)) } }
                         td.error { (cut(i.last_error.as_deref().unwrap_or(""), ERROR_CHARS)) }
                         td.data { code { (cut(&i.data_preview, DATA_CHARS)) } @if i.data_bytes as usize > i.data_preview.len() { "…" } }
