@@ -276,12 +276,17 @@ mod tests {
         let mut h = item_headers();
         let v2 = "a4b418f7b1272c7e7fe75bda8f52adbc0a31d3ab9391ec74e179dba04a9fc997";
         assert_eq!(signature_v2(b"k", 1, &h, b"{}"), v2);
-        let signer = Signer::new("-", &["k".into()], SignatureScheme::Feed, false)
+        // A signer takes keys of 16 bytes or more; the same string keyed
+        // with 16 "k"s, also from Python's hmac.
+        let sixteen = "k".repeat(16);
+        let v2_16 = "73935579d9692987fba6979692851a7a38c37bc9928b0c3db157ea4b1ebfd84e";
+        assert_eq!(signature_v2(sixteen.as_bytes(), 1, &h, b"{}"), v2_16);
+        let signer = Signer::new("-", &[sixteen], SignatureScheme::Feed, false)
             .unwrap()
             .unwrap();
         let mut out = HeaderMap::new();
         signer.sign(Kind::Item, &mut out, &h, "i1:3", b"{}", 1);
-        assert_eq!(out["feed-signature"], format!("t=1,v2={v2}").as_str());
+        assert_eq!(out["feed-signature"], format!("t=1,v2={v2_16}").as_str());
         assert!(out.get("webhook-signature").is_none(), "feed scheme only");
         h.insert("feed-gate", "1".parse().unwrap());
         assert_ne!(
@@ -322,7 +327,10 @@ mod tests {
     fn standard_webhooks_as_the_reference_crate_signs() {
         // Two secrets (a rotation): one signature each, space-separated;
         // the third-party crate verifies each with its own secret.
-        let (new, old) = ("whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD", "old raw secret");
+        let (new, old) = (
+            "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD",
+            "old raw secret, 16+",
+        );
         let secrets = [new.to_string(), old.to_string()];
         let signer = Signer::new("-", &secrets, SignatureScheme::Both, true)
             .unwrap()
