@@ -121,9 +121,8 @@ async fn start(
     let mut registry = Registry::default();
     let metrics = Metrics::new(&mut registry);
     let health = Arc::new(Health::default());
-    let wake = Arc::new(tokio::sync::Notify::new());
     if let Some(addr) = &config.listen.address {
-        let app = crate::server::app(health.clone(), Arc::new(registry), &config, wake.clone());
+        let app = crate::server::app(health.clone(), Arc::new(registry), &config);
         work.spawn(
             "listener",
             serve(crate::server::bind(addr, true).await?, app, work.token()),
@@ -134,7 +133,7 @@ async fn start(
     };
     let id = SessionId::random();
     let ctx = Arc::new(Context {
-        wake,
+        wake: Arc::new(tokio::sync::Notify::new()),
         completer: Completer::start(
             session,
             store.clone(),

@@ -1,6 +1,5 @@
-//! Pickup latency of items added to held partitions (enqueue → first
-//! POST), what every pickup figure is summed up as, and the idle cost of
-//! holding many partitions.
+//! Pickup latency (enqueue → first POST) and the idle cost of holding
+//! many partitions.
 
 use std::time::{Duration, Instant};
 
@@ -45,48 +44,29 @@ pub(crate) async fn pickup(db: &Db, args: &Args, handler: &Handler) -> Result<Pi
             )
             .await?;
         enq.push(t0.elapsed().as_secs_f64() * 1e3);
-        match wait_seen(handler, &id, t0).await {
-            Some(ms) => lat.push(ms),
-            None => missed += 1,
+        let deadline = t0 + Duration::from_secs(15);
+        loop {
+            if let Some(at) = handler.state.seen(&id) {
+                lat.push(at.saturating_duration_since(t0).as_secs_f64() * 1e3);
+                break;
+            }
+            if Instant::now() >= deadline {
+                missed += 1;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
         }
     }
     proc.stop().await;
-    summary(lat, enq, missed, parts)
-}
-
-/// Milliseconds from `t0` until the handler saw item `id`; None after 15 s.
-pub(crate) async fn wait_seen(handler: &Handler, id: &str, t0: Instant) -> Option<f64> {
-    let deadline = t0 + Duration::from_secs(15);
-    loop {
-        if let Some(at) = handler.state.seen(id) {
-            return Some(at.saturating_duration_since(t0).as_secs_f64() * 1e3);
-        }
-        if Instant::now() >= deadline {
-            return None;
-        }
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
-}
-
-/// The percentiles of pickup latencies `lat` and enqueue calls `enq`, with
-/// `partitions` idle partitions held (0: new partitions).
-pub(crate) fn summary(
-    lat: Vec<f64>,
-    enq: Vec<f64>,
-    missed: usize,
-    partitions: usize,
-) -> Result<Pickup> {
     if lat.is_empty() {
-        bail!("no item reached the handler within 15 s of its enqueue");
+        bail!("no trickled item reached the handler within 15 s");
     }
     let mut sorted = lat.clone();
     sorted.sort_by(f64::total_cmp);
-    let mut es = enq;
+    let mut es = enq.clone();
     es.sort_by(f64::total_cmp);
     Ok(Pickup {
-        partitions,
-        processors: 1,
-        via: "library enqueue".into(),
+        partitions: parts,
         samples: lat.len(),
         p50_ms: percentile(&sorted, 50.0),
         p99_ms: percentile(&sorted, 99.0),
@@ -95,7 +75,6 @@ pub(crate) fn summary(
         enqueue_p50_ms: percentile(&es, 50.0),
         latencies_ms: lat,
         missed,
-        statements_per_sample: None,
     })
 }
 

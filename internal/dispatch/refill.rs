@@ -85,11 +85,7 @@ impl Dispatcher {
             let mark = self.rotation.mark;
             self.refilling = Some(self.ctx.tasks.spawn("refill", async move {
                 let found = ctx.store.written_since(mark, DISCOVER).await;
-                Fetched::Discovered {
-                    me,
-                    started: now,
-                    found,
-                }
+                Fetched::Discovered { me, found }
             }));
             return;
         }
@@ -199,21 +195,17 @@ impl Dispatcher {
                 // Fetched for a session that was replaced meanwhile.
                 false
             }
-            Fetched::Discovered { found, started, .. } => match found {
+            Fetched::Discovered { found, .. } => match found {
                 Ok((ids, mark)) => {
                     let now = Instant::now();
-                    // A full look, or a wake-up while it ran (it may have
-                    // read before that work was committed): look again.
-                    let next = if ids.len() >= DISCOVER || self.woken >= started {
+                    let next = if ids.len() >= DISCOVER {
                         now
                     } else {
                         now + self.ctx.config.dispatch.poll_interval
                     };
                     let held = &self.held.versions;
-                    let (mine, new): (Vec<PartitionId>, Vec<PartitionId>) =
-                        ids.into_iter().partition(|p| held.contains_key(p));
-                    self.rotation.discovered(mine, mark, next);
-                    self.claims.saw(new);
+                    let ids = ids.into_iter().filter(|p| held.contains_key(p));
+                    self.rotation.discovered(ids, mark, next);
                     true
                 }
                 Err(e) => {
@@ -375,8 +367,6 @@ pub(super) enum Fetched {
     /// and the new mark.
     Discovered {
         me: SessionId,
-        /// When the look was sent.
-        started: Instant,
         found: Result<(Vec<PartitionId>, i64)>,
     },
     /// Ready items of the partitions asked.
