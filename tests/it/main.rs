@@ -53,6 +53,7 @@ mod schedule;
 mod sessions;
 mod signatures;
 mod startup;
+mod steps;
 mod tenants;
 mod throttle;
 mod timing;

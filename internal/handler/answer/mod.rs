@@ -258,8 +258,11 @@ fn step(a: &Answer, body: &Bytes, retry_after: Option<Duration>) -> Outcome {
             }
         }
     };
+    // An answer that leaves `done` out is done unless it names a gate to
+    // move to: `{"data": …}` is a result, as an empty body is, not a
+    // request to be called again.
     let done = if null(a.done) {
-        false
+        gate.is_none()
     } else {
         let raw = a.done.map_or("", RawValue::get);
         match serde_json::from_str::<bool>(raw) {

@@ -34,6 +34,23 @@ fn answers() {
             data: Some(Bytes::from_static(b"[1]"))
         }
     );
+    // No "done": done, unless the answer names a gate to move to.
+    assert_eq!(
+        ok(r#"{"data": {"a": 1}}"#),
+        Outcome::Step {
+            gate: None,
+            done: true,
+            data: Some(Bytes::from_static(br#"{"a": 1}"#))
+        }
+    );
+    assert_eq!(
+        ok(r#"{"gate": 1, "done": null}"#),
+        Outcome::Step {
+            gate: Some(1),
+            done: false,
+            data: None
+        }
+    );
     assert!(matches!(
         ok(r#"{"gate": "x"}"#),
         Outcome::Failed { retry: true, .. }
