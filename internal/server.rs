@@ -79,8 +79,9 @@ async fn readyz(State(s): State<AppState>) -> impl IntoResponse {
     let breaker = if open { "open" } else { "closed" };
     let held = s.health.hold().map(|h| h.reason);
     let primary = !s.health.not_primary.load(Ordering::Relaxed);
-    let body = serde_json::json!({"database": db, "primary": primary, "schema": schema, "session": session, "handler": handler, "breaker": breaker, "held": held});
-    let code = if db && schema && session && handler && !open {
+    let polling = s.health.polling().map(|h| h.reason);
+    let body = serde_json::json!({"database": db, "primary": primary, "schema": schema, "session": session, "handler": handler, "breaker": breaker, "held": held, "polling": polling});
+    let code = if db && schema && session && handler && !open && polling.is_none() {
         StatusCode::OK
     } else {
         StatusCode::SERVICE_UNAVAILABLE

@@ -206,10 +206,11 @@ impl Dispatcher {
                     let held = &self.held.versions;
                     let ids = ids.into_iter().filter(|p| held.contains_key(p));
                     self.rotation.discovered(ids, mark, next);
+                    self.ctx.health.polled(None);
                     true
                 }
                 Err(e) => {
-                    polling_failed(&e);
+                    polling_failed(&self.ctx.health, &e);
                     false
                 }
             },
@@ -220,9 +221,12 @@ impl Dispatcher {
                 items,
                 ..
             } => match items {
-                Ok(items) => self.take_in(&parts, &settled, &asks, want, started, items),
+                Ok(items) => {
+                    self.ctx.health.polled(None);
+                    self.take_in(&parts, &settled, &asks, want, started, items)
+                }
                 Err(e) => {
-                    polling_failed(&e);
+                    polling_failed(&self.ctx.health, &e);
                     for p in parts {
                         self.rotation.offer(p);
                     }
@@ -382,8 +386,10 @@ pub(super) enum Fetched {
 }
 
 /// Logs a failed refill at a bounded rate (it is retried after the poll
-/// interval; a database that is down fails every one).
-fn polling_failed(e: &crate::Error) {
+/// interval; a database that is down fails every one), and counts it for
+/// readiness.
+fn polling_failed(health: &crate::server::Health, e: &crate::Error) {
+    health.polled(Some(format!("polling for items failed: {e}")));
     static LOG: crate::ratelog::Every = crate::ratelog::Every::new();
     if let Some(n) = LOG.due() {
         tracing::warn!(error = %e, failures = n, "polling for items failed; will retry");

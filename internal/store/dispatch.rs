@@ -9,6 +9,7 @@
 use sea_orm::Value;
 
 use super::driver::{NOW_BOUND, Sql, sql};
+use super::unreadable::{Unreadable, describe, ready_item};
 use super::{Store, get};
 use crate::Result;
 use crate::ids::{ItemId, PartitionId, SessionId};
@@ -102,10 +103,33 @@ impl Store {
         let mut end = after;
         let mut ids = Vec::with_capacity(rows.len());
         for r in &rows {
-            ids.push(get(r, "partition_id")?);
             end = end.max(get(r, "s")?);
+            match get(r, "partition_id") {
+                Ok(p) => ids.push(p),
+                Err(_) => passed_over(&describe(r, "partition_id")),
+            }
         }
         Ok((ids, end))
+    }
+
+    /// A ready row that cannot be read: its item is failed with a message
+    /// when its id can be read, else it is passed over; either way logged,
+    /// and the rest of the read goes on.
+    async fn unreadable(&self, me: &SessionId, bad: &Unreadable) {
+        let Some((id, partition)) = &bad.target else {
+            return passed_over(&bad.why);
+        };
+        let item = describe_value(id);
+        match self.fail_unreadable(me, bad).await {
+            Ok(failed) => tracing::warn!(
+                %partition, %item, error = %bad.why, failed,
+                "an item's row cannot be read; it is failed: fix it with SQL and run `processor retry`"
+            ),
+            Err(e) => tracing::warn!(
+                %partition, %item, error = %bad.why, write_error = %e,
+                "an item's row cannot be read, nor could it be failed; it is passed over"
+            ),
+        }
     }
 
     /// The first ready items of each partition asked, for partitions `me`
@@ -186,27 +210,33 @@ impl Store {
             });
         }
         let rows = self.fetch(s.statement()).await?;
-        let mut items = rows
-            .iter()
-            .map(|r| {
-                Ok(ReadyItem {
-                    fence: Fence {
-                        id: get(r, "id")?,
-                        partition_id: get(r, "partition_id")?,
-                        gate: get(r, "gate")?,
-                        version: get(r, "version")?,
-                        attempts: get(r, "attempts")?,
-                        steps: get(r, "steps")?,
-                    },
-                    data: get(r, "data")?,
-                    seq: get(r, "seq")?,
-                    scheduled: get::<Option<i64>>(r, "not_before")?.is_some(),
-                    traceparent: get(r, "traceparent")?,
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
+        let mut items = Vec::with_capacity(rows.len());
+        for r in &rows {
+            match ready_item(r) {
+                Ok(item) => items.push(item),
+                Err(bad) => self.unreadable(me, &bad).await,
+            }
+        }
         // Items due now run in write order, whichever range they came from.
         items.sort_by_key(|i| i.seq);
         Ok(items)
+    }
+}
+
+/// Logs, at a bounded rate, a row passed over because not even its
+/// partition or id can be read.
+fn passed_over(why: &str) {
+    static LOG: crate::ratelog::Every = crate::ratelog::Every::new();
+    if let Some(n) = LOG.due() {
+        tracing::warn!(error = %why, rows = n, "an item's row cannot be read, not even its id; it is passed over: fix it with SQL");
+    }
+}
+
+/// An id as bound, for a log line.
+fn describe_value(v: &Value) -> String {
+    match v {
+        Value::String(Some(s)) => crate::printable::printable(s).into_owned(),
+        Value::Bytes(Some(b)) => format!("x'{}'", b.iter().map(|c| format!("{c:02x}")).collect::<String>()),
+        other => format!("{other:?}"),
     }
 }

@@ -33,6 +33,7 @@ mod statistics;
 pub mod status;
 mod timeout;
 pub mod tokens;
+mod unreadable;
 pub mod wait;
 
 #[cfg(test)]
