@@ -9,6 +9,15 @@ use std::sync::atomic::AtomicBool;
 /// fault (a row or a table Feed cannot read) that stops dispatch.
 pub const POLLING_UNREADY: u32 = 3;
 
+/// A kind of poll for items, counted apart by [`Health::polled`].
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Poll {
+    /// The look for new items.
+    Discover = 0,
+    /// A read of ready items.
+    Items = 1,
+}
+
 /// What `/readyz` reports, kept current by the session and dispatch loops.
 #[derive(Debug, Default)]
 pub struct Health {
@@ -33,11 +42,10 @@ pub struct Health {
     /// Why dispatch holds off for the database (results it does not
     /// take), while it does.
     pub db_hold: std::sync::Mutex<Option<Hold>>,
-    /// Why polling for items fails, while it has failed
-    /// [`POLLING_UNREADY`] times in a row or more: `/readyz` says not ready.
-    pub(crate) polling: std::sync::Mutex<Option<Hold>>,
-    /// Polls for items that failed in a row.
-    pub(crate) polling_failures: std::sync::atomic::AtomicU32,
+    /// Polls for items that failed in a row, and why the last one did:
+    /// the look for new items and the reads of ready items, apart (one
+    /// may fail while the other succeeds).
+    pub(crate) polling: std::sync::Mutex<[(u32, Option<Hold>); 2]>,
     /// Results whose write failed on the database and is being tried
     /// again: dispatch starts no call while there are any.
     pub(crate) writes_waiting: std::sync::atomic::AtomicUsize,
@@ -61,26 +69,30 @@ impl Health {
         db.or_else(|| self.hold.lock().expect("hold lock").clone())
     }
 
-    /// Why polling for items keeps failing, if it does.
+    /// Why polling for items keeps failing ([`POLLING_UNREADY`] failures
+    /// in a row or more), if it does.
     pub fn polling(&self) -> Option<Hold> {
-        self.polling.lock().expect("polling lock").clone()
+        let polling = self.polling.lock().expect("polling lock");
+        polling
+            .iter()
+            .find(|(n, _)| *n >= POLLING_UNREADY)
+            .and_then(|(_, h)| h.clone())
     }
 
-    /// Counts a poll for items: `Err` with its reason when it failed. After
-    /// [`POLLING_UNREADY`] failures in a row `/readyz` says not ready, with
-    /// the last reason, until a poll succeeds.
-    pub(crate) fn polled(&self, failed: Option<String>) {
-        use std::sync::atomic::Ordering::Relaxed;
+    /// Counts a poll of `kind`, with the reason when it failed: a success
+    /// starts the count again.
+    pub(crate) fn polled(&self, kind: Poll, failed: Option<String>) {
         let mut polling = self.polling.lock().expect("polling lock");
-        let Some(reason) = failed else {
-            self.polling_failures.store(0, Relaxed);
-            *polling = None;
-            return;
-        };
-        let n = self.polling_failures.fetch_add(1, Relaxed) + 1;
-        if n >= POLLING_UNREADY {
-            let since = polling.as_ref().map_or_else(std::time::Instant::now, |h| h.since);
-            *polling = Some(Hold { reason, since });
+        let (n, hold) = &mut polling[kind as usize];
+        match failed {
+            None => (*n, *hold) = (0, None),
+            Some(reason) => {
+                *n += 1;
+                let since = hold
+                    .as_ref()
+                    .map_or_else(std::time::Instant::now, |h| h.since);
+                *hold = Some(Hold { reason, since });
+            }
         }
     }
 

@@ -8,6 +8,7 @@ use tokio::time::Instant;
 
 use super::Dispatcher;
 use crate::Result;
+use crate::health::Poll;
 use crate::ids::{ItemId, PartitionId, SessionId, Tenant};
 use crate::rotation::Group;
 use crate::store::{Ask, ReadyItem};
@@ -206,11 +207,11 @@ impl Dispatcher {
                     let held = &self.held.versions;
                     let ids = ids.into_iter().filter(|p| held.contains_key(p));
                     self.rotation.discovered(ids, mark, next);
-                    self.ctx.health.polled(None);
+                    self.ctx.health.polled(Poll::Discover, None);
                     true
                 }
                 Err(e) => {
-                    polling_failed(&self.ctx.health, &e);
+                    polling_failed(&self.ctx.health, Poll::Discover, &e);
                     false
                 }
             },
@@ -222,11 +223,11 @@ impl Dispatcher {
                 ..
             } => match items {
                 Ok(items) => {
-                    self.ctx.health.polled(None);
+                    self.ctx.health.polled(Poll::Items, None);
                     self.take_in(&parts, &settled, &asks, want, started, items)
                 }
                 Err(e) => {
-                    polling_failed(&self.ctx.health, &e);
+                    polling_failed(&self.ctx.health, Poll::Items, &e);
                     for p in parts {
                         self.rotation.offer(p);
                     }
@@ -388,8 +389,8 @@ pub(super) enum Fetched {
 /// Logs a failed refill at a bounded rate (it is retried after the poll
 /// interval; a database that is down fails every one), and counts it for
 /// readiness.
-fn polling_failed(health: &crate::server::Health, e: &crate::Error) {
-    health.polled(Some(format!("polling for items failed: {e}")));
+fn polling_failed(health: &crate::server::Health, kind: Poll, e: &crate::Error) {
+    health.polled(kind, Some(format!("polling for items failed: {e}")));
     static LOG: crate::ratelog::Every = crate::ratelog::Every::new();
     if let Some(n) = LOG.due() {
         tracing::warn!(error = %e, failures = n, "polling for items failed; will retry");

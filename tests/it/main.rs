@@ -10,6 +10,7 @@ mod proxy;
 mod support;
 
 mod batch;
+mod bad_rows;
 mod bodies;
 mod book;
 mod book_examples;
