@@ -20,7 +20,9 @@ pub const MAX_GATE: i64 = 1 << 53;
 /// Refuses an id (or a tenant) that is empty, longer than
 /// [`MAX_ID_BYTES`], holds a control character (no header, log line or
 /// terminal could carry it) or an invisible one that can make one id look
-/// like another ([`invisible`]), or is not in Unicode NFC: `café` written
+/// like another ([`invisible`]), starts or ends with a space (an HTTP
+/// header's value is read without them: the handler would see another
+/// id), or is not in Unicode NFC: `café` written
 /// with a combining accent would be a second id that looks the same, so it
 /// is refused, naming the NFC form to use, rather than changed behind the
 /// producer's back. `what` names it in the error ("partition id", "item id").
@@ -36,6 +38,8 @@ pub fn id(what: &str, id: &str) -> Result<()> {
             "holds U+{:04X}, an invisible or reordering character that would make it look like another id",
             u32::from(c)
         )
+    } else if id.starts_with(' ') || id.ends_with(' ') {
+        "starts or ends with a space, which the handler's Feed-Item-Id and Feed-Partition-Id headers cannot carry (their values are read without them)".to_string()
     } else if !unicode_normalization::is_nfc(id) {
         let nfc: String = id.nfc().collect();
         format!(
@@ -206,7 +210,7 @@ mod tests {
     fn ids() {
         assert!(id("item id", "a/b-1 é").is_ok());
         assert!(id("item id", &"x".repeat(255)).is_ok());
-        for bad in ["", "a\nb", "a\0b", "a\u{1b}[31m", "\u{7f}"] {
+        for bad in ["", "a\nb", "a\0b", "a\u{1b}[31m", "\u{7f}", "acme-1 ", " a"] {
             assert!(id("item id", bad).is_err(), "{bad:?}");
         }
         assert!(id("item id", &"x".repeat(256)).is_err());

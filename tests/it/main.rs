@@ -19,6 +19,7 @@ mod browser;
 mod chaos;
 mod chaos_hands;
 mod cli;
+mod collation;
 mod completion;
 mod console_api;
 mod controls;
