@@ -5,6 +5,7 @@
 //! owner of `ACME`'s partitions.
 
 use reqwest::StatusCode;
+use sea_orm::ConnectionTrait;
 use serde_json::Value;
 
 use crate::backend_tests;
@@ -107,4 +108,56 @@ async fn scopes_hold_byte_for_byte(db: TestDb) {
     assert_eq!(tenants, want);
     let n = db.count("SELECT COUNT(*) AS n FROM feed_items").await;
     assert_eq!(n, 3, "each item written once, the refused requests nothing");
+}
+
+/// Each id-like column's collation and nullability, and the foreign keys
+/// of `feed_items.partition_id`.
+async fn id_columns(db: &TestDb) -> (Vec<(String, String, String, String)>, i64) {
+    let columns = db
+        .rows(
+            "SELECT TABLE_NAME AS t, COLUMN_NAME AS c, COLLATION_NAME AS k, IS_NULLABLE AS n \
+             FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND \
+             ((TABLE_NAME IN ('feed_partitions', 'feed_items') AND COLUMN_NAME IN ('id', 'partition_id', 'tenant')) \
+             OR (TABLE_NAME = 'feed_producer_tokens' AND COLUMN_NAME = 'prefix')) ORDER BY t, c",
+            &["t", "c", "k", "n"],
+        )
+        .await;
+    let keys = db
+        .count(
+            "SELECT COUNT(*) AS n FROM information_schema.KEY_COLUMN_USAGE \
+             WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'feed_items' \
+             AND REFERENCED_TABLE_NAME = 'feed_partitions'",
+        )
+        .await;
+    (columns, keys)
+}
+
+backend_tests!(binary_ids_up_and_down: mariadb => Mysql);
+/// From the schema before it, with work: `up` makes the id columns
+/// binary, keeping their nullability and the items' foreign key; `down`
+/// gives them the table's collation back; the work stays.
+async fn binary_ids_up_and_down(db: TestDb) {
+    crate::migrations::down_before(&db, "m20261129_000018").await;
+    db.partition_of("p", true, false, "block", &["a", "b"]).await;
+    let (before, keys) = id_columns(&db).await;
+    assert_eq!(keys, 1);
+    assert!(before.iter().all(|c| c.2 != "utf8mb4_nopad_bin"), "{before:?}");
+    db.store.migrate().await.unwrap();
+    let (after, keys) = id_columns(&db).await;
+    assert_eq!(keys, 1, "the foreign key is there again");
+    for (b, a) in before.iter().zip(&after) {
+        assert_eq!((&a.0, &a.1, &a.3), (&b.0, &b.1, &b.3), "nullability kept");
+        assert_eq!(a.2, "utf8mb4_nopad_bin", "{a:?}");
+    }
+    let refused = db
+        .store
+        .connection()
+        .execute_unprepared("INSERT INTO feed_items (id, partition_id, data) VALUES ('c', 'P', x'31')")
+        .await;
+    assert!(refused.is_err(), "the key holds, byte for byte");
+    crate::migrations::down_before(&db, "m20261129_000018").await;
+    assert_eq!(id_columns(&db).await, (before, 1));
+    db.store.migrate().await.unwrap();
+    assert_eq!(id_columns(&db).await, (after, 1));
+    assert_eq!(db.count("SELECT COUNT(*) AS n FROM feed_items").await, 2);
 }

@@ -69,7 +69,7 @@ async fn autovacuum_settings_up_and_down(db: TestDb) {
 }
 
 /// Migrates down to the schema before the migration named `name…`.
-async fn down_before(db: &TestDb, name: &str) {
+pub(crate) async fn down_before(db: &TestDb, name: &str) {
     let all = Migrator::migrations();
     let at = all
         .iter()
