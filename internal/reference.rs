@@ -161,8 +161,10 @@ async fn describe(db: &sea_orm::DatabaseConnection) -> crate::Result<String> {
          MySQL/MariaDB the columns are the same, with these differences: \
          `feed_items.data` is `BYTEA` / `LONGBLOB`, `feed_items` has `seq` \
          (an identity column; SQLite uses its `rowid`), times default to the \
-         server's clock in epoch milliseconds, and some indexes differ \
-         (see [The database](../operating/database.md)). What each column \
+         server's clock in epoch milliseconds, ids, tenants and token \
+         prefixes are compared byte for byte everywhere (on MySQL/MariaDB \
+         their columns use the collation `utf8mb4_nopad_bin`), and some \
+         indexes differ (see [The database](../operating/database.md)). What each column \
          means is under [With SQL](../producing/sql.md).\n",
     );
     let tables = rows(

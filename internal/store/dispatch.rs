@@ -236,7 +236,10 @@ fn passed_over(why: &str) {
 fn describe_value(v: &Value) -> String {
     match v {
         Value::String(Some(s)) => crate::printable::printable(s).into_owned(),
-        Value::Bytes(Some(b)) => format!("x'{}'", b.iter().map(|c| format!("{c:02x}")).collect::<String>()),
+        Value::Bytes(Some(b)) => format!(
+            "x'{}'",
+            b.iter().map(|c| format!("{c:02x}")).collect::<String>()
+        ),
         other => format!("{other:?}"),
     }
 }

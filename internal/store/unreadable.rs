@@ -48,7 +48,8 @@ pub(crate) fn ready_item(r: &QueryResult) -> std::result::Result<ReadyItem, Unre
         why,
     };
     let int = |col: &str| -> std::result::Result<i64, Unreadable> {
-        get::<i64>(r, col).map_err(|_| bad(format!("{col} is {}, not an integer", describe(r, col))))
+        get::<i64>(r, col)
+            .map_err(|_| bad(format!("{col} is {}, not an integer", describe(r, col))))
     };
     let small = |col: &str| -> std::result::Result<i32, Unreadable> {
         let v = int(col)?;
@@ -110,11 +111,7 @@ impl Store {
     /// Fails an available item whose row cannot be read, in a partition
     /// `me` holds, naming what cannot be read and what to do; true when
     /// it was failed. Only that row (by id and partition) is written.
-    pub(crate) async fn fail_unreadable(
-        &self,
-        me: &SessionId,
-        bad: &Unreadable,
-    ) -> Result<bool> {
+    pub(crate) async fn fail_unreadable(&self, me: &SessionId, bad: &Unreadable) -> Result<bool> {
         let Some((id, partition)) = &bad.target else {
             return Ok(false);
         };

@@ -38,7 +38,11 @@ struct Now {
     table: String,
 }
 
-async fn collation(db: &SchemaManagerConnection<'_>, table: &str, column: &str) -> Result<Now, DbErr> {
+async fn collation(
+    db: &SchemaManagerConnection<'_>,
+    table: &str,
+    column: &str,
+) -> Result<Now, DbErr> {
     let row = db
         .query_one_raw(Statement::from_sql_and_values(
             DbBackend::MySql,
@@ -69,7 +73,9 @@ async fn binary(db: &SchemaManagerConnection<'_>) -> Result<String, DbErr> {
             return Ok(name.to_string());
         }
     }
-    Err(DbErr::Custom("the server has no utf8mb4 binary collation".into()))
+    Err(DbErr::Custom(
+        "the server has no utf8mb4 binary collation".into(),
+    ))
 }
 
 /// The foreign keys of `feed_items.partition_id`, by name.
@@ -92,14 +98,21 @@ async fn collate(manager: &SchemaManager<'_>, binary: bool) -> Result<(), DbErr>
         return Ok(());
     }
     let db = manager.get_connection();
-    let target = if binary { Some(self::binary(db).await?) } else { None };
+    let target = if binary {
+        Some(self::binary(db).await?)
+    } else {
+        None
+    };
     let target = target.as_deref();
     let mut changes: Vec<(&str, String)> = Vec::new();
     for (table, column, definition) in COLUMNS {
         let now = collation(db, table, column).await?;
         let want = target.unwrap_or(&now.table);
         if now.column != want {
-            changes.push((table, format!("MODIFY {column} {definition} COLLATE {want}")));
+            changes.push((
+                table,
+                format!("MODIFY {column} {definition} COLLATE {want}"),
+            ));
         }
     }
     if changes.is_empty() {
@@ -127,7 +140,9 @@ async fn collate(manager: &SchemaManager<'_>, binary: bool) -> Result<(), DbErr>
             .collect();
         if table == "feed_items" {
             parts.extend(keys.iter().map(|k| {
-                format!("ADD CONSTRAINT {k} FOREIGN KEY (partition_id) REFERENCES feed_partitions (id)")
+                format!(
+                    "ADD CONSTRAINT {k} FOREIGN KEY (partition_id) REFERENCES feed_partitions (id)"
+                )
             }));
         }
         db.execute_unprepared(&format!("ALTER TABLE {table} {}", parts.join(", ")))

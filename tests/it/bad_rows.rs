@@ -47,7 +47,9 @@ async fn a_row_feed_cannot_read_costs_only_itself(db: TestDb) {
     let Scene(h, p) = Scene::start(&db, &[], |_| done()).await;
     db.wait_partition("good", "complete").await;
     db.wait_partition("bad", "complete").await;
-    for id in ["blob-tp", "bad-ok-1", "bad-ok-2", "good-1", "good-2", "good-3"] {
+    for id in [
+        "blob-tp", "bad-ok-1", "bad-ok-2", "good-1", "good-2", "good-3",
+    ] {
         assert_eq!(state(&db, id).await.0, "complete", "{id}");
         assert_eq!(h.calls_for(id).len(), 1, "{id} was called once");
     }
@@ -59,7 +61,10 @@ async fn a_row_feed_cannot_read_costs_only_itself(db: TestDb) {
             && error.contains("processor retry"),
         "{error}"
     );
-    assert!(h.calls_for("many").is_empty(), "an unreadable item is never sent");
+    assert!(
+        h.calls_for("many").is_empty(),
+        "an unreadable item is never sent"
+    );
     let log = p.log();
     assert!(
         log.contains("traceparent is not text") && log.contains("blob-tp"),
@@ -76,7 +81,8 @@ backend_tests!(readiness_says_when_polling_fails: sqlite => Sqlite);
 /// `/readyz` answers 503 and names the failure; once the column is back,
 /// the item runs and `/readyz` answers 200 again.
 async fn readiness_says_when_polling_fails(db: TestDb) {
-    db.partition_of("p", false, false, "block", &["first"]).await;
+    db.partition_of("p", false, false, "block", &["first"])
+        .await;
     let Scene(h, p) = Scene::start(&db, &[], |_| done()).await;
     db.wait_item("first", "complete").await;
     let ready = format!("http://{}/readyz", p.listen.as_deref().unwrap());
@@ -112,8 +118,10 @@ async fn readiness_says_when_polling_fails(db: TestDb) {
     })
     .await;
     db.wait_item("second", "complete").await;
-    wait_for("/readyz to be ready again", Duration::from_secs(30), || async {
-        answer(ready.clone()).await.0 == 200
-    })
+    wait_for(
+        "/readyz to be ready again",
+        Duration::from_secs(30),
+        || async { answer(ready.clone()).await.0 == 200 },
+    )
     .await;
 }

@@ -94,7 +94,11 @@ async fn scopes_hold_byte_for_byte(db: TestDb) {
     let (code, a) = put(&base, &acme, "own", "acme-ITEM").await;
     assert_eq!(code, StatusCode::OK, "{a}");
     let (code, a) = put(&base, &acme, "own", "acme-item").await;
-    assert_eq!((code, &a["items"]), (StatusCode::OK, &Value::from(1)), "{a}");
+    assert_eq!(
+        (code, &a["items"]),
+        (StatusCode::OK, &Value::from(1)),
+        "{a}"
+    );
     let tenants: Vec<(String, Option<String>)> = db
         .rows(
             "SELECT id, tenant FROM feed_partitions ORDER BY id",
@@ -138,10 +142,14 @@ backend_tests!(binary_ids_up_and_down: mariadb => Mysql);
 /// gives them the table's collation back; the work stays.
 async fn binary_ids_up_and_down(db: TestDb) {
     crate::migrations::down_before(&db, "m20261129_000018").await;
-    db.partition_of("p", true, false, "block", &["a", "b"]).await;
+    db.partition_of("p", true, false, "block", &["a", "b"])
+        .await;
     let (before, keys) = id_columns(&db).await;
     assert_eq!(keys, 1);
-    assert!(before.iter().all(|c| c.2 != "utf8mb4_nopad_bin"), "{before:?}");
+    assert!(
+        before.iter().all(|c| c.2 != "utf8mb4_nopad_bin"),
+        "{before:?}"
+    );
     db.store.migrate().await.unwrap();
     let (after, keys) = id_columns(&db).await;
     assert_eq!(keys, 1, "the foreign key is there again");
@@ -152,7 +160,9 @@ async fn binary_ids_up_and_down(db: TestDb) {
     let refused = db
         .store
         .connection()
-        .execute_unprepared("INSERT INTO feed_items (id, partition_id, data) VALUES ('c', 'P', x'31')")
+        .execute_unprepared(
+            "INSERT INTO feed_items (id, partition_id, data) VALUES ('c', 'P', x'31')",
+        )
         .await;
     assert!(refused.is_err(), "the key holds, byte for byte");
     crate::migrations::down_before(&db, "m20261129_000018").await;

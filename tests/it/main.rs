@@ -9,8 +9,8 @@ mod faults;
 mod proxy;
 mod support;
 
-mod batch;
 mod bad_rows;
+mod batch;
 mod bodies;
 mod book;
 mod book_examples;
