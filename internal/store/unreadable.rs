@@ -52,8 +52,8 @@ pub(crate) fn ready_item(r: &QueryResult) -> std::result::Result<ReadyItem, Unre
             .map_err(|_| bad(format!("{col} is {}, not an integer", describe(r, col))))
     };
     let small = |col: &str| -> std::result::Result<i32, Unreadable> {
-        let v = int(col)?;
-        i32::try_from(v).map_err(|_| bad(format!("{col} is {v}, out of range")))
+        get::<i32>(r, col)
+            .map_err(|_| bad(format!("{col} is {}, not an integer", describe(r, col))))
     };
     let fence = Fence {
         gate: int("gate")?,
