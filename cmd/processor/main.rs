@@ -20,6 +20,7 @@ mod run;
 mod run_flags;
 mod status;
 mod tokens;
+mod wait_hints;
 
 use std::process::ExitCode;
 

@@ -154,7 +154,11 @@ async fn enqueue_refuses_low_gate_and_reopens(db: TestDb) {
         "{\"id\": \"ok\", \"data\": {}}\n",
     );
     assert!(o.status.success(), "{}", text(&o));
-    assert!(text(&o).contains("reopened"));
+    assert!(
+        text(&o).contains("1 item enqueued; partition p reopened"),
+        "{}",
+        text(&o)
+    );
     assert_eq!(db.partition_status("p").await, "available");
     assert_eq!(
         db.item_row("ok").await.gate,
@@ -225,7 +229,7 @@ async fn status_and_retry(db: TestDb) {
         "",
     );
     assert!(o.status.success(), "{}", text(&o));
-    assert!(text(&o).contains("1 failed items back to available"));
+    assert!(text(&o).contains("1 failed item back to available"));
     wait_for(
         "partition complete after retry",
         Duration::from_secs(30),
