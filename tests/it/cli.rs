@@ -557,3 +557,20 @@ async fn status_says_its_list_is_bounded(db: TestDb) {
         "{some}"
     );
 }
+
+#[test]
+/// `--help` shows an environment variable's value only when it is set:
+/// an unset one reads `[env: NAME]`, never `[env: NAME=]` (set to empty).
+fn help_shows_only_the_variables_that_are_set() {
+    let o = Command::new(env!("CARGO_BIN_EXE_processor"))
+        .args(["status", "--help"])
+        .env_remove("FEED_DATABASE_URL_FILE")
+        .env("FEED_DB_POOLER", "session")
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{help}");
+    assert!(help.contains("[env: FEED_DATABASE_URL_FILE]"), "{help}");
+    assert!(!help.contains("FEED_DATABASE_URL_FILE="), "{help}");
+    assert!(help.contains("[env: FEED_DB_POOLER=session]"), "{help}");
+}
