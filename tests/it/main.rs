@@ -45,6 +45,7 @@ mod pooler;
 mod producer_tokens;
 mod protocol;
 mod races;
+mod readonly;
 mod recovery;
 mod refusals;
 mod retention;

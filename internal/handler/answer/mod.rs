@@ -201,22 +201,22 @@ fn error_answer(status: StatusCode, a: &Answer, retry_after: Option<Duration>) -
 }
 
 /// The failed attempt a non-2xx status without an error answer stands for.
+/// Its message says what the handler answered, not what happens next: the
+/// policy adds that ("not retried", or the attempts used up), as it alone
+/// knows whether an attempt is left.
 fn status_failed(status: StatusCode, body: &[u8], retry_after: Option<Duration>) -> Outcome {
-    let retry = retryable(status);
-    let why = if status.is_redirection() {
-        "redirects are not followed; point --handler-url at the final address"
-    } else if retry {
-        "will retry"
+    let hint = if status.is_redirection() {
+        " (redirects are not followed; point --handler-url at the final address)"
     } else {
-        "not retried"
+        ""
     };
     Outcome::Failed {
         message: format!(
-            "handler answered HTTP {} ({why}){}",
+            "handler answered HTTP {}{hint}{}",
             status.as_u16(),
             snippet(body)
         ),
-        retry,
+        retry: retryable(status),
         retry_after,
         outage: away(status),
         throttled: throttled(status, retry_after),

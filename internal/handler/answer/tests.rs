@@ -116,6 +116,24 @@ fn errors_and_statuses() {
 }
 
 #[test]
+fn a_status_says_what_was_answered_not_what_happens_next() {
+    // Whether it is retried is the policy's to say: the same 500 is
+    // retried, or the item's last attempt.
+    let s = StatusCode::INTERNAL_SERVER_ERROR;
+    let e = parse_response(s, &Bytes::from_static(b"KeyError: 'name'\n"), None);
+    assert!(
+        matches!(e, Outcome::Failed { retry: true, ref message, .. }
+            if message == "handler answered HTTP 500: KeyError: 'name'"),
+        "{e:?}"
+    );
+    let e = parse_response(StatusCode::NOT_FOUND, &Bytes::new(), None);
+    assert!(
+        matches!(e, Outcome::Failed { retry: false, ref message, .. } if message == "handler answered HTTP 404"),
+        "{e:?}"
+    );
+}
+
+#[test]
 fn retry_after() {
     assert_eq!(parse_retry_after("7"), Some(Duration::from_secs(7)));
     let later = std::time::SystemTime::now() + Duration::from_secs(100);
