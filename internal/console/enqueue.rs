@@ -10,14 +10,14 @@
 //! what its scope does (see `tokens`).
 
 use axum::extract::rejection::QueryRejection;
-use axum::extract::{Path, Query, Request};
+use axum::extract::{Path, Query, Request, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
 use super::admit::Admitted;
 use super::tokens::Producing;
-use super::{api_error, enqueue_body, json_error};
+use super::{Console, api_error, enqueue_body, json_error};
 use crate::ids::Tenant;
 use crate::store::{NewItem, OnFailure, PartitionSpec, Schedule};
 
@@ -100,6 +100,7 @@ struct Answer<'a> {
 }
 
 pub(super) async fn enqueue(
+    State(console): State<Console>,
     Path(id): Path<String>,
     Admitted {
         store,
@@ -158,6 +159,7 @@ pub(super) async fn enqueue(
     let ids: Vec<String> = items.iter().filter_map(|i| i.id.clone()).collect();
     match store.enqueue_as(&id, &spec, items, scope.as_ref()).await {
         Ok(r) => {
+            console.enqueued();
             tracing::info!(
                 partition = %id,
                 token = scope.as_ref().map_or("", |s| s.id.as_str()),
