@@ -109,7 +109,7 @@ pub(crate) async fn pickup_new(
         for p in procs.iter_mut() {
             p.check_alive()?;
         }
-        let id = format!("new-{i}");
+        let id = format!("pickup-new-{i}");
         let partition = format!("new-{i:06}");
         let t0 = Instant::now();
         match via {
