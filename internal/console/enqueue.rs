@@ -5,9 +5,10 @@
 //! written in one transaction: a bad item rejects the whole request and
 //! nothing is written. The query parameters `not_before` and `delay` give
 //! every item that has neither its time, and the `traceparent` header the
-//! producer's trace to every item without its own. The admin token and the legacy `--producer-token`
-//! allow any partition; a producer token of `feed_producer_tokens` only
-//! what its scope does (see `tokens`).
+//! producer's trace to every item without its own. The admin token allows
+//! any partition; a producer token of `feed_producer_tokens` only what its
+//! scope does, and the legacy `--producer-token` only partitions of no
+//! tenant (see `tokens`).
 
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, Request, State};

@@ -125,8 +125,16 @@ impl Console {
 
     /// Also allows enqueueing over the API (`POST
     /// /api/v1/partitions/{id}/items`) with this token, which allows
-    /// nothing else; the admin token always may.
+    /// nothing else, and only into partitions of no tenant, with no weight
+    /// or in-flight cap; the admin token always may.
     pub fn with_producer_token(mut self, token: Option<ProducerToken>) -> Self {
+        if token.is_some() {
+            tracing::warn!(
+                "--producer-token is deprecated: it may only enqueue into partitions of no \
+                 tenant, without weight or max_in_flight; give each producer a scoped token \
+                 of its own (processor tokens create --tenant T)"
+            );
+        }
         self.producer_token = token;
         self
     }
