@@ -117,6 +117,11 @@ impl ProducerScope {
                 shown(self.max_in_flight)
             ));
         }
+        // A capped token's partitions are capped even when the producer
+        // leaves the parameter out (the processor's default is no cap).
+        if spec.max_in_flight.is_none() {
+            spec.max_in_flight = self.max_in_flight;
+        }
         Ok(())
     }
 }

@@ -203,6 +203,17 @@ async fn producer_tokens_are_scoped(db: TestDb) {
         .await;
     assert_eq!(fresh, 0, "a refused legacy request created a partition");
 
+    // A capped token's partition is capped when the producer gives no cap.
+    let (code, a) = put(&base, &acme_any, "acme-capped", "", one).await;
+    assert_eq!(code, StatusCode::OK, "{a}");
+    let cap: Vec<(Option<i32>,)> = db
+        .rows(
+            "SELECT max_in_flight FROM feed_partitions WHERE id = 'acme-capped'",
+            &["max_in_flight"],
+        )
+        .await;
+    assert_eq!(cap, [(Some(10),)], "the token's cap was not applied");
+
     // The library holds a scope the same way.
     let scope = ProducerScope::new("acme").unwrap();
     let items = vec![NewItem::new(b"1".to_vec())];
