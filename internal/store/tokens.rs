@@ -75,14 +75,17 @@ impl ProducerScope {
                 self.id
             )))
         };
+        // A malformed tenant is the request's fault (400), whoever sends it.
+        if let Some(t) = &spec.tenant {
+            validate::id("tenant", t)?;
+        }
         match (&spec.tenant, self.tenant()) {
-            (Some(t), None) => {
-                return refuse(format!(
-                    "it may not choose a tenant ({:?}); create a token for it: processor \
-                     tokens create --tenant {}",
-                    t.as_str(),
-                    t.as_str()
-                ));
+            (Some(_), None) => {
+                return refuse(
+                    "it may not choose a tenant; give the producer a token of its own: \
+                     processor tokens create --tenant T"
+                        .into(),
+                );
             }
             (Some(t), Some(mine)) if t.as_str() != mine => {
                 return refuse(format!(

@@ -180,11 +180,7 @@ async fn producer_tokens_are_scoped(db: TestDb) {
     assert_eq!(code, StatusCode::OK, "{a}");
     for (partition, q, says) in [
         ("b1", "", "is not of no tenant"),
-        (
-            "open",
-            "tenant=zeta",
-            "processor tokens create --tenant zeta",
-        ),
+        ("open", "tenant=zeta", "processor tokens create --tenant T"),
         ("fresh", "tenant=zeta", "may not choose a tenant"),
         ("open", "weight=1000", "weight may be at most"),
         ("fresh", "max_in_flight=3", "max_in_flight may be at most"),
