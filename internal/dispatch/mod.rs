@@ -23,6 +23,7 @@ mod ended;
 mod floors;
 mod outage;
 mod refill;
+mod release;
 mod upkeep;
 mod wakeups;
 
@@ -44,6 +45,7 @@ use calls::Calls;
 use floors::Floors;
 use outage::Outage;
 use refill::Fetched;
+use release::Release;
 use upkeep::Pace;
 use wakeups::Wakeups;
 
@@ -87,6 +89,8 @@ struct Dispatcher {
     /// from being fetched again until the instant.
     cooling: HashMap<ItemId, (PartitionId, Instant)>,
     outage: Outage,
+    /// Partitions given back while dispatch holds off for long.
+    release: Release,
     /// The refill running beside the loop.
     refilling: Option<JoinHandle<Fetched>>,
     /// The partitions it fetches from (out of the rotation meanwhile).
@@ -109,11 +113,13 @@ struct Dispatcher {
     wakeups: Wakeups,
 }
 
-/// What a gate check or an acquire cycle brings back, with the session it
-/// ran for (a result for a replaced session is dropped).
+/// What a gate check, an acquire cycle or giving the partitions back
+/// brings back, with the session it ran for (a result for a replaced
+/// session is dropped).
 enum Upkeep {
     Cycle(SessionId, Cycle),
     Check(SessionId, Checked),
+    Released(SessionId, crate::Result<u64>),
 }
 
 /// Waits for the task in `slot` (only polled while there is one).
@@ -171,6 +177,7 @@ impl Dispatcher {
             spread: 1,
             cooling: HashMap::new(),
             outage: Outage::default(),
+            release: Release::default(),
             refilling: None,
             fetching: HashSet::new(),
             settled: HashSet::new(),

@@ -47,9 +47,11 @@ impl Pace {
 
 impl Dispatcher {
     /// Starts an acquire cycle when one is due, else a gate check when
-    /// partitions are marked, unless one of them runs already.
+    /// partitions are marked, unless one of them runs already (while the
+    /// partitions are given back, `release_turn` stands in for acquire
+    /// cycles).
     pub(super) fn start_upkeep(&mut self) {
-        if self.upkeep.is_some() {
+        if self.upkeep.is_some() || self.release_turn() {
             return;
         }
         let now = Instant::now();
@@ -71,6 +73,7 @@ impl Dispatcher {
         match done {
             Ok(Upkeep::Cycle(me, cycle)) if me == self.me => self.cycled(cycle),
             Ok(Upkeep::Check(me, checked)) if me == self.me => self.checked(checked),
+            Ok(Upkeep::Released(me, released)) if me == self.me => self.released(released),
             Ok(_) => {}
             Err(e) => {
                 tracing::error!(error = %e, "a gate check or acquire cycle task failed; will retry")
@@ -186,7 +189,7 @@ impl Dispatcher {
     }
 
     /// Acts on what an acquire cycle changed.
-    fn act_on_cycle(&mut self, b: leases::Applied) {
+    pub(super) fn act_on_cycle(&mut self, b: leases::Applied) {
         // More free partitions wait: the next step follows at once (it
         // runs beside dispatch, taking turns with gate checks).
         if b.more {

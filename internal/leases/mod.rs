@@ -147,6 +147,25 @@ pub async fn cycle(
     } else {
         full::full(ctx, me, held, busy, &mut out).await
     };
+    finish(ctx, out, done).await
+}
+
+/// While dispatch gives its partitions back (the handler has been away
+/// for long), the only acquire: one free partition with work ready, to
+/// probe the handler with. Nothing else (no reaping, no counts): the
+/// processors that deliver do that.
+pub async fn probe_cycle(ctx: &Leasing<'_>, me: &SessionId, cursors: Cursors) -> Cycle {
+    let mut out = Cycle {
+        cursors,
+        ..Cycle::default()
+    };
+    let done = take::take_one_ready(ctx, me, &mut out).await;
+    finish(ctx, out, done).await
+}
+
+/// Reads the flow-control columns of the partitions a cycle leased, and
+/// records the error that cut it short.
+async fn finish(ctx: &Leasing<'_>, mut out: Cycle, done: crate::Result<()>) -> Cycle {
     let done = match done {
         Ok(()) if !out.took.is_empty() => {
             let ids: Vec<PartitionId> = out.took.iter().map(|(id, _)| id.clone()).collect();

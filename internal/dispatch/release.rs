@@ -1,0 +1,139 @@
+//! A processor whose dispatch has held off for longer than the session
+//! expiry (the handler unreachable, the circuit breaker open) gives its
+//! partitions back, as a processor that died would lose them, so that the
+//! processors whose handler answers take them at once. Its heartbeat says
+//! it takes none (a cap of 0), so the others' shares cover them.
+//!
+//! It still needs items to probe its handler with: at each acquire tick
+//! when a probe is due it takes one free partition with work ready, sends
+//! one probe, and gives the partition back as soon as the probe fails (or
+//! at the next tick when none could be sent). The first probe that reaches
+//! the handler ends the outage: the cap is restored and acquire cycles take
+//! a share again. While the others hold every partition with work, there
+//! is nothing to probe with and it stays held off: it is not needed.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::{Dispatcher, Upkeep};
+use crate::leases;
+
+/// Whether the partitions are being given back, and whether the next
+/// upkeep turn should give back what is held.
+#[derive(Debug, Default)]
+pub(super) struct Release {
+    /// Dispatch has held off past the bound.
+    pub(super) active: bool,
+    /// What is held goes back at the next turn (a probe failed).
+    pub(super) due: bool,
+}
+
+impl Dispatcher {
+    /// Takes the upkeep turn while the partitions are given back: starts
+    /// giving back what is held, or leasing one partition to probe with,
+    /// in place of an acquire cycle. Begins giving back once dispatch has
+    /// held off for longer than the session expiry. True when it started
+    /// a task.
+    pub(super) fn release_turn(&mut self) -> bool {
+        let now = Instant::now();
+        if !self.release.active {
+            let bound = self.ctx.config.leases.session_expiry;
+            match self.outage.since {
+                Some(since) if now.duration_since(since) >= bound => self.begin_release(since),
+                _ => return false,
+            }
+        }
+        let tick = std::mem::take(&mut self.pace.acquire_due);
+        let held = !self.held.versions.is_empty();
+        if !held {
+            self.release.due = false;
+        }
+        if held && (self.release.due || (tick && self.calls.in_flight.is_empty())) {
+            self.release.due = false;
+            self.start_release();
+            return true;
+        }
+        let probe_due = self.outage.until.is_none_or(|until| now >= until);
+        if tick && !held && probe_due {
+            self.start_probe_cycle();
+            return true;
+        }
+        false
+    }
+
+    /// Dispatch has held off since `since`, past the bound.
+    fn begin_release(&mut self, since: Instant) {
+        self.release = Release {
+            active: true,
+            due: true,
+        };
+        self.ctx.health.releasing.store(true, Ordering::Relaxed);
+        let why = self.outage.why.clone();
+        self.set_hold(&why, since);
+        let held = Duration::from_secs(since.elapsed().as_secs());
+        tracing::warn!(
+            handler = %crate::store::redact(&self.ctx.config.handler.url),
+            error = %why,
+            held_off = %humantime::format_duration(held),
+            partitions = self.held.versions.len(),
+            "held off: releasing partitions: dispatch has held off for longer than --session-expiry, so other processors take them; one at a time is leased to probe the handler with"
+        );
+    }
+
+    /// The handler answers again: partitions are taken again.
+    pub(super) fn end_release(&mut self) {
+        if std::mem::take(&mut self.release).active {
+            self.ctx.health.releasing.store(false, Ordering::Relaxed);
+            tracing::info!("the handler answers again: taking partitions again");
+            self.pace.acquire.reset_immediately();
+        }
+    }
+
+    /// Gives every held partition back, beside the loop.
+    fn start_release(&mut self) {
+        let ctx = self.ctx.clone();
+        let me = self.me.clone();
+        self.upkeep = Some(self.ctx.tasks.spawn("release", async move {
+            let released = ctx.store.release_all(&me).await;
+            Upkeep::Released(me, released)
+        }));
+    }
+
+    /// Leases one partition with work ready to probe the handler with.
+    fn start_probe_cycle(&mut self) {
+        let ctx = self.ctx.clone();
+        let me = self.me.clone();
+        let cursors = std::mem::take(&mut self.held.cursors);
+        self.upkeep = Some(self.ctx.tasks.spawn("probe lease", async move {
+            let cycle = leases::probe_cycle(&ctx.leasing(), &me, cursors).await;
+            Upkeep::Cycle(me, cycle)
+        }));
+    }
+
+    /// Takes in the partitions given back: nothing held is delivered
+    /// any more (answers in flight are rejected as stale).
+    pub(super) fn released(&mut self, released: crate::Result<u64>) {
+        match released {
+            Ok(n) => {
+                let lost = self.held.release_all(&self.ctx.metrics);
+                self.act_on_cycle(leases::Applied {
+                    lost,
+                    ..leases::Applied::default()
+                });
+                self.wakeups.clear();
+                if n > 0 {
+                    tracing::info!(
+                        partitions = n,
+                        "released partitions: the handler is away, other processors take them"
+                    );
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "releasing partitions failed; will retry");
+                self.release.due = true;
+            }
+        }
+    }
+}

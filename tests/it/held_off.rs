@@ -1,0 +1,66 @@
+//! A processor whose handler is away gives its partitions back: one
+//! started with a `--handler-url` where nothing listens, beside two
+//! healthy ones, does not keep the partitions it leased.
+
+use std::time::Duration;
+
+use crate::cli::{processor, text};
+use crate::on_all_backends;
+use crate::support::{DownHandler, Handler, Proc, TestDb, done, metric, numbered, wait_for};
+use crate::wrong_url::readyz;
+
+/// What `status`, `/readyz` and the console say of such a processor.
+const RELEASING: &str = "held off: releasing partitions";
+
+on_all_backends!(a_held_off_processor_gives_its_partitions_back);
+/// The bad processor starts first and leases every partition; its handler
+/// refuses connections. Once it has held off for longer than the session
+/// expiry it releases them and takes none but to probe, so the two
+/// healthy processors complete every partition; it ends holding nothing
+/// and says why (`/readyz`, `status`).
+async fn a_held_off_processor_gives_its_partitions_back(db: TestDb) {
+    const PARTITIONS: usize = 6;
+    for p in 0..PARTITIONS {
+        let ids = numbered(&format!("p{p}/"), 30);
+        db.partition_of(&format!("p{p}"), true, false, "block", &ids)
+            .await;
+    }
+    let (_down, bad) = DownHandler::start(&db, &[]);
+    let held = "SELECT COUNT(*) AS n FROM feed_partitions WHERE owner IS NOT NULL";
+    wait_for("the bad processor to lease partitions", Duration::from_secs(30), || async {
+        db.count(held).await > 0
+    })
+    .await;
+    let me = db.sessions().await.pop().expect("the bad processor's session");
+    // A little slower than at once, so that the partitions are not all
+    // done by the time the bad processor gives its partitions back.
+    let handler = Handler::start_async(|_| async {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        done()
+    })
+    .await;
+    let _good: Vec<Proc> = (0..2).map(|_| Proc::start(&db, &handler.url(), &[])).collect();
+    let complete = "SELECT COUNT(*) AS n FROM feed_partitions WHERE status = 'complete'";
+    wait_for("every partition to complete", Duration::from_secs(90), || async {
+        db.count(complete).await == PARTITIONS as i64
+    })
+    .await;
+    let failed = "SELECT COUNT(*) AS n FROM feed_items WHERE status = 'failed'";
+    assert_eq!(db.count(failed).await, 0);
+    let mine = format!(
+        "SELECT COUNT(*) AS n FROM feed_partitions WHERE owner = '{me}' AND status = 'available'"
+    );
+    assert_eq!(db.count(&mine).await, 0, "the bad processor holds nothing");
+    assert_eq!(metric(&bad.metrics().await, "feed_partitions_held"), 0.0);
+    wait_for("/readyz to say it releases", Duration::from_secs(30), || async {
+        let r = readyz(&bad).await;
+        r["releasing"] == true && r["held"].as_str().is_some_and(|h| h.contains(RELEASING))
+    })
+    .await;
+    wait_for("status to say it releases", Duration::from_secs(30), || async {
+        text(&processor(&["status", "--database-url", &db.url], "")).contains(RELEASING)
+    })
+    .await;
+    assert_eq!(db.count(&mine).await, 0, "the bad processor holds nothing");
+    assert!(handler.calls().len() >= PARTITIONS * 30);
+}
