@@ -64,3 +64,36 @@ async fn a_held_off_processor_gives_its_partitions_back(db: TestDb) {
     assert_eq!(db.count(&mine).await, 0, "the bad processor holds nothing");
     assert!(handler.calls().len() >= PARTITIONS * 30);
 }
+
+on_all_backends!(it_takes_partitions_again_once_its_handler_answers);
+/// A processor alone whose handler is away past the session expiry gives
+/// its partitions back and keeps probing, one leased partition at a time;
+/// once the handler listens, a probe reaches it, and the processor takes
+/// the partitions again and completes them.
+async fn it_takes_partitions_again_once_its_handler_answers(db: TestDb) {
+    for p in 0..3 {
+        let ids = numbered(&format!("p{p}/"), 10);
+        db.partition_of(&format!("p{p}"), true, false, "block", &ids)
+            .await;
+    }
+    let (down, p) = DownHandler::start(&db, &[]);
+    wait_for("/readyz to say it releases", Duration::from_secs(30), || async {
+        readyz(&p).await["releasing"] == true
+    })
+    .await;
+    wait_for("a partition leased to probe with", Duration::from_secs(30), || async {
+        p.log().contains("leased a partition to probe the handler with")
+    })
+    .await;
+    let _handler = down.up(|_| done()).await;
+    let complete = "SELECT COUNT(*) AS n FROM feed_partitions WHERE status = 'complete'";
+    wait_for("every partition to complete", Duration::from_secs(60), || async {
+        db.count(complete).await == 3
+    })
+    .await;
+    assert!(p.log().contains("taking partitions again"), "{}", p.log_tail(30));
+    let r = readyz(&p).await;
+    assert_eq!(r["releasing"], false, "{r}");
+    let attempts = "SELECT COUNT(*) AS n FROM feed_items WHERE attempts > 1";
+    assert_eq!(db.count(attempts).await, 0, "no attempt was counted while away");
+}
