@@ -278,7 +278,10 @@ mod tests {
         }
         // An item answering 404 alone is spared once, then it is its own.
         let b = Breaker::new(20, 0.5);
-        assert_eq!(b.record(Call::Missing("lone"), Instant::now()), Turn::Spared);
+        assert_eq!(
+            b.record(Call::Missing("lone"), Instant::now()),
+            Turn::Spared
+        );
         assert_eq!(
             b.record(Call::Missing("lone"), Instant::now()),
             Turn::Stays { open: false }

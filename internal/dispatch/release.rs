@@ -5,9 +5,10 @@
 //! it takes none (a cap of 0), so the others' shares cover them.
 //!
 //! It still needs items to probe its handler with: at each acquire tick
-//! when a probe is due it takes one free partition with work ready, sends
-//! one probe, and gives the partition back as soon as the probe fails (or
-//! at the next tick when none could be sent). The first probe that reaches
+//! when a probe is due it takes one free partition (one with work ready
+//! if any), sends one probe, and gives the partition back as soon as the
+//! probe fails (or at the next tick when none could be sent; a gate check
+//! due on it runs first). The first probe that reaches
 //! the handler ends the outage: the cap is restored and acquire cycles take
 //! a share again. While the others hold every partition with work, there
 //! is nothing to probe with and it stays held off: it is not needed.
@@ -50,7 +51,10 @@ impl Dispatcher {
         if !held {
             self.release.due = false;
         }
-        if held && (self.release.due || (tick && self.calls.in_flight.is_empty())) {
+        if held
+            && (self.release.due || (tick && self.calls.in_flight.is_empty()))
+            && !self.check_pending()
+        {
             self.release.due = false;
             self.start_release();
             return true;
@@ -61,6 +65,20 @@ impl Dispatcher {
             return true;
         }
         false
+    }
+
+    /// Whether a gate check is due first: the probe may have failed the
+    /// last item of its partition, and a partition nobody holds is not
+    /// checked (closed) unless another processor takes it.
+    fn check_pending(&self) -> bool {
+        if self.held.marked.is_empty() {
+            return false;
+        }
+        let busy = self.busy_partitions();
+        self.held
+            .marked
+            .iter()
+            .any(|p| !busy.contains(p) && !self.rotation.contains(p) && !self.fetching.contains(p))
     }
 
     /// Dispatch has held off since `since`, past the bound.

@@ -152,14 +152,14 @@ pub async fn cycle(
 
 /// While dispatch gives its partitions back (the handler has been away
 /// for long), the only acquire: one free partition with work ready, to
-/// probe the handler with. Nothing else (no reaping, no counts): the
-/// processors that deliver do that.
+/// probe the handler with (or one whose gate must move on). Nothing else
+/// (no reaping, no counts): the processors that deliver do that.
 pub async fn probe_cycle(ctx: &Leasing<'_>, me: &SessionId, cursors: Cursors) -> Cycle {
     let mut out = Cycle {
         cursors,
         ..Cycle::default()
     };
-    let done = take::take_one_ready(ctx, me, &mut out).await;
+    let done = take::take_one(ctx, me, &mut out).await;
     finish(ctx, out, done).await
 }
 

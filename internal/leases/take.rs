@@ -67,16 +67,22 @@ pub(super) async fn take_free(
     Ok(n)
 }
 
-/// Takes one free partition with work ready now, picked at random, for a
-/// processor that gave its partitions back to probe its handler with.
-pub(super) async fn take_one_ready(ctx: &Leasing<'_>, me: &SessionId, out: &mut Cycle) -> Result<()> {
-    let free = ctx.store.free_partitions(ctx.leases.session_expiry, 8).await?;
-    let ready: Vec<(PartitionId, i64)> = free
+/// Takes one free partition, picked at random among those with work
+/// ready now (else among all: one whose gate must move on has work once
+/// checked), for a processor that gave its partitions back to probe its
+/// handler with.
+pub(super) async fn take_one(ctx: &Leasing<'_>, me: &SessionId, out: &mut Cycle) -> Result<()> {
+    let free = ctx
+        .store
+        .free_partitions(ctx.leases.session_expiry, 8)
+        .await?;
+    let any_ready = free.iter().any(|f| f.ready);
+    let pick: Vec<(PartitionId, i64)> = free
         .into_iter()
-        .filter(|f| f.ready)
+        .filter(|f| f.ready || !any_ready)
         .map(|f| (f.id, f.version))
         .collect();
-    let pick = ready.choose(&mut rand::rng()).cloned();
+    let pick = pick.choose(&mut rand::rng()).cloned();
     if let Some(pick) = pick {
         let leased = ctx.store.lease_many(&[pick], me).await?;
         for (id, _) in &leased {

@@ -40,11 +40,12 @@ impl Store {
     ) -> Result<bool> {
         let rate = (send_rate > 0).then_some(send_rate as f64);
         let (reason, held_for) = held.map_or((None, None), |(r, d)| (Some(r), Some(ms(d))));
-        let n = self.run(sql!(self.driver;
-            "UPDATE feed_processors SET heartbeat_at = {now}, send_rate = " {rate} ", \
-                 held_reason = " {reason} ", held_since = {now} - " {held_for} ", \
-                 max_partitions = " {cap.map(|n| n as i64)} " WHERE id = " {id}
-        ))
+        let n = self
+            .run(sql!(self.driver;
+                "UPDATE feed_processors SET heartbeat_at = {now}, send_rate = " {rate} ", \
+                     held_reason = " {reason} ", held_since = {now} - " {held_for} ", \
+                     max_partitions = " {cap.map(|n| n as i64)} " WHERE id = " {id}
+            ))
             .await?;
         Ok(n == 1)
     }

@@ -27,11 +27,17 @@ async fn a_held_off_processor_gives_its_partitions_back(db: TestDb) {
     }
     let (_down, bad) = DownHandler::start(&db, &[]);
     let held = "SELECT COUNT(*) AS n FROM feed_partitions WHERE owner IS NOT NULL";
-    wait_for("the bad processor to lease partitions", Duration::from_secs(30), || async {
-        db.count(held).await > 0
-    })
+    wait_for(
+        "the bad processor to lease partitions",
+        Duration::from_secs(30),
+        || async { db.count(held).await > 0 },
+    )
     .await;
-    let me = db.sessions().await.pop().expect("the bad processor's session");
+    let me = db
+        .sessions()
+        .await
+        .pop()
+        .expect("the bad processor's session");
     // A little slower than at once, so that the partitions are not all
     // done by the time the bad processor gives its partitions back.
     let handler = Handler::start_async(|_| async {
@@ -39,11 +45,15 @@ async fn a_held_off_processor_gives_its_partitions_back(db: TestDb) {
         done()
     })
     .await;
-    let _good: Vec<Proc> = (0..2).map(|_| Proc::start(&db, &handler.url(), &[])).collect();
+    let _good: Vec<Proc> = (0..2)
+        .map(|_| Proc::start(&db, &handler.url(), &[]))
+        .collect();
     let complete = "SELECT COUNT(*) AS n FROM feed_partitions WHERE status = 'complete'";
-    wait_for("every partition to complete", Duration::from_secs(90), || async {
-        db.count(complete).await == PARTITIONS as i64
-    })
+    wait_for(
+        "every partition to complete",
+        Duration::from_secs(90),
+        || async { db.count(complete).await == PARTITIONS as i64 },
+    )
     .await;
     let failed = "SELECT COUNT(*) AS n FROM feed_items WHERE status = 'failed'";
     assert_eq!(db.count(failed).await, 0);
@@ -52,14 +62,22 @@ async fn a_held_off_processor_gives_its_partitions_back(db: TestDb) {
     );
     assert_eq!(db.count(&mine).await, 0, "the bad processor holds nothing");
     assert_eq!(metric(&bad.metrics().await, "feed_partitions_held"), 0.0);
-    wait_for("/readyz to say it releases", Duration::from_secs(30), || async {
-        let r = readyz(&bad).await;
-        r["releasing"] == true && r["held"].as_str().is_some_and(|h| h.contains(RELEASING))
-    })
+    wait_for(
+        "/readyz to say it releases",
+        Duration::from_secs(30),
+        || async {
+            let r = readyz(&bad).await;
+            r["releasing"] == true && r["held"].as_str().is_some_and(|h| h.contains(RELEASING))
+        },
+    )
     .await;
-    wait_for("status to say it releases", Duration::from_secs(30), || async {
-        text(&processor(&["status", "--database-url", &db.url], "")).contains(RELEASING)
-    })
+    wait_for(
+        "status to say it releases",
+        Duration::from_secs(30),
+        || async {
+            text(&processor(&["status", "--database-url", &db.url], "")).contains(RELEASING)
+        },
+    )
     .await;
     assert_eq!(db.count(&mine).await, 0, "the bad processor holds nothing");
     assert!(handler.calls().len() >= PARTITIONS * 30);
@@ -77,23 +95,40 @@ async fn it_takes_partitions_again_once_its_handler_answers(db: TestDb) {
             .await;
     }
     let (down, p) = DownHandler::start(&db, &[]);
-    wait_for("/readyz to say it releases", Duration::from_secs(30), || async {
-        readyz(&p).await["releasing"] == true
-    })
+    wait_for(
+        "/readyz to say it releases",
+        Duration::from_secs(30),
+        || async { readyz(&p).await["releasing"] == true },
+    )
     .await;
-    wait_for("a partition leased to probe with", Duration::from_secs(30), || async {
-        p.log().contains("leased a partition to probe the handler with")
-    })
+    wait_for(
+        "a partition leased to probe with",
+        Duration::from_secs(30),
+        || async {
+            p.log()
+                .contains("leased a partition to probe the handler with")
+        },
+    )
     .await;
     let _handler = down.up(|_| done()).await;
     let complete = "SELECT COUNT(*) AS n FROM feed_partitions WHERE status = 'complete'";
-    wait_for("every partition to complete", Duration::from_secs(60), || async {
-        db.count(complete).await == 3
-    })
+    wait_for(
+        "every partition to complete",
+        Duration::from_secs(60),
+        || async { db.count(complete).await == 3 },
+    )
     .await;
-    assert!(p.log().contains("taking partitions again"), "{}", p.log_tail(30));
+    assert!(
+        p.log().contains("taking partitions again"),
+        "{}",
+        p.log_tail(30)
+    );
     let r = readyz(&p).await;
     assert_eq!(r["releasing"], false, "{r}");
     let attempts = "SELECT COUNT(*) AS n FROM feed_items WHERE attempts > 1";
-    assert_eq!(db.count(attempts).await, 0, "no attempt was counted while away");
+    assert_eq!(
+        db.count(attempts).await,
+        0,
+        "no attempt was counted while away"
+    );
 }

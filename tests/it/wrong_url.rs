@@ -69,17 +69,29 @@ async fn a_wrong_path_holds_off_and_says_so(db: TestDb) {
     let addr = serve_feed_only(fixed.clone()).await;
     let url = format!("http://{addr}/fed");
     let p = Proc::start(&db, &url, &[]);
-    wait_for("/readyz to say the path is wrong", Duration::from_secs(30), || async {
-        let r = readyz(&p).await;
-        r["held"].as_str().is_some_and(|h| h.contains(WRONG) && h.contains(&url))
-    })
+    wait_for(
+        "/readyz to say the path is wrong",
+        Duration::from_secs(30),
+        || async {
+            let r = readyz(&p).await;
+            r["held"]
+                .as_str()
+                .is_some_and(|h| h.contains(WRONG) && h.contains(&url))
+        },
+    )
     .await;
     let log = p.log();
     assert!(log.contains(WRONG), "{}", p.log_tail(30));
-    assert!(log.contains(&format!("handler={url}")), "{}", p.log_tail(30));
-    wait_for("status to say the path is wrong", Duration::from_secs(30), || async {
-        text(&processor(&["status", "--database-url", &db.url], "")).contains(WRONG)
-    })
+    assert!(
+        log.contains(&format!("handler={url}")),
+        "{}",
+        p.log_tail(30)
+    );
+    wait_for(
+        "status to say the path is wrong",
+        Duration::from_secs(30),
+        || async { text(&processor(&["status", "--database-url", &db.url], "")).contains(WRONG) },
+    )
     .await;
     let failed = "SELECT COUNT(*) AS n FROM feed_items WHERE status = 'failed'";
     let attempts = "SELECT COUNT(*) AS n FROM feed_items WHERE attempts > 0";
