@@ -8,10 +8,15 @@
 //! when a probe is due it takes one free partition (one with work ready
 //! if any), sends one probe, and gives the partition back as soon as the
 //! probe fails (or at the next tick when none could be sent; a gate check
-//! due on it runs first). The first probe that reaches
-//! the handler ends the outage: the cap is restored and acquire cycles take
-//! a share again. While the others hold every partition with work, there
-//! is nothing to probe with and it stays held off: it is not needed.
+//! due on it runs first). The first probe that reaches the handler ends
+//! the hold-off: the cap is restored and acquire cycles take a share
+//! again. While the others hold every partition, there is nothing free to
+//! probe with: then, at most once per [`STEAL_EVERY`] session expiries,
+//! it steals one as a processor below its share would (from one holding
+//! two or more), so that a processor whose handler came back while its
+//! peers held everything does not stay idle for good; a processor whose
+//! handler stays away costs its peers one partition's answers in flight
+//! that often.
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -21,6 +26,9 @@ use tokio::time::Instant;
 use super::{Dispatcher, Upkeep};
 use crate::leases;
 
+/// A probe may steal a partition once per this many session expiries.
+const STEAL_EVERY: u32 = 6;
+
 /// Whether the partitions are being given back, and whether the next
 /// upkeep turn should give back what is held.
 #[derive(Debug, Default)]
@@ -29,6 +37,8 @@ pub(super) struct Release {
     pub(super) active: bool,
     /// What is held goes back at the next turn (a probe failed).
     pub(super) due: bool,
+    /// When a probe may next steal a partition (none free).
+    steal_at: Option<Instant>,
 }
 
 impl Dispatcher {
@@ -61,7 +71,12 @@ impl Dispatcher {
         }
         let probe_due = self.outage.until.is_none_or(|until| now >= until);
         if tick && !held && probe_due {
-            self.start_probe_cycle();
+            let steal = self.release.steal_at.is_none_or(|at| now >= at);
+            if steal {
+                let every = self.ctx.config.leases.session_expiry * STEAL_EVERY;
+                self.release.steal_at = Some(now + every);
+            }
+            self.start_probe_cycle(steal);
             return true;
         }
         false
@@ -83,9 +98,11 @@ impl Dispatcher {
 
     /// Dispatch has held off since `since`, past the bound.
     fn begin_release(&mut self, since: Instant) {
+        let every = self.ctx.config.leases.session_expiry * STEAL_EVERY;
         self.release = Release {
             active: true,
             due: true,
+            steal_at: Some(Instant::now() + every),
         };
         self.ctx.health.releasing.store(true, Ordering::Relaxed);
         let why = self.outage.why.clone();
@@ -119,13 +136,14 @@ impl Dispatcher {
         }));
     }
 
-    /// Leases one partition with work ready to probe the handler with.
-    fn start_probe_cycle(&mut self) {
+    /// Leases one partition to probe the handler with (`steal`: one held
+    /// by another session when none is free).
+    fn start_probe_cycle(&mut self, steal: bool) {
         let ctx = self.ctx.clone();
         let me = self.me.clone();
         let cursors = std::mem::take(&mut self.held.cursors);
         self.upkeep = Some(self.ctx.tasks.spawn("probe lease", async move {
-            let cycle = leases::probe_cycle(&ctx.leasing(), &me, cursors).await;
+            let cycle = leases::probe_cycle(&ctx.leasing(), &me, cursors, steal).await;
             Upkeep::Cycle(me, cycle)
         }));
     }

@@ -154,12 +154,23 @@ pub async fn cycle(
 /// for long), the only acquire: one free partition with work ready, to
 /// probe the handler with (or one whose gate must move on). Nothing else
 /// (no reaping, no counts): the processors that deliver do that.
-pub async fn probe_cycle(ctx: &Leasing<'_>, me: &SessionId, cursors: Cursors) -> Cycle {
+/// With `steal`, when none is free it steals one, as a cycle evening the
+/// shares out would (from the most-loaded session, if it holds two or
+/// more).
+pub async fn probe_cycle(
+    ctx: &Leasing<'_>,
+    me: &SessionId,
+    cursors: Cursors,
+    steal: bool,
+) -> Cycle {
     let mut out = Cycle {
         cursors,
         ..Cycle::default()
     };
-    let done = take::take_one(ctx, me, &mut out).await;
+    let mut done = take::take_one(ctx, me, &mut out).await;
+    if done.is_ok() && out.took.is_empty() && steal {
+        done = take::steal_one(ctx, me, 0, &mut out).await;
+    }
     finish(ctx, out, done).await
 }
 

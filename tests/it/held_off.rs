@@ -132,3 +132,58 @@ async fn it_takes_partitions_again_once_its_handler_answers(db: TestDb) {
         "no attempt was counted while away"
     );
 }
+
+on_all_backends!(it_rejoins_when_its_peers_hold_every_partition);
+/// The bad processor gives its partitions back and the healthy one holds
+/// them all, busy: none is free to probe with. Once its handler listens,
+/// a probe on a partition stolen from the busy one (at most once per six
+/// session expiries) finds it back, and it takes a share of the work.
+async fn it_rejoins_when_its_peers_hold_every_partition(db: TestDb) {
+    const PARTITIONS: usize = 4;
+    for p in 0..PARTITIONS {
+        let ids = numbered(&format!("p{p}/"), 100);
+        db.partition_of(&format!("p{p}"), true, false, "block", &ids)
+            .await;
+    }
+    let (down, bad) = DownHandler::start(&db, &[]);
+    wait_for(
+        "/readyz to say it releases",
+        Duration::from_secs(30),
+        || async { readyz(&bad).await["releasing"] == true },
+    )
+    .await;
+    // One call at a time, 50 ms each: minutes of work for it alone.
+    let slow = Handler::start_async(|_| async {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        done()
+    })
+    .await;
+    let _good = Proc::start(&db, &slow.url(), &["--concurrency", "1"]);
+    let free = "SELECT COUNT(*) AS n FROM feed_partitions WHERE owner IS NULL";
+    wait_for(
+        "the healthy processor to hold every partition",
+        Duration::from_secs(30),
+        || async { db.count(free).await == 0 },
+    )
+    .await;
+    let back = down.up(|_| done()).await;
+    wait_for(
+        "the bad processor to deliver again",
+        Duration::from_secs(60),
+        || async { !back.calls().is_empty() },
+    )
+    .await;
+    let complete = "SELECT COUNT(*) AS n FROM feed_partitions WHERE status = 'complete'";
+    wait_for(
+        "every partition to complete",
+        Duration::from_secs(120),
+        || async { db.count(complete).await == PARTITIONS as i64 },
+    )
+    .await;
+    assert!(
+        bad.log().contains("stole partition"),
+        "{}",
+        bad.log_tail(30)
+    );
+    assert_eq!(readyz(&bad).await["releasing"], false);
+}
