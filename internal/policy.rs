@@ -13,11 +13,21 @@ use crate::store::{Fence, ItemWrite, sanitize_error};
 /// Longest `Retry-After` honoured.
 const MAX_RETRY_AFTER: Duration = Duration::from_secs(86_400);
 
+/// The wait before an item's next step at the same gate grows by this
+/// much per step taken there, up to [`STEP_FLOOR_MAX`]: a handler that
+/// answers "not done" every time cannot make dispatch loop on an item.
+const STEP_FLOOR: Duration = Duration::from_millis(10);
+/// The longest wait between two steps of an item.
+const STEP_FLOOR_MAX: Duration = Duration::from_secs(1);
+
 /// The settings the policy reads.
 #[derive(Clone, Copy, Debug)]
 pub struct Policy {
     /// Attempts per step before an item fails; 0 = unlimited.
     pub max_attempts: u32,
+    /// "Not done" answers in a row at one gate before an item fails; 0 =
+    /// unlimited.
+    pub max_steps: u32,
     /// First retry delay.
     pub backoff_base: Duration,
     /// Largest retry delay.
@@ -69,6 +79,7 @@ impl Policy {
             gate: item.gate,
             data: None,
             attempts,
+            steps: item.steps,
             last_error: Some(sanitize_error(&message)),
             delay,
             new_step: delay.is_none(),
@@ -82,18 +93,45 @@ impl Policy {
                 gate.unwrap_or_default(),
                 item.gate
             )),
+            Outcome::Step { gate, done, .. }
+                if !done
+                    && gate.is_none_or(|g| g == item.gate)
+                    && self.max_steps != 0
+                    && u32::try_from(item.steps).unwrap_or(0) + 1 >= self.max_steps =>
+            {
+                failed(format!(
+                    "handler answered done:false {} times in a row at gate {} (--max-steps {}): \
+                     answer \"done\": true when the item is finished, or raise --max-steps",
+                    self.max_steps, item.gate, self.max_steps
+                ))
+            }
             Outcome::Step { gate, done, data } => {
+                let gate = gate.unwrap_or(item.gate);
+                // Another step at the same gate waits a little longer each time.
+                let steps = if !done && gate == item.gate {
+                    item.steps.saturating_add(1)
+                } else if done {
+                    item.steps
+                } else {
+                    0
+                };
+                let floor = (!done && gate == item.gate).then(|| {
+                    STEP_FLOOR
+                        .saturating_mul(u32::try_from(steps).unwrap_or(u32::MAX))
+                        .min(STEP_FLOOR_MAX)
+                });
                 let w = ItemWrite {
                     status: if done {
                         Status::Complete
                     } else {
                         Status::Available
                     },
-                    gate: gate.unwrap_or(item.gate),
+                    gate,
                     data,
                     attempts: if done { attempts } else { 0 },
+                    steps,
                     last_error: None,
-                    delay: None,
+                    delay: floor,
                     new_step: true,
                 };
                 Some((w, if done { Label::Done } else { Label::Stepped }))
@@ -139,6 +177,7 @@ mod tests {
     fn policy(max_attempts: u32) -> Policy {
         Policy {
             max_attempts,
+            max_steps: 4,
             backoff_base: Duration::from_secs(1),
             backoff_max: Duration::from_secs(60),
         }
@@ -151,6 +190,7 @@ mod tests {
             gate,
             version: 3,
             attempts,
+            steps: 0,
         }
     }
 
@@ -197,6 +237,36 @@ mod tests {
     }
 
     #[test]
+    fn steps_at_one_gate_are_spaced_and_bounded() {
+        let p = policy(5);
+        let at = |steps| Fence {
+            steps,
+            ..item(1, 0)
+        };
+        let (w, l) = p.decide(&at(0), step(None, false, None)).unwrap();
+        assert_eq!((l, w.steps, w.delay), (Label::Stepped, 1, Some(STEP_FLOOR)));
+        let (w, _) = p.decide(&at(2), step(Some(1), false, None)).unwrap();
+        assert_eq!((w.steps, w.delay), (3, Some(STEP_FLOOR * 3)));
+        // The fourth "not done" in a row at one gate fails the item.
+        let (w, l) = p.decide(&at(3), step(None, false, None)).unwrap();
+        assert_eq!((l, w.status), (Label::Failed, Status::Failed));
+        assert!(
+            w.last_error
+                .unwrap()
+                .contains("done:false 4 times in a row at gate 1")
+        );
+        // A later gate starts the count again, with no wait; done keeps it.
+        let (w, _) = p.decide(&at(3), step(Some(2), false, None)).unwrap();
+        assert_eq!((w.steps, w.delay, w.gate), (0, None, 2));
+        let (w, l) = p.decide(&at(3), step(None, true, None)).unwrap();
+        assert_eq!((l, w.steps, w.delay), (Label::Done, 3, None));
+        // 0 = unlimited; the wait stops growing at its maximum.
+        let free = Policy { max_steps: 0, ..p };
+        let (w, l) = free.decide(&at(100_000), step(None, false, None)).unwrap();
+        assert_eq!((l, w.delay), (Label::Stepped, Some(STEP_FLOOR_MAX)));
+    }
+
+    #[test]
     fn failures() {
         let p = policy(3);
         let (w, l) = p.decide(&item(0, 0), fail(true, None)).unwrap();
@@ -206,11 +276,16 @@ mod tests {
         );
         let d = w.delay.unwrap();
         assert!(d >= Duration::from_millis(500) && d <= Duration::from_secs(1));
+        assert_eq!(w.last_error.as_deref(), Some("boom"));
         let (w, l) = p.decide(&item(0, 2), fail(true, None)).unwrap();
         assert_eq!((l, w.attempts), (Label::Failed, 3));
-        assert!(w.last_error.unwrap().contains("no attempts left"));
-        let (_, l) = p.decide(&item(0, 0), fail(false, None)).unwrap();
+        assert_eq!(
+            w.last_error.as_deref(),
+            Some("boom (attempt 3 of 3; no attempts left)")
+        );
+        let (w, l) = p.decide(&item(0, 0), fail(false, None)).unwrap();
         assert_eq!(l, Label::Failed);
+        assert_eq!(w.last_error.as_deref(), Some("boom (not retried)"));
         let (w, _) = p
             .decide(&item(0, 0), fail(true, Some(Duration::from_secs(999_999))))
             .unwrap();

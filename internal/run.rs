@@ -197,7 +197,13 @@ async fn started(ctx: &Context) {
     for flag in [&ctx.health.session, &ctx.health.handler] {
         flag.store(true, Ordering::Relaxed);
     }
-    tracing::info!(session = %ctx.session.id(), database = %shown(&ctx.config.database.url), handler = %redact(&ctx.config.handler.url), "processor started");
+    // Without --events-url the completion events are written and kept,
+    // but this processor sends none: said here, where it starts.
+    let events = ctx.config.events.url.as_deref().map_or_else(
+        || "kept in feed_events, not sent (no --events-url)".to_string(),
+        redact,
+    );
+    tracing::info!(session = %ctx.session.id(), database = %shown(&ctx.config.database.url), handler = %redact(&ctx.config.handler.url), %events, "processor started");
     if ctx.store.autovacuum_off().await.unwrap_or(false) {
         tracing::warn!(
             "autovacuum is off on this PostgreSQL server: feed_items and feed_partitions keep every dead row version and stale planner statistics, and statements slow down as work goes on; turn autovacuum on (Feed's tables carry their own settings for it) or run VACUUM ANALYZE on them often"

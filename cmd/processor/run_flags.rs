@@ -165,6 +165,10 @@ pub struct RetriesArgs {
     /// Attempts per step before an item fails; 0 = unlimited
     #[arg(long, env = "FEED_MAX_ATTEMPTS", default_value_t = Config::MAX_ATTEMPTS)]
     pub max_attempts: u32,
+    /// Steps an item may take at one gate: the handler answering "not done" this many times in a
+    /// row fails the item; 0 = unlimited
+    #[arg(long, env = "FEED_MAX_STEPS", default_value_t = Config::MAX_STEPS)]
+    pub max_steps: u32,
     /// First retry delay, doubled each attempt, with jitter
     #[arg(long, env = "FEED_BACKOFF_BASE", value_parser = duration, default_value_t = Config::BACKOFF_BASE.into())]
     pub backoff_base: Duration,
@@ -177,6 +181,7 @@ impl RetriesArgs {
     pub fn config(self) -> Policy {
         Policy {
             max_attempts: self.max_attempts,
+            max_steps: self.max_steps,
             backoff_base: self.backoff_base.into(),
             backoff_max: self.backoff_max.into(),
         }

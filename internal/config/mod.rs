@@ -53,6 +53,8 @@ impl Config {
     pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
     /// `--max-attempts`.
     pub const MAX_ATTEMPTS: u32 = 5;
+    /// `--max-steps`.
+    pub const MAX_STEPS: u32 = 100;
     /// `--backoff-base`.
     pub const BACKOFF_BASE: Duration = Duration::from_secs(1);
     /// `--backoff-max`.
@@ -93,6 +95,7 @@ impl Config {
             leases: LeaseConfig::default(),
             retries: Policy {
                 max_attempts: Self::MAX_ATTEMPTS,
+                max_steps: Self::MAX_STEPS,
                 backoff_base: Self::BACKOFF_BASE,
                 backoff_max: Self::BACKOFF_MAX,
             },

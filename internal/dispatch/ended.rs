@@ -172,7 +172,7 @@ impl Dispatcher {
     /// Records a failed attempt for an item whose delivery panicked, so it
     /// is retried after a backoff like any failed attempt.
     fn record_panic(&mut self, fence: Fence) {
-        let outcome = Outcome::retry("the delivery panicked (see the processor's log); will retry");
+        let outcome = Outcome::retry("the delivery panicked (see the processor's log)");
         let id = fence.id.clone();
         self.calls.in_flight.insert(id.clone(), fence.clone());
         let item = id.clone();

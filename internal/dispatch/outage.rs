@@ -155,6 +155,7 @@ mod tests {
                 gate: 0,
                 version: 1,
                 attempts,
+                steps: 0,
             },
             data: Vec::new(),
             seq: 0,

@@ -67,6 +67,8 @@ pub struct Fence {
     pub version: i64,
     /// Calls already made for the current step.
     pub attempts: i32,
+    /// Steps already taken at this gate ("not done" answers in a row).
+    pub steps: i32,
 }
 
 impl Store {
@@ -126,7 +128,7 @@ impl Store {
         let (data, seq, index) = (d.data_column("i"), d.seq(), d.ready_index());
         let head = format!(
             "SELECT i.id, i.partition_id, i.gate, {data} AS data, i.attempts, \
-             i.version, i.{seq} AS seq, i.not_before, i.traceparent FROM feed_items i{index} \
+             i.version, i.steps, i.{seq} AS seq, i.not_before, i.traceparent FROM feed_items i{index} \
              WHERE i.partition_id = "
         );
         // One branch: the partition's available items of its gate in
@@ -194,6 +196,7 @@ impl Store {
                         gate: get(r, "gate")?,
                         version: get(r, "version")?,
                         attempts: get(r, "attempts")?,
+                        steps: get(r, "steps")?,
                     },
                     data: get(r, "data")?,
                     seq: get(r, "seq")?,

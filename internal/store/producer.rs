@@ -247,7 +247,7 @@ impl Store {
             .rows_affected();
         let n = self
             .bounded(txn.execute_raw(statement(
-                "UPDATE feed_items SET status = 'available', attempts = 0, not_before = NULL, \
+                "UPDATE feed_items SET status = 'available', attempts = 0, steps = 0, not_before = NULL, \
                  version = version + 1, updated_at = {now} WHERE status = 'failed'",
                 "",
             )))

@@ -11,7 +11,7 @@ use crate::ids::SessionId;
 use crate::status::Status;
 use crate::{Error, Result};
 
-/// Results per batch statement (twelve values each: well under every
+/// Results per batch statement (thirteen values each: well under every
 /// backend's limit on parameters).
 const BATCH_ROWS: usize = 256;
 
@@ -29,6 +29,8 @@ pub struct ItemWrite {
     pub data: Option<bytes::Bytes>,
     /// Calls made for the current step.
     pub attempts: i32,
+    /// Steps taken at the item's gate (see [`crate::store::Fence::steps`]).
+    pub steps: i32,
     /// Why the last call failed, if it did (see [`sanitize_error`]).
     pub last_error: Option<String>,
     /// Retry delay from now (database clock); None = may run at once.

@@ -24,6 +24,7 @@ mod m20261127_000013_held;
 mod m20261127_000014_producer_tokens;
 mod m20261128_000015_due_order;
 mod m20261128_000016_traceparent;
+mod m20261129_000017_steps;
 
 /// Whether `table` has `column`: SQLite and MySQL have no `ADD COLUMN IF
 /// NOT EXISTS`, so a migration that adds one looks first (a racing
@@ -169,6 +170,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261127_000014_producer_tokens::Migration),
             Box::new(m20261128_000015_due_order::Migration),
             Box::new(m20261128_000016_traceparent::Migration),
+            Box::new(m20261129_000017_steps::Migration),
         ]
     }
 

@@ -203,22 +203,22 @@ fn error_answer(status: StatusCode, a: &Answer, retry_after: Option<Duration>) -
 }
 
 /// The failed attempt a non-2xx status without an error answer stands for.
+/// Its message says what the handler answered, not what happens next: the
+/// policy adds that ("not retried", or the attempts used up), as it alone
+/// knows whether an attempt is left.
 fn status_failed(status: StatusCode, body: &[u8], retry_after: Option<Duration>) -> Outcome {
-    let retry = retryable(status);
-    let why = if status.is_redirection() {
-        "redirects are not followed; point --handler-url at the final address"
-    } else if retry {
-        "will retry"
+    let hint = if status.is_redirection() {
+        " (redirects are not followed; point --handler-url at the final address)"
     } else {
-        "not retried"
+        ""
     };
     Outcome::Failed {
         message: format!(
-            "handler answered HTTP {} ({why}){}",
+            "handler answered HTTP {}{hint}{}",
             status.as_u16(),
             snippet(body)
         ),
-        retry,
+        retry: retryable(status),
         retry_after,
         outage: away(status),
         throttled: throttled(status, retry_after),
@@ -269,8 +269,11 @@ fn step(a: &Answer, body: &Bytes, retry_after: Option<Duration>) -> Outcome {
             }
         }
     };
+    // An answer that leaves `done` out is done unless it names a gate to
+    // move to: `{"data": …}` is a result, as an empty body is, not a
+    // request to be called again.
     let done = if null(a.done) {
-        false
+        gate.is_none()
     } else {
         let raw = a.done.map_or("", RawValue::get);
         match serde_json::from_str::<bool>(raw) {

@@ -34,6 +34,23 @@ fn answers() {
             data: Some(Bytes::from_static(b"[1]"))
         }
     );
+    // No "done": done, unless the answer names a gate to move to.
+    assert_eq!(
+        ok(r#"{"data": {"a": 1}}"#),
+        Outcome::Step {
+            gate: None,
+            done: true,
+            data: Some(Bytes::from_static(br#"{"a": 1}"#))
+        }
+    );
+    assert_eq!(
+        ok(r#"{"gate": 1, "done": null}"#),
+        Outcome::Step {
+            gate: Some(1),
+            done: false,
+            data: None
+        }
+    );
     assert!(matches!(
         ok(r#"{"gate": "x"}"#),
         Outcome::Failed { retry: true, .. }
@@ -108,6 +125,24 @@ fn errors_and_statuses() {
         let o = parse_response(s, &Bytes::copy_from_slice(body.as_bytes()), None);
         assert_eq!(o.missing(), missing, "{code} {body}");
     }
+}
+
+#[test]
+fn a_status_says_what_was_answered_not_what_happens_next() {
+    // Whether it is retried is the policy's to say: the same 500 is
+    // retried, or the item's last attempt.
+    let s = StatusCode::INTERNAL_SERVER_ERROR;
+    let e = parse_response(s, &Bytes::from_static(b"KeyError: 'name'\n"), None);
+    assert!(
+        matches!(e, Outcome::Failed { retry: true, ref message, .. }
+            if message == "handler answered HTTP 500: KeyError: 'name'"),
+        "{e:?}"
+    );
+    let e = parse_response(StatusCode::NOT_FOUND, &Bytes::new(), None);
+    assert!(
+        matches!(e, Outcome::Failed { retry: false, ref message, .. } if message == "handler answered HTTP 404"),
+        "{e:?}"
+    );
 }
 
 #[test]

@@ -87,6 +87,7 @@ async fn cancel_releases_and_fences_out_late_results(k: Kit) {
             gate: 0,
             data: None,
             attempts: 0,
+            steps: 0,
             last_error: None,
             delay: None,
             new_step: true,

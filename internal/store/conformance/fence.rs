@@ -36,6 +36,7 @@ fn done(id: &str, partition: &str, session: &str, version: i64, attempts: i32) -
             gate: 0,
             version,
             attempts,
+            steps: 0,
         },
         session: session.into(),
         write: ItemWrite {
@@ -43,6 +44,7 @@ fn done(id: &str, partition: &str, session: &str, version: i64, attempts: i32) -
             gate: 0,
             data: Some(bytes::Bytes::from_static(b"{\"r\":1}")),
             attempts: 0,
+            steps: 0,
             last_error: None,
             delay: None,
             new_step: true,
@@ -59,6 +61,7 @@ fn failed_attempt(id: &str, error: &str, secs: u64) -> Ack {
         gate: 0,
         data: None,
         attempts: 1,
+        steps: 0,
         last_error: Some(error.into()),
         delay: Some(Duration::from_secs(secs)),
         new_step: false,

@@ -16,7 +16,7 @@ use crate::store::{Ack, ItemWrite, Store, ms};
 /// type (PostgreSQL's parameters carry none, so its `VALUES` are cast).
 /// Every batch statement is built from this list, and [`row_values`] gives
 /// the values in its order.
-pub(super) const RESULT_ROW: [(&str, &str); 12] = [
+pub(super) const RESULT_ROW: [(&str, &str); 13] = [
     ("id", "text"),
     ("old_version", "bigint"),
     ("old_attempts", "int"),
@@ -27,6 +27,7 @@ pub(super) const RESULT_ROW: [(&str, &str); 12] = [
     ("data", "bytea"),
     ("delay", "bigint"),
     ("attempts", "int"),
+    ("steps", "int"),
     ("last_error", "text"),
     ("bump", "int"),
 ];
@@ -90,7 +91,7 @@ async fn write_batch(
         s.push(
             "UPDATE feed_items AS i SET status = v.status, gate = v.gate, data = COALESCE(v.data, i.data), \
              not_before = CASE WHEN v.delay IS NULL THEN NULL ELSE {now} + v.delay END, \
-             attempts = v.attempts, last_error = v.last_error, version = i.version + v.bump, updated_at = {now} \
+             attempts = v.attempts, steps = v.steps, last_error = v.last_error, version = i.version + v.bump, updated_at = {now} \
              FROM ",
         );
         let returning = source(&mut s, bucket(acks.len()), padded_values(acks));
@@ -170,6 +171,8 @@ pub(super) fn set_clause(s: &mut Sql, w: &ItemWrite) {
     let bump = i32::from(w.new_step);
     s.push(", attempts = ")
         .bind(w.attempts)
+        .push(", steps = ")
+        .bind(w.steps)
         .push(", last_error = ")
         .bind(w.last_error.clone())
         .push(&format!(
@@ -211,6 +214,7 @@ fn row_values(a: &Ack) -> [Value; RESULT_COLUMNS] {
         w.data.as_deref().map(<[u8]>::to_vec).into(),
         w.delay.map(ms).into(),
         w.attempts.into(),
+        w.steps.into(),
         w.last_error.clone().into(),
         i32::from(w.new_step).into(),
     ]

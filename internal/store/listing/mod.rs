@@ -199,7 +199,7 @@ impl Store {
         if ids.is_empty() {
             return Ok(());
         }
-        let later = "status = 'available' AND attempts = 0 AND not_before > {now}";
+        let later = "status = 'available' AND attempts = 0 AND steps = 0 AND not_before > {now}";
         let mut s = Sql::new(self.driver);
         s.push(&format!(
             "SELECT partition_id, gate, status, COUNT(*) AS n, \

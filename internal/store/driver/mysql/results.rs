@@ -106,7 +106,7 @@ fn join_statement(acks: &[Ack], expiry: Duration) -> Statement {
          JOIN feed_partitions p ON p.id = v.partition_id JOIN feed_processors s ON s.id = p.owner \
          SET i.status = v.status, i.gate = v.gate, i.data = COALESCE(v.data, i.data), \
          i.not_before = CASE WHEN v.delay IS NULL THEN NULL ELSE {now} + v.delay END, \
-         i.attempts = v.attempts, i.last_error = v.last_error, i.version = i.version + v.bump, \
+         i.attempts = v.attempts, i.steps = v.steps, i.last_error = v.last_error, i.version = i.version + v.bump, \
          i.updated_at = {now} \
          WHERE i.partition_id = v.partition_id AND i.version = v.old_version AND i.attempts = v.old_attempts \
          AND p.owner = v.session AND s.heartbeat_at >= {now} - ",
