@@ -120,6 +120,8 @@ enum Upkeep {
     Cycle(SessionId, Cycle),
     Check(SessionId, Checked),
     Released(SessionId, crate::Result<u64>),
+    /// How many live peers dispatch (see `release`).
+    Peers(SessionId, crate::Result<i64>),
 }
 
 /// Waits for the task in `slot` (only polled while there is one).

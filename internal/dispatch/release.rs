@@ -2,7 +2,10 @@
 //! expiry (the handler unreachable, the circuit breaker open) gives its
 //! partitions back, as a processor that died would lose them, so that the
 //! processors whose handler answers take them at once. Its heartbeat says
-//! it takes none (a cap of 0), so the others' shares cover them.
+//! it takes none (a cap of 0), so the others' shares cover them. It does
+//! so only while another live processor dispatches (holds nothing off):
+//! when the handler is away for the whole fleet, giving partitions back
+//! would only move them around (looked at once per session expiry).
 //!
 //! It still needs items to probe its handler with: at each acquire tick
 //! when a probe is due it takes one free partition (one with work ready
@@ -39,6 +42,8 @@ pub(super) struct Release {
     pub(super) due: bool,
     /// When a probe may next steal a partition (none free).
     steal_at: Option<Instant>,
+    /// When the peers that dispatch may next be counted.
+    peers_at: Option<Instant>,
 }
 
 impl Dispatcher {
@@ -49,12 +54,25 @@ impl Dispatcher {
     /// a task.
     pub(super) fn release_turn(&mut self) -> bool {
         let now = Instant::now();
+        let bound = self.ctx.config.leases.session_expiry;
         if !self.release.active {
-            let bound = self.ctx.config.leases.session_expiry;
-            match self.outage.since {
-                Some(since) if now.duration_since(since) >= bound => self.begin_release(since),
-                _ => return false,
+            let long = self
+                .outage
+                .since
+                .is_some_and(|since| now.duration_since(since) >= bound);
+            if !long {
+                self.release.peers_at = None;
+                return false;
             }
+            // On an acquire tick, at most once per expiry: are there peers
+            // to give the partitions to?
+            if !self.pace.acquire_due || self.release.peers_at.is_some_and(|at| now < at) {
+                return false;
+            }
+            self.pace.acquire_due = false;
+            self.release.peers_at = Some(now + bound);
+            self.start_peers();
+            return true;
         }
         let tick = std::mem::take(&mut self.pace.acquire_due);
         let held = !self.held.versions.is_empty();
@@ -103,6 +121,7 @@ impl Dispatcher {
             active: true,
             due: true,
             steal_at: Some(Instant::now() + every),
+            peers_at: None,
         };
         self.ctx.health.releasing.store(true, Ordering::Relaxed);
         let why = self.outage.why.clone();
@@ -123,6 +142,29 @@ impl Dispatcher {
             self.ctx.health.releasing.store(false, Ordering::Relaxed);
             tracing::info!("the handler answers again: taking partitions again");
             self.pace.acquire.reset_immediately();
+        }
+    }
+
+    /// Counts the live peers that dispatch, beside the loop.
+    fn start_peers(&mut self) {
+        let ctx = self.ctx.clone();
+        let me = self.me.clone();
+        self.upkeep = Some(self.ctx.tasks.spawn("peers", async move {
+            let expiry = ctx.config.leases.session_expiry;
+            let peers = ctx.store.dispatching_peers(&me, expiry).await;
+            Upkeep::Peers(me, peers)
+        }));
+    }
+
+    /// Takes in the count of peers that dispatch: with any, and dispatch
+    /// still held off, the partitions go back.
+    pub(super) fn peers(&mut self, peers: crate::Result<i64>) {
+        match (peers, self.outage.since) {
+            (Ok(n), Some(since)) if n > 0 && !self.release.active => self.begin_release(since),
+            (Err(e), _) => {
+                tracing::warn!(error = %e, "counting the processors that dispatch failed; will retry")
+            }
+            _ => {}
         }
     }
 

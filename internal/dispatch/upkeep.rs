@@ -74,6 +74,7 @@ impl Dispatcher {
             Ok(Upkeep::Cycle(me, cycle)) if me == self.me => self.cycled(cycle),
             Ok(Upkeep::Check(me, checked)) if me == self.me => self.checked(checked),
             Ok(Upkeep::Released(me, released)) if me == self.me => self.released(released),
+            Ok(Upkeep::Peers(me, peers)) if me == self.me => self.peers(peers),
             Ok(_) => {}
             Err(e) => {
                 tracing::error!(error = %e, "a gate check or acquire cycle task failed; will retry")

@@ -3,7 +3,7 @@
 use super::driver::sql;
 use std::time::Duration;
 
-use super::{Store, ms};
+use super::{Store, get, ms};
 use crate::Result;
 use crate::ids::SessionId;
 
@@ -48,6 +48,19 @@ impl Store {
             ))
             .await?;
         Ok(n == 1)
+    }
+
+    /// How many live sessions other than `me` dispatch (none of their
+    /// dispatch held off): those that would take the partitions `me`
+    /// gives back.
+    pub(crate) async fn dispatching_peers(&self, me: &SessionId, expiry: Duration) -> Result<i64> {
+        let rows = self
+            .fetch(sql!(self.driver;
+                "SELECT COUNT(*) AS n FROM feed_processors WHERE heartbeat_at >= {now} - " {ms(expiry)}
+                " AND held_reason IS NULL AND id <> " {me}
+            ))
+            .await?;
+        rows.first().map_or(Ok(0), |r| get(r, "n"))
     }
 
     /// Deletes sessions silent for longer than `expiry`.

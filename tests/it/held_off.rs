@@ -84,17 +84,36 @@ async fn a_held_off_processor_gives_its_partitions_back(db: TestDb) {
 }
 
 on_all_backends!(it_takes_partitions_again_once_its_handler_answers);
-/// A processor alone whose handler is away past the session expiry gives
-/// its partitions back and keeps probing, one leased partition at a time;
-/// once the handler listens, a probe reaches it, and the processor takes
-/// the partitions again and completes them.
+/// Alone, a processor whose handler is away keeps its partitions: nobody
+/// would take them. Beside a peer that dispatches (capped at one
+/// partition, so some stay free) it gives them back and probes, one
+/// leased partition at a time; once the handler listens a probe reaches
+/// it, and it takes partitions again and completes them.
 async fn it_takes_partitions_again_once_its_handler_answers(db: TestDb) {
     for p in 0..3 {
-        let ids = numbered(&format!("p{p}/"), 10);
+        let ids = numbered(&format!("p{p}/"), 30);
         db.partition_of(&format!("p{p}"), true, false, "block", &ids)
             .await;
     }
     let (down, p) = DownHandler::start(&db, &[]);
+    // Held off for three session expiries (2 s each in FAST).
+    wait_for("a hold-off of 6 s", Duration::from_secs(30), || async {
+        let since = metric(&p.metrics().await, "feed_held_off_since_seconds");
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+        since > 0.0 && now.unwrap().as_secs_f64() - since >= 6.0
+    })
+    .await;
+    let held = "SELECT COUNT(*) AS n FROM feed_partitions WHERE owner IS NOT NULL";
+    assert_eq!(db.count(held).await, 3, "alone, it keeps its partitions");
+    assert_eq!(readyz(&p).await["releasing"], false);
+    // A slow peer, one call at a time: partitions stay free meanwhile.
+    let handler = Handler::start_async(|_| async {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        done()
+    })
+    .await;
+    let peer = ["--max-partitions", "1", "--concurrency", "1"];
+    let _peer = Proc::start(&db, &handler.url(), &peer);
     wait_for(
         "/readyz to say it releases",
         Duration::from_secs(30),
@@ -110,7 +129,7 @@ async fn it_takes_partitions_again_once_its_handler_answers(db: TestDb) {
         },
     )
     .await;
-    let _handler = down.up(|_| done()).await;
+    let back = down.up(|_| done()).await;
     let complete = "SELECT COUNT(*) AS n FROM feed_partitions WHERE status = 'complete'";
     wait_for(
         "every partition to complete",
@@ -118,6 +137,7 @@ async fn it_takes_partitions_again_once_its_handler_answers(db: TestDb) {
         || async { db.count(complete).await == 3 },
     )
     .await;
+    assert!(!back.calls().is_empty(), "it delivered again");
     assert!(
         p.log().contains("taking partitions again"),
         "{}",
@@ -141,24 +161,31 @@ on_all_backends!(it_rejoins_when_its_peers_hold_every_partition);
 async fn it_rejoins_when_its_peers_hold_every_partition(db: TestDb) {
     const PARTITIONS: usize = 4;
     for p in 0..PARTITIONS {
-        let ids = numbered(&format!("p{p}/"), 100);
+        let ids = numbered(&format!("p{p}/"), 150);
         db.partition_of(&format!("p{p}"), true, false, "block", &ids)
             .await;
     }
     let (down, bad) = DownHandler::start(&db, &[]);
+    let held = "SELECT COUNT(*) AS n FROM feed_partitions WHERE owner IS NOT NULL";
     wait_for(
-        "/readyz to say it releases",
+        "the bad processor to lease partitions",
         Duration::from_secs(30),
-        || async { readyz(&bad).await["releasing"] == true },
+        || async { db.count(held).await > 0 },
     )
     .await;
-    // One call at a time, 50 ms each: minutes of work for it alone.
+    // One call at a time, 50 ms each: half a minute of work for it alone.
     let slow = Handler::start_async(|_| async {
         tokio::time::sleep(Duration::from_millis(50)).await;
         done()
     })
     .await;
     let _good = Proc::start(&db, &slow.url(), &["--concurrency", "1"]);
+    wait_for(
+        "/readyz to say it releases",
+        Duration::from_secs(30),
+        || async { readyz(&bad).await["releasing"] == true },
+    )
+    .await;
     let free = "SELECT COUNT(*) AS n FROM feed_partitions WHERE owner IS NULL";
     wait_for(
         "the healthy processor to hold every partition",
