@@ -25,6 +25,7 @@ mod outage;
 mod refill;
 mod release;
 mod upkeep;
+mod verdict;
 mod wakeups;
 
 use std::collections::{HashMap, HashSet, VecDeque};
