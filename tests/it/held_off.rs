@@ -61,7 +61,12 @@ async fn a_held_off_processor_gives_its_partitions_back(db: TestDb) {
         "SELECT COUNT(*) AS n FROM feed_partitions WHERE owner = '{me}' AND status = 'available'"
     );
     assert_eq!(db.count(&mine).await, 0, "the bad processor holds nothing");
-    assert_eq!(metric(&bad.metrics().await, "feed_partitions_held"), 0.0);
+    wait_for(
+        "the bad processor to hold nothing",
+        Duration::from_secs(30),
+        || async { metric(&bad.metrics().await, "feed_partitions_held") == 0.0 },
+    )
+    .await;
     wait_for(
         "/readyz to say it releases",
         Duration::from_secs(30),
@@ -91,7 +96,7 @@ on_all_backends!(it_takes_partitions_again_once_its_handler_answers);
 /// it, and it takes partitions again and completes them.
 async fn it_takes_partitions_again_once_its_handler_answers(db: TestDb) {
     for p in 0..3 {
-        let ids = numbered(&format!("p{p}/"), 30);
+        let ids = numbered(&format!("p{p}/"), 60);
         db.partition_of(&format!("p{p}"), true, false, "block", &ids)
             .await;
     }
