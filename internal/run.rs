@@ -121,8 +121,9 @@ async fn start(
     let mut registry = Registry::default();
     let metrics = Metrics::new(&mut registry);
     let health = Arc::new(Health::default());
+    let wake = Arc::new(tokio::sync::Notify::new());
     if let Some(addr) = &config.listen.address {
-        let app = crate::server::app(health.clone(), Arc::new(registry), &config);
+        let app = crate::server::app(health.clone(), Arc::new(registry), &config, wake.clone());
         work.spawn(
             "listener",
             serve(crate::server::bind(addr, true).await?, app, work.token()),
@@ -133,7 +134,7 @@ async fn start(
     };
     let id = SessionId::random();
     let ctx = Arc::new(Context {
-        wake: Arc::new(tokio::sync::Notify::new()),
+        wake,
         completer: Completer::start(
             session,
             store.clone(),

@@ -34,8 +34,14 @@ pub fn router(health: Arc<Health>, registry: Arc<Registry>) -> Router {
         .with_state(AppState { health, registry })
 }
 
-/// [`router`], plus the console when `config.listen.ui` is set.
-pub fn app(health: Arc<Health>, registry: Arc<Registry>, config: &crate::Config) -> Router {
+/// [`router`], plus the console when `config.listen.ui` is set; an
+/// enqueue through it wakes `wake` (the processor's dispatch loop).
+pub fn app(
+    health: Arc<Health>,
+    registry: Arc<Registry>,
+    config: &crate::Config,
+    wake: Arc<tokio::sync::Notify>,
+) -> Router {
     let app = router(health.clone(), registry);
     if !config.listen.ui {
         return app;
@@ -43,6 +49,7 @@ pub fn app(health: Arc<Health>, registry: Arc<Registry>, config: &crate::Config)
     let console =
         crate::console::Console::lazy(&config.database.url, config.listen.admin_token.clone())
             .until_ready(health.clone())
+            .waking(wake)
             .with_producer_token(config.listen.producer_token.clone())
             .allowing(&config.listen.allowed_hosts)
             .trusting(&config.listen.trusted_proxies);

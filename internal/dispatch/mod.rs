@@ -18,6 +18,7 @@
 //! next refills, until their results are written.
 
 mod calls;
+mod claims;
 mod deliver;
 mod ended;
 mod floors;
@@ -43,6 +44,7 @@ use crate::leases::{Cycle, Held};
 use crate::rotation::Rotation;
 use crate::store::ReadyItem;
 use calls::Calls;
+use claims::Claims;
 use floors::Floors;
 use outage::Outage;
 use refill::Fetched;
@@ -112,13 +114,19 @@ struct Dispatcher {
     pace: Pace,
     /// Idle partitions whose work waits for a time, and when it comes due.
     wakeups: Wakeups,
+    /// New partitions seen, waiting for a claim.
+    claims: Claims,
+    /// When new work was last announced (a wake-up): a look at new items
+    /// that started before it may have missed that work.
+    woken: Instant,
 }
 
-/// What a gate check, an acquire cycle or giving the partitions back
-/// brings back, with the session it ran for (a result for a replaced
+/// What a gate check, an acquire cycle, a claim or giving the partitions
+/// back brings back, with the session it ran for (a result for a replaced
 /// session is dropped).
 enum Upkeep {
     Cycle(SessionId, Cycle),
+    Claim(SessionId, Cycle),
     Check(SessionId, Checked),
     Released(SessionId, crate::Result<u64>),
     /// How many live peers dispatch (see `release`).
@@ -189,15 +197,20 @@ impl Dispatcher {
             upkeep: None,
             pace: Pace::new(ctx.config.leases.acquire_interval),
             wakeups: Wakeups::default(),
+            claims: Claims::default(),
+            woken: Instant::now(),
             ctx,
         }
     }
 
-    /// New work was written (a notification): every partition may have
-    /// some, and a refill may start at once.
+    /// New work was written (a notification, or an enqueue through this
+    /// processor's API): every partition may have some, a look at new
+    /// items (which also finds new partitions to claim) and a refill may
+    /// start at once.
     fn new_work(&mut self) -> bool {
         self.rotation.rediscover();
-        self.refill_at = Instant::now();
+        self.woken = Instant::now();
+        self.refill_at = self.woken;
         true
     }
 }

@@ -184,6 +184,9 @@ impl Dispatcher {
         let ctx = self.ctx.clone();
         let me = self.me.clone();
         let cursors = std::mem::take(&mut self.held.cursors);
+        // No claims while giving partitions back: what they saw is dropped
+        // here as an acquire cycle would.
+        self.claims.cycle_started();
         self.upkeep = Some(self.ctx.tasks.spawn("probe lease", async move {
             let cycle = leases::probe_cycle(&ctx.leasing(), &me, cursors, steal).await;
             Upkeep::Cycle(me, cycle)

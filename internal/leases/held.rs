@@ -20,6 +20,7 @@ impl Held {
         metrics: &Metrics,
     ) -> Applied {
         self.cursors = cycle.cursors;
+        self.share = cycle.share.or(self.share);
         let mut out = Applied {
             more: cycle.more,
             ..Applied::default()

@@ -42,6 +42,7 @@ mod liveness;
 mod migrations;
 mod netfault;
 mod otel;
+mod pickup;
 mod pooler;
 mod producer_tokens;
 mod protocol;
