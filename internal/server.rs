@@ -85,8 +85,9 @@ async fn readyz(State(s): State<AppState>) -> impl IntoResponse {
     let open = s.health.breaker_open.load(Ordering::Relaxed);
     let breaker = if open { "open" } else { "closed" };
     let held = s.health.hold().map(|h| h.reason);
+    let releasing = s.health.releasing.load(Ordering::Relaxed);
     let primary = !s.health.not_primary.load(Ordering::Relaxed);
-    let body = serde_json::json!({"database": db, "primary": primary, "schema": schema, "session": session, "handler": handler, "breaker": breaker, "held": held});
+    let body = serde_json::json!({"database": db, "primary": primary, "schema": schema, "session": session, "handler": handler, "breaker": breaker, "held": held, "releasing": releasing});
     let code = if db && schema && session && handler && !open {
         StatusCode::OK
     } else {

@@ -24,7 +24,9 @@ mod ended;
 mod floors;
 mod outage;
 mod refill;
+mod release;
 mod upkeep;
+mod verdict;
 mod wakeups;
 
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -46,6 +48,7 @@ use claims::Claims;
 use floors::Floors;
 use outage::Outage;
 use refill::Fetched;
+use release::Release;
 use upkeep::Pace;
 use wakeups::Wakeups;
 
@@ -89,6 +92,8 @@ struct Dispatcher {
     /// from being fetched again until the instant.
     cooling: HashMap<ItemId, (PartitionId, Instant)>,
     outage: Outage,
+    /// Partitions given back while dispatch holds off for long.
+    release: Release,
     /// The refill running beside the loop.
     refilling: Option<JoinHandle<Fetched>>,
     /// The partitions it fetches from (out of the rotation meanwhile).
@@ -116,12 +121,16 @@ struct Dispatcher {
     woken: Instant,
 }
 
-/// What a gate check, an acquire cycle or a claim brings back, with the
-/// session it ran for (a result for a replaced session is dropped).
+/// What a gate check, an acquire cycle, a claim or giving the partitions
+/// back brings back, with the session it ran for (a result for a replaced
+/// session is dropped).
 enum Upkeep {
     Cycle(SessionId, Cycle),
     Claim(SessionId, Cycle),
     Check(SessionId, Checked),
+    Released(SessionId, crate::Result<u64>),
+    /// How many live peers dispatch (see `release`).
+    Peers(SessionId, crate::Result<i64>),
 }
 
 /// Waits for the task in `slot` (only polled while there is one).
@@ -179,6 +188,7 @@ impl Dispatcher {
             spread: 1,
             cooling: HashMap::new(),
             outage: Outage::default(),
+            release: Release::default(),
             refilling: None,
             fetching: HashSet::new(),
             settled: HashSet::new(),

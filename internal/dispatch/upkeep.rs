@@ -48,16 +48,17 @@ impl Pace {
 impl Dispatcher {
     /// Starts an acquire cycle when one is due, else a claim when new
     /// partitions were seen, else a gate check when partitions are
-    /// marked, unless one of them runs already.
+    /// marked, unless one of them runs already (while the partitions are
+    /// given back, `release_turn` stands in for acquire cycles and claims).
     pub(super) fn start_upkeep(&mut self) {
-        if self.upkeep.is_some() {
+        if self.upkeep.is_some() || self.release_turn() {
             return;
         }
         let now = Instant::now();
         if self.pace.acquire_due {
             self.pace.acquire_due = false;
             self.start_cycle();
-        } else if !self.start_claim()
+        } else if (self.release.active || !self.start_claim())
             && (!self.pace.full || now >= self.pace.next_check)
             && now >= self.pace.check_after
             && !self.held.marked.is_empty()
@@ -78,6 +79,8 @@ impl Dispatcher {
                 self.claimed(failed);
             }
             Ok(Upkeep::Check(me, checked)) if me == self.me => self.checked(checked),
+            Ok(Upkeep::Released(me, released)) if me == self.me => self.released(released),
+            Ok(Upkeep::Peers(me, peers)) if me == self.me => self.peers(peers),
             Ok(_) => {}
             Err(e) => {
                 tracing::error!(error = %e, "a gate check, claim or acquire cycle task failed; will retry")
@@ -194,7 +197,7 @@ impl Dispatcher {
     }
 
     /// Acts on what an acquire cycle changed.
-    fn act_on_cycle(&mut self, b: leases::Applied) {
+    pub(super) fn act_on_cycle(&mut self, b: leases::Applied) {
         // More free partitions wait: the next step follows at once (it
         // runs beside dispatch, taking turns with gate checks).
         if b.more {

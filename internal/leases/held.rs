@@ -72,6 +72,14 @@ impl Held {
         out
     }
 
+    /// Forgets every held partition (all were given back); returns them.
+    pub fn release_all(&mut self, metrics: &Metrics) -> Vec<PartitionId> {
+        self.marked.clear();
+        self.attrs.clear();
+        metrics.partitions_held.set(0);
+        self.versions.drain().map(|(id, _)| id).collect()
+    }
+
     /// Records a partition's flow-control columns, reporting a change.
     fn set_attrs(&mut self, id: &PartitionId, attrs: Option<Attrs>, out: &mut Applied) {
         let changed = match &attrs {

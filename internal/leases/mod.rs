@@ -195,6 +195,30 @@ pub async fn claim(
     finish(ctx, out, done).await
 }
 
+/// While dispatch gives its partitions back (the handler has been away
+/// for long), the only acquire: one free partition with work ready, to
+/// probe the handler with (or one whose gate must move on). Nothing else
+/// (no reaping, no counts): the processors that deliver do that.
+/// With `steal`, when none is free it steals one, as a cycle evening the
+/// shares out would (from the most-loaded session, if it holds two or
+/// more).
+pub async fn probe_cycle(
+    ctx: &Leasing<'_>,
+    me: &SessionId,
+    cursors: Cursors,
+    steal: bool,
+) -> Cycle {
+    let mut out = Cycle {
+        cursors,
+        ..Cycle::default()
+    };
+    let mut done = take::take_one(ctx, me, &mut out).await;
+    if done.is_ok() && out.took.is_empty() && steal {
+        done = take::steal_one(ctx, me, 0, &mut out).await;
+    }
+    finish(ctx, out, done).await
+}
+
 /// Reads the flow-control columns of the partitions just leased, and
 /// records the error that cut the cycle short.
 async fn finish(ctx: &Leasing<'_>, mut out: Cycle, done: crate::Result<()>) -> Cycle {

@@ -87,6 +87,32 @@ pub(super) async fn claim(
     Ok(())
 }
 
+/// Takes one free partition, picked at random among those with work
+/// ready now (else among all: one whose gate must move on has work once
+/// checked), for a processor that gave its partitions back to probe its
+/// handler with.
+pub(super) async fn take_one(ctx: &Leasing<'_>, me: &SessionId, out: &mut Cycle) -> Result<()> {
+    let free = ctx
+        .store
+        .free_partitions(ctx.leases.session_expiry, 8)
+        .await?;
+    let any_ready = free.iter().any(|f| f.ready);
+    let pick: Vec<(PartitionId, i64)> = free
+        .into_iter()
+        .filter(|f| f.ready || !any_ready)
+        .map(|f| (f.id, f.version))
+        .collect();
+    let pick = pick.choose(&mut rand::rng()).cloned();
+    if let Some(pick) = pick {
+        let leased = ctx.store.lease_many(&[pick], me).await?;
+        for (id, _) in &leased {
+            tracing::info!(partition = %id, "leased a partition to probe the handler with");
+        }
+        out.took.extend(leased);
+    }
+    Ok(())
+}
+
 /// Adds partitions just leased to `out.took`; returns how many.
 fn took(out: &mut Cycle, leased: Vec<(PartitionId, i64)>) -> usize {
     if !leased.is_empty() {

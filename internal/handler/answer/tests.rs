@@ -113,6 +113,18 @@ fn errors_and_statuses() {
             "{code}"
         );
     }
+    // 404 and 405 may be a wrong URL (the breaker decides), body or not.
+    for (code, body, missing) in [
+        (404, "Not Found", Some(404)),
+        (405, "", Some(405)),
+        (404, r#"{"error": {"message": "no such order"}}"#, Some(404)),
+        (410, "", None),
+        (503, "", None),
+    ] {
+        let s = StatusCode::from_u16(code).unwrap();
+        let o = parse_response(s, &Bytes::copy_from_slice(body.as_bytes()), None);
+        assert_eq!(o.missing(), missing, "{code} {body}");
+    }
 }
 
 #[test]
