@@ -19,6 +19,15 @@
 //! made before the outage says nothing about the handler now (on a busy
 //! machine such answers are taken in late, and each one closing the
 //! breaker burned another round of attempts).
+//!
+//! A 404 or 405 is evidence of a wrong handler URL (a path the handler
+//! does not serve) when it is not the handler's answer about one item.
+//! One that follows an answer in the window is that item's own: it fails
+//! the item as before. One that follows no answer (the first calls, or a
+//! run of 404s) is spared: it counts as an outage failure in the window
+//! and the item is tried again later with no attempt counted, once; so a
+//! wrong path opens the breaker after half a window of items without
+//! burning any, and an item that answers 404 alone fails on its second.
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::Mutex;
@@ -36,6 +45,9 @@ pub(crate) enum Turn {
     Opened,
     /// This result closed it.
     Closed,
+    /// A 404 or 405 that may mean the URL is wrong (no answer before it):
+    /// counted in the window, the item is tried again without an attempt.
+    Spared,
 }
 
 impl Turn {
@@ -43,6 +55,29 @@ impl Turn {
     pub(crate) fn open(self) -> bool {
         matches!(self, Turn::Opened | Turn::Stays { open: true })
     }
+}
+
+/// One handler call's result, as the breaker sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Call<'a> {
+    /// Any answer that is not a failure below.
+    Answer,
+    /// Failed as an outage does (502-504, a timeout, a broken connection),
+    /// for this item (a batch's first).
+    Outage(&'a str),
+    /// Answered 404 or 405, for this item (a batch's first).
+    Missing(&'a str),
+}
+
+/// A window entry.
+#[derive(Debug, PartialEq, Eq)]
+enum Entry {
+    /// An answer.
+    Answer,
+    /// A 404 or 405 taken as the item's own answer: no evidence either way.
+    Own,
+    /// An outage failure, or a spared 404, for this item.
+    Failed(String),
 }
 
 /// The breaker's window and state.
@@ -57,9 +92,11 @@ pub(crate) struct Breaker {
 
 #[derive(Debug, Default)]
 struct State {
-    /// The last calls' results, oldest first: the item an outage failure
-    /// was for (a batch's first item), None for an answer.
-    window: VecDeque<Option<String>>,
+    /// The last calls' results, oldest first.
+    window: VecDeque<Entry>,
+    /// Items spared lately (at most a window of them): a second 404 of
+    /// the same item is its own.
+    spared: VecDeque<String>,
     /// When it opened; None while it is closed.
     opened: Option<Instant>,
 }
@@ -73,10 +110,8 @@ impl Breaker {
         }
     }
 
-    /// Records the result of one call, made at `started`: `failed` names
-    /// the item when the call failed as an outage does (a 502-504, a
-    /// timeout, a broken connection).
-    pub(crate) fn record(&self, failed: Option<&str>, started: Instant) -> Turn {
+    /// Records the result of one call, made at `started`.
+    pub(crate) fn record(&self, call: Call<'_>, started: Instant) -> Turn {
         if self.calls == 0 {
             return Turn::Stays { open: false };
         }
@@ -85,26 +120,58 @@ impl Breaker {
         if s.opened.is_some_and(|at| started < at) {
             return Turn::Stays { open };
         }
-        if failed.is_none() && open {
-            s.opened = None;
-            s.window.clear();
-            s.window.push_back(None);
-            return Turn::Closed;
-        }
-        s.window.push_back(failed.map(str::to_owned));
+        let (entry, spared) = match call {
+            Call::Answer if open => {
+                s.opened = None;
+                s.window.clear();
+                s.window.push_back(Entry::Answer);
+                return Turn::Closed;
+            }
+            Call::Answer => (Entry::Answer, false),
+            Call::Outage(item) => (Entry::Failed(item.to_owned()), false),
+            Call::Missing(item) if open => (Entry::Failed(item.to_owned()), false),
+            Call::Missing(item) => {
+                let own = matches!(s.window.back(), Some(Entry::Answer))
+                    || s.spared.iter().any(|i| i == item);
+                if own {
+                    (Entry::Own, false)
+                } else {
+                    s.spared.push_back(item.to_owned());
+                    if s.spared.len() > self.calls {
+                        s.spared.pop_front();
+                    }
+                    (Entry::Failed(item.to_owned()), true)
+                }
+            }
+        };
+        let failed = matches!(entry, Entry::Failed(_));
+        s.window.push_back(entry);
         if s.window.len() > self.calls {
             s.window.pop_front();
         }
-        if open || failed.is_none() {
+        if open || !failed {
             return Turn::Stays { open };
         }
-        let items = s.window.iter().flatten().collect::<HashSet<_>>().len();
+        let items = s
+            .window
+            .iter()
+            .filter_map(|e| match e {
+                Entry::Failed(item) => Some(item),
+                _ => None,
+            })
+            .collect::<HashSet<_>>()
+            .len();
         let seen = s.window.len();
         if seen * 2 >= self.calls && items as f64 >= self.ratio * seen as f64 {
             s.opened = Some(Instant::now());
+            s.spared.clear();
             return Turn::Opened;
         }
-        Turn::Stays { open: false }
+        if spared {
+            Turn::Spared
+        } else {
+            Turn::Stays { open: false }
+        }
     }
 }
 
@@ -117,7 +184,12 @@ mod tests {
         use std::sync::atomic::{AtomicUsize, Ordering};
         static NEXT: AtomicUsize = AtomicUsize::new(0);
         let item = format!("i{}", NEXT.fetch_add(1, Ordering::Relaxed));
-        b.record(outage.then_some(item.as_str()), Instant::now())
+        let call = if outage {
+            Call::Outage(&item)
+        } else {
+            Call::Answer
+        };
+        b.record(call, Instant::now())
     }
 
     #[test]
@@ -156,8 +228,8 @@ mod tests {
             record(&b, true);
         }
         assert_eq!(record(&b, true), Turn::Opened);
-        assert_eq!(b.record(None, before), Turn::Stays { open: true });
-        assert_eq!(b.record(None, Instant::now()), Turn::Closed);
+        assert_eq!(b.record(Call::Answer, before), Turn::Stays { open: true });
+        assert_eq!(b.record(Call::Answer, Instant::now()), Turn::Closed);
     }
 
     #[test]
@@ -171,11 +243,59 @@ mod tests {
         }
         for round in 0..10 {
             for item in 0..9 {
-                let turn = b.record(Some(&format!("poison-{item}")), Instant::now());
+                let turn = b.record(Call::Outage(&format!("poison-{item}")), Instant::now());
                 assert_eq!(turn, Turn::Stays { open: false }, "round {round}");
             }
         }
         // A tenth item that fails makes half the window: it opens.
-        assert_eq!(b.record(Some("poison-9"), Instant::now()), Turn::Opened);
+        assert_eq!(
+            b.record(Call::Outage("poison-9"), Instant::now()),
+            Turn::Opened
+        );
+    }
+
+    #[test]
+    fn a_404_for_every_item_opens_it_without_an_attempt() {
+        let b = Breaker::new(20, 0.5);
+        let missing = |i: usize| b.record(Call::Missing(&format!("m{i}")), Instant::now());
+        // No answer before: each is spared, and half a window opens it.
+        for i in 0..9 {
+            assert_eq!(missing(i), Turn::Spared, "{i}");
+        }
+        assert_eq!(missing(9), Turn::Opened);
+        assert_eq!(missing(10), Turn::Stays { open: true });
+        assert_eq!(b.record(Call::Answer, Instant::now()), Turn::Closed);
+    }
+
+    #[test]
+    fn a_404_after_an_answer_is_the_items_own() {
+        let b = Breaker::new(20, 0.5);
+        for round in 0..30 {
+            assert_eq!(record(&b, false), Turn::Stays { open: false });
+            let item = format!("own-{round}");
+            let turn = b.record(Call::Missing(&item), Instant::now());
+            assert_eq!(turn, Turn::Stays { open: false }, "round {round}");
+        }
+        // An item answering 404 alone is spared once, then it is its own.
+        let b = Breaker::new(20, 0.5);
+        assert_eq!(
+            b.record(Call::Missing("lone"), Instant::now()),
+            Turn::Spared
+        );
+        assert_eq!(
+            b.record(Call::Missing("lone"), Instant::now()),
+            Turn::Stays { open: false }
+        );
+        // A run of 404s after answers (a redeploy onto a wrong path): the
+        // first is its item's own, the next are spared until it opens.
+        let b = Breaker::new(20, 0.5);
+        for _ in 0..10 {
+            record(&b, false);
+        }
+        let first = b.record(Call::Missing("r0"), Instant::now());
+        assert_eq!(first, Turn::Stays { open: false });
+        let mut turns = (1..=10).map(|i| b.record(Call::Missing(&format!("r{i}")), Instant::now()));
+        assert!(turns.by_ref().take(9).all(|t| t == Turn::Spared));
+        assert_eq!(turns.next(), Some(Turn::Opened));
     }
 }

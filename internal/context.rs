@@ -37,7 +37,8 @@ pub struct Context {
     pub handler: Arc<dyn Handler>,
     /// Writes results in batches.
     pub completer: Completer,
-    /// Wakes the dispatch loop when new work may be ready (PostgreSQL NOTIFY).
+    /// Wakes the dispatch loop when new work may be ready (PostgreSQL
+    /// NOTIFY, or an enqueue through this processor's API).
     pub wake: Arc<tokio::sync::Notify>,
     /// The group the dispatch loop's side tasks (refills, gate checks,
     /// acquire cycles) are started in, stopped at shutdown.

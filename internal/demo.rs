@@ -113,7 +113,8 @@ async fn run_in(url: &str, resumes: usize, progress: &mut impl FnMut(&str)) -> R
         .enqueue(PARTITION, &PartitionSpec::default(), items)
         .await?;
     progress(&format!(
-        "enqueued partition {PARTITION:?}: {resumes} resumes at gate 0, 1 ranking item at gate 1"
+        "enqueued partition {PARTITION:?}: {resumes} resume{} at gate 0, 1 ranking item at gate 1",
+        if resumes == 1 { "" } else { "s" }
     ));
 
     let (handler_url, _server) = serve_handler().await?;

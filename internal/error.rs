@@ -22,6 +22,10 @@ pub enum Error {
     /// file that cannot be opened); the message says what to do.
     #[error(transparent)]
     Unusable(#[from] crate::store::Unusable),
+    /// The database lacks Feed's schema, or part of it: a command that
+    /// only reads does not migrate, and says to run `processor migrate`.
+    #[error(transparent)]
+    Schema(#[from] crate::store::SchemaError),
     /// A database call got no answer within `--statement-timeout` (a dead
     /// connection, or a database that stopped answering); a later call, on
     /// another connection, may succeed.

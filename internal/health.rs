@@ -32,6 +32,10 @@ pub struct Health {
     pub handler: AtomicBool,
     /// The circuit breaker is open: most calls failed as an outage.
     pub breaker_open: AtomicBool,
+    /// Dispatch has held off for longer than the session expiry: the
+    /// partitions are given back, and none is taken but one at a time to
+    /// probe the handler with.
+    pub releasing: AtomicBool,
     /// The last heartbeat reached a server that takes no writes (a
     /// standby, a demoted primary): the database is there, its primary
     /// is not.

@@ -276,11 +276,16 @@ mod tests {
         );
         let d = w.delay.unwrap();
         assert!(d >= Duration::from_millis(500) && d <= Duration::from_secs(1));
+        assert_eq!(w.last_error.as_deref(), Some("boom"));
         let (w, l) = p.decide(&item(0, 2), fail(true, None)).unwrap();
         assert_eq!((l, w.attempts), (Label::Failed, 3));
-        assert!(w.last_error.unwrap().contains("no attempts left"));
-        let (_, l) = p.decide(&item(0, 0), fail(false, None)).unwrap();
+        assert_eq!(
+            w.last_error.as_deref(),
+            Some("boom (attempt 3 of 3; no attempts left)")
+        );
+        let (w, l) = p.decide(&item(0, 0), fail(false, None)).unwrap();
         assert_eq!(l, Label::Failed);
+        assert_eq!(w.last_error.as_deref(), Some("boom (not retried)"));
         let (w, _) = p
             .decide(&item(0, 0), fail(true, Some(Duration::from_secs(999_999))))
             .unwrap();

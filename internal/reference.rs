@@ -109,7 +109,9 @@ pub fn api_page() -> String {
         "Under `/api/v1` on the listener of `processor run --ui` or `processor ui`. \
          Access: *open* is whoever reaches the listener; the tokens go in \
          `Authorization: Bearer <token>`. A query parameter not listed is refused \
-         with 400. Ids and tenants in paths are percent-encoded.\n\n\
+         with 400. A body is JSON: a `Content-Type` other than `application/json`, \
+         `application/x-ndjson` (items) or none is refused with 415 before it is read. \
+         Ids and tenants in paths are percent-encoded.\n\n\
          | method and path | query | body | access | answer |\n| --- | --- | --- | --- | --- |\n",
     );
     for e in endpoints() {

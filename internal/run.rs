@@ -121,8 +121,9 @@ async fn start(
     let mut registry = Registry::default();
     let metrics = Metrics::new(&mut registry);
     let health = Arc::new(Health::default());
+    let wake = Arc::new(tokio::sync::Notify::new());
     if let Some(addr) = &config.listen.address {
-        let app = crate::server::app(health.clone(), Arc::new(registry), &config);
+        let app = crate::server::app(health.clone(), Arc::new(registry), &config, wake.clone());
         work.spawn(
             "listener",
             serve(crate::server::bind(addr, true).await?, app, work.token()),
@@ -133,7 +134,7 @@ async fn start(
     };
     let id = SessionId::random();
     let ctx = Arc::new(Context {
-        wake: Arc::new(tokio::sync::Notify::new()),
+        wake,
         completer: Completer::start(
             session,
             store.clone(),
@@ -197,7 +198,13 @@ async fn started(ctx: &Context) {
     for flag in [&ctx.health.session, &ctx.health.handler] {
         flag.store(true, Ordering::Relaxed);
     }
-    tracing::info!(session = %ctx.session.id(), database = %shown(&ctx.config.database.url), handler = %redact(&ctx.config.handler.url), "processor started");
+    // Without --events-url the completion events are written and kept,
+    // but this processor sends none: said here, where it starts.
+    let events = ctx.config.events.url.as_deref().map_or_else(
+        || "kept in feed_events, not sent (no --events-url)".to_string(),
+        redact,
+    );
+    tracing::info!(session = %ctx.session.id(), database = %shown(&ctx.config.database.url), handler = %redact(&ctx.config.handler.url), %events, "processor started");
     if ctx.store.autovacuum_off().await.unwrap_or(false) {
         tracing::warn!(
             "autovacuum is off on this PostgreSQL server: feed_items and feed_partitions keep every dead row version and stale planner statistics, and statements slow down as work goes on; turn autovacuum on (Feed's tables carry their own settings for it) or run VACUUM ANALYZE on them often"

@@ -34,8 +34,14 @@ pub fn router(health: Arc<Health>, registry: Arc<Registry>) -> Router {
         .with_state(AppState { health, registry })
 }
 
-/// [`router`], plus the console when `config.listen.ui` is set.
-pub fn app(health: Arc<Health>, registry: Arc<Registry>, config: &crate::Config) -> Router {
+/// [`router`], plus the console when `config.listen.ui` is set; an
+/// enqueue through it wakes `wake` (the processor's dispatch loop).
+pub fn app(
+    health: Arc<Health>,
+    registry: Arc<Registry>,
+    config: &crate::Config,
+    wake: Arc<tokio::sync::Notify>,
+) -> Router {
     let app = router(health.clone(), registry);
     if !config.listen.ui {
         return app;
@@ -43,6 +49,7 @@ pub fn app(health: Arc<Health>, registry: Arc<Registry>, config: &crate::Config)
     let console =
         crate::console::Console::lazy(&config.database.url, config.listen.admin_token.clone())
             .until_ready(health.clone())
+            .waking(wake)
             .with_producer_token(config.listen.producer_token.clone())
             .allowing(&config.listen.allowed_hosts)
             .trusting(&config.listen.trusted_proxies);
@@ -78,9 +85,10 @@ async fn readyz(State(s): State<AppState>) -> impl IntoResponse {
     let open = s.health.breaker_open.load(Ordering::Relaxed);
     let breaker = if open { "open" } else { "closed" };
     let held = s.health.hold().map(|h| h.reason);
+    let releasing = s.health.releasing.load(Ordering::Relaxed);
     let primary = !s.health.not_primary.load(Ordering::Relaxed);
     let polling = s.health.polling().map(|h| h.reason);
-    let body = serde_json::json!({"database": db, "primary": primary, "schema": schema, "session": session, "handler": handler, "breaker": breaker, "held": held, "polling": polling});
+    let body = serde_json::json!({"database": db, "primary": primary, "schema": schema, "session": session, "handler": handler, "breaker": breaker, "held": held, "releasing": releasing, "polling": polling});
     let code = if db && schema && session && handler && !open && polling.is_none() {
         StatusCode::OK
     } else {

@@ -93,8 +93,16 @@ pub async fn keep(keeper: Keeper, cancel: CancellationToken) {
         let held = hold
             .as_ref()
             .map(|h| (h.reason.as_str(), h.since.elapsed()));
+        // While dispatch gives its partitions back, a cap of 0 makes the
+        // other processors' shares cover them.
+        let releasing = health.releasing.load(std::sync::atomic::Ordering::Relaxed);
+        let cap = if releasing {
+            Some(0)
+        } else {
+            config.leases.max_partitions
+        };
         let beat = store
-            .within(limit, store.heartbeat(&id, send_rate.get(), held))
+            .within(limit, store.heartbeat(&id, send_rate.get(), held, cap))
             .await;
         match beat {
             Ok(true) => {

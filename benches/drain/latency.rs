@@ -1,5 +1,6 @@
-//! Pickup latency (enqueue → first POST) and the idle cost of holding
-//! many partitions.
+//! Pickup latency of items added to held partitions (enqueue → first
+//! POST), what every pickup figure is summed up as, and the idle cost of
+//! holding many partitions.
 
 use std::time::{Duration, Instant};
 
@@ -44,29 +45,48 @@ pub(crate) async fn pickup(db: &Db, args: &Args, handler: &Handler) -> Result<Pi
             )
             .await?;
         enq.push(t0.elapsed().as_secs_f64() * 1e3);
-        let deadline = t0 + Duration::from_secs(15);
-        loop {
-            if let Some(at) = handler.state.seen(&id) {
-                lat.push(at.saturating_duration_since(t0).as_secs_f64() * 1e3);
-                break;
-            }
-            if Instant::now() >= deadline {
-                missed += 1;
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(1)).await;
+        match wait_seen(handler, &id, t0).await {
+            Some(ms) => lat.push(ms),
+            None => missed += 1,
         }
     }
     proc.stop().await;
+    summary(lat, enq, missed, parts)
+}
+
+/// Milliseconds from `t0` until the handler saw item `id`; None after 15 s.
+pub(crate) async fn wait_seen(handler: &Handler, id: &str, t0: Instant) -> Option<f64> {
+    let deadline = t0 + Duration::from_secs(15);
+    loop {
+        if let Some(at) = handler.state.seen(id) {
+            return Some(at.saturating_duration_since(t0).as_secs_f64() * 1e3);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+/// The percentiles of pickup latencies `lat` and enqueue calls `enq`, with
+/// `partitions` idle partitions held (0: new partitions).
+pub(crate) fn summary(
+    lat: Vec<f64>,
+    enq: Vec<f64>,
+    missed: usize,
+    partitions: usize,
+) -> Result<Pickup> {
     if lat.is_empty() {
-        bail!("no trickled item reached the handler within 15 s");
+        bail!("no item reached the handler within 15 s of its enqueue");
     }
     let mut sorted = lat.clone();
     sorted.sort_by(f64::total_cmp);
-    let mut es = enq.clone();
+    let mut es = enq;
     es.sort_by(f64::total_cmp);
     Ok(Pickup {
-        partitions: parts,
+        partitions,
+        processors: 1,
+        via: "library enqueue".into(),
         samples: lat.len(),
         p50_ms: percentile(&sorted, 50.0),
         p99_ms: percentile(&sorted, 99.0),
@@ -75,6 +95,7 @@ pub(crate) async fn pickup(db: &Db, args: &Args, handler: &Handler) -> Result<Pi
         enqueue_p50_ms: percentile(&es, 50.0),
         latencies_ms: lat,
         missed,
+        statements_per_sample: None,
     })
 }
 

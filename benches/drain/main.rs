@@ -1,8 +1,9 @@
 //! The drain benchmark: how fast one real `processor` drains a
 //! backlog through a real HTTP handler on SQLite, PostgreSQL and MariaDB,
 //! next to the HTTP-only ceiling of this machine; statements per item,
-//! pickup latency, idle cost and memory; a multi-step variant and 2- and
-//! 3-processor variants.
+//! pickup latency (into held partitions, and into new ones with one and
+//! three idle processors), idle cost and memory; a multi-step variant and
+//! 2- and 3-processor variants.
 //!
 //! ```text
 //! cargo bench --bench drain                      # full run (100,000 items, 100 partitions, 3 runs)
@@ -57,6 +58,7 @@ mod history;
 mod latency;
 mod limits;
 mod peer;
+mod pickup;
 mod report;
 mod shapes;
 mod traces;
@@ -88,7 +90,7 @@ use crate::shapes::{ALL_SHAPES, ShapeSel, shape_sel, shapes};
 pub(crate) enum Phase {
     /// The HTTP-only ceiling (plain reqwest loop).
     Ceiling,
-    /// Pickup latency of trickled single items.
+    /// Pickup latency of trickled single items, into held partitions and into new ones.
     Pickup,
     /// Idle cost and memory with many idle partitions.
     Idle,
@@ -184,6 +186,15 @@ pub(crate) struct Args {
         default_value_if("quick", "true", "20")
     )]
     pub(crate) trickle: usize,
+    /// New partitions enqueued per pickup scenario (1 processor, the processor's own API, and on
+    /// PostgreSQL 3 processors); at most 50 where only a poll finds them [--quick: 20]
+    #[arg(
+        long,
+        env = "FEED_BENCH_PICKUP_SAMPLES",
+        default_value_t = 200,
+        default_value_if("quick", "true", "20")
+    )]
+    pub(crate) pickup_samples: usize,
     /// Give up on one drain after this many seconds (reported as a partial rate)
     #[arg(long, env = "FEED_BENCH_TIMEOUT", value_parser = clap::value_parser!(u64).range(5..), default_value_t = 300)]
     pub(crate) timeout: u64,
@@ -383,6 +394,31 @@ async fn run_backend(
             Err(e) => {
                 println!("  pickup failed: {e:#}");
                 rep.errors.push(format!("pickup: {e:#}"));
+            }
+        }
+    }
+
+    if args.runs(Phase::Pickup) && args.pickup_samples > 0 {
+        for (n, via) in pickup::scenarios(backend) {
+            let run = async |db: &Db| pickup::pickup_new(db, args, handler, n, via).await;
+            match Db::scoped(backend, args, 4, run).await {
+                Ok(p) => {
+                    println!(
+                        "  new-partition pickup, {n} processor(s), {}: p50 {:.1} ms  p99 {:.1} ms  max {:.1} ms  ({} samples, {} missed, {:.1} statements each)",
+                        p.via,
+                        p.p50_ms,
+                        p.p99_ms,
+                        p.max_ms,
+                        p.samples,
+                        p.missed,
+                        p.statements_per_sample.unwrap_or(f64::NAN)
+                    );
+                    rep.pickup_new.push(p);
+                }
+                Err(e) => {
+                    println!("  new-partition pickup ({n} processors, {via:?}) failed: {e:#}");
+                    rep.errors.push(format!("pickup of new partitions: {e:#}"));
+                }
             }
         }
     }

@@ -26,8 +26,13 @@ pub(crate) struct Scenario {
 
 #[derive(Debug, Clone, Default, Serialize)]
 pub(crate) struct Pickup {
-    /// Idle partitions the processor held while items were trickled in.
+    /// Idle partitions the processor held while items were trickled in
+    /// (0: each item went into a new partition).
     pub(crate) partitions: usize,
+    /// Idle processors running.
+    pub(crate) processors: usize,
+    /// How the items were enqueued.
+    pub(crate) via: String,
     pub(crate) samples: usize,
     /// Enqueue call start → first POST of the item at the handler.
     pub(crate) p50_ms: f64,
@@ -38,6 +43,8 @@ pub(crate) struct Pickup {
     pub(crate) enqueue_p50_ms: f64,
     pub(crate) latencies_ms: Vec<f64>,
     pub(crate) missed: usize,
+    /// Statements of all processors per sample, beyond their idle rate.
+    pub(crate) statements_per_sample: Option<f64>,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -74,6 +81,8 @@ pub(crate) struct BackendReport {
     pub(crate) multistep: Option<Scenario>,
     pub(crate) scale: Vec<Scenario>,
     pub(crate) pickup: Option<Pickup>,
+    /// Pickup of new partitions, per scenario (processors, how enqueued).
+    pub(crate) pickup_new: Vec<Pickup>,
     pub(crate) idle: Option<Idle>,
     pub(crate) shapes: Option<Shapes>,
     pub(crate) history: Option<History>,
@@ -305,6 +314,38 @@ pub(crate) fn print_tables(report: &Report) {
         println!(
             "\nPickup ({} trickled single items into held idle partitions; enqueue call → first POST) and idle cost:",
             s.trickle
+        );
+        println!("{t}");
+    }
+    let mut t = Table::new();
+    t.load_style(ASCII_MARKDOWN).set_header(vec![
+        "backend",
+        "idle processors",
+        "enqueued through",
+        "pickup p50",
+        "pickup p99",
+        "max",
+        "samples (missed)",
+        "statements per pickup, all processors",
+    ]);
+    for b in &report.backends {
+        for p in &b.pickup_new {
+            t.add_row(vec![
+                b.backend.clone(),
+                p.processors.to_string(),
+                p.via.clone(),
+                format!("{:.1} ms", p.p50_ms),
+                format!("{:.1} ms", p.p99_ms),
+                format!("{:.1} ms", p.max_ms),
+                format!("{} ({})", p.samples, p.missed),
+                p.statements_per_sample
+                    .map_or("n/a".into(), |n| format!("{n:.1}")),
+            ]);
+        }
+    }
+    if !t.is_empty() {
+        println!(
+            "\nPickup of new partitions (one item into a partition nobody holds; enqueue call → first POST):"
         );
         println!("{t}");
     }

@@ -4,6 +4,8 @@
 use anyhow::Context;
 use clap::Args;
 
+use crate::status::count;
+
 use super::{DbArgs, LOGS, LogFormat, connect, create, duration, init_logs, shutdown_signal};
 
 #[derive(Args)]
@@ -79,7 +81,7 @@ pub async fn pause(a: PauseArgs, paused: bool) -> anyhow::Result<()> {
         } else {
             store.resume_all().await?
         };
-        println!("{n} partitions {verb}");
+        println!("{} {verb}", count(n, "partition"));
         return Ok(());
     };
     if paused {
@@ -95,8 +97,9 @@ pub async fn cancel(a: CancelArgs) -> anyhow::Result<()> {
     let store = connect(&a.db).await?;
     let n = store.cancel(&a.partition).await?;
     println!(
-        "partition {} cancelled ({n} items cancelled now)",
-        crate::status::clean(&a.partition)
+        "partition {} cancelled ({} cancelled now)",
+        crate::status::clean(&a.partition),
+        count(n, "item")
     );
     Ok(())
 }
@@ -106,8 +109,10 @@ pub async fn prune(a: PruneArgs) -> anyhow::Result<()> {
     let p = store.prune(a.finished_before.into(), a.dry_run).await?;
     let verb = if a.dry_run { "would delete" } else { "deleted" };
     println!(
-        "{verb} {} partitions, {} items and {} events",
-        p.partitions, p.items, p.events
+        "{verb} {}, {} and {}",
+        count(p.partitions, "partition"),
+        count(p.items, "item"),
+        count(p.events, "event")
     );
     Ok(())
 }

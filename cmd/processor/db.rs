@@ -74,27 +74,32 @@ impl DbArgs {
 
 /// Opens the database of a command that reads or changes what is there:
 /// an SQLite file that does not exist is an error, not a new empty
-/// database. Says on stderr which database it opened.
+/// database, and the schema is checked, never changed (a database without
+/// Feed's schema, or with migrations pending, is an error saying to run
+/// `processor migrate`). Says on stderr which database it opened.
 pub async fn connect(db: &DbArgs) -> anyhow::Result<feed::Store> {
     let url = db.url();
     let store = feed::Store::open_existing(&url, &db.options(4)).await?;
-    opened(store, &url).await
+    opened(&url);
+    store.check_schema().await?;
+    Ok(store)
 }
 
-/// Opens the database of a command that may start one (`migrate`,
-/// `enqueue`, `ui`, `limits`): a `mode=rwc` SQLite file is created.
+/// Opens the database of a command that may be the first on a new one
+/// (`migrate`, `enqueue`, `ui`, `limits set`): a `mode=rwc` SQLite file is
+/// created and the pending migrations are applied.
 pub async fn create(db: &DbArgs) -> anyhow::Result<feed::Store> {
     let url = db.url();
     let store = feed::Store::open(&url, &db.options(4)).await?;
-    opened(store, &url).await
-}
-
-/// Migrates, and says which database this is (on stderr, so that
-/// `--json` output stays JSON).
-async fn opened(store: feed::Store, url: &str) -> anyhow::Result<feed::Store> {
-    eprintln!("database: {}", feed::store::shown(url));
+    opened(&url);
     store.migrate().await.context("applying migrations")?;
     Ok(store)
+}
+
+/// Says which database this is (on stderr, so that `--json` output stays
+/// JSON).
+fn opened(url: &str) {
+    eprintln!("database: {}", feed::store::shown(url));
 }
 
 pub async fn migrate(db: DbArgs) -> anyhow::Result<()> {

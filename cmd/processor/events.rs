@@ -116,13 +116,21 @@ pub async fn wait(a: WaitArgs) -> ExitCode {
     let waited = async {
         let store = connect(&a.db).await?;
         let timeout = a.timeout.map(Duration::from);
-        Ok::<_, anyhow::Error>(
-            store
-                .wait(&a.partition, timeout, a.poll_interval.into())
-                .await?,
-        )
+        let w = store
+            .wait(&a.partition, timeout, a.poll_interval.into())
+            .await?;
+        // Why it did not complete, as far as the database shows; a failure
+        // to read that leaves the outcome as it is.
+        let why = match w.status.as_str() {
+            "complete" | "cancelled" => Vec::new(),
+            _ => match store.status(Some(&a.partition)).await {
+                Ok(s) => crate::wait_hints::hints(&a.partition, &w, &s),
+                Err(_) => Vec::new(),
+            },
+        };
+        Ok::<_, anyhow::Error>((w, why))
     };
-    let w = match waited.await {
+    let (w, why) = match waited.await {
         Ok(w) => w,
         Err(e) => {
             eprintln!("error: {}", crate::status::clean(&format!("{e:#}")));
@@ -158,6 +166,9 @@ pub async fn wait(a: WaitArgs) -> ExitCode {
             c.cancelled,
             c.available
         );
+    }
+    for line in why {
+        eprintln!("{line}");
     }
     ExitCode::from(code)
 }
@@ -199,11 +210,24 @@ fn secret(a: EventSecretArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Said where pending events are listed while no processor sends them.
+pub(crate) const NO_SENDER: &str = "no events receiver is configured here (--events-url): pending \
+     events are kept in feed_events, and no live processor sends them";
+
+/// Whether pending events wait for a sender that is not there (a failure
+/// to tell counts as there: nothing is said).
+pub(crate) async fn unsent(store: &feed::Store, pending: bool) -> bool {
+    pending && !store.events_sender().await.unwrap_or(true)
+}
+
 async fn list(a: EventListArgs) -> anyhow::Result<()> {
     let store = connect(&a.db).await?;
     let events = store
         .events(a.partition.as_deref(), a.status.as_deref(), a.limit)
         .await?;
+    if unsent(&store, events.iter().any(|e| e.status == "pending")).await {
+        eprintln!("{NO_SENDER}");
+    }
     if a.json {
         return crate::status::json_lines(&events);
     }
@@ -239,6 +263,9 @@ async fn retry(a: EventRetryArgs) -> anyhow::Result<()> {
         (None, None) => EventScope::All,
     };
     let n = store.retry_events(scope).await?;
-    println!("{n} failed events back to pending; a processor with --events-url sends them");
+    println!(
+        "{} back to pending; a processor with --events-url sends them",
+        crate::status::count(n, "failed event")
+    );
     Ok(())
 }

@@ -10,6 +10,7 @@ use feed::ids::Tenant;
 use feed::store::{NewItem, OnFailure, PartitionSpec, RetryScope, Schedule};
 
 use super::{DbArgs, connect, create};
+use crate::status::count;
 
 #[derive(Args)]
 pub struct EnqueueArgs {
@@ -130,7 +131,10 @@ pub async fn enqueue(a: EnqueueArgs) -> anyhow::Result<()> {
         _ => items.chunks(CHUNK).collect(),
     };
     for chunk in chunks {
-        bar.set_message(format!("writing: {written} of {total} items written"));
+        bar.set_message(format!(
+            "writing: {written} of {} written",
+            count(total, "item")
+        ));
         let batch = chunk.iter().map(|(_, item)| item.clone()).collect();
         let started = std::time::Instant::now();
         let r = match store.enqueue(&a.partition, &spec, batch).await {
@@ -160,7 +164,10 @@ pub async fn enqueue(a: EnqueueArgs) -> anyhow::Result<()> {
         Some(r) if r.reopened => "reopened",
         _ => "extended",
     };
-    println!("{written} items enqueued; partition {partition} {what}");
+    println!(
+        "{} enqueued; partition {partition} {what}",
+        count(written, "item")
+    );
     if first.is_some_and(|r| r.failed) {
         println!(
             "partition {partition} is failed: its new items run once its failed items are retried \
@@ -198,7 +205,7 @@ pub async fn retry(a: RetryArgs) -> anyhow::Result<()> {
         (None, None) => store.retry_failed(RetryScope::All).await?,
     };
     if a.item.is_none() {
-        println!("{} failed items back to available", r.items);
+        println!("{} back to available", count(r.items, "failed item"));
     }
     if r.moved > 0 {
         println!(

@@ -23,7 +23,7 @@ impl AdminTokenArgs {
 
 secret_flags!(
     ProducerTokenArgs { producer_token, producer_token_file, env = "FEED_PRODUCER_TOKEN", what = "producer token" },
-    "Allows enqueueing over the API (POST /api/v1/partitions/{id}/items) and nothing else (at least 16 characters); the admin token allows it too [default: none]"
+    "Deprecated: allows enqueueing over the API (POST /api/v1/partitions/{id}/items) into partitions of no tenant, without weight or max_in_flight, and nothing else (at least 16 characters); give producers scoped tokens instead (processor tokens create) [default: none]"
 );
 
 impl ProducerTokenArgs {

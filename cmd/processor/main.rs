@@ -20,6 +20,7 @@ mod run;
 mod run_flags;
 mod status;
 mod tokens;
+mod wait_hints;
 
 use std::process::ExitCode;
 
@@ -152,11 +153,31 @@ fn init_logs_and_traces(format: LogFormat, default: &str, traces: Option<&feed::
         .init();
 }
 
+/// The command line, parsed; `--help` shows an environment variable's
+/// value only when it is set (clap writes `[env: NAME=]` for one that is
+/// not, which reads as set to empty).
+fn parse() -> Cli {
+    use clap::{CommandFactory, FromArgMatches};
+    let matches = unset_env_values_hidden(Cli::command()).get_matches();
+    Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+}
+
+/// `cmd` and its subcommands with the values of unset variables hidden.
+fn unset_env_values_hidden(cmd: clap::Command) -> clap::Command {
+    cmd.mut_args(|a| {
+        let unset = a
+            .get_env()
+            .is_some_and(|name| std::env::var_os(name).is_none());
+        if unset { a.hide_env_values(true) } else { a }
+    })
+    .mut_subcommands(unset_env_values_hidden)
+}
+
 #[tokio::main]
 async fn main() -> ExitCode {
     process::exit_quietly_on_closed_pipe();
     process::return_large_blocks();
-    let cli = Cli::parse();
+    let cli = parse();
     let result = match cli.command {
         Command::Run(args) => run::run(*args).await,
         Command::Migrate(db) => db::migrate(db).await,

@@ -71,9 +71,10 @@ pub async fn status(a: StatusArgs) -> anyhow::Result<()> {
         println!("{}", serde_json::to_string_pretty(&s)?);
         return Ok(());
     }
+    let unsent = crate::events::unsent(&store, s.events_pending > 0).await;
     print_partitions(&s, a.partition.is_none());
     print_items(&s);
-    print_events(&s);
+    print_events(&s, unsent);
     if s.failed_items.len() >= LIST_LIMIT {
         println!(
             "showing the first {LIST_LIMIT} failed items (by partition and id); more may be failed"
@@ -109,7 +110,12 @@ fn print_partitions(s: &Status, all: bool) {
         .min();
     if let Some((due, due_in)) = first {
         println!(
-            "scheduled   {waiting} items wait for their time; the first comes due {}",
+            "scheduled   {waiting} {}; the first comes due {}",
+            if waiting == 1 {
+                "item waits for its time"
+            } else {
+                "items wait for their time"
+            },
             due_at(due, due_in)
         );
     }
@@ -185,8 +191,9 @@ fn print_items(s: &Status) {
     }
 }
 
-/// Completion events not delivered yet, when there are any.
-fn print_events(s: &Status) {
+/// Completion events not delivered yet, when there are any, and whether
+/// any processor sends them (`unsent`: none does).
+fn print_events(s: &Status, unsent: bool) {
     if s.events_pending > 0 || s.events_failed > 0 {
         println!(
             "events      pending: {}  failed: {}{}",
@@ -198,6 +205,9 @@ fn print_events(s: &Status) {
                 ""
             }
         );
+    }
+    if unsent {
+        println!("            {}", crate::events::NO_SENDER);
     }
 }
 
@@ -249,7 +259,7 @@ fn scheduled(items: i64, due: Option<i64>, due_in: Option<i64>) -> String {
 
 /// A due time as an RFC 3339 time and how far ahead it is (by the
 /// database's clock, as the status was read).
-fn due_at(due: i64, due_in: i64) -> String {
+pub(crate) fn due_at(due: i64, due_in: i64) -> String {
     let at = chrono::DateTime::from_timestamp_millis(due)
         .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
         .unwrap_or_else(|| due.to_string());
@@ -314,8 +324,8 @@ pub async fn demo(a: DemoArgs) -> anyhow::Result<()> {
         );
     }
     println!(
-        "summary: {} resumes classified, {} ranked, partition {} in {:.1}s",
-        s.classified,
+        "summary: {} classified, {} ranked, partition {} in {:.1}s",
+        count(s.classified, "resume"),
         s.top.len(),
         s.status,
         s.elapsed.as_secs_f64()
@@ -326,6 +336,13 @@ pub async fn demo(a: DemoArgs) -> anyhow::Result<()> {
         s.status
     );
     Ok(())
+}
+
+/// `n` and a noun, plural unless `n` is 1: "1 item", "2 items", "0 items".
+pub(crate) fn count(n: impl ToString, noun: &str) -> String {
+    let n = n.to_string();
+    let s = if n == "1" { "" } else { "s" };
+    format!("{n} {noun}{s}")
 }
 
 /// Text from the database as it may be printed: control characters

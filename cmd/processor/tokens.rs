@@ -37,7 +37,8 @@ pub struct CreateArgs {
     /// The highest weight the token may give a partition [default: none; the default weight]
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub max_weight: Option<u32>,
-    /// The highest max_in_flight the token may give a partition [default: none]
+    /// The highest max_in_flight the token may give a partition, and the one a partition it creates
+    /// gets when the producer gives none [default: none]
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_in_flight: Option<u32>,
 }

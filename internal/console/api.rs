@@ -16,6 +16,7 @@ use axum::routing::{MethodRouter, get, post, put};
 
 use super::actions::{act, clear_limit, retry_item, set_limit};
 use super::endpoints::{Access, Endpoint, fields, no_query};
+use super::errors::json_only;
 use super::reads::{ItemQuery, PartitionQuery, items, list_limits, partition, partitions, status};
 use super::{Console, api_error, completion, enqueue, json_errors, tokens};
 
@@ -227,6 +228,7 @@ pub(super) fn routes() -> Router<Console> {
                 "no such API path; see the book's reference: HTTP API",
             )
         })
+        .layer(axum::middleware::from_fn(json_only))
         .layer(axum::middleware::map_response(json_errors))
 }
 

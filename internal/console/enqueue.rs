@@ -5,19 +5,20 @@
 //! written in one transaction: a bad item rejects the whole request and
 //! nothing is written. The query parameters `not_before` and `delay` give
 //! every item that has neither its time, and the `traceparent` header the
-//! producer's trace to every item without its own. The admin token and the legacy `--producer-token`
-//! allow any partition; a producer token of `feed_producer_tokens` only
-//! what its scope does (see `tokens`).
+//! producer's trace to every item without its own. The admin token allows
+//! any partition; a producer token of `feed_producer_tokens` only what its
+//! scope does, and the legacy `--producer-token` only partitions of no
+//! tenant (see `tokens`).
 
 use axum::extract::rejection::QueryRejection;
-use axum::extract::{Path, Query, Request};
+use axum::extract::{Path, Query, Request, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
 use super::admit::Admitted;
 use super::tokens::Producing;
-use super::{api_error, enqueue_body, json_error};
+use super::{Console, api_error, enqueue_body, json_error};
 use crate::ids::Tenant;
 use crate::store::{NewItem, OnFailure, PartitionSpec, Schedule};
 
@@ -100,6 +101,7 @@ struct Answer<'a> {
 }
 
 pub(super) async fn enqueue(
+    State(console): State<Console>,
     Path(id): Path<String>,
     Admitted {
         store,
@@ -158,6 +160,7 @@ pub(super) async fn enqueue(
     let ids: Vec<String> = items.iter().filter_map(|i| i.id.clone()).collect();
     match store.enqueue_as(&id, &spec, items, scope.as_ref()).await {
         Ok(r) => {
+            console.enqueued();
             tracing::info!(
                 partition = %id,
                 token = scope.as_ref().map_or("", |s| s.id.as_str()),

@@ -78,6 +78,37 @@ pub(crate) fn api_error(code: StatusCode, message: &str) -> Response {
     (code, axum::Json(body)).into_response()
 }
 
+/// Refuses a body the API does not read: any `Content-Type` but JSON or
+/// JSON lines answers 415. A browser sends `text/plain`, a form or
+/// `multipart/form-data` to any site without asking first (no CORS
+/// preflight), so a route must not read such a body as JSON. No type at
+/// all is taken as JSON, as `curl` without `-H` would send it.
+pub(crate) async fn json_only(
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let declared = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+    if let Some(declared) = declared {
+        let essence = declared.split(';').next().unwrap_or_default().trim();
+        if !essence.eq_ignore_ascii_case("application/json")
+            && !essence.eq_ignore_ascii_case("application/x-ndjson")
+        {
+            return api_error(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                &format!(
+                    "Content-Type {:?} is not read here: send application/json \
+                     (or application/x-ndjson for items)",
+                    crate::validate::shown(essence)
+                ),
+            );
+        }
+    }
+    next.run(req).await
+}
+
 /// Turns an error the framework answered in plain text (a query that does
 /// not parse, a body too large or of the wrong type, an unknown path or
 /// method) into the API's JSON error, so every failure has one shape.

@@ -84,6 +84,8 @@ pub struct Console {
     /// Inside a processor: its health, whose `schema` says when the
     /// database may be used (503 before).
     health: Option<Arc<crate::health::Health>>,
+    /// Inside a processor: wakes its dispatch loop after an enqueue.
+    wake: Option<Arc<tokio::sync::Notify>>,
 }
 
 impl Console {
@@ -100,6 +102,7 @@ impl Console {
             sessions: Arc::default(),
             exports: completion::export_budget(),
             health: None,
+            wake: None,
         }
     }
 
@@ -116,13 +119,22 @@ impl Console {
             sessions: Arc::default(),
             exports: completion::export_budget(),
             health: None,
+            wake: None,
         }
     }
 
     /// Also allows enqueueing over the API (`POST
     /// /api/v1/partitions/{id}/items`) with this token, which allows
-    /// nothing else; the admin token always may.
+    /// nothing else, and only into partitions of no tenant, with no weight
+    /// or in-flight cap; the admin token always may.
     pub fn with_producer_token(mut self, token: Option<ProducerToken>) -> Self {
+        if token.is_some() {
+            tracing::warn!(
+                "--producer-token is deprecated: it may only enqueue into partitions of no \
+                 tenant, without weight or max_in_flight; give each producer a scoped token \
+                 of its own (processor tokens create --tenant T)"
+            );
+        }
         self.producer_token = token;
         self
     }
@@ -131,6 +143,15 @@ impl Console {
     /// `health` says its schema is there (a processor migrating it).
     pub fn until_ready(mut self, health: Arc<crate::health::Health>) -> Self {
         self.health = Some(health);
+        self
+    }
+
+    /// Wakes `wake` (a processor's dispatch loop) after each enqueue over
+    /// the API, so that this processor picks the work up at once: on
+    /// SQLite and MariaDB nothing else would before its next poll, and
+    /// on PostgreSQL it saves the notification's round trip.
+    pub fn waking(mut self, wake: Arc<tokio::sync::Notify>) -> Self {
+        self.wake = Some(wake);
         self
     }
 
@@ -182,6 +203,13 @@ impl Console {
         self.store
             .get_or_try_init(|| Store::connect(&self.database_url, 4))
             .await
+    }
+
+    /// Tells the processor this console runs in that work was enqueued.
+    fn enqueued(&self) {
+        if let Some(wake) = &self.wake {
+            wake.notify_one();
+        }
     }
 
     /// Pages, assets and the JSON API, to merge into a listener's router.

@@ -1,6 +1,7 @@
 //! Producer tokens on the API: who an enqueue comes from (the admin
-//! token or the legacy `--producer-token`, unscoped; a producer token of
-//! `feed_producer_tokens`, bound to its scope), and the admin's
+//! token, unscoped; a producer token of `feed_producer_tokens`, bound to
+//! its scope; the legacy `--producer-token`, bound to the narrowest
+//! scope), and the admin's
 //! `GET`/`POST /api/v1/producer-tokens` and `DELETE
 //! /api/v1/producer-tokens/{id}`.
 
@@ -16,9 +17,9 @@ use crate::store::ProducerScope;
 
 /// Who sends an enqueue.
 enum Producer {
-    /// The admin token, or the legacy `--producer-token`: any partition.
+    /// The admin token: any partition.
     Unscoped,
-    /// A producer token: its scope only.
+    /// A producer token, or the legacy `--producer-token`: its scope only.
     Scoped(ProducerScope),
     /// Neither: why not.
     Refused(auth::Refusal),
@@ -52,7 +53,12 @@ const DISABLED: auth::Refusal = (
 async fn producer(c: &Console, headers: &HeaderMap) -> crate::Result<Producer> {
     let configured = auth::check_producer(c.token.as_ref(), c.producer_token.as_ref(), headers);
     let Err(refusal) = configured else {
-        return Ok(Producer::Unscoped);
+        let admin = bearer(headers).is_some_and(|g| c.token.as_ref().is_some_and(|t| t.matches(g)));
+        return Ok(if admin {
+            Producer::Unscoped
+        } else {
+            Producer::Scoped(ProducerScope::legacy())
+        });
     };
     let store = c.store().await?;
     if let Some(given) = bearer(headers)
@@ -70,9 +76,9 @@ async fn producer(c: &Console, headers: &HeaderMap) -> crate::Result<Producer> {
     }))
 }
 
-/// An enqueue's caller, let in by its token: None for the admin token or
-/// the legacy `--producer-token` (any partition), else a producer token's
-/// scope, which bounds what it may enqueue.
+/// An enqueue's caller, let in by its token: None for the admin token
+/// (any partition), else the scope of a producer token (or of the legacy
+/// `--producer-token`), which bounds what it may enqueue.
 pub(super) struct Producing(pub(super) Option<ProducerScope>);
 
 impl FromRequestParts<Console> for Producing {

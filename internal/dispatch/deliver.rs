@@ -10,7 +10,7 @@ use futures_util::future::join_all;
 use tokio::sync::mpsc;
 use tracing::Instrument;
 
-use crate::breaker::Turn;
+use super::verdict::{Verdict, breaker};
 use crate::completer::WriteError;
 use crate::context::Delivering;
 use crate::handler::{Job, Outcome};
@@ -42,6 +42,10 @@ pub(super) enum Delivery {
     /// or refused even the failed attempt): the item cools down here for a
     /// backoff before it may be fetched again.
     Unwritten(Duration),
+    /// The handler answered 404 or 405 with no answer before it: perhaps
+    /// a wrong URL, so nothing was written (no attempt counted) and the
+    /// item waits here for a backoff before it is tried again.
+    Spared(Duration),
 }
 
 /// Where a delivery task reports (with its task id) that its handler call is over.
@@ -113,7 +117,8 @@ pub(super) async fn deliver(
             crate::otel::failed(&traced, e);
         }
         let first = fences.first().map_or("", |f| f.id.as_str());
-        let (outcomes, away) = breaker(ctx, outcomes, started, first, counted);
+        let (outcomes, verdict) = breaker(ctx, outcomes, started, first, counted);
+        let away = verdict == Verdict::Away;
         let policy = ctx.retries;
         let mut each = fences.into_iter().zip(outcomes).map(|(fence, outcome)| {
             let span = (!single).then(|| item_span(&fence));
@@ -126,6 +131,10 @@ pub(super) async fn deliver(
                         return Delivery::Unreachable(message);
                     }
                     Outcome::Failed { ref message, .. } if away => message.clone(),
+                    Outcome::Failed { ref message, .. } if verdict == Verdict::Spared => {
+                        tracing::debug!(error = %message, "not counted: the handler URL may be wrong");
+                        return Delivery::Spared(policy.delay(attempt(&fence)));
+                    }
                     _ => String::new(),
                 };
                 let delivery = match policy.decide(&fence, outcome) {
@@ -169,66 +178,6 @@ fn throttle(ctx: &Delivering<'_>, outcomes: &[Outcome]) {
     ctx.metrics
         .adaptive_rate
         .set(rate.map_or(0, |r| r.round() as i64));
-}
-
-/// Feeds the result of the call made at `started` (for items `first`
-/// on) to the circuit breaker: an outage failure when every item of the
-/// call failed as one, nothing when the handler was not reached at all
-/// (the loop's hold-off deals with that). While the breaker is open,
-/// outage failures become "unreachable": no attempt is counted, and
-/// dispatch holds off and probes; unless `counted` (the same item probed
-/// again), so that an item that fails alone is not probed for ever: then
-/// they stay attempts, and the second value is true (the handler still
-/// looks away).
-fn breaker(
-    ctx: &Delivering<'_>,
-    outcomes: Vec<Outcome>,
-    started: std::time::Instant,
-    first: &str,
-    counted: bool,
-) -> (Vec<Outcome>, bool) {
-    if outcomes
-        .iter()
-        .any(|o| matches!(o, Outcome::Unreachable { .. }))
-    {
-        return (outcomes, false);
-    }
-    let outage = outcomes.iter().all(Outcome::is_outage);
-    let turn = ctx.breaker.record(outage.then_some(first), started);
-    match turn {
-        Turn::Opened => {
-            ctx.metrics.breaker_open.set(1);
-            ctx.metrics.breaker_trips.inc();
-            ctx.health.breaker_open.store(true, Ordering::Relaxed);
-            tracing::warn!(
-                "circuit breaker open: most handler calls, for many items, fail with 502-504 or time out; dispatch holds off and probes (no attempts are counted)"
-            );
-        }
-        Turn::Closed => {
-            ctx.metrics.breaker_open.set(0);
-            ctx.health.breaker_open.store(false, Ordering::Relaxed);
-            tracing::info!("circuit breaker closed: the handler answers again");
-        }
-        Turn::Stays { .. } => {}
-    }
-    if !turn.open() {
-        return (outcomes, false);
-    }
-    if counted {
-        return (outcomes, outage);
-    }
-    let outcomes = outcomes
-        .into_iter()
-        .map(|o| match o {
-            Outcome::Failed {
-                message,
-                outage: true,
-                ..
-            } => Outcome::unreachable(format!("circuit breaker open: {message}")),
-            other => other,
-        })
-        .collect();
-    (outcomes, false)
 }
 
 /// The 1-based attempt a delivery of this item is.

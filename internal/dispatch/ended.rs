@@ -66,7 +66,7 @@ impl Dispatcher {
             let wait = match delivery {
                 Delivery::Finished => None,
                 Delivery::Again(wait) => Some(*wait),
-                Delivery::Unwritten(cool) => Some(*cool),
+                Delivery::Unwritten(cool) | Delivery::Spared(cool) => Some(*cool),
                 Delivery::Unreachable(_) => Some(Duration::ZERO),
                 Delivery::Away(wait, _) => *wait,
             };
@@ -89,9 +89,10 @@ impl Dispatcher {
                         ctx.metrics.held_off_since.set(0);
                         let held = Duration::from_secs(since.elapsed().as_secs());
                         tracing::info!(held_off = %humantime::format_duration(held), "handler reachable again: resuming dispatch");
+                        self.end_release();
                     }
                 }
-                Delivery::Unwritten(cool) => {
+                Delivery::Unwritten(cool) | Delivery::Spared(cool) => {
                     self.cooling
                         .insert(id, (fence.partition_id, Instant::now() + *cool));
                 }
@@ -110,25 +111,40 @@ impl Dispatcher {
         let now = Instant::now();
         self.outage.unreachable(item, why, now);
         let since = self.outage.since.unwrap_or(now);
-        let url = crate::store::redact(&self.ctx.config.handler.url);
-        self.ctx.health.set_hold(Some(crate::server::Hold {
-            reason: format!("handler at {url}: {why}"),
-            since: since.into_std(),
-        }));
+        self.set_hold(why, since);
+        // A probe failed: the partition it was leased for goes back.
+        self.release.due |= self.release.active;
         if self.ctx.metrics.held_off_since.get() == 0 {
             let began = crate::client::unix_now() - now.duration_since(since).as_secs() as i64;
             self.ctx.metrics.held_off_since.set(began);
         }
         if self.outage.warn_due(now) {
             let held = Duration::from_secs(now.duration_since(since).as_secs());
+            let url = crate::store::redact(&self.ctx.config.handler.url);
             tracing::warn!(
                 handler = %url,
                 error = %why,
                 held_off = %humantime::format_duration(held),
                 next_probe_in = ?self.outage.delay,
+                releasing = self.release.active,
                 "dispatch holds off: the handler is not there (no attempts are counted); probing with one item"
             );
         }
+    }
+
+    /// Says why dispatch holds off, since `since`, for `status`, `/readyz`
+    /// and the console.
+    pub(super) fn set_hold(&self, why: &str, since: Instant) {
+        let url = crate::store::redact(&self.ctx.config.handler.url);
+        let releasing = if self.release.active {
+            "held off: releasing partitions (for longer than --session-expiry); "
+        } else {
+            ""
+        };
+        self.ctx.health.set_hold(Some(crate::server::Hold {
+            reason: format!("{releasing}handler at {url}: {why}"),
+            since: since.into_std(),
+        }));
     }
 
     /// Logs a delivery task that did not return; None = it panicked (the
@@ -156,7 +172,7 @@ impl Dispatcher {
     /// Records a failed attempt for an item whose delivery panicked, so it
     /// is retried after a backoff like any failed attempt.
     fn record_panic(&mut self, fence: Fence) {
-        let outcome = Outcome::retry("the delivery panicked (see the processor's log); will retry");
+        let outcome = Outcome::retry("the delivery panicked (see the processor's log)");
         let id = fence.id.clone();
         self.calls.in_flight.insert(id.clone(), fence.clone());
         let item = id.clone();

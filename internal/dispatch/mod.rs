@@ -18,12 +18,15 @@
 //! next refills, until their results are written.
 
 mod calls;
+mod claims;
 mod deliver;
 mod ended;
 mod floors;
 mod outage;
 mod refill;
+mod release;
 mod upkeep;
+mod verdict;
 mod wakeups;
 
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -41,9 +44,11 @@ use crate::leases::{Cycle, Held};
 use crate::rotation::Rotation;
 use crate::store::ReadyItem;
 use calls::Calls;
+use claims::Claims;
 use floors::Floors;
 use outage::Outage;
 use refill::Fetched;
+use release::Release;
 use upkeep::Pace;
 use wakeups::Wakeups;
 
@@ -87,6 +92,8 @@ struct Dispatcher {
     /// from being fetched again until the instant.
     cooling: HashMap<ItemId, (PartitionId, Instant)>,
     outage: Outage,
+    /// Partitions given back while dispatch holds off for long.
+    release: Release,
     /// The refill running beside the loop.
     refilling: Option<JoinHandle<Fetched>>,
     /// The partitions it fetches from (out of the rotation meanwhile).
@@ -107,13 +114,23 @@ struct Dispatcher {
     pace: Pace,
     /// Idle partitions whose work waits for a time, and when it comes due.
     wakeups: Wakeups,
+    /// New partitions seen, waiting for a claim.
+    claims: Claims,
+    /// When new work was last announced (a wake-up): a look at new items
+    /// that started before it may have missed that work.
+    woken: Instant,
 }
 
-/// What a gate check or an acquire cycle brings back, with the session it
-/// ran for (a result for a replaced session is dropped).
+/// What a gate check, an acquire cycle, a claim or giving the partitions
+/// back brings back, with the session it ran for (a result for a replaced
+/// session is dropped).
 enum Upkeep {
     Cycle(SessionId, Cycle),
+    Claim(SessionId, Cycle),
     Check(SessionId, Checked),
+    Released(SessionId, crate::Result<u64>),
+    /// How many live peers dispatch (see `release`).
+    Peers(SessionId, crate::Result<i64>),
 }
 
 /// Waits for the task in `slot` (only polled while there is one).
@@ -171,6 +188,7 @@ impl Dispatcher {
             spread: 1,
             cooling: HashMap::new(),
             outage: Outage::default(),
+            release: Release::default(),
             refilling: None,
             fetching: HashSet::new(),
             settled: HashSet::new(),
@@ -179,15 +197,20 @@ impl Dispatcher {
             upkeep: None,
             pace: Pace::new(ctx.config.leases.acquire_interval),
             wakeups: Wakeups::default(),
+            claims: Claims::default(),
+            woken: Instant::now(),
             ctx,
         }
     }
 
-    /// New work was written (a notification): every partition may have
-    /// some, and a refill may start at once.
+    /// New work was written (a notification, or an enqueue through this
+    /// processor's API): every partition may have some, a look at new
+    /// items (which also finds new partitions to claim) and a refill may
+    /// start at once.
     fn new_work(&mut self) -> bool {
         self.rotation.rediscover();
-        self.refill_at = Instant::now();
+        self.woken = Instant::now();
+        self.refill_at = self.woken;
         true
     }
 }

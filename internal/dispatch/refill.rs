@@ -86,7 +86,11 @@ impl Dispatcher {
             let mark = self.rotation.mark;
             self.refilling = Some(self.ctx.tasks.spawn("refill", async move {
                 let found = ctx.store.written_since(mark, DISCOVER).await;
-                Fetched::Discovered { me, found }
+                Fetched::Discovered {
+                    me,
+                    started: now,
+                    found,
+                }
             }));
             return;
         }
@@ -196,17 +200,21 @@ impl Dispatcher {
                 // Fetched for a session that was replaced meanwhile.
                 false
             }
-            Fetched::Discovered { found, .. } => match found {
+            Fetched::Discovered { found, started, .. } => match found {
                 Ok((ids, mark)) => {
                     let now = Instant::now();
-                    let next = if ids.len() >= DISCOVER {
+                    // A full look, or a wake-up while it ran (it may have
+                    // read before that work was committed): look again.
+                    let next = if ids.len() >= DISCOVER || self.woken >= started {
                         now
                     } else {
                         now + self.ctx.config.dispatch.poll_interval
                     };
                     let held = &self.held.versions;
-                    let ids = ids.into_iter().filter(|p| held.contains_key(p));
-                    self.rotation.discovered(ids, mark, next);
+                    let (mine, new): (Vec<PartitionId>, Vec<PartitionId>) =
+                        ids.into_iter().partition(|p| held.contains_key(p));
+                    self.rotation.discovered(mine, mark, next);
+                    self.claims.saw(new);
                     self.ctx.health.polled(Poll::Discover, None);
                     true
                 }
@@ -372,6 +380,8 @@ pub(super) enum Fetched {
     /// and the new mark.
     Discovered {
         me: SessionId,
+        /// When the look was sent.
+        started: Instant,
         found: Result<(Vec<PartitionId>, i64)>,
     },
     /// Ready items of the partitions asked.

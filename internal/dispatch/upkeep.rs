@@ -1,6 +1,6 @@
-//! Upkeep beside the loop: acquire cycles and gate checks (one at a
-//! time, both change what is held), what they bring back, partitions whose
-//! scheduled work comes due, and a replaced session.
+//! Upkeep beside the loop: acquire cycles, claims and gate checks (one at
+//! a time, all change what is held), what they bring back, partitions
+//! whose scheduled work comes due, and a replaced session.
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -46,17 +46,20 @@ impl Pace {
 }
 
 impl Dispatcher {
-    /// Starts an acquire cycle when one is due, else a gate check when
-    /// partitions are marked, unless one of them runs already.
+    /// Starts an acquire cycle when one is due, else a claim when new
+    /// partitions were seen, else a gate check when partitions are
+    /// marked, unless one of them runs already (while the partitions are
+    /// given back, `release_turn` stands in for acquire cycles and claims).
     pub(super) fn start_upkeep(&mut self) {
-        if self.upkeep.is_some() {
+        if self.upkeep.is_some() || self.release_turn() {
             return;
         }
         let now = Instant::now();
         if self.pace.acquire_due {
             self.pace.acquire_due = false;
             self.start_cycle();
-        } else if (!self.pace.full || now >= self.pace.next_check)
+        } else if (self.release.active || !self.start_claim())
+            && (!self.pace.full || now >= self.pace.next_check)
             && now >= self.pace.check_after
             && !self.held.marked.is_empty()
         {
@@ -70,10 +73,17 @@ impl Dispatcher {
         self.upkeep = None;
         match done {
             Ok(Upkeep::Cycle(me, cycle)) if me == self.me => self.cycled(cycle),
+            Ok(Upkeep::Claim(me, cycle)) if me == self.me => {
+                let failed = cycle.error.is_some();
+                self.cycled(cycle);
+                self.claimed(failed);
+            }
             Ok(Upkeep::Check(me, checked)) if me == self.me => self.checked(checked),
+            Ok(Upkeep::Released(me, released)) if me == self.me => self.released(released),
+            Ok(Upkeep::Peers(me, peers)) if me == self.me => self.peers(peers),
             Ok(_) => {}
             Err(e) => {
-                tracing::error!(error = %e, "a gate check or acquire cycle task failed; will retry")
+                tracing::error!(error = %e, "a gate check, claim or acquire cycle task failed; will retry")
             }
         }
         true
@@ -141,6 +151,7 @@ impl Dispatcher {
     /// Starts an acquire cycle beside the loop.
     fn start_cycle(&mut self) {
         self.ctx.metrics.acquire_cycles.inc();
+        self.claims.cycle_started();
         let ctx = self.ctx.clone();
         let me = self.me.clone();
         let cursors = std::mem::take(&mut self.held.cursors);
@@ -170,10 +181,10 @@ impl Dispatcher {
         }));
     }
 
-    /// Takes in what an acquire cycle found and did.
+    /// Takes in what an acquire cycle or a claim found and did.
     fn cycled(&mut self, mut cycle: Cycle) {
         if let Some(e) = cycle.error.take() {
-            tracing::warn!(error = %e, "an acquire cycle failed; will retry");
+            tracing::warn!(error = %e, "an acquire cycle or claim failed; will retry");
         }
         let busy = self.busy_partitions();
         let b = self.held.apply(cycle, &busy, &self.ctx.metrics);
@@ -186,7 +197,7 @@ impl Dispatcher {
     }
 
     /// Acts on what an acquire cycle changed.
-    fn act_on_cycle(&mut self, b: leases::Applied) {
+    pub(super) fn act_on_cycle(&mut self, b: leases::Applied) {
         // More free partitions wait: the next step follows at once (it
         // runs beside dispatch, taking turns with gate checks).
         if b.more {

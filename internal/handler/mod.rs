@@ -78,6 +78,9 @@ pub enum Outcome {
         /// The handler said "too many" (a 429, or a 503 with
         /// `Retry-After`): the adaptive rate drops.
         throttled: bool,
+        /// The status when it was 404 or 405: the handler's URL may be
+        /// wrong rather than the item (the circuit breaker decides).
+        missing: Option<u16>,
     },
     /// The handler could not be reached at all: no attempt is counted and
     /// dispatch holds off until it is back.
@@ -108,6 +111,7 @@ impl Outcome {
             retry_after: None,
             outage: false,
             throttled: false,
+            missing: None,
         }
     }
 
@@ -119,50 +123,27 @@ impl Outcome {
             retry_after: None,
             outage: false,
             throttled: false,
+            missing: None,
         }
     }
 
     /// This failed attempt's retry waits at least `delay` (a `Retry-After`);
     /// other outcomes are returned unchanged.
-    pub fn after(self, delay: Duration) -> Outcome {
-        match self {
-            Outcome::Failed {
-                message,
-                retry,
-                outage,
-                throttled,
-                ..
-            } => Outcome::Failed {
-                message,
-                retry,
-                retry_after: Some(delay),
-                outage,
-                throttled,
-            },
-            other => other,
+    pub fn after(mut self, delay: Duration) -> Outcome {
+        if let Outcome::Failed { retry_after, .. } = &mut self {
+            *retry_after = Some(delay);
         }
+        self
     }
 
     /// This failed attempt is a sign that the handler's service is down
     /// (a 5xx, a timeout, a broken connection), for the circuit breaker;
     /// other outcomes are returned unchanged.
-    pub fn outage(self) -> Outcome {
-        match self {
-            Outcome::Failed {
-                message,
-                retry,
-                retry_after,
-                throttled,
-                ..
-            } => Outcome::Failed {
-                message,
-                retry,
-                retry_after,
-                outage: true,
-                throttled,
-            },
-            other => other,
+    pub fn outage(mut self) -> Outcome {
+        if let Outcome::Failed { outage, .. } = &mut self {
+            *outage = true;
         }
+        self
     }
 
     /// Whether the handler said "too many" (429, or 503 with `Retry-After`).
@@ -179,6 +160,14 @@ impl Outcome {
     /// Whether this is a failed attempt marked by [`Outcome::outage`].
     pub fn is_outage(&self) -> bool {
         matches!(self, Outcome::Failed { outage: true, .. })
+    }
+
+    /// The status of a 404 or 405 answer (the URL may be wrong).
+    pub fn missing(&self) -> Option<u16> {
+        match self {
+            Outcome::Failed { missing, .. } => *missing,
+            _ => None,
+        }
     }
 
     /// What went wrong, in a word for traces (`error.type`); None for a

@@ -65,7 +65,8 @@ pub(super) async fn full(
     // a little less.
     let mine = held as i64;
     let cap = ctx.leases.max_partitions.map(|c| c as i64);
-    let want = wanted(ctx, &counts, cap, mine).await?;
+    let (want, share) = wanted(ctx, &counts, cap, mine).await?;
+    out.share = Some(share);
     let released = make_room(ctx, me, cap, mine, busy, out).await?;
     let (want, mine) = (want + released, mine - released);
     if want <= 0 {
@@ -174,19 +175,27 @@ async fn count(
 }
 
 /// How many more partitions this session should hold (negative: fewer),
-/// from its target among the live sessions and their caps.
+/// from its target among the live sessions and their caps; and its
+/// target with one more active partition, which claims go up to.
 async fn wanted(
     ctx: &Leasing<'_>,
     counts: &LeaseCounts,
     cap: Option<i64>,
     mine: i64,
-) -> Result<i64> {
+) -> Result<(i64, i64)> {
     let caps = if counts.capped > 0 {
         ctx.store.session_caps(ctx.leases.session_expiry).await?
     } else {
         vec![]
     };
-    Ok(target(counts, &caps, cap) - mine)
+    let one_more = LeaseCounts {
+        active: counts.active + 1,
+        ..counts.clone()
+    };
+    Ok((
+        target(counts, &caps, cap) - mine,
+        target(&one_more, &caps, cap),
+    ))
 }
 
 /// At the cap, makes room: gives back partitions with nothing to do while

@@ -20,6 +20,7 @@ impl Held {
         metrics: &Metrics,
     ) -> Applied {
         self.cursors = cycle.cursors;
+        self.share = cycle.share.or(self.share);
         let mut out = Applied {
             more: cycle.more,
             ..Applied::default()
@@ -69,6 +70,14 @@ impl Held {
         }
         metrics.partitions_held.set(self.versions.len() as i64);
         out
+    }
+
+    /// Forgets every held partition (all were given back); returns them.
+    pub fn release_all(&mut self, metrics: &Metrics) -> Vec<PartitionId> {
+        self.marked.clear();
+        self.attrs.clear();
+        metrics.partitions_held.set(0);
+        self.versions.drain().map(|(id, _)| id).collect()
     }
 
     /// Records a partition's flow-control columns, reporting a change.

@@ -17,9 +17,16 @@
 //! processor at its cap gives back idle partitions while others with work
 //! wait unleased.
 //!
+//! Between cycles, a **claim** leases at once the partitions that new work
+//! was written to while nobody holds them (a new or reopened partition),
+//! when this processor holds less than its share would be with one more
+//! partition: one bounded statement, OCC as every lease, so processors
+//! racing for one new partition leave it to exactly one of them.
+//!
 //! Inside: `full` (a full cycle, and the steps of a large lease), `take`
-//! (taking free partitions, stealing one), `target` (this session's
-//! share) and `held` (the dispatch loop taking in a cycle's findings).
+//! (taking free partitions, stealing one, claiming), `target` (this
+//! session's share) and `held` (the dispatch loop taking in a cycle's
+//! findings).
 
 mod full;
 mod held;
@@ -48,6 +55,19 @@ pub struct Held {
     pub cursors: Cursors,
     /// Flow-control columns of held partitions that set any, as last seen.
     pub attrs: HashMap<PartitionId, Attrs>,
+    /// This session's target with one more active partition, as the last
+    /// full cycle counted: a claim takes no more than that (None: no full
+    /// cycle yet).
+    pub share: Option<i64>,
+}
+
+impl Held {
+    /// How many partitions a claim may take now: up to the share, one
+    /// before any full cycle has counted.
+    pub fn room(&self) -> usize {
+        let held = self.versions.len() as i64;
+        self.share.map_or(1, |s| (s - held).max(0) as usize)
+    }
 }
 
 /// Where the acquire cycle's sweeps and steps stand between cycles.
@@ -90,6 +110,9 @@ pub struct Cycle {
     took_attrs: Vec<Attrs>,
     /// More free partitions wait than one cycle takes: run the next soon.
     more: bool,
+    /// A full cycle's target with one more active partition (see
+    /// [`Held::share`]).
+    share: Option<i64>,
     /// The statement that cut the cycle short.
     pub error: Option<crate::Error>,
 }
@@ -147,6 +170,58 @@ pub async fn cycle(
     } else {
         full::full(ctx, me, held, busy, &mut out).await
     };
+    finish(ctx, out, done).await
+}
+
+/// A claim for session `me`: new work was written to `seen` partitions
+/// nobody here holds, and it may take up to `room` more. Takes up to
+/// that many unowned partitions in one statement, nothing else; `more`
+/// when it took all it asked for and more were seen (a burst: a full
+/// cycle follows at once and shares them out).
+pub async fn claim(
+    ctx: &Leasing<'_>,
+    me: &SessionId,
+    cursors: Cursors,
+    seen: usize,
+    room: usize,
+) -> Cycle {
+    let mut out = Cycle {
+        cursors,
+        ..Cycle::default()
+    };
+    let want = seen.min(room);
+    let done = take::claim(ctx, me, want, &mut out).await;
+    out.more = out.took.len() == want && seen > want;
+    finish(ctx, out, done).await
+}
+
+/// While dispatch gives its partitions back (the handler has been away
+/// for long), the only acquire: one free partition with work ready, to
+/// probe the handler with (or one whose gate must move on). Nothing else
+/// (no reaping, no counts): the processors that deliver do that.
+/// With `steal`, when none is free it steals one, as a cycle evening the
+/// shares out would (from the most-loaded session, if it holds two or
+/// more).
+pub async fn probe_cycle(
+    ctx: &Leasing<'_>,
+    me: &SessionId,
+    cursors: Cursors,
+    steal: bool,
+) -> Cycle {
+    let mut out = Cycle {
+        cursors,
+        ..Cycle::default()
+    };
+    let mut done = take::take_one(ctx, me, &mut out).await;
+    if done.is_ok() && out.took.is_empty() && steal {
+        done = take::steal_one(ctx, me, 0, &mut out).await;
+    }
+    finish(ctx, out, done).await
+}
+
+/// Reads the flow-control columns of the partitions just leased, and
+/// records the error that cut the cycle short.
+async fn finish(ctx: &Leasing<'_>, mut out: Cycle, done: crate::Result<()>) -> Cycle {
     let done = match done {
         Ok(()) if !out.took.is_empty() => {
             let ids: Vec<PartitionId> = out.took.iter().map(|(id, _)| id.clone()).collect();

@@ -1,6 +1,7 @@
 //! Taking partitions: free ones (with work first, or page by page when
-//! many are wanted, then those of sessions that died holding them), and
-//! one stolen from the most-loaded session to even the shares out.
+//! many are wanted, then those of sessions that died holding them), one
+//! stolen from the most-loaded session to even the shares out, and a
+//! claim of new ones between cycles.
 
 use rand::seq::{IndexedRandom, SliceRandom};
 
@@ -65,6 +66,51 @@ pub(super) async fn take_free(
         }
     }
     Ok(n)
+}
+
+/// Claims up to `want` unowned partitions (new work was written to
+/// partitions nobody here holds): one statement that reads at most `want`
+/// entries of the unowned range of `(status, owner, id)`, however many
+/// partitions there are. Each row's owner is tested again as it is
+/// written (rows another processor is leasing are passed over), so of
+/// several processors claiming one new partition exactly one takes it.
+pub(super) async fn claim(
+    ctx: &Leasing<'_>,
+    me: &SessionId,
+    want: usize,
+    out: &mut Cycle,
+) -> Result<()> {
+    if want > 0 {
+        let leased = ctx.store.lease_page("", want, me).await?;
+        took(out, leased);
+    }
+    Ok(())
+}
+
+/// Takes one free partition, picked at random among those with work
+/// ready now (else among all: one whose gate must move on has work once
+/// checked), for a processor that gave its partitions back to probe its
+/// handler with.
+pub(super) async fn take_one(ctx: &Leasing<'_>, me: &SessionId, out: &mut Cycle) -> Result<()> {
+    let free = ctx
+        .store
+        .free_partitions(ctx.leases.session_expiry, 8)
+        .await?;
+    let any_ready = free.iter().any(|f| f.ready);
+    let pick: Vec<(PartitionId, i64)> = free
+        .into_iter()
+        .filter(|f| f.ready || !any_ready)
+        .map(|f| (f.id, f.version))
+        .collect();
+    let pick = pick.choose(&mut rand::rng()).cloned();
+    if let Some(pick) = pick {
+        let leased = ctx.store.lease_many(&[pick], me).await?;
+        for (id, _) in &leased {
+            tracing::info!(partition = %id, "leased a partition to probe the handler with");
+        }
+        out.took.extend(leased);
+    }
+    Ok(())
 }
 
 /// Adds partitions just leased to `out.took`; returns how many.

@@ -54,5 +54,8 @@ mod tests {
         // Everyone capped: take up to the cap.
         assert_eq!(target(&counts(2, 10), &[2, 3], Some(3)), 3);
         assert_eq!(target(&counts(1, 0), &[], None), 0);
+        // A processor giving its partitions back heartbeats a cap of 0:
+        // the other two cover all.
+        assert_eq!(target(&counts(3, 6), &[0], None), 3);
     }
 }

@@ -194,7 +194,13 @@ fn no_database(target: &Target) -> Unusable {
         .to_string();
     let hint = format!(
         "{}, or fix --database-url",
-        target.driver.create_database(&host, &port, user, &name)
+        target.driver.create_database(
+            &host,
+            &port,
+            user,
+            &name,
+            u.as_ref().is_some_and(|u| u.password().is_some())
+        )
     );
     Unusable::NoDatabase {
         url: redact(&target.url),

@@ -123,13 +123,16 @@ impl Store {
             .ok_or_else(|| Error::NotFound(format!("partition {partition}")))?;
         let (gate, status) = (get::<i64>(row, "gate")?, get::<String>(row, "status")?);
         if let Some(scope) = scope
-            && get::<Option<String>>(row, "tenant")?.as_deref() != Some(scope.tenant.as_str())
+            && get::<Option<String>>(row, "tenant")?.as_deref() != scope.tenant()
         {
+            let whose = match scope.tenant() {
+                Some(t) => format!("tenant {t:?}'s"),
+                None => "of no tenant".into(),
+            };
             return Err(Error::Forbidden(format!(
-                "producer token {}: partition {partition} exists and is not tenant {:?}'s; \
+                "producer token {}: partition {partition} exists and is not {whose}; \
                  nothing was written",
-                scope.id,
-                scope.tenant.as_str()
+                scope.id
             )));
         }
         if status == "cancelled" {

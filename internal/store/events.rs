@@ -165,6 +165,20 @@ impl Store {
         Ok((get(r, "pending")?, get(r, "failed")?))
     }
 
+    /// Whether a processor sends events now: one holds the `events` lease,
+    /// which only a processor started with `--events-url` takes. Without
+    /// one, pending events wait (kept, not lost).
+    pub async fn events_sender(&self) -> Result<bool> {
+        let rows = self
+            .fetch(sql!(self.driver;
+                "SELECT COUNT(*) AS n FROM feed_maintenance WHERE name = 'events' \
+                 AND holder IS NOT NULL AND expires_at > {now}"
+            ))
+            .await?;
+        let n: i64 = rows.first().map(|r| get(r, "n")).transpose()?.unwrap_or(0);
+        Ok(n > 0)
+    }
+
     /// Pending events that may be sent now, oldest first, at most `limit`:
     /// one whose partition has an earlier event still pending waits for it,
     /// so a partition's events arrive in the order they happened.

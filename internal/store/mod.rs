@@ -28,6 +28,7 @@ pub mod producer;
 pub mod prune;
 mod results;
 mod role;
+mod schema;
 mod sessions;
 mod statistics;
 pub mod status;
@@ -61,6 +62,7 @@ pub(crate) use leases::{HeldRow, LeaseCounts, STRANDED_SLICE};
 pub use pooler::Pooler;
 pub use producer::{Enqueued, NewItem, OnFailure, PartitionSpec, Retried, RetryScope};
 pub(crate) use results::{Ack, ItemWrite, Written, sanitize_error};
+pub use schema::SchemaError;
 use timeout::Bound;
 pub use timeout::DEFAULT_STATEMENT_TIMEOUT;
 pub use tokens::ProducerScope;
@@ -193,20 +195,7 @@ impl Store {
 
     /// Whether every migration is applied (read without writing).
     async fn migrated(&self) -> bool {
-        use migration::MigratorTrait;
-        use sea_orm::TransactionTrait;
-        if self.pooler != Pooler::Transaction {
-            return migration::Migrator::get_pending_migrations_read_only(&self.db)
-                .await
-                .is_ok_and(|pending| pending.is_empty());
-        }
-        let Ok(txn) = self.db.begin().await else {
-            return false;
-        };
-        let done = migration::Migrator::get_pending_migrations_read_only(&txn)
-            .await
-            .is_ok_and(|pending| pending.is_empty());
-        self.commit(txn).await.is_ok() && done
+        self.pending_migrations().await.is_ok_and(|n| n == 0)
     }
 
     /// One run of the migrations; behind a transaction pooler, all of them

@@ -3,7 +3,7 @@
 use super::driver::sql;
 use std::time::Duration;
 
-use super::{Store, ms};
+use super::{Store, get, ms};
 use crate::Result;
 use crate::ids::SessionId;
 
@@ -26,23 +26,41 @@ impl Store {
     }
 
     /// Heartbeats a session, recording the rate it holds itself to after
-    /// throttle answers (0: none) and why its dispatch holds off, for how
-    /// long (None: it does not); false when the row is gone (the session
-    /// was declared dead and every lease it had is lost).
+    /// throttle answers (0: none), why its dispatch holds off, for how
+    /// long (None: it does not) and its cap (`--max-partitions`, or 0
+    /// while it gives its partitions back, so that the others' shares
+    /// cover them); false when the row is gone (the session was declared
+    /// dead and every lease it had is lost).
     pub(crate) async fn heartbeat(
         &self,
         id: &SessionId,
         send_rate: i64,
         held: Option<(&str, Duration)>,
+        cap: Option<usize>,
     ) -> Result<bool> {
         let rate = (send_rate > 0).then_some(send_rate as f64);
         let (reason, held_for) = held.map_or((None, None), |(r, d)| (Some(r), Some(ms(d))));
-        let n = self.run(sql!(self.driver;
-            "UPDATE feed_processors SET heartbeat_at = {now}, send_rate = " {rate} ", \
-                 held_reason = " {reason} ", held_since = {now} - " {held_for} " WHERE id = " {id}
-        ))
+        let n = self
+            .run(sql!(self.driver;
+                "UPDATE feed_processors SET heartbeat_at = {now}, send_rate = " {rate} ", \
+                     held_reason = " {reason} ", held_since = {now} - " {held_for} ", \
+                     max_partitions = " {cap.map(|n| n as i64)} " WHERE id = " {id}
+            ))
             .await?;
         Ok(n == 1)
+    }
+
+    /// How many live sessions other than `me` dispatch (none of their
+    /// dispatch held off): those that would take the partitions `me`
+    /// gives back.
+    pub(crate) async fn dispatching_peers(&self, me: &SessionId, expiry: Duration) -> Result<i64> {
+        let rows = self
+            .fetch(sql!(self.driver;
+                "SELECT COUNT(*) AS n FROM feed_processors WHERE heartbeat_at >= {now} - " {ms(expiry)}
+                " AND held_reason IS NULL AND id <> " {me}
+            ))
+            .await?;
+        rows.first().map_or(Ok(0), |r| get(r, "n"))
     }
 
     /// Deletes sessions silent for longer than `expiry`.

@@ -18,7 +18,9 @@ pub struct ProducerScope {
     /// Its public id, which lists and revokes it (not a secret).
     pub id: String,
     /// The tenant every partition it creates belongs to, and the only
-    /// tenant whose partitions it may add to.
+    /// tenant whose partitions it may add to; empty for the legacy
+    /// `--producer-token` ([`ProducerScope::legacy`]): partitions of no
+    /// tenant only.
     pub tenant: Tenant,
     /// Partition ids and the item ids it gives must start with this.
     pub prefix: Option<String>,
@@ -44,6 +46,20 @@ impl ProducerScope {
 }
 
 impl ProducerScope {
+    /// The legacy `--producer-token`'s scope, the narrowest there is:
+    /// partitions of no tenant only, no weight or in-flight cap of its own.
+    pub fn legacy() -> Self {
+        Self {
+            id: "--producer-token".into(),
+            ..Self::default()
+        }
+    }
+
+    /// The tenant its partitions belong to; None for [`Self::legacy`].
+    pub fn tenant(&self) -> Option<&str> {
+        Some(self.tenant.as_str()).filter(|t| !t.is_empty())
+    }
+
     /// Refuses what this token may not do with an enqueue into
     /// `partition` ([`Error::Forbidden`]), and binds a partition it
     /// creates to its tenant.
@@ -59,15 +75,25 @@ impl ProducerScope {
                 self.id
             )))
         };
-        match &spec.tenant {
-            Some(t) if *t != self.tenant => {
+        // A malformed tenant is the request's fault (400), whoever sends it.
+        if let Some(t) = &spec.tenant {
+            validate::id("tenant", t)?;
+        }
+        match (&spec.tenant, self.tenant()) {
+            (Some(_), None) => {
+                return refuse(
+                    "it may not choose a tenant; give the producer a token of its own: \
+                     processor tokens create --tenant T"
+                        .into(),
+                );
+            }
+            (Some(t), Some(mine)) if t.as_str() != mine => {
                 return refuse(format!(
-                    "it is bound to tenant {:?}, not {:?}",
-                    self.tenant.as_str(),
+                    "it is bound to tenant {mine:?}, not {:?}",
                     t.as_str()
                 ));
             }
-            _ => spec.tenant = Some(self.tenant.clone()),
+            (_, mine) => spec.tenant = mine.map(Tenant::from),
         }
         if let Some(p) = &self.prefix {
             if !partition.starts_with(p.as_str()) {
@@ -93,6 +119,11 @@ impl ProducerScope {
                 "max_in_flight may be at most {}",
                 shown(self.max_in_flight)
             ));
+        }
+        // A capped token's partitions are capped even when the producer
+        // leaves the parameter out (the processor's default is no cap).
+        if spec.max_in_flight.is_none() {
+            spec.max_in_flight = self.max_in_flight;
         }
         Ok(())
     }

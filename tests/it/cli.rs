@@ -154,7 +154,11 @@ async fn enqueue_refuses_low_gate_and_reopens(db: TestDb) {
         "{\"id\": \"ok\", \"data\": {}}\n",
     );
     assert!(o.status.success(), "{}", text(&o));
-    assert!(text(&o).contains("reopened"));
+    assert!(
+        text(&o).contains("1 item enqueued; partition p reopened"),
+        "{}",
+        text(&o)
+    );
     assert_eq!(db.partition_status("p").await, "available");
     assert_eq!(
         db.item_row("ok").await.gate,
@@ -225,7 +229,7 @@ async fn status_and_retry(db: TestDb) {
         "",
     );
     assert!(o.status.success(), "{}", text(&o));
-    assert!(text(&o).contains("1 failed items back to available"));
+    assert!(text(&o).contains("1 failed item back to available"));
     wait_for(
         "partition complete after retry",
         Duration::from_secs(30),
@@ -552,4 +556,21 @@ async fn status_says_its_list_is_bounded(db: TestDb) {
         some.contains("showing the first 500 of 501 partitions"),
         "{some}"
     );
+}
+
+#[test]
+/// `--help` shows an environment variable's value only when it is set:
+/// an unset one reads `[env: NAME]`, never `[env: NAME=]` (set to empty).
+fn help_shows_only_the_variables_that_are_set() {
+    let o = Command::new(env!("CARGO_BIN_EXE_processor"))
+        .args(["status", "--help"])
+        .env_remove("FEED_DATABASE_URL_FILE")
+        .env("FEED_DB_POOLER", "session")
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{help}");
+    assert!(help.contains("[env: FEED_DATABASE_URL_FILE]"), "{help}");
+    assert!(!help.contains("FEED_DATABASE_URL_FILE="), "{help}");
+    assert!(help.contains("[env: FEED_DB_POOLER=session]"), "{help}");
 }

@@ -80,6 +80,10 @@ async fn wait_exits_by_outcome(db: TestDb) {
         text.contains("partition bad failed: 0 complete, 1 failed"),
         "{text}"
     );
+    assert!(
+        text.contains("1 item failed; `processor retry --partition bad` tries again"),
+        "what to do: {text}"
+    );
     let o = processor(
         &["cancel", "--database-url", &db.url, "--partition", "gone"],
         "",
@@ -97,6 +101,10 @@ async fn wait_exits_by_outcome(db: TestDb) {
     let (code, text) = outcome(wait(&db, "open", &["--timeout", "300ms"])).await;
     assert_eq!(code, Some(3), "{text}");
     assert!(text.contains("not finished (available)"), "{text}");
+    assert!(
+        text.contains("partition open is paused: `processor resume --partition open`"),
+        "why: {text}"
+    );
     let (code, text) = outcome(wait(&db, "nope", &[])).await;
     assert_eq!(code, Some(4), "{text}");
     assert!(text.contains("not found: partition nope"), "{text}");

@@ -297,6 +297,39 @@ async fn api_actions(db: TestDb) {
     );
     db.sql("UPDATE feed_items SET status = 'complete' WHERE id = 'manual/1'")
         .await;
+    // A browser form may send these to any site with no preflight: the
+    // API refuses them before reading the body, and nothing moves.
+    for kind in [
+        "text/plain",
+        "application/x-www-form-urlencoded",
+        "multipart/form-data; boundary=x",
+    ] {
+        let r = reqwest::Client::new()
+            .post(format!(
+                "{}/api/v1/partitions/manual/checkpoint",
+                admin.base
+            ))
+            .bearer_auth(TOKEN)
+            .header("content-type", kind)
+            .body(r#"{"gate": 1}"#)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::UNSUPPORTED_MEDIA_TYPE, "{kind}");
+        let e: Value = serde_json::from_str(&r.text().await.unwrap()).unwrap();
+        assert!(
+            e["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("send application/json"),
+            "{e}"
+        );
+    }
+    assert_eq!(
+        db.partition_row("manual").await.1,
+        0,
+        "a refused body moved the gate"
+    );
     let (code, p) = admin.checkpoint("manual", 1).await;
     assert_eq!((code, p["gate"].clone()), (StatusCode::OK, json!(1)));
     let (code, e) = admin.checkpoint("manual", 1).await;

@@ -80,7 +80,7 @@ async fn pause_holds_work_and_resume_continues(db: TestDb) {
     .unwrap();
     assert_eq!(status["partitions"][0]["paused"], true);
     let (ok, out) = cli(&db, &["resume", "--all"]);
-    assert!(ok && out.contains("1 partitions resumed"), "{out}");
+    assert!(ok && out.contains("1 partition resumed"), "{out}");
     db.wait_partition("p", "complete").await;
     assert_eq!(h.calls_for("p/1").len(), 1);
 }

@@ -30,8 +30,16 @@ async fn a_handler_answering_500_to_everything_fails_its_items(db: TestDb) {
     .await;
     db.wait_partition("p", "complete").await;
     for id in &ids {
-        db.assert_failed(id, 3, &["HTTP 500", "KeyError: 'name' in classify()"])
+        let row = db
+            .assert_failed(id, 3, &["HTTP 500", "KeyError: 'name' in classify()"])
             .await;
+        // The last attempt says so, and nothing of a retry to come.
+        assert_eq!(
+            row.last_error.as_deref(),
+            Some(
+                "handler answered HTTP 500: KeyError: 'name' in classify() (attempt 3 of 3; no attempts left)"
+            )
+        );
     }
     assert_eq!(handler.calls().len(), 90, "three calls per item");
     let text = proc.metrics().await;
@@ -157,6 +165,24 @@ async fn a_handler_nobody_listens_at_is_reported_while_it_lasts(db: TestDb) {
     let out = String::from_utf8_lossy(&status.stdout);
     assert!(out.contains("holds dispatch off"), "{out}");
     assert!(out.to_lowercase().contains("refused"), "{out}");
+    // A wait that times out says why the partition is still open.
+    let wait = [
+        "wait",
+        "--database-url",
+        &db.url,
+        "--partition",
+        "p",
+        "--timeout",
+        "200ms",
+    ];
+    let waited = processor(&wait, "");
+    let why = String::from_utf8_lossy(&waited.stderr);
+    assert_eq!(waited.status.code(), Some(3), "{why}");
+    assert!(
+        why.contains("holds dispatch off (no attempts counted)"),
+        "{why}"
+    );
+    assert!(why.to_lowercase().contains("refused"), "{why}");
     let json = processor(&["status", "--database-url", &db.url, "--json"], "");
     let s: Value = serde_json::from_slice(&json.stdout).unwrap();
     let held = &s["processors"][0];

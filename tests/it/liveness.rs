@@ -179,7 +179,7 @@ async fn retry_after_the_gate_moved_on_runs_at_the_current_gate(db: TestDb) {
     );
     let text = String::from_utf8_lossy(&out.stdout).to_string();
     assert!(out.status.success(), "{text}");
-    assert!(text.contains("1 failed items back to available"), "{text}");
+    assert!(text.contains("1 failed item back to available"), "{text}");
     assert!(
         text.contains("moved up to their partition's current gate"),
         "{text}"

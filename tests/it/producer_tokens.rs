@@ -1,7 +1,7 @@
 //! Producer tokens with a scope: created, listed and revoked with the
 //! command line and the admin API, stored only as a hash, and held to
-//! their tenant, prefix and caps; the legacy `--producer-token` stays
-//! unscoped.
+//! their tenant, prefix and caps; the legacy `--producer-token` has the
+//! narrowest scope (partitions of no tenant).
 
 use feed::store::{NewItem, PartitionSpec, ProducerScope};
 use reqwest::StatusCode;
@@ -174,11 +174,41 @@ async fn producer_tokens_are_scoped(db: TestDb) {
     let partitions = db.count("SELECT COUNT(*) AS n FROM feed_partitions").await;
     assert_eq!(partitions, 4, "nor created a partition");
 
-    // The legacy token and the admin token stay unscoped.
-    for token in [PRODUCER, ADMIN] {
-        let (code, a) = put(&base, token, "b1", "tenant=zeta&weight=1000", one).await;
-        assert_eq!(code, StatusCode::OK, "{a}");
+    // The admin token stays unscoped; the legacy token has the narrowest
+    // scope: partitions of no tenant, no tenant, weight or cap of its own.
+    let (code, a) = put(&base, ADMIN, "b1", "tenant=zeta&weight=1000", one).await;
+    assert_eq!(code, StatusCode::OK, "{a}");
+    for (partition, q, says) in [
+        ("b1", "", "is not of no tenant"),
+        ("open", "tenant=zeta", "processor tokens create --tenant T"),
+        ("fresh", "tenant=zeta", "may not choose a tenant"),
+        ("open", "weight=1000", "weight may be at most"),
+        ("fresh", "max_in_flight=3", "max_in_flight may be at most"),
+    ] {
+        let (code, e) = put(&base, PRODUCER, partition, q, one).await;
+        assert_eq!(code, StatusCode::FORBIDDEN, "{partition}?{q}: {e}");
+        assert!(message(&e).contains(says), "{partition}?{q}: {e}");
     }
+    assert_eq!(
+        put(&base, PRODUCER, "open", "", one).await.0,
+        StatusCode::OK,
+        "the legacy token still adds to a partition of no tenant"
+    );
+    let fresh = db
+        .count("SELECT COUNT(*) AS n FROM feed_partitions WHERE id = 'fresh'")
+        .await;
+    assert_eq!(fresh, 0, "a refused legacy request created a partition");
+
+    // A capped token's partition is capped when the producer gives no cap.
+    let (code, a) = put(&base, &acme_any, "acme-capped", "", one).await;
+    assert_eq!(code, StatusCode::OK, "{a}");
+    let cap: Vec<(Option<i32>,)> = db
+        .rows(
+            "SELECT max_in_flight FROM feed_partitions WHERE id = 'acme-capped'",
+            &["max_in_flight"],
+        )
+        .await;
+    assert_eq!(cap, [(Some(10),)], "the token's cap was not applied");
 
     // The library holds a scope the same way.
     let scope = ProducerScope::new("acme").unwrap();

@@ -116,7 +116,8 @@ async fn a_missing_database_ends_run_with_how_to_create_it(db: TestDb) {
     let url = with_database(&db, "feed_no_such_db");
     let create = match db.backend {
         Backend::Postgres => "createdb -h 127.0.0.1 -p 5432 -U postgres feed_no_such_db",
-        _ => "CREATE DATABASE feed_no_such_db",
+        // No password in the URL: the client is not told to ask for one.
+        _ => "mysql -h 127.0.0.1 -P 3306 -u root -e 'CREATE DATABASE feed_no_such_db'",
     };
     let says = ["\"feed_no_such_db\" does not exist", create];
     let line = run(&url, &[]).gives_up(&says).await;

@@ -246,7 +246,7 @@ async fn a_refused_event_is_kept_and_retried_on_request(db: TestDb) {
     assert_eq!(listed["kind"], json!("partition.complete"));
     accept.store(true, Ordering::SeqCst);
     let o = processor(&["events", "retry", "--database-url", &db.url, "--all"], "");
-    assert!(String::from_utf8_lossy(&o.stdout).contains("1 failed events back to pending"));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("1 failed event back to pending"));
     all_delivered(&db, 1).await;
     assert_eq!(receiver.calls().len(), 2);
 }
@@ -306,4 +306,43 @@ async fn a_receiver_answering_429_retry_after_0_is_not_hammered(db: TestDb) {
         .count("SELECT COUNT(*) AS n FROM feed_events WHERE status = 'failed'")
         .await;
     assert_eq!(failed, 0, "no event spent 25 attempts within {window:?}");
+}
+
+on_all_backends!(pending_events_without_a_sender_say_so);
+/// Without `--events-url` events are kept but not sent: the processor's
+/// start says so, and `events list` and `status` say that no receiver is
+/// configured while events are pending. Once a processor sends them (to a
+/// receiver that is down, so they stay pending) the note is gone.
+async fn pending_events_without_a_sender_say_so(db: TestDb) {
+    db.partition_of("p", true, false, "block", &["p/1"]).await;
+    let Scene(_h, proc) = Scene::start(&db, &[], |_| done()).await;
+    wait_for("the close's event", Duration::from_secs(30), || async {
+        rows(&db).await.len() == 1
+    })
+    .await;
+    let started = proc.log();
+    let line = started.lines().find(|l| l.contains("processor started"));
+    assert!(
+        line.is_some_and(|l| l.contains("not sent (no --events-url)")),
+        "{started}"
+    );
+    let note = "no events receiver is configured here (--events-url)";
+    let o = processor(&["events", "list", "--database-url", &db.url], "");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success() && err.contains(note), "{err}");
+    let o = processor(&["status", "--database-url", &db.url], "");
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("pending: 1") && out.contains(note), "{out}");
+
+    let receiver = Handler::start(|_| retry_after(503, "1", "deploying")).await;
+    let url = receiver.url();
+    let _sender = Scene::start(&db, &["--events-url", &url], |_| done()).await;
+    wait_for("a first send", Duration::from_secs(30), || async {
+        !receiver.calls().is_empty()
+    })
+    .await;
+    assert_eq!(rows(&db).await[0].2, "pending");
+    let o = processor(&["events", "list", "--database-url", &db.url], "");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success() && !err.contains(note), "{err}");
 }

@@ -175,6 +175,7 @@ fn failed_attempt(message: String, retry_after: Option<Duration>) -> Outcome {
         retry_after,
         outage: false,
         throttled: false,
+        missing: None,
     }
 }
 
@@ -197,29 +198,31 @@ fn error_answer(status: StatusCode, a: &Answer, retry_after: Option<Duration>) -
         retry_after,
         outage: away(status),
         throttled: throttled(status, retry_after),
+        missing: missing(status),
     })
 }
 
 /// The failed attempt a non-2xx status without an error answer stands for.
+/// Its message says what the handler answered, not what happens next: the
+/// policy adds that ("not retried", or the attempts used up), as it alone
+/// knows whether an attempt is left.
 fn status_failed(status: StatusCode, body: &[u8], retry_after: Option<Duration>) -> Outcome {
-    let retry = retryable(status);
-    let why = if status.is_redirection() {
-        "redirects are not followed; point --handler-url at the final address"
-    } else if retry {
-        "will retry"
+    let hint = if status.is_redirection() {
+        " (redirects are not followed; point --handler-url at the final address)"
     } else {
-        "not retried"
+        ""
     };
     Outcome::Failed {
         message: format!(
-            "handler answered HTTP {} ({why}){}",
+            "handler answered HTTP {}{hint}{}",
             status.as_u16(),
             snippet(body)
         ),
-        retry,
+        retry: retryable(status),
         retry_after,
         outage: away(status),
         throttled: throttled(status, retry_after),
+        missing: missing(status),
     }
 }
 
@@ -229,6 +232,14 @@ fn status_failed(status: StatusCode, body: &[u8], retry_after: Option<Duration>)
 /// handler's own answer, an attempt like any other.
 fn away(status: StatusCode) -> bool {
     matches!(status.as_u16(), 502..=504)
+}
+
+/// The status when it is 404 or 405: a handler that answers it for every
+/// item is not there at that URL (a wrong path, or a URL that only serves
+/// GET); one item's 404 among answers is that item's own (the circuit
+/// breaker tells them apart).
+fn missing(status: StatusCode) -> Option<u16> {
+    matches!(status.as_u16(), 404 | 405).then_some(status.as_u16())
 }
 
 /// Whether a status says "too many": 429, or 503 with `Retry-After`.

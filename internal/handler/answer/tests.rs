@@ -113,6 +113,36 @@ fn errors_and_statuses() {
             "{code}"
         );
     }
+    // 404 and 405 may be a wrong URL (the breaker decides), body or not.
+    for (code, body, missing) in [
+        (404, "Not Found", Some(404)),
+        (405, "", Some(405)),
+        (404, r#"{"error": {"message": "no such order"}}"#, Some(404)),
+        (410, "", None),
+        (503, "", None),
+    ] {
+        let s = StatusCode::from_u16(code).unwrap();
+        let o = parse_response(s, &Bytes::copy_from_slice(body.as_bytes()), None);
+        assert_eq!(o.missing(), missing, "{code} {body}");
+    }
+}
+
+#[test]
+fn a_status_says_what_was_answered_not_what_happens_next() {
+    // Whether it is retried is the policy's to say: the same 500 is
+    // retried, or the item's last attempt.
+    let s = StatusCode::INTERNAL_SERVER_ERROR;
+    let e = parse_response(s, &Bytes::from_static(b"KeyError: 'name'\n"), None);
+    assert!(
+        matches!(e, Outcome::Failed { retry: true, ref message, .. }
+            if message == "handler answered HTTP 500: KeyError: 'name'"),
+        "{e:?}"
+    );
+    let e = parse_response(StatusCode::NOT_FOUND, &Bytes::new(), None);
+    assert!(
+        matches!(e, Outcome::Failed { retry: false, ref message, .. } if message == "handler answered HTTP 404"),
+        "{e:?}"
+    );
 }
 
 #[test]

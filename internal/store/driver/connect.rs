@@ -47,8 +47,15 @@ impl Driver {
     }
 
     /// See [`Dialect::create_database`].
-    pub(crate) fn create_database(self, host: &str, port: &str, user: &str, name: &str) -> String {
-        (self.dialect().create_database)(host, port, user, name)
+    pub(crate) fn create_database(
+        self,
+        host: &str,
+        port: &str,
+        user: &str,
+        name: &str,
+        password: bool,
+    ) -> String {
+        (self.dialect().create_database)(host, port, user, name, password)
     }
 
     /// Logs in once and closes the connection: Ok(false) when `primary`
@@ -78,8 +85,9 @@ impl Driver {
     }
 }
 
-/// `createdb` (PostgreSQL's; SQLite creates its file instead).
-pub(super) fn createdb(host: &str, port: &str, user: &str, name: &str) -> String {
+/// `createdb` (PostgreSQL's; SQLite creates its file instead). A password
+/// comes from `PGPASSWORD` or `~/.pgpass`, or `createdb` asks for it.
+pub(super) fn createdb(host: &str, port: &str, user: &str, name: &str, _password: bool) -> String {
     let user = user_flag("-U", user);
     format!(
         "create it with `createdb -h {host} -p {port}{user} {name}` (or `CREATE DATABASE {name};` in psql)"

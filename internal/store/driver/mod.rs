@@ -95,8 +95,9 @@ pub(crate) struct Dialect {
     /// It may sit behind a pooler in transaction mode (PostgreSQL).
     transaction_pooler: bool,
     /// How to create a missing database, said as a hint: from the host,
-    /// the port, the user (may be empty) and the name.
-    create_database: fn(&str, &str, &str, &str) -> String,
+    /// the port, the user (may be empty), the name and whether the URL
+    /// has a password (a client asked for one then prompts).
+    create_database: fn(&str, &str, &str, &str, bool) -> String,
     /// Appends a delete of up to the batch of items of the partitions
     /// (ids) that are not `available` and whose partition (aliased `p`)
     /// passes the test the last argument appends.

@@ -101,10 +101,29 @@ fn on_duplicate(key: &str, columns: &[&str]) -> String {
     format!(" ON DUPLICATE KEY UPDATE {}", set.join(", "))
 }
 
-/// The hint for a missing database: `CREATE DATABASE` through the client.
-fn create_database(host: &str, port: &str, user: &str, name: &str) -> String {
+/// The hint for a missing database: `CREATE DATABASE` through the
+/// client, which asks for the password (`-p`) only when the URL has one.
+fn create_database(host: &str, port: &str, user: &str, name: &str, password: bool) -> String {
     let user = super::connect::user_flag("-u", user);
+    let p = if password { " -p" } else { "" };
     format!(
-        "create it with `CREATE DATABASE {name};` (e.g. mysql -h {host} -P {port}{user} -p -e 'CREATE DATABASE {name}')"
+        "create it with `CREATE DATABASE {name};` (e.g. mysql -h {host} -P {port}{user}{p} -e 'CREATE DATABASE {name}')"
     )
+}
+
+#[cfg(test)]
+mod hint_tests {
+    #[test]
+    fn the_client_asks_for_a_password_only_when_the_url_has_one() {
+        let with = super::create_database("db", "3306", "feed", "f", true);
+        assert!(
+            with.contains("mysql -h db -P 3306 -u feed -p -e 'CREATE DATABASE f'"),
+            "{with}"
+        );
+        let without = super::create_database("db", "3306", "root", "f", false);
+        assert!(
+            without.contains("mysql -h db -P 3306 -u root -e 'CREATE DATABASE f'"),
+            "{without}"
+        );
+    }
 }
