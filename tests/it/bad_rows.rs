@@ -9,6 +9,7 @@ use std::time::Duration;
 use sea_orm::ConnectionTrait;
 
 use crate::backend_tests;
+use crate::cli::processor;
 use crate::support::{Scene, TestDb, done, wait_for};
 
 /// An item's status and last error, read without decoding its other
@@ -65,6 +66,15 @@ async fn a_row_feed_cannot_read_costs_only_itself(db: TestDb) {
         h.calls_for("many").is_empty(),
         "an unreadable item is never sent"
     );
+    // `status` and `export` still read the partition, the failed item too.
+    let o = processor(&["status", "--database-url", &db.url, "--json"], "");
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(out.contains("attempts is 'many'"), "{out}");
+    let args = ["export", "--database-url", &db.url, "--partition", "bad"];
+    let o = processor(&args, "");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(String::from_utf8_lossy(&o.stdout).lines().count(), 4);
     let log = p.log();
     assert!(
         log.contains("traceparent is not text") && log.contains("blob-tp"),

@@ -137,9 +137,10 @@ impl Store {
         filter: impl FnOnce(&mut Sql),
     ) -> Result<Vec<ItemView>> {
         let data = self.driver.data_column("i");
+        let attempts = self.driver.attempts_column();
         let mut s = Sql::new(self.driver);
         s.push(&format!(
-            "SELECT i.id, i.partition_id, i.gate, i.status, i.attempts, i.last_error, i.not_before, \
+            "SELECT i.id, i.partition_id, i.gate, i.status, {attempts}, i.last_error, i.not_before, \
              i.version, i.updated_at, LENGTH({data}) AS data_bytes, \
              SUBSTR({data}, 1, {PREVIEW_BYTES}) AS preview FROM feed_items i"
         ));
