@@ -162,9 +162,10 @@ impl Export {
         let b = self.store.driver;
         let seq = b.seq();
         let columns = format!(
-            "i.{seq} AS seq, i.id, i.gate, i.status, {}, i.last_error, i.not_before, \
+            "i.{seq} AS seq, i.id, {}, i.status, {}, i.last_error, i.not_before, \
              {} AS data",
-            b.attempts_column(),
+            b.listed_int("gate"),
+            b.listed_int("attempts"),
             b.data_column("i")
         );
         let mut sql = self.select(&columns, self.after);

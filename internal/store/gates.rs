@@ -114,10 +114,13 @@ impl Store {
             out.push((p, probe));
         }
         if !later.is_empty() {
-            let next = self.next_gates(&later).await?;
+            let (next, unreadable) = self.next_gates(me, &later).await?;
             for (p, probe) in &mut out {
                 if let Some(g) = next.get(&p.id) {
                     *probe = GateProbe::Next(*g);
+                } else if unreadable.contains(&p.id) {
+                    // Its bad items were failed: the next check sees why.
+                    *probe = GateProbe::Unrunnable;
                 }
             }
         }
@@ -125,8 +128,14 @@ impl Store {
     }
 
     /// The lowest gate above each partition's own with available items
-    /// (None: nothing available is left), by one index probe each.
-    async fn next_gates(&self, ids: &[PartitionId]) -> Result<HashMap<PartitionId, Option<i64>>> {
+    /// (None: nothing available is left), by one index probe each; and the
+    /// partitions where that gate cannot be read (an item's gate written by
+    /// hand that is not an integer), whose such items are failed.
+    async fn next_gates(
+        &self,
+        me: &SessionId,
+        ids: &[PartitionId],
+    ) -> Result<(HashMap<PartitionId, Option<i64>>, Vec<PartitionId>)> {
         let index = self.driver.ready_index();
         let mut s = Sql::new(self.driver);
         s.push(&format!(
@@ -137,9 +146,22 @@ impl Store {
         .binds(padded_ids(ids))
         .push(")");
         let rows = self.fetch(s.statement()).await?;
-        rows.iter()
-            .map(|r| Ok((get(r, "id")?, get(r, "next_gate")?)))
-            .collect()
+        let (mut next, mut unreadable) = (HashMap::new(), Vec::new());
+        for r in &rows {
+            let id: PartitionId = get(r, "id")?;
+            match get(r, "next_gate") {
+                Ok(g) => {
+                    next.insert(id, g);
+                }
+                Err(e) if self.driver == Driver::Sqlite => {
+                    let n = self.fail_unreadable_gates(me, &id).await?;
+                    tracing::warn!(partition = %id, items = n, error = %e, "items' gates cannot be read; they are failed: fix them with SQL and run `processor retry`");
+                    unreadable.push(id);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok((next, unreadable))
     }
 
     /// Moves a held partition to `gate` (OCC, owner-fenced). The same

@@ -108,6 +108,25 @@ pub(crate) fn describe(r: &QueryResult, col: &str) -> String {
 }
 
 impl Store {
+    /// Fails the available items of a partition `me` holds whose gate is
+    /// not an integer (SQLite only: the other backends refuse one), each
+    /// with a `last_error` that names the gate's type; returns how many.
+    pub(crate) async fn fail_unreadable_gates(
+        &self,
+        me: &SessionId,
+        partition: &PartitionId,
+    ) -> Result<u64> {
+        let message = "'the row cannot be read: gate is a ' || typeof(gate) || ' value, not an integer; \
+                       fix the row with SQL and run `processor retry`'";
+        self.run(sql!(self.driver;
+            "UPDATE feed_items SET status = 'failed', last_error = " [message]
+            ", version = version + 1, updated_at = {now} WHERE partition_id = " {partition}
+            " AND status = 'available' AND typeof(gate) <> 'integer' AND EXISTS \
+             (SELECT 1 FROM feed_partitions p WHERE p.id = " {partition} " AND p.owner = " {me} ")"
+        ))
+        .await
+    }
+
     /// Fails an available item whose row cannot be read, in a partition
     /// `me` holds, naming what cannot be read and what to do; true when
     /// it was failed. Only that row (by id and partition) is written.

@@ -25,11 +25,11 @@ async fn state(db: &TestDb, id: &str) -> (String, Option<String>) {
 }
 
 backend_tests!(a_row_feed_cannot_read_costs_only_itself: sqlite => Sqlite);
-/// An item with a BLOB `traceparent` and one with `attempts = 'many'`,
-/// written first, beside good items in the same partition and another:
+/// An item with a BLOB `traceparent`, one with `attempts = 'many'` and
+/// one whose gate is text, written first, beside good items in the same partition and another:
 /// every good item completes, the BLOB traceparent is ignored (its item
-/// runs), and the item whose attempts cannot be read fails with a message
-/// that says what to do, without a call.
+/// runs), and the items whose attempts or gate cannot be read fail with a
+/// message that says what to do, without a call.
 async fn a_row_feed_cannot_read_costs_only_itself(db: TestDb) {
     db.partition("bad", true, false, "continue").await;
     db.partition("good", true, false, "block").await;
@@ -41,6 +41,11 @@ async fn a_row_feed_cannot_read_costs_only_itself(db: TestDb) {
     db.sql(
         "INSERT INTO feed_items (id, partition_id, data, attempts) \
          VALUES ('many', 'bad', x'7b7d', 'many')",
+    )
+    .await;
+    db.sql(
+        "INSERT INTO feed_items (id, partition_id, data, gate) \
+         VALUES ('bad-gate', 'bad', x'7b7d', 'later')",
     )
     .await;
     db.items("bad", 0, &["bad-ok-1", "bad-ok-2"]).await;
@@ -62,8 +67,15 @@ async fn a_row_feed_cannot_read_costs_only_itself(db: TestDb) {
             && error.contains("processor retry"),
         "{error}"
     );
+    let (status, error) = state(&db, "bad-gate").await;
+    assert_eq!(status, "failed");
+    let error = error.unwrap();
     assert!(
-        h.calls_for("many").is_empty(),
+        error.contains("the row cannot be read: gate is a text value, not an integer"),
+        "{error}"
+    );
+    assert!(
+        h.calls_for("many").is_empty() && h.calls_for("bad-gate").is_empty(),
         "an unreadable item is never sent"
     );
     // `status` and `export` still read the partition, the failed item too.
@@ -74,7 +86,7 @@ async fn a_row_feed_cannot_read_costs_only_itself(db: TestDb) {
     let args = ["export", "--database-url", &db.url, "--partition", "bad"];
     let o = processor(&args, "");
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    assert_eq!(String::from_utf8_lossy(&o.stdout).lines().count(), 4);
+    assert_eq!(String::from_utf8_lossy(&o.stdout).lines().count(), 5);
     let log = p.log();
     assert!(
         log.contains("traceparent is not text") && log.contains("blob-tp"),

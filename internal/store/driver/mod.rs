@@ -203,16 +203,17 @@ impl Driver {
         (self.dialect().data_column)(alias)
     }
 
-    /// `i.attempts` as a listing reads it: on SQLite, which keeps text in
-    /// an INTEGER column, a value of another type reads as -1, so that one
-    /// row written by hand cannot fail a whole list (dispatch fails that
-    /// item with a `last_error` that says what it held).
-    pub(crate) fn attempts_column(self) -> &'static str {
+    /// Item column `i.{column}` (an integer) as a listing reads it: on
+    /// SQLite, which keeps text in an INTEGER column, a value of another
+    /// type reads as -1, so that one row written by hand cannot fail a
+    /// whole list (dispatch fails that item with a `last_error` that says
+    /// what it held).
+    pub(crate) fn listed_int(self, column: &str) -> String {
         match self {
-            Driver::Sqlite => {
-                "CASE WHEN typeof(i.attempts) = 'integer' THEN i.attempts ELSE -1 END AS attempts"
-            }
-            _ => "i.attempts",
+            Driver::Sqlite => format!(
+                "CASE WHEN typeof(i.{column}) = 'integer' THEN i.{column} ELSE -1 END AS {column}"
+            ),
+            _ => format!("i.{column}"),
         }
     }
 

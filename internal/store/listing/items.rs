@@ -137,10 +137,13 @@ impl Store {
         filter: impl FnOnce(&mut Sql),
     ) -> Result<Vec<ItemView>> {
         let data = self.driver.data_column("i");
-        let attempts = self.driver.attempts_column();
+        let (gate, attempts) = (
+            self.driver.listed_int("gate"),
+            self.driver.listed_int("attempts"),
+        );
         let mut s = Sql::new(self.driver);
         s.push(&format!(
-            "SELECT i.id, i.partition_id, i.gate, i.status, {attempts}, i.last_error, i.not_before, \
+            "SELECT i.id, i.partition_id, {gate}, i.status, {attempts}, i.last_error, i.not_before, \
              i.version, i.updated_at, LENGTH({data}) AS data_bytes, \
              SUBSTR({data}, 1, {PREVIEW_BYTES}) AS preview FROM feed_items i"
         ));

@@ -200,15 +200,16 @@ impl Store {
             return Ok(());
         }
         let later = "status = 'available' AND attempts = 0 AND steps = 0 AND not_before > {now}";
+        let gate = self.driver.listed_int("gate");
         let mut s = Sql::new(self.driver);
         s.push(&format!(
-            "SELECT partition_id, gate, status, COUNT(*) AS n, \
+            "SELECT partition_id, {gate}, status, COUNT(*) AS n, \
              COUNT(CASE WHEN {later} THEN 1 END) AS scheduled, \
              MIN(CASE WHEN {later} THEN not_before END) AS next_due, {{now}} AS now \
-             FROM feed_items WHERE partition_id IN ("
+             FROM feed_items i WHERE partition_id IN ("
         ))
         .binds(ids.iter().map(|i| Value::from(i.clone())))
-        .push(") GROUP BY partition_id, gate, status");
+        .push(") GROUP BY partition_id, i.gate, status");
         let rows = self.fetch(s.statement()).await?;
         let index: std::collections::HashMap<String, usize> = list
             .iter()
