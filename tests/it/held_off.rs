@@ -12,6 +12,32 @@ use crate::wrong_url::readyz;
 /// What `status`, `/readyz` and the console say of such a processor.
 const RELEASING: &str = "held off: releasing partitions";
 
+/// Partitions some processor holds.
+const HELD: &str = "SELECT COUNT(*) AS n FROM feed_partitions WHERE owner IS NOT NULL";
+
+/// `partitions` partitions `p0`… of `items` items each.
+async fn seed(db: &TestDb, partitions: usize, items: usize) {
+    for p in 0..partitions {
+        let ids = numbered(&format!("p{p}/"), items);
+        db.partition_of(&format!("p{p}"), true, false, "block", &ids)
+            .await;
+    }
+}
+
+/// Seeds the partitions, then starts a processor whose handler is down
+/// and waits until it has leased some.
+async fn bad_first(db: &TestDb, partitions: usize, items: usize) -> (DownHandler, Proc) {
+    seed(db, partitions, items).await;
+    let (down, bad) = DownHandler::start(db, &[]);
+    wait_for(
+        "the bad processor to lease partitions",
+        Duration::from_secs(30),
+        || async { db.count(HELD).await > 0 },
+    )
+    .await;
+    (down, bad)
+}
+
 on_all_backends!(a_held_off_processor_gives_its_partitions_back);
 /// The bad processor starts first and leases every partition; its handler
 /// refuses connections. Once it has held off for longer than the session
@@ -20,19 +46,7 @@ on_all_backends!(a_held_off_processor_gives_its_partitions_back);
 /// and says why (`/readyz`, `status`).
 async fn a_held_off_processor_gives_its_partitions_back(db: TestDb) {
     const PARTITIONS: usize = 6;
-    for p in 0..PARTITIONS {
-        let ids = numbered(&format!("p{p}/"), 30);
-        db.partition_of(&format!("p{p}"), true, false, "block", &ids)
-            .await;
-    }
-    let (_down, bad) = DownHandler::start(&db, &[]);
-    let held = "SELECT COUNT(*) AS n FROM feed_partitions WHERE owner IS NOT NULL";
-    wait_for(
-        "the bad processor to lease partitions",
-        Duration::from_secs(30),
-        || async { db.count(held).await > 0 },
-    )
-    .await;
+    let (_down, bad) = bad_first(&db, PARTITIONS, 30).await;
     let me = db
         .sessions()
         .await
@@ -95,11 +109,7 @@ on_all_backends!(it_takes_partitions_again_once_its_handler_answers);
 /// leased partition at a time; once the handler listens a probe reaches
 /// it, and it takes partitions again and completes them.
 async fn it_takes_partitions_again_once_its_handler_answers(db: TestDb) {
-    for p in 0..3 {
-        let ids = numbered(&format!("p{p}/"), 60);
-        db.partition_of(&format!("p{p}"), true, false, "block", &ids)
-            .await;
-    }
+    seed(&db, 3, 60).await;
     let (down, p) = DownHandler::start(&db, &[]);
     // Held off for three session expiries (2 s each in FAST).
     wait_for("a hold-off of 6 s", Duration::from_secs(30), || async {
@@ -108,8 +118,7 @@ async fn it_takes_partitions_again_once_its_handler_answers(db: TestDb) {
         since > 0.0 && now.unwrap().as_secs_f64() - since >= 6.0
     })
     .await;
-    let held = "SELECT COUNT(*) AS n FROM feed_partitions WHERE owner IS NOT NULL";
-    assert_eq!(db.count(held).await, 3, "alone, it keeps its partitions");
+    assert_eq!(db.count(HELD).await, 3, "alone, it keeps its partitions");
     assert_eq!(readyz(&p).await["releasing"], false);
     // A slow peer, one call at a time: partitions stay free meanwhile.
     let handler = Handler::start_async(|_| async {
@@ -165,19 +174,7 @@ on_all_backends!(it_rejoins_when_its_peers_hold_every_partition);
 /// session expiries) finds it back, and it takes a share of the work.
 async fn it_rejoins_when_its_peers_hold_every_partition(db: TestDb) {
     const PARTITIONS: usize = 4;
-    for p in 0..PARTITIONS {
-        let ids = numbered(&format!("p{p}/"), 150);
-        db.partition_of(&format!("p{p}"), true, false, "block", &ids)
-            .await;
-    }
-    let (down, bad) = DownHandler::start(&db, &[]);
-    let held = "SELECT COUNT(*) AS n FROM feed_partitions WHERE owner IS NOT NULL";
-    wait_for(
-        "the bad processor to lease partitions",
-        Duration::from_secs(30),
-        || async { db.count(held).await > 0 },
-    )
-    .await;
+    let (down, bad) = bad_first(&db, PARTITIONS, 150).await;
     // One call at a time, 50 ms each: half a minute of work for it alone.
     let slow = Handler::start_async(|_| async {
         tokio::time::sleep(Duration::from_millis(50)).await;
