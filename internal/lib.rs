@@ -44,6 +44,7 @@ pub(crate) mod breaker;
 pub(crate) mod client;
 pub(crate) mod completer;
 pub mod config;
+pub(crate) mod conns;
 pub mod console;
 pub(crate) mod context;
 pub mod demo;

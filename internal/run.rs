@@ -126,7 +126,12 @@ async fn start(
         let app = crate::server::app(health.clone(), Arc::new(registry), &config, wake.clone());
         work.spawn(
             "listener",
-            serve(crate::server::bind(addr, true).await?, app, work.token()),
+            serve(
+                crate::server::bind(addr, true).await?,
+                app,
+                work.token(),
+                config.listen.trusted_proxies.clone(),
+            ),
         );
     }
     let Some(store) = open(&config, &metrics, &health, &work.token()).await? else {
@@ -372,9 +377,14 @@ async fn connect(config: &Config, cancel: &CancellationToken) -> Result<Option<S
 }
 
 /// Serves the health and metrics listener until `stop`.
-async fn serve(listener: tokio::net::TcpListener, app: axum::Router, stop: CancellationToken) {
-    if let Err(e) = crate::server::serve(listener, app, async move { stop.cancelled().await }).await
-    {
+async fn serve(
+    listener: tokio::net::TcpListener,
+    app: axum::Router,
+    stop: CancellationToken,
+    proxies: Vec<ipnet::IpNet>,
+) {
+    let stop = async move { stop.cancelled().await };
+    if let Err(e) = crate::server::serve_trusting(listener, app, stop, &proxies).await {
         tracing::warn!(error = %e, "health listener stopped");
     }
 }

@@ -129,18 +129,30 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// closes its connection, and frees what its answer held (an export).
 pub const WRITE_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Serves `app` on `listener` until `stop` resolves, then lets requests
-/// in progress finish (up to [`REQUEST_TIMEOUT`]). Unlike a bare
-/// `axum::serve`, idle and slow sockets are closed ([`HEADER_TIMEOUT`]),
-/// every request is bounded in time, a client that stops reading an
-/// answer is dropped ([`WRITE_IDLE_TIMEOUT`]), open connections are
-/// capped, and each request carries its [`ClientAddr`].
+/// [`serve_trusting`] with no trusted proxy.
 pub async fn serve(
     listener: TcpListener,
     app: Router,
     stop: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
+    serve_trusting(listener, app, stop, &[]).await
+}
+
+/// Serves `app` on `listener` until `stop` resolves, then lets requests
+/// in progress finish (up to [`REQUEST_TIMEOUT`]). Unlike a bare
+/// `axum::serve`, idle and slow sockets are closed ([`HEADER_TIMEOUT`]),
+/// every request is bounded in time, a client that stops reading an
+/// answer is dropped ([`WRITE_IDLE_TIMEOUT`]), open connections are
+/// capped, in all and per client (but for `proxies`, which carry many),
+/// and each request carries its [`ClientAddr`].
+pub async fn serve_trusting(
+    listener: TcpListener,
+    app: Router,
+    stop: impl Future<Output = ()>,
+    proxies: &[ipnet::IpNet],
+) -> std::io::Result<()> {
     raise_open_files();
+    let conns = crate::conns::Conns::trusting(proxies);
     let app = bounded(app, REQUEST_TIMEOUT);
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
@@ -163,6 +175,18 @@ pub async fn serve(
             },
             () = &mut stop => break,
         };
+        let Some(counted) = conns.admit(addr.ip()) else {
+            static LOG: crate::ratelog::Every = crate::ratelog::Every::new();
+            if let Some(refused) = LOG.due() {
+                tracing::warn!(
+                    client = %addr.ip(),
+                    refused,
+                    per_client = crate::conns::PER_CLIENT,
+                    "a client holds the most connections one client may; its new ones are closed"
+                );
+            }
+            continue;
+        };
         let app = app.clone();
         let service = hyper::service::service_fn(move |mut req: axum::extract::Request<_>| {
             req.extensions_mut().insert(ClientAddr(addr));
@@ -179,6 +203,7 @@ pub async fn serve(
         tokio::spawn(async move {
             let _ = conn.await;
             drop(slot);
+            drop(counted);
         });
     }
     drop(listener);

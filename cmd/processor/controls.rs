@@ -137,7 +137,7 @@ pub async fn ui(a: UiArgs) -> anyhow::Result<()> {
         .allowing(&a.listen.allowed_hosts)
         .trusting(&a.listen.trusted_proxies.proxies)
         .router();
-    feed::server::serve(listener, app, shutdown)
+    feed::server::serve_trusting(listener, app, shutdown, &a.listen.trusted_proxies.proxies)
         .await
         .context("serving the dashboard")?;
     Ok(())

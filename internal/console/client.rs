@@ -28,7 +28,8 @@ pub fn parse_proxy(text: &str) -> Result<IpNet, String> {
         })
 }
 
-fn trusted(proxies: &[IpNet], ip: IpAddr) -> bool {
+/// Whether `ip` is one of the `--trusted-proxy` ranges.
+pub(crate) fn trusted(proxies: &[IpNet], ip: IpAddr) -> bool {
     let ip = ip.to_canonical();
     proxies.iter().any(|p| p.contains(&ip))
 }

@@ -137,10 +137,12 @@ pub(super) async fn enqueue(
     };
     let (parts, body) = request.into_parts();
     // Held until the answer: the body and the items written from it.
-    let (body, _budget) = match enqueue_body::read(&parts.headers, body).await {
-        Ok(b) => b,
-        Err((code, message)) => return api_error(code, &message),
-    };
+    let holder = scope.as_ref().map_or("", |s| s.id.as_str());
+    let (body, _budget) =
+        match enqueue_body::read(&console.enqueues, &parts.headers, body, holder).await {
+            Ok(b) => b,
+            Err((code, message)) => return api_error(code, &message),
+        };
     let prefix = scope
         .as_ref()
         .and_then(|s| s.prefix.as_deref())

@@ -9,7 +9,10 @@ use bytes::Bytes;
 use http_body_util::BodyExt;
 use serde::de::{Deserializer, SeqAccess, Visitor};
 use serde_json::value::RawValue;
-use tokio::sync::{Semaphore, SemaphorePermit};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::store::NewItem;
 
@@ -24,42 +27,112 @@ pub const MAX_ENQUEUE_BODY_BYTES: usize = 16 << 20;
 /// its body's size. More answer 413.
 pub const MAX_ENQUEUE_ITEMS: usize = 10_000;
 
-/// The enqueue bodies held at once by this process, in KiB: 32 MiB, two
-/// bodies at the cap. A request takes its announced size (the cap when it
-/// announces none) before it reads a byte, and gives it back with its
-/// answer; others wait their turn (within the request timeout). With the
-/// copies the database drivers make while writing, that bounds what all
-/// enqueues together hold to about 160 MiB.
-static BUDGET_KIB: Semaphore = Semaphore::const_new(32 << 10);
+/// The enqueue bodies a console holds at once, in KiB: 32 MiB, two bodies
+/// at the cap. A request takes its part as its bytes arrive, so a client
+/// that announces a large body and sends it slowly holds only what it
+/// sent; it gives it back with its answer. With the copies the database
+/// drivers make while writing, that bounds what all enqueues together
+/// hold to about 160 MiB.
+const BUDGET_KIB: usize = 32 << 10;
+
+/// What the requests of one token may announce at once, in KiB: half the
+/// budget (one body at the cap), taken before any byte is read and all at
+/// once, so that a token's requests never wait on each other half-read,
+/// and one token cannot hold the whole budget.
+const SHARE_KIB: usize = 16 << 10;
+
+/// The room for enqueue bodies, shared by a console's requests.
+pub(super) struct Budget {
+    kib: Arc<Semaphore>,
+    /// Each token's share, while it has requests in progress.
+    shares: Mutex<BTreeMap<String, Arc<Semaphore>>>,
+}
+
+impl Default for Budget {
+    fn default() -> Self {
+        Budget {
+            kib: Arc::new(Semaphore::new(BUDGET_KIB)),
+            shares: Mutex::default(),
+        }
+    }
+}
+
+impl Budget {
+    fn shares(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Arc<Semaphore>>> {
+        self.shares
+            .lock()
+            .expect("the shares' lock is never poisoned")
+    }
+}
+
+/// What a body holds of the budget and of its token's share until it is
+/// dropped (with the answer).
+pub(super) struct Held {
+    budget: Arc<Budget>,
+    holder: String,
+    share: Option<OwnedSemaphorePermit>,
+    kib: Option<OwnedSemaphorePermit>,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        let Some(share) = self.share.take() else {
+            return;
+        };
+        let semaphore = share.semaphore().clone();
+        drop(share);
+        let mut shares = self.budget.shares();
+        // The map's own reference and this one: no request holds it.
+        if Arc::strong_count(&semaphore) == 2 {
+            shares.remove(&self.holder);
+        }
+    }
+}
 
 /// Why a body was refused: the status and what to say.
 pub(super) type Refused = (StatusCode, String);
 
-/// Reads the body into one buffer allocated at its announced size (or
-/// grown up to the cap when it announces none), within the budget: the
-/// permit returned holds the body's share of it until dropped. A body over
-/// [`MAX_ENQUEUE_BODY_BYTES`] is refused once the cap is passed; one that
-/// announces such a size is read up to there without being kept, so that
-/// a client that sends it all gets the answer rather than a closed socket.
+/// Reads the body of a request from `holder` (a token's id) into one
+/// buffer, within `budget`: the [`Held`] returned holds the body's part
+/// of it until dropped. The token's share is taken first, for the
+/// announced size (the cap when it announces none), then the budget as
+/// the bytes arrive. A body over [`MAX_ENQUEUE_BODY_BYTES`] is refused
+/// once the cap is passed; one that announces such a size is read up to
+/// there without being kept, so that a client that sends it all gets the
+/// answer rather than a closed socket.
 pub(super) async fn read(
+    budget: &Arc<Budget>,
     headers: &HeaderMap,
     body: Body,
-) -> Result<(Bytes, SemaphorePermit<'static>), Refused> {
+    holder: &str,
+) -> Result<(Bytes, Held), Refused> {
     let announced = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<usize>().ok());
-    let held = announced
+    let most = announced
         .unwrap_or(MAX_ENQUEUE_BODY_BYTES)
         .min(MAX_ENQUEUE_BODY_BYTES);
-    let kib = u32::try_from(held.div_ceil(1024)).expect("16 MiB in KiB fits");
-    let permit = BUDGET_KIB
-        .acquire_many(kib)
-        .await
-        .expect("the budget is never closed");
+    let share = budget
+        .shares()
+        .entry(holder.to_string())
+        .or_insert_with(|| Arc::new(Semaphore::new(SHARE_KIB)))
+        .clone();
+    let mut held = Held {
+        budget: budget.clone(),
+        holder: holder.to_string(),
+        share: None,
+        kib: None,
+    };
+    held.share = Some(
+        share
+            .acquire_many_owned(kib(most))
+            .await
+            .expect("a share is never closed"),
+    );
     let keep = announced.is_none_or(|n| n <= MAX_ENQUEUE_BODY_BYTES);
     let mut buf = Vec::with_capacity(match announced {
-        Some(n) if keep => n,
+        Some(n) if keep => n.min(1 << 20),
         _ => 64 << 10,
     });
     let (mut body, mut seen) = (body, 0);
@@ -78,10 +151,29 @@ pub(super) async fn read(
             return Err((StatusCode::PAYLOAD_TOO_LARGE, message));
         }
         if keep {
+            let had = held.kib.as_ref().map_or(0, |p| p.num_permits() as u32);
+            let more = kib(seen) - had;
+            if more > 0 {
+                let permit = budget
+                    .kib
+                    .clone()
+                    .acquire_many_owned(more)
+                    .await
+                    .expect("the budget is never closed");
+                match &mut held.kib {
+                    Some(p) => p.merge(permit),
+                    None => held.kib = Some(permit),
+                }
+            }
             buf.extend_from_slice(&data);
         }
     }
-    Ok((Bytes::from(buf), permit))
+    Ok((Bytes::from(buf), held))
+}
+
+/// `bytes` in KiB, rounded up.
+fn kib(bytes: usize) -> u32 {
+    u32::try_from(bytes.div_ceil(1024)).expect("16 MiB in KiB fits")
 }
 
 /// The items of a body: a JSON array when its first non-whitespace byte

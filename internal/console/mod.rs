@@ -30,6 +30,9 @@ mod login;
 mod pages;
 mod reads;
 mod throttle;
+
+pub(crate) use client::trusted;
+pub(crate) use throttle::key as client_key;
 mod tokens;
 mod views;
 
@@ -81,6 +84,8 @@ pub struct Console {
     sessions: Arc<auth::Sessions>,
     /// Room for exported items, shared by all exports (see `completion`).
     exports: Arc<tokio::sync::Semaphore>,
+    /// Room for enqueue bodies, shared by all enqueues (see `enqueue_body`).
+    enqueues: Arc<enqueue_body::Budget>,
     /// Inside a processor: its health, whose `schema` says when the
     /// database may be used (503 before).
     health: Option<Arc<crate::health::Health>>,
@@ -92,17 +97,8 @@ impl Console {
     /// A console on an open store.
     pub fn new(store: Store, token: Option<AdminToken>) -> Self {
         Self {
-            database_url: Arc::from(""),
             store: Arc::new(OnceCell::new_with(Some(store))),
-            token,
-            producer_token: None,
-            throttle: Arc::default(),
-            trusted_proxies: Arc::from([]),
-            allowed_hosts: Arc::from([]),
-            sessions: Arc::default(),
-            exports: completion::export_budget(),
-            health: None,
-            wake: None,
+            ..Self::lazy("", token)
         }
     }
 
@@ -118,9 +114,20 @@ impl Console {
             allowed_hosts: Arc::from([]),
             sessions: Arc::default(),
             exports: completion::export_budget(),
+            enqueues: Arc::default(),
             health: None,
             wake: None,
         }
+    }
+
+    /// Remembers at most `clients` client addresses per kind of token in
+    /// the guessing throttle (100,000 by default). A client past that is
+    /// let through to the token check, its failures counted only by the
+    /// throttle's backstop, so that a flood of addresses never locks out
+    /// the right token.
+    pub fn remembering(mut self, clients: usize) -> Self {
+        self.throttle = Arc::new(throttle::Throttle::remembering(clients));
+        self
     }
 
     /// Also allows enqueueing over the API (`POST
@@ -169,17 +176,16 @@ impl Console {
         self
     }
 
-    /// Runs `check` (a comparison with a token) for a request `what`
-    /// (`API`, `login`, `enqueue`) from `client`, unless that client has
-    /// used up its failed attempts (see `throttle`); a wrong token counts
-    /// as one.
+    /// Runs `check` (a comparison with the admin token) for a request
+    /// `what` (`API`, `login`) from `client`, unless that client has used
+    /// up its failed attempts (see `throttle`); a wrong token counts as one.
     fn guarded(
         &self,
         client: Option<&ClientAddr>,
         what: &str,
         check: impl FnOnce() -> Result<(), auth::Refusal>,
     ) -> Result<(), Guarded> {
-        let (ip, kind) = (client_ip(client), throttle::Kind::of(what));
+        let (ip, kind) = (client_ip(client), throttle::Kind::Admin);
         self.throttle.admit(kind, ip).map_err(Guarded::Wait)?;
         check().map_err(|r| {
             if r.0 == StatusCode::UNAUTHORIZED {

@@ -11,9 +11,14 @@
 //! guesser with many addresses). Once it is used up it refuses only the
 //! clients that failed within the last [`REFILL`]: a client with a clean
 //! record, such as an operator with the right token, always gets through.
+//! So does a client the table has no room for (it remembers
+//! [`MAX_CLIENTS`]): its failures count against the backstop only, and a
+//! token of 128 random bits or more is what keeps such a flood from
+//! guessing it.
 //!
-//! Failed attempts are logged at most once a minute per client, with the
-//! address and how many there were.
+//! Failed attempts are logged at most once a minute per kind of token,
+//! whatever the number of clients: how many there were, from how many
+//! clients, and the latest client's address.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -33,31 +38,26 @@ const OVERALL: f64 = 100.0;
 /// failure is this old has a clean record.
 const REFILL: Duration = Duration::from_secs(60);
 
-/// Clients remembered at most (per kind); clean ones are forgotten first.
-const MAX_CLIENTS: usize = 100_000;
+/// Clients remembered at most (per kind) by default; clean ones are
+/// forgotten first.
+pub const MAX_CLIENTS: usize = 100_000;
 
-/// Which token a request tried: each kind has its own allowances.
+/// How often the table is swept of clean clients when it is full.
+const SWEEP: Duration = Duration::from_secs(1);
+
+/// Which token a request tried: each kind has its own allowances. A wrong
+/// token at the enqueue route counts as both (it may be a guess at the
+/// admin token, which that route also takes).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Kind {
     /// The admin token (API actions, the login form).
     Admin,
-    /// A token offered to enqueue (the producer token, or the admin token).
+    /// A producer token.
     Producer,
 }
 
-impl Kind {
-    /// The kind of a guarded request, by what it is (`enqueue`, `login`…).
-    pub fn of(what: &str) -> Kind {
-        if what == "enqueue" {
-            Kind::Producer
-        } else {
-            Kind::Admin
-        }
-    }
-}
-
 /// One client's key: its IPv4 address, or the /64 of its IPv6 address.
-fn key(addr: IpAddr) -> IpAddr {
+pub(crate) fn key(addr: IpAddr) -> IpAddr {
     match addr.to_canonical() {
         IpAddr::V6(v6) => {
             let bits = u128::from(v6) & !((1u128 << 64) - 1);
@@ -74,9 +74,6 @@ struct Allowance {
     at: Instant,
     /// The last failure counted against it.
     failed: Option<Instant>,
-    /// Failed attempts not logged yet, and when the last log line was.
-    unlogged: u64,
-    logged: Option<Instant>,
 }
 
 impl Allowance {
@@ -85,8 +82,6 @@ impl Allowance {
             left: size,
             at: now,
             failed: None,
-            unlogged: 0,
-            logged: None,
         }
     }
 
@@ -110,6 +105,9 @@ impl Allowance {
 struct Allowances {
     by_client: HashMap<IpAddr, Allowance>,
     all: Allowance,
+    /// When the full table was last swept of clean clients.
+    swept: Option<Instant>,
+    log: Unlogged,
 }
 
 impl Allowances {
@@ -117,36 +115,72 @@ impl Allowances {
         Allowances {
             by_client: HashMap::new(),
             all: Allowance::full(OVERALL, now),
+            swept: None,
+            log: Unlogged::default(),
         }
     }
+
+    /// Room for client `k`: true when it is remembered or there is room
+    /// to remember it, after sweeping clean clients (at most once per
+    /// [`SWEEP`], so that a flood of new addresses costs no scan each).
+    fn room_for(&mut self, k: IpAddr, now: Instant, max: usize) -> bool {
+        if self.by_client.len() < max || self.by_client.contains_key(&k) {
+            return true;
+        }
+        if self.swept.is_none_or(|t| now - t >= SWEEP) {
+            self.swept = Some(now);
+            self.by_client.retain(|_, c| {
+                c.refill(PER_CLIENT, now);
+                c.left < PER_CLIENT || c.record(now).is_some()
+            });
+        }
+        self.by_client.len() < max
+    }
+}
+
+/// Failed attempts not logged yet: one line a minute per kind of token
+/// sums them, so a flood from many addresses writes no more than one.
+#[derive(Debug, Default)]
+struct Unlogged {
+    attempts: u64,
+    /// Clients with a failure since the last line (each counted once,
+    /// unless the table had no room to remember it).
+    clients: u64,
+    /// When the last line was written.
+    at: Option<Instant>,
 }
 
 /// The allowances, shared by every request of a console.
 #[derive(Debug)]
 pub struct Throttle {
     state: Mutex<HashMap<Kind, Allowances>>,
+    /// Clients remembered at most per kind.
+    max_clients: usize,
 }
 
 impl Default for Throttle {
     fn default() -> Self {
-        Throttle {
-            state: Mutex::new(HashMap::new()),
-        }
+        Throttle::remembering(MAX_CLIENTS)
     }
 }
 
 impl Throttle {
+    /// A throttle that remembers at most `max_clients` clients per kind.
+    pub fn remembering(max_clients: usize) -> Self {
+        Throttle {
+            state: Mutex::new(HashMap::new()),
+            max_clients,
+        }
+    }
+
     /// Ok when `addr` may try a `kind` token now; else how long it must wait.
     pub fn admit(&self, kind: Kind, addr: IpAddr) -> Result<(), Duration> {
         self.with(kind, |a, now| {
             let all = a.all.refill(OVERALL, now);
             let Some(mine) = a.by_client.get_mut(&key(addr)) else {
-                // Not remembered: a clean record, unless there was no room
-                // to remember it (then the backstop decides).
-                return match all {
-                    Some(wait) if a.by_client.len() >= MAX_CLIENTS => Err(wait),
-                    _ => Ok(()),
-                };
+                // Not remembered: a clean record as far as anyone knows,
+                // even when the table is full.
+                return Ok(());
             };
             if let Some(wait) = mine.refill(PER_CLIENT, now) {
                 return Err(wait);
@@ -169,39 +203,44 @@ impl Throttle {
     }
 
     /// Counts a failed attempt of `kind` from `addr`, and logs the
-    /// client's failed attempts when its last line is a minute old.
+    /// failed attempts of `kind` when the last line is a minute old.
     pub fn failed(&self, kind: Kind, addr: IpAddr, what: &str) {
         self.with(kind, |a, now| {
             a.all.refill(OVERALL, now);
             // The debt is bounded, so the backstop lifts within two refills.
             a.all.left = (a.all.left - 1.0).max(-OVERALL);
             let k = key(addr);
-            if a.by_client.len() >= MAX_CLIENTS && !a.by_client.contains_key(&k) {
-                a.by_client.retain(|_, c| {
-                    c.refill(PER_CLIENT, now);
-                    c.left < PER_CLIENT || c.record(now).is_some()
-                });
-                if a.by_client.len() >= MAX_CLIENTS {
-                    return;
-                }
-            }
-            let c = a
-                .by_client
-                .entry(k)
-                .or_insert_with(|| Allowance::full(PER_CLIENT, now));
-            c.refill(PER_CLIENT, now);
-            c.left -= 1.0;
-            c.failed = Some(now);
-            c.unlogged += 1;
-            if c.logged.is_none_or(|t| now - t >= REFILL) {
+            let since_log = a.log.at;
+            let new_client = if a.room_for(k, now, self.max_clients) {
+                let c = a
+                    .by_client
+                    .entry(k)
+                    .or_insert_with(|| Allowance::full(PER_CLIENT, now));
+                c.refill(PER_CLIENT, now);
+                c.left -= 1.0;
+                let new = match (c.failed, since_log) {
+                    (Some(f), Some(l)) => f < l,
+                    (f, _) => f.is_none(),
+                };
+                c.failed = Some(now);
+                new
+            } else {
+                true
+            };
+            a.log.attempts += 1;
+            a.log.clients += u64::from(new_client);
+            if since_log.is_none_or(|t| now - t >= REFILL) {
                 tracing::warn!(
-                    client = %addr,
-                    attempts = c.unlogged,
+                    attempts = a.log.attempts,
+                    clients = a.log.clients,
+                    latest = %addr,
                     token = ?kind,
-                    "failed {what} attempts with a wrong token (logged at most once a minute per client)"
+                    "failed {what} attempts with a wrong token (logged at most once a minute per kind of token)"
                 );
-                c.unlogged = 0;
-                c.logged = Some(now);
+                a.log = Unlogged {
+                    at: Some(now),
+                    ..Unlogged::default()
+                };
             }
         })
     }
@@ -252,6 +291,33 @@ mod tests {
         t.failed(Kind::Admin, operator, "API");
         assert!(t.admit(Kind::Admin, operator).is_err());
         assert!(t.admit(Kind::Producer, ip("10.0.0.1")).is_ok());
+    }
+
+    #[test]
+    fn a_full_table_refuses_no_new_client() {
+        let t = Throttle::default();
+        // More failing clients than the table holds, each failing twice
+        // (so none is clean): the backstop is used up many times over.
+        for n in 0..(MAX_CLIENTS as u32 + 1_000) {
+            let guesser = IpAddr::from((0x0b00_0000 + n).to_be_bytes());
+            t.failed(Kind::Admin, guesser, "API");
+            t.failed(Kind::Admin, guesser, "API");
+        }
+        let operator = ip("192.168.1.9");
+        assert!(
+            t.admit(Kind::Admin, operator).is_ok(),
+            "a client never seen is let through"
+        );
+        // A remembered guesser is still refused.
+        assert!(t.admit(Kind::Admin, ip("11.0.0.1")).is_err());
+        t.with(Kind::Admin, |a, _| {
+            assert_eq!(a.by_client.len(), MAX_CLIENTS);
+            // The first failure was logged at once; every later one is
+            // summed for the next line, each remembered client counted
+            // once and each failure of the others as a client.
+            assert_eq!(a.log.attempts, 2 * (MAX_CLIENTS as u64 + 1_000) - 1);
+            assert_eq!(a.log.clients, MAX_CLIENTS as u64 - 1 + 2_000);
+        });
     }
 
     #[test]

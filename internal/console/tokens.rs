@@ -84,22 +84,29 @@ pub(super) struct Producing(pub(super) Option<ProducerScope>);
 impl FromRequestParts<Console> for Producing {
     type Rejection = Response;
 
+    /// The token first: nothing of the body is read for a refused request,
+    /// and nothing is looked up for an address that has guessed too much.
+    /// The admin token, and a wrong token (which may be a guess at it),
+    /// also need the client's admin allowance, so that this route gives
+    /// no second allowance for guessing the admin token.
     async fn from_request_parts(parts: &mut Parts, c: &Console) -> Result<Self, Response> {
-        // The token first: nothing of the body is read for a refused request,
-        // and nothing is looked up for an address that has guessed too much.
-        let client = parts.extensions.get::<ClientAddr>();
-        c.guarded(client, "enqueue", || Ok(()))
-            .map_err(Guarded::json)?;
-        let producer = producer(c, &parts.headers).await.map_err(json_error)?;
-        let check = || match &producer {
-            Producer::Refused(r) => Err(*r),
-            _ => Ok(()),
-        };
-        c.guarded(client, "enqueue", check).map_err(Guarded::json)?;
-        Ok(Producing(match producer {
-            Producer::Scoped(scope) => Some(scope),
-            _ => None,
-        }))
+        use super::throttle::Kind;
+        let ip = super::client_ip(parts.extensions.get::<ClientAddr>());
+        let admit = |kind| c.throttle.admit(kind, ip).map_err(Guarded::Wait);
+        admit(Kind::Producer).map_err(Guarded::json)?;
+        match producer(c, &parts.headers).await.map_err(json_error)? {
+            Producer::Scoped(scope) => Ok(Producing(Some(scope))),
+            Producer::Unscoped => admit(Kind::Admin)
+                .map(|()| Producing(None))
+                .map_err(Guarded::json),
+            Producer::Refused(r) if r.0 == StatusCode::UNAUTHORIZED => {
+                admit(Kind::Admin).map_err(Guarded::json)?;
+                c.throttle.failed(Kind::Producer, ip, "enqueue");
+                c.throttle.failed(Kind::Admin, ip, "enqueue");
+                Err(Guarded::Refused(r).json())
+            }
+            Producer::Refused(r) => Err(Guarded::Refused(r).json()),
+        }
     }
 }
 

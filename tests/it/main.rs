@@ -26,6 +26,7 @@ mod controls;
 mod dbfaults;
 mod echoes;
 mod enqueue_api;
+mod enqueue_budget;
 mod enqueue_inputs;
 mod enqueue_memory;
 mod enqueue_state;

@@ -80,28 +80,33 @@ impl Doors<'_> {
             .status()
     }
 
-    /// Ten wrong tokens at each door: each is refused, as wrong (401) or,
-    /// once the backstop is used up and this client has failed, as too
-    /// many (429); the number of 401s.
-    async fn guess(&self, c: &reqwest::Client, who: &str) -> usize {
-        let mut wrong_answers = 0;
-        for n in 0..10 {
+    /// Ten wrong tokens at the enqueue route, then ten at the admin doors
+    /// (API and login form): each is refused, as wrong (401) or, once
+    /// this client or the backstop has used up its allowance, as too many
+    /// (429). A wrong token at the enqueue route may be a guess at the
+    /// admin token, so it also uses up the admin allowance. The number of
+    /// 401s at the enqueue route and at the admin doors.
+    async fn guess(&self, c: &reqwest::Client, who: &str) -> (usize, usize) {
+        let (mut enqueue, mut doors) = (0, 0);
+        for n in 0..20 {
             let wrong = format!("wrong-token-{who}-{n:04}");
-            let enqueue = self.enqueue(c, &wrong).await;
-            let door = if n % 2 == 0 {
-                self.resume(c, &wrong).await
-            } else {
-                self.login(c, &wrong).await
+            let code = match n {
+                0..10 => self.enqueue(c, &wrong).await,
+                _ if n % 2 == 0 => self.resume(c, &wrong).await,
+                _ => self.login(c, &wrong).await,
             };
-            for code in [enqueue, door] {
-                assert!(
-                    [StatusCode::UNAUTHORIZED, StatusCode::TOO_MANY_REQUESTS].contains(&code),
-                    "{who} attempt {n}: {code}"
-                );
-                wrong_answers += usize::from(code == StatusCode::UNAUTHORIZED);
+            assert!(
+                [StatusCode::UNAUTHORIZED, StatusCode::TOO_MANY_REQUESTS].contains(&code),
+                "{who} attempt {n}: {code}"
+            );
+            let wrong_answer = usize::from(code == StatusCode::UNAUTHORIZED);
+            if n < 10 {
+                enqueue += wrong_answer;
+            } else {
+                doors += wrong_answer;
             }
         }
-        wrong_answers
+        (enqueue, doors)
     }
 
     /// The right tokens work from `c`.
@@ -139,8 +144,9 @@ impl Doors<'_> {
 }
 
 on_all_backends!(guessers_lock_no_one_else_out);
-/// Twenty loopback addresses each send ten wrong producer tokens and ten
-/// wrong admin tokens (API and login form): each of them is slowed, while
+/// Twenty loopback addresses each send ten wrong tokens to the enqueue
+/// route and ten to the admin doors (API and login form): each of them is
+/// slowed, while
 /// the right producer token, the admin token and the login form still
 /// work from another address. A new address that fails once while the
 /// backstop is used up is slowed at once.
@@ -149,9 +155,11 @@ async fn guessers_lock_no_one_else_out(db: TestDb) {
     let doors = Doors { base: &base };
     for n in 0..GUESSERS {
         let from = format!("127.0.0.{}", 10 + n);
-        let wrong = doors.guess(&client(&from, None), &from).await;
+        let (enqueue, admin) = doors.guess(&client(&from, None), &from).await;
         if n < 5 {
-            assert_eq!(wrong, 20, "{from}: the backstop is not used up yet");
+            assert_eq!(enqueue, 10, "{from}: the backstop is not used up yet");
+            // One attempt refills each 6 s: a slow machine may give one back.
+            assert!(admin <= 1, "{from}: the admin allowance is used up");
         }
     }
     doors
@@ -189,11 +197,11 @@ async fn a_trusted_proxy_names_the_client(db: TestDb) {
     let doors = Doors { base: &base };
     for n in 0..GUESSERS {
         let forwarded = format!("192.0.2.{n}");
-        let wrong = doors
+        let (enqueue, _) = doors
             .guess(&client("127.0.0.1", Some(&forwarded)), &forwarded)
             .await;
         if n < 5 {
-            assert_eq!(wrong, 20, "{forwarded}: counted as its own client");
+            assert_eq!(enqueue, 10, "{forwarded}: counted as its own client");
         }
     }
     let proxy = |f: &str| client("127.0.0.1", Some(f));
@@ -222,6 +230,71 @@ async fn a_trusted_proxy_names_the_client(db: TestDb) {
     );
     p.terminate();
     let log = p.log();
-    assert!(log.contains("client=192.0.2.3"), "{log}");
-    assert!(!log.contains("client=203.0.113"), "{log}");
+    // One line a minute per kind of token: the first failure's client.
+    assert!(log.contains("latest=192.0.2.0"), "{log}");
+    assert!(!log.contains("203.0.113"), "{log}");
+}
+
+on_all_backends!(the_enqueue_route_gives_no_second_allowance);
+/// A client that used up its allowance of wrong admin tokens on the API
+/// gets no more guesses at the admin token through the enqueue route:
+/// there a wrong token and the right admin token are both 429, while its
+/// right producer token still enqueues.
+async fn the_enqueue_route_gives_no_second_allowance(db: TestDb) {
+    let (_p, _h, base) = console(&db, &[]).await;
+    let doors = Doors { base: &base };
+    let c = client("127.0.0.7", None);
+    for n in 0..10 {
+        let wrong = format!("wrong-admin-token-{n:04}");
+        assert_eq!(doors.resume(&c, &wrong).await, StatusCode::UNAUTHORIZED);
+    }
+    assert_eq!(doors.resume(&c, ADMIN).await, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(
+        doors.enqueue(&c, "wrong-admin-token-0010").await,
+        StatusCode::TOO_MANY_REQUESTS,
+        "a wrong token at the enqueue route is a guess at the admin token too"
+    );
+    assert_eq!(
+        doors.enqueue(&c, ADMIN).await,
+        StatusCode::TOO_MANY_REQUESTS,
+        "the right admin token is not confirmed through the enqueue route"
+    );
+    assert_eq!(doors.enqueue(&c, PRODUCER).await, StatusCode::OK);
+}
+
+crate::backend_tests!(a_full_table_refuses_no_right_token: sqlite => Sqlite);
+/// More guessing addresses than the throttle remembers (scaled down to 50
+/// here; 100,000 by default) use up the backstop: a client never seen
+/// before still gets in with the right token, while a remembered guesser
+/// waits.
+async fn a_full_table_refuses_no_right_token(db: TestDb) {
+    crate::console_api::enqueue(&db, "p", false, &[("p/1", 0)]).await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let admin = feed::console::AdminToken::new(ADMIN).unwrap();
+    let app = feed::console::Console::new(db.store.clone(), Some(admin))
+        .remembering(50)
+        .router();
+    tokio::spawn(feed::server::serve(listener, app, std::future::pending()));
+    let doors = Doors { base: &base };
+    for n in 0..80u8 {
+        let c = client(&format!("127.0.1.{n}"), None);
+        for m in 0..2 {
+            let code = doors.resume(&c, &format!("wrong-token-{n}-{m}")).await;
+            assert!(
+                [StatusCode::UNAUTHORIZED, StatusCode::TOO_MANY_REQUESTS].contains(&code),
+                "{code}"
+            );
+        }
+    }
+    assert_eq!(
+        doors.resume(&client("127.0.1.0", None), ADMIN).await,
+        StatusCode::TOO_MANY_REQUESTS,
+        "a remembered guesser waits"
+    );
+    assert_eq!(
+        doors.resume(&client("127.0.2.1", None), ADMIN).await,
+        StatusCode::OK,
+        "a client never seen gets in with the right token"
+    );
 }
