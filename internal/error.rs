@@ -57,6 +57,10 @@ pub enum Error {
     /// its scope); nothing was written.
     #[error("{0}")]
     Forbidden(String),
+    /// The caller's token no longer counts: a producer token revoked
+    /// while its request was under way; nothing was written.
+    #[error("{0}")]
+    Unauthorized(String),
     /// Something the user asked for does not exist.
     #[error("not found: {0}")]
     NotFound(String),

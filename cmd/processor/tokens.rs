@@ -31,7 +31,9 @@ pub struct CreateArgs {
     /// The tenant: partitions the token creates belong to it, and it may add only to its partitions
     #[arg(long)]
     pub tenant: String,
-    /// Partition ids and given item ids must start with this (generated item ids get it too)
+    /// Partition ids and given item ids must start with this (generated item ids get it too), and no
+    /// other tenant's token may create or give ids that start with it; refused when it overlaps
+    /// (one starts with the other) another tenant's token's prefix
     #[arg(long)]
     pub prefix: Option<String>,
     /// The highest weight the token may give a partition [default: none; the default weight]

@@ -166,7 +166,7 @@ pub(super) fn table() -> Vec<(Endpoint, MethodRouter<Console>)> {
                 no_query,
                 "`{\"tenant\": T, \"prefix\"?: P, \"max_weight\"?: N, \"max_in_flight\"?: N}`",
                 Admin,
-                "creates a producer token: its scope and, this once, `token`",
+                "creates a producer token: its scope and, this once, `token`; 409 when its prefix overlaps (one starts with the other) another tenant's token's prefix",
             ),
             post(tokens::create),
         ),

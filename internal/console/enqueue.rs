@@ -8,7 +8,8 @@
 //! producer's trace to every item without its own. The admin token allows
 //! any partition; a producer token of `feed_producer_tokens` only what its
 //! scope does, and the legacy `--producer-token` only partitions of no
-//! tenant (see `tokens`).
+//! tenant (see `tokens`); a producer token revoked while its request is
+//! under way writes nothing (401, checked in the write transaction).
 
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, Request, State};
@@ -195,13 +196,14 @@ pub(super) async fn enqueue(
 }
 
 /// Gives every item without an id a new UUID after `prefix` (a scoped
-/// token's), so that the answer can name it.
+/// token's), so that the answer can name it; marked generated, it is not
+/// held to other tenants' prefixes as a given id is.
 fn with_ids(items: Vec<NewItem>, prefix: &str) -> Vec<NewItem> {
     items
         .into_iter()
         .map(|item| match item.id {
             Some(_) => item,
-            None => item.with_id(format!("{prefix}{}", uuid::Uuid::new_v4())),
+            None => item.with_generated_id(format!("{prefix}{}", uuid::Uuid::new_v4())),
         })
         .collect()
 }

@@ -9,13 +9,15 @@ use axum::response::{IntoResponse, Response};
 use crate::Error;
 
 /// The HTTP status and the message to show for a library error: 404
-/// unknown, 409 does not apply, 503 not ready yet or the database
+/// unknown, 409 does not apply, 401 a token revoked meanwhile, 403 outside
+/// a token's scope, 503 not ready yet or the database
 /// unreachable; database details are logged, not shown.
 pub(super) fn public(e: Error) -> (StatusCode, String) {
     let code = match e {
         Error::NotFound(_) => StatusCode::NOT_FOUND,
         Error::Conflict(_) => StatusCode::CONFLICT,
         Error::Forbidden(_) => StatusCode::FORBIDDEN,
+        Error::Unauthorized(_) => StatusCode::UNAUTHORIZED,
         Error::Invalid(_) => StatusCode::BAD_REQUEST,
         Error::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
         Error::Connect { .. } | Error::StatementTimeout(_) => {
@@ -148,5 +150,13 @@ mod tests {
         assert_eq!(shown, "an item id already exists; nothing was written");
         let plain = "gate 1 is not above partition p's current gate 1";
         assert_eq!(super::without_driver_text(plain.into()), plain);
+    }
+
+    #[test]
+    fn a_token_revoked_meanwhile_is_a_401() {
+        let e = crate::Error::Unauthorized("producer token pt-1 was revoked".into());
+        let (code, message) = super::public(e);
+        assert_eq!(code, axum::http::StatusCode::UNAUTHORIZED);
+        assert_eq!(message, "producer token pt-1 was revoked");
     }
 }

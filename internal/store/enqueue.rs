@@ -46,8 +46,14 @@ impl Store {
     /// [`Store::enqueue`] on behalf of a producer token: what its `scope`
     /// does not allow is refused with [`Error::Forbidden`] (another
     /// tenant, a partition of another tenant, an id outside its prefix, a
-    /// weight or max in flight above its caps), and a partition it creates
-    /// belongs to its tenant. None is the library's own, unscoped, enqueue.
+    /// partition it would create or an item id it gives that starts with
+    /// another tenant's token's prefix, a weight or max in flight above its
+    /// caps), and a partition it creates belongs to its tenant. A scope read
+    /// from `feed_producer_tokens` ([`Store::producer_scope`]) whose token
+    /// has been revoked since is refused with [`Error::Unauthorized`]: the
+    /// check is in the transaction of the writes, and a revoke waits for it,
+    /// so no enqueue of the token commits after a revoke has returned. None
+    /// is the library's own, unscoped, enqueue.
     pub async fn enqueue_as(
         &self,
         partition: &str,
@@ -122,6 +128,12 @@ impl Store {
             .first()
             .ok_or_else(|| Error::NotFound(format!("partition {partition}")))?;
         let (gate, status) = (get::<i64>(row, "gate")?, get::<String>(row, "status")?);
+        // The token's own checks come after the partition's lock, so that
+        // a revoke waits only for the writes that follow.
+        if let Some(scope) = scope {
+            let created = created.then_some(partition);
+            self.hold_scope(&txn, scope, created, items).await?;
+        }
         if let Some(scope) = scope
             && get::<Option<String>>(row, "tenant")?.as_deref() != scope.tenant()
         {

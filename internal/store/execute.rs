@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use sea_orm::{
-    DatabaseTransaction, DbErr, QueryResult, SqliteTransactionMode, TransactionOptions,
-    TransactionTrait,
+    DatabaseTransaction, DbErr, IsolationLevel, QueryResult, SqliteTransactionMode,
+    TransactionOptions, TransactionTrait,
 };
 
 use super::{Pooler, Store, driver, hosts, is_transient};
@@ -44,8 +44,17 @@ impl Store {
     pub(super) async fn begin_immediate(
         &self,
     ) -> std::result::Result<DatabaseTransaction, sea_orm::DbErr> {
+        self.begin_at(None).await
+    }
+
+    /// [`Store::begin_immediate`] at `isolation` (None: the server's default).
+    pub(super) async fn begin_at(
+        &self,
+        isolation: Option<IsolationLevel>,
+    ) -> std::result::Result<DatabaseTransaction, sea_orm::DbErr> {
         let opts = TransactionOptions {
             sqlite_transaction_mode: Some(SqliteTransactionMode::Immediate),
+            isolation_level: isolation,
             ..Default::default()
         };
         self.connection().begin_with_options(opts).await

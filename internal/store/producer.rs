@@ -116,6 +116,9 @@ pub struct NewItem {
     pub schedule: Option<Schedule>,
     /// The producer's W3C `traceparent`: the delivery's span is its child.
     pub traceparent: Option<String>,
+    /// The id was generated for the item (a random UUID after the token's
+    /// prefix), not given: it cannot aim at another tenant's prefix.
+    pub(crate) generated: bool,
 }
 
 impl NewItem {
@@ -127,12 +130,20 @@ impl NewItem {
             data: data.into(),
             schedule: None,
             traceparent: None,
+            generated: false,
         }
     }
 
     /// The same item with its own id.
     pub fn with_id(mut self, id: impl Into<String>) -> Self {
         self.id = Some(id.into());
+        self
+    }
+
+    /// The same item with `id` generated for it (see [`NewItem::generated`]).
+    pub(crate) fn with_generated_id(mut self, id: String) -> Self {
+        self.id = Some(id);
+        self.generated = true;
         self
     }
 

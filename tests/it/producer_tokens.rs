@@ -325,3 +325,260 @@ async fn producer_tokens_over_the_admin_api(db: TestDb) {
         .unwrap();
     assert_eq!(r.status(), StatusCode::NOT_FOUND);
 }
+
+/// The id of the producer token `token`.
+async fn id_of(db: &TestDb, token: &str) -> String {
+    db.store.producer_scope(token).await.unwrap().unwrap().id
+}
+
+/// `POST /api/v1/producer-tokens` with the admin token.
+async fn create_over_api(base: &str, body: Value) -> (StatusCode, Value) {
+    send(
+        base,
+        "/api/v1/producer-tokens",
+        Some(ADMIN),
+        None,
+        body.to_string(),
+    )
+    .await
+}
+
+on_all_backends!(overlapping_prefixes_of_two_tenants_are_refused);
+async fn overlapping_prefixes_of_two_tenants_are_refused(db: TestDb) {
+    let acme = create(&db, &["--tenant", "acme", "--prefix", "a-"]);
+    let acme_id = id_of(&db, &acme).await;
+
+    // With the command line: exit 1, naming the token in the way and what to do.
+    for prefix in ["a-x", "a", "a-"] {
+        let args = [
+            "tokens",
+            "create",
+            "--database-url",
+            &db.url,
+            "--tenant",
+            "beta",
+            "--prefix",
+            prefix,
+        ];
+        let o = processor(&args, "");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{prefix}: {err}");
+        assert!(o.stdout.is_empty(), "{prefix}: no token is printed");
+        for says in [
+            "overlaps the prefix \"a-\"",
+            &format!("producer token {acme_id} of tenant \"acme\""),
+            &format!("processor tokens revoke {acme_id}"),
+        ] {
+            assert!(err.contains(says), "{prefix}: {err}");
+        }
+    }
+
+    // Over the API: 409, the same message.
+    let base = serve(db.store.clone(), Some(ADMIN), None).await;
+    let (code, e) = create_over_api(&base, json!({"tenant": "beta", "prefix": "a-b"})).await;
+    assert_eq!(code, StatusCode::CONFLICT, "{e}");
+    assert!(message(&e).contains(&acme_id), "{e}");
+
+    // The same tenant may overlap its own prefixes; prefixes apart pass.
+    let (code, a) = create_over_api(&base, json!({"tenant": "acme", "prefix": "a-x"})).await;
+    assert_eq!(code, StatusCode::OK, "{a}");
+    for prefix in ["b-", "ab", "A-"] {
+        let (code, a) = create_over_api(&base, json!({"tenant": "beta", "prefix": prefix})).await;
+        assert_eq!(code, StatusCode::OK, "{prefix}: {a}");
+    }
+    let beta_any = create(&db, &["--tenant", "beta"]);
+    assert!(
+        beta_any.starts_with("fpt_"),
+        "a token without a prefix overlaps nothing"
+    );
+    let mut got: Vec<(String, Option<String>)> = db
+        .rows(
+            "SELECT tenant, prefix FROM feed_producer_tokens",
+            &["tenant", "prefix"],
+        )
+        .await;
+    got.sort();
+    let want: Vec<(String, Option<String>)> = [
+        ("acme", Some("a-")),
+        ("acme", Some("a-x")),
+        ("beta", None),
+        ("beta", Some("A-")),
+        ("beta", Some("ab")),
+        ("beta", Some("b-")),
+    ]
+    .into_iter()
+    .map(|(t, p)| (t.to_string(), p.map(str::to_string)))
+    .collect();
+    assert_eq!(got, want, "refused tokens were not stored");
+}
+
+on_all_backends!(tokens_keep_out_of_another_tenants_prefix);
+async fn tokens_keep_out_of_another_tenants_prefix(db: TestDb) {
+    let acme = create(&db, &["--tenant", "acme", "--prefix", "a-"]);
+    let acme_id = id_of(&db, &acme).await;
+    let beta = create(&db, &["--tenant", "beta"]);
+    let base = serve(db.store.clone(), Some(ADMIN), Some(PRODUCER)).await;
+    let one = "{\"data\": 1}";
+
+    // Neither a partition nor a given item id in acme's prefix: 403, naming
+    // acme's token and what to do; nothing written.
+    let refused = [
+        (&beta, "a-squat", one, "partition id \"a-squat\""),
+        (
+            &beta,
+            "b1",
+            "{\"id\": \"a-future-1\", \"data\": 1}",
+            "item id \"a-future-1\"",
+        ),
+        (&PRODUCER.to_string(), "a-legacy", one, "partition id"),
+    ];
+    for (token, partition, body, says) in refused {
+        let (code, e) = put(&base, token, partition, "", body).await;
+        assert_eq!(code, StatusCode::FORBIDDEN, "{partition} {body}: {e}");
+        let m = message(&e);
+        assert!(m.contains(says), "{partition} {body}: {e}");
+        assert!(
+            m.contains(&format!(
+                "starts with \"a-\", the prefix of producer token {acme_id}"
+            )),
+            "{e}"
+        );
+    }
+    let written = db.count("SELECT COUNT(*) AS n FROM feed_partitions").await;
+    assert_eq!(written, 0, "a refused request created a partition");
+
+    // Outside it, beta's tokens work (generated ids included), and acme's
+    // ids are acme's.
+    let (code, a) = put(
+        &base,
+        &beta,
+        "b1",
+        "",
+        "{\"id\": \"b-1\", \"data\": 1}\n{\"data\": 2}",
+    )
+    .await;
+    assert_eq!(code, StatusCode::OK, "{a}");
+    let (code, a) = put(
+        &base,
+        &acme,
+        "a-squat",
+        "",
+        "{\"id\": \"a-future-1\", \"data\": 1}",
+    )
+    .await;
+    assert_eq!(code, StatusCode::OK, "{a}");
+    assert_eq!(tenant_of(&db, "a-squat").await.as_deref(), Some("acme"));
+    // The admin token is not scoped.
+    let (code, a) = put(&base, ADMIN, "a-admin", "", one).await;
+    assert_eq!(code, StatusCode::OK, "{a}");
+
+    // Revoked, acme's prefix is free again.
+    assert!(db.store.revoke_producer_token(&acme_id).await.unwrap());
+    let (code, a) = put(&base, &beta, "a-now", "", one).await;
+    assert_eq!(code, StatusCode::OK, "{a}");
+}
+
+on_all_backends!(a_revoked_tokens_admitted_enqueue_writes_nothing);
+async fn a_revoked_tokens_admitted_enqueue_writes_nothing(db: TestDb) {
+    let token = create(&db, &["--tenant", "acme", "--prefix", "a-"]);
+    // What the API reads when it lets a request in.
+    let scope = db.store.producer_scope(&token).await.unwrap().unwrap();
+    let items = |id: &str| vec![NewItem::new(b"1".to_vec()).with_id(id)];
+    let spec = PartitionSpec::default();
+    let r = db
+        .store
+        .enqueue_as("a-1", &spec, items("a-i1"), Some(&scope))
+        .await
+        .unwrap();
+    assert_eq!(r.items, 1);
+
+    // Revoked after the scope was read: the enqueue writes nothing.
+    let o = processor(
+        &["tokens", "revoke", "--database-url", &db.url, &scope.id],
+        "",
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    for partition in ["a-1", "a-2"] {
+        let e = db
+            .store
+            .enqueue_as(partition, &spec, items("a-i2"), Some(&scope))
+            .await
+            .unwrap_err();
+        assert!(matches!(e, feed::Error::Unauthorized(_)), "{e}");
+        let says = format!("producer token {} was revoked", scope.id);
+        assert!(e.to_string().contains(&says), "{e}");
+    }
+    let items = db.count("SELECT COUNT(*) AS n FROM feed_items").await;
+    let partitions = db.count("SELECT COUNT(*) AS n FROM feed_partitions").await;
+    assert_eq!((items, partitions), (1, 1), "nothing was written");
+}
+
+// SQLite has one writer: a revoke cannot commit while an enqueue's
+// transaction is open, so there is nothing to hold up there.
+crate::backend_tests!(a_revoke_during_an_admitted_request: postgres => Postgres, mariadb => Mysql);
+async fn a_revoke_during_an_admitted_request(db: TestDb) {
+    use sea_orm::{ConnectionTrait, Statement, TransactionTrait};
+
+    let base = serve(db.store.clone(), Some(ADMIN), None).await;
+    let (code, made) = create_over_api(&base, json!({"tenant": "acme", "prefix": "a-"})).await;
+    assert_eq!(code, StatusCode::OK, "{made}");
+    let (id, token) = (
+        made["id"].as_str().unwrap().to_string(),
+        made["token"].as_str().unwrap().to_string(),
+    );
+    let (code, a) = put(&base, &token, "a-p", "", "{\"id\": \"a-1\", \"data\": 1}").await;
+    assert_eq!(code, StatusCode::OK, "{a}");
+
+    // Another transaction holds the partition: the next request is let in
+    // and waits in its own transaction, before its writes.
+    let backend = db.store.backend();
+    let blocker = db.store.connection().begin().await.unwrap();
+    let lock = "SELECT id FROM feed_partitions WHERE id = 'a-p' FOR UPDATE";
+    blocker
+        .query_all_raw(Statement::from_string(backend, lock))
+        .await
+        .unwrap();
+    let request = {
+        let (base, token) = (base.clone(), token.clone());
+        tokio::spawn(async move {
+            put(&base, &token, "a-p", "", "{\"id\": \"a-2\", \"data\": 2}").await
+        })
+    };
+    let waiting = match db.backend {
+        crate::support::Backend::Postgres => {
+            "SELECT COUNT(*) AS n FROM pg_stat_activity \
+             WHERE datname = current_database() AND wait_event_type = 'Lock'"
+        }
+        _ => {
+            "SELECT COUNT(*) AS n FROM information_schema.INNODB_TRX t \
+             JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id \
+             WHERE t.trx_state = 'LOCK WAIT' AND p.DB = DATABASE()"
+        }
+    };
+    crate::support::wait_for(
+        "the request to wait for the partition's lock",
+        std::time::Duration::from_secs(30),
+        || async { db.count(waiting).await > 0 },
+    )
+    .await;
+
+    // The revoke answers meanwhile; the request then writes nothing.
+    let r = reqwest::Client::new()
+        .delete(format!("{base}/api/v1/producer-tokens/{id}"))
+        .bearer_auth(ADMIN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    blocker.rollback().await.unwrap();
+    let (code, e) = request.await.unwrap();
+    assert_eq!(code, StatusCode::UNAUTHORIZED, "{e}");
+    let says = format!("producer token {id} was revoked; nothing was written");
+    assert_eq!(message(&e), says, "{e}");
+    let ids: Vec<(String,)> = db.rows("SELECT id FROM feed_items", &["id"]).await;
+    assert_eq!(
+        ids,
+        [("a-1".to_string(),)],
+        "the admitted request wrote nothing"
+    );
+}

@@ -22,6 +22,7 @@ fn item(id: &str, gate: Option<i64>) -> NewItem {
         data: bytes::Bytes::from_static(br#"{"n":1}"#),
         schedule: None,
         traceparent: None,
+        generated: false,
     }
 }
 
@@ -75,6 +76,7 @@ async fn enqueue_creates_extends_and_reopens(k: Kit) {
         data: bytes::Bytes::from_static(b"{}"),
         schedule: None,
         traceparent: None,
+        generated: false,
     };
     assert_eq!(
         k.store

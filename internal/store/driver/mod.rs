@@ -79,6 +79,9 @@ pub(crate) struct Dialect {
     fence_lock: &'static str,
     /// A row lock taken by a `SELECT` inside a transaction.
     for_update: &'static str,
+    /// The locks that order producer tokens' revokes and creations with
+    /// the enqueues of scoped producers.
+    token_locks: TokenLocks,
     /// The statement that wakes LISTENing processors, where there is one.
     notify: Option<&'static str>,
     /// SQL expressions joined into one string.
@@ -122,6 +125,29 @@ pub(crate) struct Dialect {
     /// column named) gets the inserted values of the columns listed
     /// instead; with none listed the existing row stays as it is.
     upsert: fn(&str, &[&str]) -> String,
+}
+
+/// How producer tokens are locked (see `store::tokens`): a revoke that
+/// has answered is never followed by a commit of an enqueue of the token,
+/// and a token's creation and the scoped enqueues under way see each other
+/// (a creation waits for them, or they for it), as do two creations.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct TokenLocks {
+    /// Appended to a scoped enqueue's read of its own token's row: a
+    /// shared lock, which a revoke's `DELETE` of the row waits for.
+    pub(crate) own: &'static str,
+    /// Appended to a scoped enqueue's read of every token, where a
+    /// creation's locking read is what orders the two: a shared lock on
+    /// the rows (and gaps) read.
+    pub(crate) every: &'static str,
+    /// What a creation runs first, where a table lock orders it: a lock
+    /// that waits for the enqueues holding their token's row lock, and
+    /// holds off new ones and other creations until it commits.
+    pub(crate) create: Option<&'static str>,
+    /// The isolation a creation runs at, under which its read of every
+    /// token `FOR UPDATE` also locks the gaps between them, so that no
+    /// token is inserted before it commits (whatever the server's default).
+    pub(crate) isolation: Option<sea_orm::IsolationLevel>,
 }
 
 /// The database clock as a value an index range can be bounded by
@@ -249,6 +275,11 @@ impl Driver {
     /// See [`Dialect::for_update`].
     pub(crate) fn for_update(self) -> &'static str {
         self.dialect().for_update
+    }
+
+    /// See [`TokenLocks`].
+    pub(crate) fn token_locks(self) -> TokenLocks {
+        self.dialect().token_locks
     }
 
     /// Whether the database has LISTEN/NOTIFY (it has a [`Dialect::notify`]).

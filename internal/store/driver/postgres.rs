@@ -7,7 +7,7 @@ use sea_orm::sqlx::error::DatabaseError;
 use sea_orm::Value;
 
 use super::results::RESULT_ROW;
-use super::{Dialect, Sql};
+use super::{Dialect, Sql, TokenLocks};
 
 pub(super) const DIALECT: Dialect = Dialect {
     now: "(FLOOR(EXTRACT(EPOCH FROM CLOCK_TIMESTAMP()) * 1000)::BIGINT)",
@@ -24,6 +24,16 @@ pub(super) const DIALECT: Dialect = Dialect {
     // waits for the write (or the write sees the new owner).
     fence_lock: " FOR SHARE OF p",
     for_update: " FOR UPDATE",
+    // Without gap locks, a creation locks the table: EXCLUSIVE conflicts
+    // with the ROW SHARE lock every `FOR SHARE` takes (even of no row),
+    // not with plain reads, so the enqueues' read of every token needs no
+    // row locks of its own.
+    token_locks: TokenLocks {
+        own: " FOR SHARE",
+        every: "",
+        create: Some("LOCK TABLE feed_producer_tokens IN EXCLUSIVE MODE"),
+        isolation: None,
+    },
     notify: Some("NOTIFY feed_items"),
     concat: |parts| parts.join(" || "),
     concurrent_writes: true,

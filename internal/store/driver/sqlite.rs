@@ -7,7 +7,7 @@ use sea_orm::sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynch
 use sea_orm::Value;
 
 use super::results::RESULT_ROW;
-use super::{Dialect, Sql};
+use super::{Dialect, Sql, TokenLocks};
 
 pub(super) const DIALECT: Dialect = Dialect {
     now: "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)",
@@ -24,6 +24,13 @@ pub(super) const DIALECT: Dialect = Dialect {
     // One writer at a time: a write transaction already excludes others.
     fence_lock: "",
     for_update: "",
+    // A write transaction holds the one write lock: nothing to add.
+    token_locks: TokenLocks {
+        own: "",
+        every: "",
+        create: None,
+        isolation: None,
+    },
     notify: None,
     concat: |parts| parts.join(" || "),
     concurrent_writes: false,

@@ -5,7 +5,7 @@
 use sea_orm::Value;
 use sea_orm::sqlx::error::DatabaseError;
 
-use super::{Dialect, Sql};
+use super::{Dialect, Sql, TokenLocks};
 
 pub(super) mod results;
 
@@ -27,6 +27,16 @@ pub(super) const DIALECT: Dialect = Dialect {
     // Result writes lock the partition in a statement of their own.
     fence_lock: "",
     for_update: " FOR UPDATE",
+    // A creation reads every token `FOR UPDATE` at REPEATABLE READ (next-key
+    // locks, the gap past the last row too); the enqueues share-lock the
+    // rows they read (and, at REPEATABLE READ, the gaps), which that read
+    // and the insert wait for.
+    token_locks: TokenLocks {
+        own: " LOCK IN SHARE MODE",
+        every: " LOCK IN SHARE MODE",
+        create: None,
+        isolation: Some(sea_orm::IsolationLevel::RepeatableRead),
+    },
     notify: None,
     concat: |parts| format!("CONCAT({})", parts.join(", ")),
     concurrent_writes: true,
