@@ -1,7 +1,9 @@
 //! Producer tokens with a scope: created, listed and revoked with the
 //! command line and the admin API, stored only as a hash, and held to
 //! their tenant, prefix and caps; the legacy `--producer-token` has the
-//! narrowest scope (partitions of no tenant).
+//! narrowest scope (partitions of no tenant). A prefix is its tenant's
+//! alone (no other tenant's token may share it or write into it), and a
+//! revoke that has answered is final (an enqueue under way writes nothing).
 
 use feed::store::{NewItem, PartitionSpec, ProducerScope};
 use reqwest::StatusCode;
@@ -584,4 +586,27 @@ async fn a_revoke_during_an_admitted_request(db: TestDb) {
         [("a-1".to_string(),)],
         "the admitted request wrote nothing"
     );
+}
+
+on_all_backends!(two_overlapping_creations_at_once_give_one_token);
+async fn two_overlapping_creations_at_once_give_one_token(db: TestDb) {
+    // Each round starts both transactions together: whichever order the
+    // database puts them in, the second sees the first's token.
+    for round in 0..20 {
+        let mut a = ProducerScope::new("acme").unwrap();
+        a.prefix = Some(format!("r{round}-"));
+        let mut b = ProducerScope::new("beta").unwrap();
+        b.prefix = Some(format!("r{round}-x"));
+        let (ra, rb) = tokio::join!(
+            db.store.create_producer_token(&a),
+            db.store.create_producer_token(&b)
+        );
+        let refused = match (ra, rb) {
+            (Ok(_), Err(e)) | (Err(e), Ok(_)) => e,
+            (ra, rb) => panic!("round {round}: {:?} {:?}", ra.map(|r| r.0), rb.map(|r| r.0)),
+        };
+        assert!(matches!(refused, feed::Error::Conflict(_)), "{refused}");
+    }
+    let tokens = db.store.producer_tokens().await.unwrap();
+    assert_eq!(tokens.len(), 20, "one token a round");
 }

@@ -28,9 +28,11 @@ pub(super) const DIALECT: Dialect = Dialect {
     fence_lock: "",
     for_update: " FOR UPDATE",
     // A creation reads every token `FOR UPDATE` at REPEATABLE READ (next-key
-    // locks, the gap past the last row too); the enqueues share-lock the
-    // rows they read (and, at REPEATABLE READ, the gaps), which that read
-    // and the insert wait for.
+    // locks, the gap past the last row too), so two creations take turns
+    // (or one is a deadlock's victim, and retried); the enqueues share-lock
+    // the rows they read, which that read waits for. A server set to READ
+    // COMMITTED leaves one gap: an enqueue without a token row of its own
+    // (the legacy token) while the very first token is created.
     token_locks: TokenLocks {
         own: " LOCK IN SHARE MODE",
         every: " LOCK IN SHARE MODE",
