@@ -9,8 +9,14 @@
 //! only the rows written since the last one, so finding work costs nothing
 //! per held partition. In between, each refill serves the next partitions
 //! in turn and keeps those that still have work.
+//!
+//! Priority is strict among partitions that share turns: a tenant's
+//! waiting partitions are served highest priority first (in turn order
+//! among equals), and a partition of no tenant waits ahead of every
+//! partition of no tenant with a lower priority. Tenants still take turns
+//! by weight, whatever their partitions' priorities.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use tokio::time::Instant;
 
@@ -40,6 +46,10 @@ pub struct Rotation {
     members: HashMap<PartitionId, Group>,
     /// Partitions of a tenant (the rest are alone).
     tenants: HashMap<PartitionId, Tenant>,
+    /// Partitions whose priority is not 0.
+    priorities: HashMap<PartitionId, i32>,
+    /// How many groups of partitions alone wait in `turns`, by priority.
+    alone: BTreeMap<i32, usize>,
     /// The write position up to which new items have been looked at; None
     /// until the first look.
     pub mark: Option<i64>,
@@ -74,12 +84,32 @@ impl Rotation {
     }
 
     /// Sets (or, with None, clears) the tenant a partition takes turns
-    /// with; applies the next time it joins.
-    pub fn set_tenant(&mut self, id: &PartitionId, tenant: Option<&Tenant>) {
+    /// with, and its priority; applies the next time it joins.
+    pub fn set_attrs(&mut self, id: &PartitionId, tenant: Option<&Tenant>, priority: i32) {
         match tenant {
             Some(t) => self.tenants.insert(id.clone(), t.clone()),
             None => self.tenants.remove(id),
         };
+        match priority {
+            0 => self.priorities.remove(id),
+            p => self.priorities.insert(id.clone(), p),
+        };
+    }
+
+    fn priority(&self, id: &str) -> i32 {
+        self.priorities.get(id).copied().unwrap_or(0)
+    }
+
+    /// Counts a group of a partition alone into or out of `turns`.
+    fn count_alone(&mut self, group: &Group, by: isize) {
+        if let Group::Alone(id) = group {
+            let p = self.priority(id);
+            let n = self.alone.entry(p).or_default();
+            *n = n.saturating_add_signed(by);
+            if *n == 0 {
+                self.alone.remove(&p);
+            }
+        }
     }
 
     /// The tenant a partition takes turns with.
@@ -118,6 +148,7 @@ impl Rotation {
             if queue.is_empty() {
                 self.queues.remove(&group);
                 self.used = 0;
+                self.count_alone(&group, -1);
             } else if self.used < turns(&group).max(1) {
                 self.turns.push_front(group);
             } else {
@@ -142,12 +173,37 @@ impl Rotation {
             Some(t) => Group::Tenant(t.clone()),
             None => Group::Alone(id.clone()),
         };
-        let queue = self.queues.entry(group.clone()).or_default();
-        if queue.is_empty() {
-            self.turns.push_back(group.clone());
+        let p = self.priority(&id);
+        if !self.queues.contains_key(&group) {
+            self.join_turns(group.clone(), p);
         }
-        queue.push_back(id.clone());
+        let priorities = &self.priorities;
+        let queue = self.queues.entry(group.clone()).or_default();
+        // Highest priority first, in turn order among equals.
+        let at = queue.partition_point(|q| priorities.get(q).copied().unwrap_or(0) >= p);
+        queue.insert(at, id.clone());
         self.members.insert(id, group);
+    }
+
+    /// Puts a group with a partition waiting into the turns: at the end,
+    /// but a partition alone of priority `p` ahead of the first partition
+    /// alone with a lower one.
+    fn join_turns(&mut self, group: Group, p: i32) {
+        let lower_waits = matches!(group, Group::Alone(_))
+            && self.alone.keys().next().is_some_and(|&lowest| lowest < p);
+        let at = if lower_waits {
+            let priorities = &self.priorities;
+            self.turns.iter().position(
+                |g| matches!(g, Group::Alone(q) if priorities.get(q).copied().unwrap_or(0) < p),
+            )
+        } else {
+            None
+        };
+        self.count_alone(&group, 1);
+        match at {
+            Some(i) => self.turns.insert(i, group),
+            None => self.turns.push_back(group),
+        }
     }
 
     /// Whether `id` waits in the rotation.
@@ -161,7 +217,7 @@ impl Rotation {
     }
 
     /// Drops waiting partitions that are no longer to be served (their
-    /// tenants are kept: see `set_tenant`).
+    /// tenants are kept: see `set_attrs`).
     pub fn retain(&mut self, held: impl Fn(&str) -> bool) {
         self.members.retain(|id, _| held(id));
         for queue in self.queues.values_mut() {
@@ -170,6 +226,10 @@ impl Rotation {
         self.queues.retain(|_, q| !q.is_empty());
         let queues = &self.queues;
         self.turns.retain(|g| queues.contains_key(g));
+        self.alone.clear();
+        for g in self.turns.clone() {
+            self.count_alone(&g, 1);
+        }
     }
 }
 
@@ -215,9 +275,9 @@ mod tests {
         let mut r = Rotation::default();
         for i in 0..4 {
             let id = PartitionId::from(format!("a{i}").as_str());
-            r.set_tenant(&id, Some(&"A".into()));
+            r.set_attrs(&id, Some(&"A".into()), 0);
         }
-        r.set_tenant(&"b0".into(), Some(&"B".into()));
+        r.set_attrs(&"b0".into(), Some(&"B".into()), 0);
         let ids = ["a0", "a1", "a2", "a3", "b0", "x"].map(PartitionId::from);
         r.discovered(ids, 1, now);
         // A tenant with four partitions gets no more turns than one with one,
@@ -248,5 +308,30 @@ mod tests {
         r.offer("a1".into());
         r.retain(|id| id != "a1");
         assert!(r.is_empty());
+    }
+
+    #[test]
+    fn higher_priorities_go_first_among_those_sharing_turns() {
+        let now = Instant::now();
+        let mut r = Rotation::default();
+        let ids = |xs: &[&str]| xs.iter().map(|x| PartitionId::from(*x)).collect::<Vec<_>>();
+        // Partitions of no tenant: a later one of priority 10 goes first,
+        // one of priority -5 last, and a re-offered 10 first again.
+        r.set_attrs(&"z".into(), None, 10);
+        r.set_attrs(&"n".into(), None, -5);
+        r.discovered(ids(&["n", "x0", "x1", "x2", "z"]), 1, now);
+        assert_eq!(r.take(1, one, none), vec!["z"]);
+        r.offer("z".into());
+        assert_eq!(r.take(2, one, none), vec!["z", "x0"]);
+        assert_eq!(r.take(5, one, none), vec!["x1", "x2", "n"]);
+        // Within a tenant: highest first, in turn order among equals;
+        // tenants still take turns.
+        for (id, p) in [("a0", 0), ("a1", 5), ("a2", 5)] {
+            r.set_attrs(&id.into(), Some(&"A".into()), p);
+        }
+        r.set_attrs(&"b0".into(), Some(&"B".into()), 0);
+        r.discovered(ids(&["a0", "a1", "b0", "a2"]), 2, now);
+        assert_eq!(r.take(4, one, none), vec!["a1", "b0", "a2", "a0"]);
+        assert!(r.is_empty() && r.alone.is_empty());
     }
 }

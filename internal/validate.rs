@@ -86,6 +86,19 @@ pub fn gate(what: &str, gate: i64) -> Result<()> {
     )))
 }
 
+/// The highest partition priority; the lowest is its negative.
+pub const MAX_PRIORITY: i32 = 1000;
+
+/// Refuses a priority outside -[`MAX_PRIORITY`]..=[`MAX_PRIORITY`].
+pub fn priority(priority: i32) -> Result<()> {
+    if (-MAX_PRIORITY..=MAX_PRIORITY).contains(&priority) {
+        return Ok(());
+    }
+    Err(Error::Invalid(format!(
+        "priority {priority} is out of range; priorities run from -{MAX_PRIORITY} to {MAX_PRIORITY} (0 by default)"
+    )))
+}
+
 /// The earliest `not_before` accepted: 2000-01-01T00:00:00Z. An earlier
 /// time is almost always seconds given for milliseconds.
 pub const MIN_NOT_BEFORE: i64 = 946_684_800_000;

@@ -1,5 +1,5 @@
-//! The operator commands: checkpoint, pause, resume, cancel, prune and ui,
-//! thin shells over the library's controls and console.
+//! The operator commands: checkpoint, priority, pause, resume, cancel,
+//! prune and ui, thin shells over the library's controls and console.
 
 use anyhow::Context;
 use clap::Args;
@@ -18,6 +18,19 @@ pub struct CheckpointArgs {
     /// The new gate; must be above the current one
     #[arg(long)]
     gate: i64,
+}
+
+#[derive(Args)]
+pub struct PriorityArgs {
+    #[command(flatten)]
+    db: DbArgs,
+    /// The partition
+    #[arg(long)]
+    partition: String,
+    /// Its new priority, -1000 to 1000 (0 is the default)
+    #[arg(long, allow_hyphen_values = true,
+          value_parser = clap::value_parser!(i32).range(-1000..=1000))]
+    priority: i32,
 }
 
 #[derive(Args)]
@@ -68,6 +81,17 @@ pub async fn checkpoint(a: CheckpointArgs) -> anyhow::Result<()> {
         "partition {} advanced to gate {}",
         crate::status::clean(&a.partition),
         a.gate
+    );
+    Ok(())
+}
+
+pub async fn priority(a: PriorityArgs) -> anyhow::Result<()> {
+    let store = connect(&a.db).await?;
+    store.set_priority(&a.partition, a.priority).await?;
+    println!(
+        "partition {} has priority {}",
+        crate::status::clean(&a.partition),
+        a.priority
     );
     Ok(())
 }

@@ -43,6 +43,11 @@ pub struct EnqueueArgs {
     /// The partition's own cap on items in flight [default: --max-in-flight-per-partition]
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_in_flight: Option<u32>,
+    /// Serve the partition before the lower-priority ones it shares turns with (its tenant's, or
+    /// those of no tenant), -1000 to 1000; `processor partitions priority` changes it later
+    #[arg(long, default_value_t = 0, allow_hyphen_values = true,
+          value_parser = clap::value_parser!(i32).range(-1000..=1000))]
+    pub priority: i32,
     /// Take each line as the item's data itself, not as {"id", "gate", "data"}
     #[arg(long)]
     pub raw: bool,
@@ -122,6 +127,7 @@ pub async fn enqueue(a: EnqueueArgs) -> anyhow::Result<()> {
     spec.tenant = a.tenant;
     spec.weight = a.weight;
     spec.max_in_flight = a.max_in_flight;
+    spec.priority = a.priority;
     let partition = crate::status::clean(&a.partition);
     let total = items.len();
     let (mut written, mut first) = (0, None);

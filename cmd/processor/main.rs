@@ -59,6 +59,9 @@ enum Command {
     Health(status::HealthArgs),
     /// Advance a manual_checkpoint partition to a higher gate.
     Checkpoint(controls::CheckpointArgs),
+    /// Set a partition's priority: it is served before the lower-priority partitions it shares
+    /// turns with (its tenant's, or those of no tenant)
+    Priority(controls::PriorityArgs),
     /// Stop dispatching a partition's items (or every partition's) until resumed.
     Pause(controls::PauseArgs),
     /// Dispatch a paused partition (or every paused one) again.
@@ -187,6 +190,7 @@ async fn main() -> ExitCode {
         Command::Demo(args) => status::demo(args).await,
         Command::Health(args) => status::health(args).await,
         Command::Checkpoint(args) => controls::checkpoint(args).await,
+        Command::Priority(args) => controls::priority(args).await,
         Command::Pause(args) => controls::pause(args, true).await,
         Command::Resume(args) => controls::pause(args, false).await,
         Command::Cancel(args) => controls::cancel(args).await,

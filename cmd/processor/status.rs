@@ -129,7 +129,8 @@ fn print_partitions(s: &Status, all: bool) {
     }
 }
 
-/// A row per partition: status, gate, owner, items by gate, scheduled.
+/// A row per partition: status (paused, priority), gate, owner, items by
+/// gate, scheduled.
 fn partition_table(partitions: &[PartitionView]) -> comfy_table::Table {
     let mut t = table([
         "partition",
@@ -155,11 +156,15 @@ fn partition_table(partitions: &[PartitionView]) -> comfy_table::Table {
             .unwrap_or_else(|| "-".to_string());
         t.add_row([
             clean(&p.id),
-            if p.paused {
-                format!("{} (paused)", clean(&p.status))
-            } else {
-                clean(&p.status)
-            },
+            format!(
+                "{}{}{}",
+                clean(&p.status),
+                if p.paused { " (paused)" } else { "" },
+                match p.priority {
+                    0 => String::new(),
+                    n => format!(" (priority {n})"),
+                }
+            ),
             p.gate.to_string(),
             clean(&owner),
             gates.join("  "),

@@ -23,19 +23,35 @@ pub enum Action {
     Cancel,
     /// Advance a manual partition to a gate.
     Checkpoint(i64),
+    /// Set its priority.
+    Priority(i32),
 }
 
 impl Action {
-    /// The action named in a URL; `gate` only for `checkpoint`.
-    pub fn parse(name: &str, gate: Option<i64>) -> Option<Action> {
+    /// The action named in a URL; `gate` only for `checkpoint`,
+    /// `priority` only for `priority`.
+    pub fn parse(name: &str, gate: Option<i64>, priority: Option<i32>) -> Option<Action> {
         Some(match name {
             "retry" => Action::Retry,
             "pause" => Action::Pause,
             "resume" => Action::Resume,
             "cancel" => Action::Cancel,
             "checkpoint" => Action::Checkpoint(gate?),
+            "priority" => Action::Priority(priority?),
             _ => return None,
         })
+    }
+
+    /// Its name in a URL.
+    pub fn name(self) -> &'static str {
+        match self {
+            Action::Retry => "retry",
+            Action::Pause => "pause",
+            Action::Resume => "resume",
+            Action::Cancel => "cancel",
+            Action::Checkpoint(_) => "checkpoint",
+            Action::Priority(_) => "priority",
+        }
     }
 
     /// Applies the action through the store; the same code path as the CLI.
@@ -54,15 +70,19 @@ impl Action {
                 store.cancel(id).await?;
             }
             Action::Checkpoint(gate) => store.checkpoint(id, gate).await?,
+            Action::Priority(p) => store.set_priority(id, p).await?,
         }
         tracing::info!(partition = %id, action = ?self, "operator action");
         Ok(())
     }
 }
 
+/// The body of an action: `{"gate": N}` for `checkpoint`,
+/// `{"priority": N}` for `priority`.
 #[derive(Deserialize, Default)]
-struct CheckpointBody {
+struct ActionBody {
     gate: Option<i64>,
+    priority: Option<i32>,
 }
 
 pub(super) async fn act(
@@ -70,24 +90,24 @@ pub(super) async fn act(
     admin: Admitted<Admin>,
     body: axum::body::Bytes,
 ) -> Response {
-    let gate = if body.is_empty() {
-        None
+    let b = if body.is_empty() {
+        ActionBody::default()
     } else {
-        match serde_json::from_slice::<CheckpointBody>(&body) {
-            Ok(b) => b.gate,
+        match serde_json::from_slice::<ActionBody>(&body) {
+            Ok(b) => b,
             Err(_) => {
                 return api_error(
                     StatusCode::BAD_REQUEST,
-                    "the body must be JSON: {\"gate\": N}",
+                    "the body must be JSON: {\"gate\": N} or {\"priority\": N}",
                 );
             }
         }
     };
-    let Some(action) = Action::parse(&action, gate) else {
-        let message = if action == "checkpoint" {
-            "checkpoint needs a JSON body {\"gate\": N}"
-        } else {
-            "unknown action; use retry, pause, resume, cancel or checkpoint"
+    let Some(action) = Action::parse(&action, b.gate, b.priority) else {
+        let message = match action.as_str() {
+            "checkpoint" => "checkpoint needs a JSON body {\"gate\": N}",
+            "priority" => "priority needs a JSON body {\"priority\": N}, N from -1000 to 1000",
+            _ => "unknown action; use retry, pause, resume, cancel, checkpoint or priority",
         };
         return api_error(StatusCode::BAD_REQUEST, message);
     };

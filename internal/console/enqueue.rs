@@ -44,6 +44,8 @@ pub(super) struct EnqueueQuery {
     weight: Option<u32>,
     /// Its own cap on items in flight.
     max_in_flight: Option<u32>,
+    /// Served before lower ones of its tenant (-1000 to 1000, default 0).
+    priority: Option<i32>,
     /// No item of the request runs before this time (epoch milliseconds
     /// or RFC 3339), unless it says otherwise.
     not_before: Option<String>,
@@ -70,6 +72,7 @@ impl EnqueueQuery {
         spec.tenant = self.tenant.as_deref().map(Tenant::from);
         spec.weight = self.weight;
         spec.max_in_flight = self.max_in_flight;
+        spec.priority = self.priority.unwrap_or(0);
         spec.on_failure = match self.on_failure.as_deref() {
             None | Some("block") => OnFailure::Block,
             Some("continue") => OnFailure::Continue,
@@ -231,6 +234,7 @@ mod tests {
             tenant: None,
             weight: None,
             max_in_flight: None,
+            priority: None,
             not_before: None,
             delay: None,
         };

@@ -22,6 +22,7 @@ pub(super) struct ActionForm {
     pub(super) csrf: String,
     confirm: Option<String>,
     gate: Option<i64>,
+    priority: Option<i32>,
 }
 
 /// An action's confirmation question and where it goes.
@@ -85,7 +86,7 @@ pub(super) async fn partition_action(
     Form(form): Form<ActionForm>,
 ) -> Response {
     let viewer = c.viewer(&headers);
-    let Some(action) = Action::parse(&name, form.gate) else {
+    let Some(action) = Action::parse(&name, form.gate, form.priority) else {
         let text = "unknown action, or checkpoint without a gate";
         return page(
             StatusCode::BAD_REQUEST,
@@ -97,25 +98,22 @@ pub(super) async fn partition_action(
     let question = match action {
         Action::Checkpoint(g) => format!("Advance partition {id} to gate {g}?"),
         Action::Retry => format!("Retry the failed items of partition {id}?"),
+        Action::Priority(p) => format!("Set the priority of partition {id} to {p}?"),
         other => format!("{other:?} partition {id}?"),
     };
-    let done = match action {
-        Action::Retry => "retry",
-        Action::Pause => "pause",
-        Action::Resume => "resume",
-        Action::Cancel => "cancel",
-        Action::Checkpoint(_) => "checkpoint",
-    };
+    let done = action.name();
     let ask = Ask {
         path: format!("/partitions/{}/{name}", enc(&id)),
         question,
         back: format!("/partitions/{}", enc(&id)),
         done,
-        fields: form
-            .gate
-            .map(|g| ("gate", g.to_string()))
-            .into_iter()
-            .collect(),
+        fields: [
+            form.gate.map(|g| ("gate", g.to_string())),
+            form.priority.map(|p| ("priority", p.to_string())),
+        ]
+        .into_iter()
+        .flatten()
+        .collect(),
     };
     act(&c, &headers, &admitted.store, form.sent(), ask, async |s| {
         action.apply(s, &id).await
@@ -253,6 +251,7 @@ pub(super) fn done_message(done: Option<&str>) -> &'static str {
         Some("resume") => "Resumed.",
         Some("cancel") => "Cancelled.",
         Some("checkpoint") => "The gate was advanced.",
+        Some("priority") => "The priority was set; its processor serves by it from its next cycle.",
         Some("limits-set") => {
             "The tenant's limits were saved; processors apply them within a heartbeat."
         }

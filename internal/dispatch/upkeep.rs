@@ -222,10 +222,11 @@ impl Dispatcher {
         }
         for (p, attrs) in &b.attrs {
             let tenant = attrs.as_ref().and_then(|a| a.tenant.as_ref());
-            self.rotation.set_tenant(p, tenant);
+            let priority = attrs.as_ref().map_or(0, |a| a.priority);
+            self.rotation.set_attrs(p, tenant, priority);
         }
         for p in &b.lost {
-            self.rotation.set_tenant(p, None);
+            self.rotation.set_attrs(p, None, 0);
         }
         for p in b.ready {
             self.rotation.offer(p);

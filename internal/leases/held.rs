@@ -29,13 +29,14 @@ impl Held {
             self.lost_from(&cycle.slice, swept, &mut out, metrics);
         }
         for r in &cycle.slice {
-            let attrs = (r.tenant.is_some() || r.weight.is_some() || r.max_in_flight.is_some())
-                .then(|| Attrs {
-                    id: r.id.clone(),
-                    tenant: r.tenant.clone(),
-                    weight: r.weight,
-                    max_in_flight: r.max_in_flight,
-                });
+            let set = r.tenant.is_some() || r.weight.is_some() || r.max_in_flight.is_some();
+            let attrs = (set || r.priority != 0).then(|| Attrs {
+                id: r.id.clone(),
+                tenant: r.tenant.clone(),
+                weight: r.weight,
+                max_in_flight: r.max_in_flight,
+                priority: r.priority,
+            });
             self.set_attrs(&r.id, attrs, &mut out);
             if self.versions.get(&r.id) != Some(&r.version) {
                 self.versions.insert(r.id.clone(), r.version);

@@ -15,8 +15,8 @@ use crate::store::LEASE_CHUNK;
 const STEAL_PICK: i64 = 1_000;
 
 /// Takes up to `want` free partitions into `out.took` and returns how
-/// many it took. A few are picked with work first (at random within, so
-/// processors racing for them spread out); many are leased page by page in
+/// many it took. A few are picked with work first, higher priorities first
+/// (at random within, so processors racing for them spread out); many are leased page by page in
 /// id order, [`LEASE_CHUNK`] per statement, so every statement stays
 /// bounded.
 pub(super) async fn take_free(
@@ -30,7 +30,7 @@ pub(super) async fn take_free(
     if want <= LEASE_CHUNK {
         let mut free = store.free_partitions(expiry, want * 2 + 8).await?;
         free.shuffle(&mut rand::rng());
-        free.sort_by_key(|f| !f.ready);
+        free.sort_by_key(|f| (!f.ready, std::cmp::Reverse(f.priority)));
         let pick: Vec<(PartitionId, i64)> = free
             .into_iter()
             .take(want)

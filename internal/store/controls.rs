@@ -94,6 +94,25 @@ impl Store {
         Ok(())
     }
 
+    /// Sets a partition's priority (see [`PartitionSpec::priority`]); its
+    /// holder serves it by the new one from its next acquire cycle.
+    ///
+    /// [`PartitionSpec::priority`]: super::PartitionSpec::priority
+    pub async fn set_priority(&self, id: &str, priority: i32) -> Result<()> {
+        validate::filter("partition id", id)?;
+        validate::priority(priority)?;
+        let n = self
+            .run(sql!(self.driver;
+                "UPDATE feed_partitions SET priority = " {priority} ", version = version + 1, \
+                 updated_at = {now} WHERE id = " {id}
+            ))
+            .await?;
+        if n == 0 {
+            return Err(Error::NotFound(format!("partition {id}")));
+        }
+        Ok(())
+    }
+
     /// Pauses every `available` or `failed` partition (the stop-all switch);
     /// returns how many were paused now.
     pub async fn pause_all(&self) -> Result<u64> {

@@ -69,6 +69,7 @@ impl Store {
         if let Some(t) = &spec.tenant {
             validate::id("tenant", t)?;
         }
+        validate::priority(spec.priority)?;
         for item in &mut items {
             if let Some(id) = &item.id {
                 validate::id("item id", id)?;
@@ -111,10 +112,10 @@ impl Store {
         let created = self.bounded(txn
             .execute_raw(sql!(b;
                 "INSERT INTO feed_partitions (id, auto_close, manual_checkpoint, on_failure, gate_events, \
-                 tenant, weight, max_in_flight) VALUES (" {partition} ", " {spec.auto_close} ", "
+                 tenant, weight, max_in_flight, priority) VALUES (" {partition} ", " {spec.auto_close} ", "
                 {spec.manual_checkpoint} ", " {spec.on_failure.as_str()} ", " {spec.gate_events} ", "
                 {spec.tenant.as_deref()} ", " {spec.weight.map(|w| i32::try_from(w).unwrap_or(i32::MAX))} ", "
-                {spec.max_in_flight.map(|m| i32::try_from(m).unwrap_or(i32::MAX))} ")" [b.keep_existing()]
+                {spec.max_in_flight.map(|m| i32::try_from(m).unwrap_or(i32::MAX))} ", " {spec.priority} ")" [b.keep_existing()]
             )))
             .await?
             .rows_affected()

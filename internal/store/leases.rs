@@ -60,6 +60,8 @@ pub struct HeldRow {
     pub weight: Option<u32>,
     /// Its own cap on items in flight, if set.
     pub max_in_flight: Option<u32>,
+    /// Its priority among the partitions it shares turns with.
+    pub priority: i32,
 }
 
 /// A partition nobody live holds.
@@ -71,6 +73,8 @@ pub struct FreeRow {
     pub version: i64,
     /// It has an item ready to run now.
     pub ready: bool,
+    /// Its priority: among free partitions with work, higher ones first.
+    pub priority: i32,
 }
 
 impl Store {
@@ -171,7 +175,7 @@ impl Store {
     }
 
     /// Up to `limit` active partitions whose owner is NULL or not a live
-    /// session, those with work ready first.
+    /// session, those with work ready first, higher priorities first.
     pub(crate) async fn free_partitions(
         &self,
         expiry: Duration,
@@ -179,9 +183,9 @@ impl Store {
     ) -> Result<Vec<FreeRow>> {
         let rows = self
             .fetch(sql!(self.driver;
-                "SELECT p.id, p.version, CASE WHEN " [&ready(self.driver)] " THEN TRUE ELSE FALSE END AS ready \
-                 FROM feed_partitions p WHERE p.status = 'available' AND \
-                 (p.owner IS NULL OR p.owner NOT IN " [LIVE] {ms(expiry)} ")) ORDER BY ready DESC LIMIT "
+                "SELECT p.id, p.version, CASE WHEN " [&ready(self.driver)] " THEN TRUE ELSE FALSE END AS ready, \
+                 p.priority FROM feed_partitions p WHERE p.status = 'available' AND \
+                 (p.owner IS NULL OR p.owner NOT IN " [LIVE] {ms(expiry)} ")) ORDER BY ready DESC, p.priority DESC LIMIT "
                 {limit as i64}
             ))
             .await?;
@@ -273,9 +277,9 @@ impl Store {
             .fetch(sql!(self.driver;
                 "SELECT p.id, p.version, CASE WHEN " [&ready(self.driver)]
                 " THEN TRUE ELSE FALSE END AS ready, CASE WHEN " [&stuck(self.driver)]
-                " THEN TRUE ELSE FALSE END AS stuck, p.tenant, p.weight, p.max_in_flight \
+                " THEN TRUE ELSE FALSE END AS stuck, p.tenant, p.weight, p.max_in_flight, p.priority \
                  FROM (SELECT id, version, gate, paused, auto_close, manual_checkpoint, on_failure, \
-                 tenant, weight, max_in_flight \
+                 tenant, weight, max_in_flight, priority \
                  FROM feed_partitions WHERE owner = " {me} " AND status = 'available' AND id > " {after}
                 " ORDER BY status, owner, id LIMIT " {limit as i64} ") p ORDER BY p.id"
             ))
@@ -290,6 +294,7 @@ impl Store {
                     tenant: get(r, "tenant")?,
                     weight: nonneg(get(r, "weight")?),
                     max_in_flight: nonneg(get(r, "max_in_flight")?),
+                    priority: get(r, "priority")?,
                 })
             })
             .collect()

@@ -41,6 +41,8 @@ pub struct Attrs {
     pub weight: Option<u32>,
     /// Its own cap on items in flight.
     pub max_in_flight: Option<u32>,
+    /// Its priority among the partitions it shares turns with.
+    pub priority: i32,
 }
 
 /// A session's part of a tenant's slots: (session id, slots held, slots wanted).
@@ -126,10 +128,11 @@ impl Store {
         let mut out = Vec::new();
         for chunk in ids.chunks(ATTRS_CHUNK) {
             let mut s = Sql::new(self.driver);
-            s.push("SELECT id, tenant, weight, max_in_flight FROM feed_partitions WHERE id IN (")
+            s.push("SELECT id, tenant, weight, max_in_flight, priority FROM feed_partitions WHERE id IN (")
                 .binds(chunk.iter().map(|id| id.clone().into()))
                 .push(
-                    ") AND (tenant IS NOT NULL OR weight IS NOT NULL OR max_in_flight IS NOT NULL)",
+                    ") AND (tenant IS NOT NULL OR weight IS NOT NULL OR max_in_flight IS NOT NULL \
+                     OR priority <> 0)",
                 );
             let rows = self.fetch(s.statement()).await?;
             for r in &rows {
@@ -138,6 +141,7 @@ impl Store {
                     tenant: get(r, "tenant")?,
                     weight: nonneg(get(r, "weight")?),
                     max_in_flight: nonneg(get(r, "max_in_flight")?),
+                    priority: get(r, "priority")?,
                 });
             }
         }

@@ -86,6 +86,9 @@ pub struct PartitionSpec {
     pub weight: Option<u32>,
     /// Its own cap on items in flight (None: `--max-in-flight-per-partition`).
     pub max_in_flight: Option<u32>,
+    /// Served before the lower ones it shares turns with (its tenant's,
+    /// or those of no tenant); -1000 to 1000, 0 by default.
+    pub priority: i32,
 }
 
 impl Default for PartitionSpec {
@@ -98,6 +101,7 @@ impl Default for PartitionSpec {
             tenant: None,
             weight: None,
             max_in_flight: None,
+            priority: 0,
         }
     }
 }

@@ -26,6 +26,7 @@ mod m20261128_000015_due_order;
 mod m20261128_000016_traceparent;
 mod m20261129_000017_steps;
 mod m20261129_000018_binary_ids;
+mod m20261129_000019_priority;
 
 /// Whether `table` has `column`: SQLite and MySQL have no `ADD COLUMN IF
 /// NOT EXISTS`, so a migration that adds one looks first (a racing
@@ -173,6 +174,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261128_000016_traceparent::Migration),
             Box::new(m20261129_000017_steps::Migration),
             Box::new(m20261129_000018_binary_ids::Migration),
+            Box::new(m20261129_000019_priority::Migration),
         ]
     }
 

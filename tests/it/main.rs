@@ -47,6 +47,7 @@ mod netfault;
 mod otel;
 mod pickup;
 mod pooler;
+mod priority;
 mod producer_tokens;
 mod protocol;
 mod races;

@@ -103,6 +103,7 @@ pub fn partition(p: &PartitionView, viewer: &Viewer, lists: Lists<'_>, done: &st
                         None => "-",
                     }
                 }
+                dt title="served before the lower-priority partitions it shares turns with" { "priority" } dd #priority { (p.priority) }
                 dt { "settings" } dd { "auto_close " (p.auto_close) ", manual_checkpoint " (p.manual_checkpoint) ", on_failure " (p.on_failure) }
                 dt { "updated" } dd { (time(p.updated_at)) }
                 dt title="available items that wait for their scheduled time" { "scheduled" } dd #scheduled { (scheduled(p)) }
@@ -116,7 +117,10 @@ pub fn partition(p: &PartitionView, viewer: &Viewer, lists: Lists<'_>, done: &st
                         @if p.paused { (action(viewer, &format!("{base}/resume"), "Resume", None)) }
                         @else if p.status == "available" || p.status == "failed" { (action(viewer, &format!("{base}/pause"), "Pause", None)) }
                         @if p.manual_checkpoint && p.status == "available" { (action(viewer, &format!("{base}/checkpoint"), "Advance gate", Some(p.gate + 1))) }
-                        @if p.status != "complete" && p.status != "cancelled" { (action(viewer, &format!("{base}/cancel"), "Cancel", None)) }
+                        @if p.status != "complete" && p.status != "cancelled" {
+                            (priority_form(viewer, &format!("{base}/priority"), p.priority))
+                            (action(viewer, &format!("{base}/cancel"), "Cancel", None))
+                        }
                     },
                 }
             }
@@ -144,6 +148,19 @@ pub fn partition(p: &PartitionView, viewer: &Viewer, lists: Lists<'_>, done: &st
             h2 { "Items" }
             (item_table(&items.data, viewer))
             @if let Some(next) = &items.next { a.next href={ (base) "?after=" (enc(next)) } { "Next page →" } }
+        }
+    }
+}
+
+/// The form that sets a partition's priority.
+fn priority_form(viewer: &Viewer, path: &str, priority: i32) -> Markup {
+    html! {
+        @if let Viewer::Admin(csrf) = viewer {
+            form.action method="post" action=(path) {
+                input type="hidden" name="csrf" value=(csrf);
+                input type="number" name="priority" value=(priority) min="-1000" max="1000" aria-label="priority";
+                button type="submit" name="do" value="Set priority" { "Set priority" }
+            }
         }
     }
 }

@@ -56,6 +56,8 @@ pub struct PartitionView {
     pub on_failure: String,
     /// The tenant it belongs to (flow control), if any.
     pub tenant: Option<Tenant>,
+    /// Served before lower ones it shares turns with (-1000 to 1000).
+    pub priority: i32,
     /// OCC version.
     pub version: i64,
     /// Epoch ms, database clock.
@@ -109,7 +111,7 @@ pub struct PartitionFilter {
 }
 
 pub(super) const PARTITION_COLUMNS: &str = "id, status, paused, gate, owner, auto_close, manual_checkpoint, \
-    on_failure, tenant, version, created_at, updated_at";
+    on_failure, tenant, priority, version, created_at, updated_at";
 
 pub(super) fn partition_row(r: &QueryResult) -> Result<PartitionView> {
     Ok(PartitionView::from_query_result(r, "")?)
