@@ -43,6 +43,9 @@ pub struct Context {
     /// The group the dispatch loop's side tasks (refills, gate checks,
     /// acquire cycles) are started in, stopped at shutdown.
     pub tasks: Tasks,
+    /// Makes the `Feed-Inputs` URLs of fan-in items; None without a
+    /// listener or with `--inputs-url off`.
+    pub inputs: Option<Arc<crate::inputs::Inputs>>,
 }
 
 /// What acquire cycles and gate checks may touch: the store, the metrics
@@ -81,6 +84,8 @@ pub struct Delivering<'a> {
     pub retries: crate::policy::Policy,
     /// How old the last good heartbeat may be for a result to be written.
     pub session_expiry: Duration,
+    /// Makes the `Feed-Inputs` URL of an item at a gate above 0.
+    pub inputs: Option<&'a crate::inputs::Inputs>,
 }
 
 impl Context {
@@ -106,6 +111,7 @@ impl Context {
             batch_size: self.config.handler.batch_size,
             retries: self.config.retries,
             session_expiry: self.config.leases.session_expiry,
+            inputs: self.inputs.as_deref(),
         }
     }
 }

@@ -3,11 +3,11 @@
 //!
 //! Gate 0 fans out: every resume is classified (a score from its skills and
 //! years). Gate 1 fans in: one ranking item, dispatched only when every
-//! resume is classified, picks the top 10. The real processor runs in
-//! between, exactly as `processor run` would.
+//! resume is classified, reads them all from the URL in `Feed-Inputs` and
+//! picks the top 10. The real processor runs in between, exactly as
+//! `processor run` would; the handler keeps nothing between calls.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::Json;
@@ -119,6 +119,8 @@ async fn run_in(url: &str, resumes: usize, progress: &mut impl FnMut(&str)) -> R
 
     let (handler_url, _server) = serve_handler().await?;
     let mut config = Config::new(url, handler_url);
+    // The ranking reads the classifications through the listener.
+    config.listen.address = Some("127.0.0.1:0".into());
     config.dispatch.poll_interval = Duration::from_millis(100);
     config.leases.acquire_interval = Duration::from_millis(200);
     config.handler.concurrency = 4;
@@ -185,45 +187,37 @@ async fn run_in(url: &str, resumes: usize, progress: &mut impl FnMut(&str)) -> R
     })
 }
 
-/// The example handler: classify at gate 0, rank at gate 1.
+/// The example handler: classify at gate 0, rank at gate 1. It keeps no
+/// state: the ranking reads every classification from `Feed-Inputs`, so
+/// any replica of it could answer either step, before or after a restart.
 async fn serve_handler() -> Result<(String, tokio::task::JoinHandle<()>)> {
-    let scores: Arc<Mutex<HashMap<String, (String, i64)>>> = Arc::default();
+    let client = reqwest::Client::new();
     let app = axum::Router::new().route(
         "/feed",
         axum::routing::post(move |headers: HeaderMap, Json(data): Json<Value>| {
-            let scores = scores.clone();
+            let client = client.clone();
             async move {
-                let gate = headers
-                    .get("feed-gate")
-                    .and_then(|v| v.to_str().ok())
-                    .unwrap_or("0");
-                let item = headers
-                    .get("feed-item-id")
-                    .and_then(|v| v.to_str().ok())
-                    .unwrap_or("")
-                    .to_string();
-                if gate == "0" {
+                let header = |name| headers.get(name).and_then(|v| v.to_str().ok());
+                if header("feed-gate").unwrap_or("0") == "0" {
                     // Pretend to OCR and classify.
                     tokio::time::sleep(Duration::from_millis(100 + rand::random::<u64>() % 200))
                         .await;
                     let skills = data["skills"].as_array().map_or(0, Vec::len) as i64;
                     let score = skills * 10 + data["years"].as_i64().unwrap_or(0) * 3;
-                    let name = data["candidate"].as_str().unwrap_or("?").to_string();
-                    scores.lock().expect("scores").insert(item, (name, score));
                     let mut out = data.clone();
                     out["score"] = json!(score);
-                    Json(json!({"done": true, "data": out}))
-                } else {
-                    let mut all: Vec<(String, i64)> =
-                        scores.lock().expect("scores").values().cloned().collect();
-                    all.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
-                    let n = data["pick"].as_u64().unwrap_or(10) as usize;
-                    let top: Vec<Value> = all
-                        .iter()
-                        .take(n)
-                        .map(|(c, s)| json!({"candidate": c, "score": s}))
-                        .collect();
-                    Json(json!({"done": true, "data": {"top": top, "ranked": all.len()}}))
+                    return Json(json!({"done": true, "data": out}));
+                }
+                let Some(url) = header("feed-inputs") else {
+                    let message = "no Feed-Inputs: the processor serves inputs on its listener";
+                    return Json(json!({"error": {"message": message, "no_retry": true}}));
+                };
+                let n = data["pick"].as_u64().unwrap_or(10) as usize;
+                match rank(&client, url, n).await {
+                    Ok((top, ranked)) => {
+                        Json(json!({"done": true, "data": {"top": top, "ranked": ranked}}))
+                    }
+                    Err(message) => Json(json!({"error": {"message": message}})),
                 }
             }
         }),
@@ -238,4 +232,53 @@ async fn serve_handler() -> Result<(String, tokio::task::JoinHandle<()>)> {
         let _ = axum::serve(listener, app).await;
     });
     Ok((format!("http://{addr}/feed"), task))
+}
+
+/// The `n` best classified resumes among the inputs at `url` (following
+/// `Link: <…>; rel="next"` from page to page), best first, and how many
+/// there were; only the best `n` are held.
+async fn rank(
+    client: &reqwest::Client,
+    url: &str,
+    n: usize,
+) -> std::result::Result<(Vec<Value>, usize), String> {
+    let mut top: Vec<(i64, String)> = Vec::with_capacity(n + 1);
+    let mut ranked = 0;
+    let mut next = Some(url.to_string());
+    while let Some(url) = next.take() {
+        let mut r = client.get(&url).send().await.map_err(|e| e.to_string())?;
+        if !r.status().is_success() {
+            return Err(format!("reading the inputs: HTTP {}", r.status()));
+        }
+        next = next_link(r.headers());
+        let mut pending = Vec::new();
+        while let Some(chunk) = r.chunk().await.map_err(|e| e.to_string())? {
+            pending.extend_from_slice(&chunk);
+            while let Some(at) = pending.iter().position(|&b| b == b'\n') {
+                let line: Vec<u8> = pending.drain(..=at).collect();
+                let input: Value = serde_json::from_slice(&line).map_err(|e| e.to_string())?;
+                if input["status"] != "complete" {
+                    continue;
+                }
+                let data = &input["data"];
+                let name = data["candidate"].as_str().unwrap_or("?").to_string();
+                top.push((data["score"].as_i64().unwrap_or(0), name));
+                top.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+                top.truncate(n);
+                ranked += 1;
+            }
+        }
+    }
+    let top = top
+        .into_iter()
+        .map(|(s, c)| json!({"candidate": c, "score": s}))
+        .collect();
+    Ok((top, ranked))
+}
+
+/// The target of `Link: <url>; rel="next"`, if the answer has one.
+fn next_link(headers: &reqwest::header::HeaderMap) -> Option<String> {
+    let link = headers.get(reqwest::header::LINK)?.to_str().ok()?;
+    let (target, params) = link.strip_prefix('<')?.split_once('>')?;
+    params.contains("rel=\"next\"").then(|| target.to_string())
 }

@@ -15,6 +15,7 @@
 //! - [`console`]: the web dashboard and its JSON API (operator controls);
 //! - [`lines`]: the JSON-lines item format of `processor enqueue`;
 //! - [`schedule`]: scheduled items' `not_before` and `delay` as producers write them;
+//! - [`inputs`]: a fan-in item's inputs, the URL in `Feed-Inputs` and the listener's route behind it;
 //! - [`demo`]: the resume example behind `processor demo`;
 //! - [`config`], [`error`]: settings and the error type.
 //!
@@ -54,6 +55,7 @@ pub(crate) mod gates;
 pub mod handler;
 pub mod health;
 pub mod ids;
+pub mod inputs;
 pub(crate) mod leases;
 pub mod limits;
 pub mod lines;

@@ -131,6 +131,26 @@ pub fn api_page() -> String {
             cell(e.answer)
         );
     }
+    let query = crate::console::endpoints::fields::<crate::inputs::InputsQuery>()
+        .iter()
+        .map(|q| format!("`{q}`"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let _ = write!(
+        page,
+        "\nThe listener of every `processor run` (with `--ui` or without) also serves \
+         a fan-in step's inputs, at the URL its delivery carries in `Feed-Inputs`:\n\n\
+         | method and path | query | body | access | answer |\n| --- | --- | --- | --- | --- |\n\
+         | `GET {}` | {} |  | the URL's `token`, for its partition and `gate` until `expires` | \
+         the partition's items at gates below `gate` as JSON lines `{{id, gate, status, data}}` in \
+         write order, streamed (`application/x-ndjson`), after the item `after`, at most `limit` \
+         ({} by default, {} at most), with `Link: <…>; rel=\"next\"` when more follow; 401 \
+         expired, 403 for another partition or gate |\n",
+        crate::inputs::PATH.replace("{partition}", "{id}"),
+        query,
+        crate::inputs::DEFAULT_LIMIT,
+        crate::inputs::MAX_LIMIT,
+    );
     page
 }
 

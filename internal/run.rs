@@ -27,6 +27,7 @@ use crate::completer::Completer;
 use crate::context::{Context, Session};
 use crate::handler::{Handler, HttpHandler};
 use crate::ids::SessionId;
+use crate::inputs::{Inputs, InputsUrl};
 use crate::metrics::Metrics;
 use crate::server::Health;
 use crate::session;
@@ -122,21 +123,28 @@ async fn start(
     let metrics = Metrics::new(&mut registry);
     let health = Arc::new(Health::default());
     let wake = Arc::new(tokio::sync::Notify::new());
+    let mut inputs = None;
     if let Some(addr) = &config.listen.address {
-        let app = crate::server::app(health.clone(), Arc::new(registry), &config, wake.clone());
-        work.spawn(
-            "listener",
-            serve(
-                crate::server::bind(addr, true).await?,
-                app,
-                work.token(),
-                config.listen.trusted_proxies.clone(),
-            ),
+        let listener = crate::server::bind(addr, true).await?;
+        inputs = listener
+            .local_addr()
+            .ok()
+            .and_then(|local| Inputs::new(&config, local));
+        let registry = Arc::new(registry);
+        let app = crate::server::app(health.clone(), registry, &config, wake.clone(), &inputs);
+        let proxies = config.listen.trusted_proxies.clone();
+        work.spawn("listener", serve(listener, app, work.token(), proxies));
+    } else if config.listen.inputs_url != InputsUrl::Off {
+        tracing::info!(
+            "fan-in inputs are off: --listen is off, so items at gates above 0 carry no Feed-Inputs URL; give --listen an address to serve them (--inputs-url off says so without this line)"
         );
     }
     let Some(store) = open(&config, &metrics, &health, &work.token()).await? else {
         return Ok(None);
     };
+    if let Some(inputs) = &inputs {
+        inputs.connect(store.clone());
+    }
     let id = SessionId::random();
     let ctx = Arc::new(Context {
         wake,
@@ -159,6 +167,7 @@ async fn start(
         health,
         handler,
         tasks: work.clone(),
+        inputs,
     });
     if !register(&ctx.store, &ctx.config, &id, &work.token()).await? {
         return Ok(None);

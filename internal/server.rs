@@ -1,5 +1,6 @@
-//! The small HTTP listener: `/healthz`, `/readyz` and `/metrics`, plus the
-//! console (dashboard and JSON API) with `--ui`.
+//! The small HTTP listener: `/healthz`, `/readyz` and `/metrics`, the
+//! fan-in inputs of this processor's deliveries (`/inputs/{partition}`,
+//! see `inputs`), plus the console (dashboard and JSON API) with `--ui`.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -17,6 +18,7 @@ use tower::ServiceExt;
 
 use crate::console::ClientAddr;
 pub use crate::health::{Health, Hold};
+use crate::inputs::Inputs;
 use crate::write_idle::WriteIdle;
 
 #[derive(Clone)]
@@ -34,25 +36,34 @@ pub fn router(health: Arc<Health>, registry: Arc<Registry>) -> Router {
         .with_state(AppState { health, registry })
 }
 
-/// [`router`], plus the console when `config.listen.ui` is set; an
-/// enqueue through it wakes `wake` (the processor's dispatch loop).
+/// [`router`], plus the route of fan-in `inputs` when there are any, and
+/// the console when `config.listen.ui` is set (its exports share the
+/// inputs' budget); an enqueue through it wakes `wake` (the processor's
+/// dispatch loop).
 pub fn app(
     health: Arc<Health>,
     registry: Arc<Registry>,
     config: &crate::Config,
     wake: Arc<tokio::sync::Notify>,
+    inputs: &Option<Arc<Inputs>>,
 ) -> Router {
-    let app = router(health.clone(), registry);
+    let mut app = router(health.clone(), registry);
+    if let Some(inputs) = inputs {
+        app = app.merge(inputs.clone().router());
+    }
     if !config.listen.ui {
         return app;
     }
-    let console =
+    let mut console =
         crate::console::Console::lazy(&config.database.url, config.listen.admin_token.clone())
             .until_ready(health.clone())
             .waking(wake)
             .with_producer_token(config.listen.producer_token.clone())
             .allowing(&config.listen.allowed_hosts)
             .trusting(&config.listen.trusted_proxies);
+    if let Some(inputs) = inputs {
+        console = console.sharing_exports(inputs.budget());
+    }
     app.merge(console.router())
 }
 

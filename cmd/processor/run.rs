@@ -4,6 +4,7 @@
 use anyhow::Context;
 use clap::Args;
 use feed::Config;
+use feed::config::InputsUrl;
 use humantime::Duration;
 
 use super::listen::ListenArgs;
@@ -35,6 +36,15 @@ pub struct RunArgs {
     /// Serve the dashboard and its JSON API under / on --listen [default: off]
     #[arg(long, env = "FEED_UI", help_heading = "Listener and console")]
     ui: bool,
+    /// The base URL handlers reach --listen at (behind a proxy, or from another container, e.g.
+    /// http://feed-1:8080), for the Feed-Inputs URL that an item at a gate above 0 carries;
+    /// 'off' sends none [default: the address of --listen, 0.0.0.0 as 127.0.0.1 and :: as ::1]
+    #[arg(long, env = "FEED_INPUTS_URL", value_parser = inputs_url, help_heading = "Listener and console")]
+    inputs_url: Option<InputsUrl>,
+    /// How long an inputs URL stays valid (tests shorten it) [default: --request-timeout plus
+    /// --session-expiry]
+    #[arg(long, env = "FEED_INPUTS_TTL", value_parser = duration, hide = true)]
+    inputs_ttl: Option<Duration>,
     #[command(flatten)]
     events: EventsArgs,
     /// Prune complete and cancelled partitions older than this every few minutes, e.g. 7d [default: off]
@@ -63,6 +73,8 @@ pub async fn run(a: RunArgs) -> anyhow::Result<()> {
     c.retries = a.retries.config();
     c.flow = a.flow.config();
     c.listen = a.listen.config(a.ui)?;
+    c.listen.inputs_url = a.inputs_url.unwrap_or_default();
+    c.listen.inputs_ttl = a.inputs_ttl.map(Into::into);
     c.events = a.events.config();
     c.retention = a.retention.map(Into::into);
     let ran = feed::run(c, shutdown).await;
@@ -75,4 +87,9 @@ pub async fn run(a: RunArgs) -> anyhow::Result<()> {
         }
     }
     Ok(ran?)
+}
+
+/// `--inputs-url`: `off` or a base URL.
+fn inputs_url(text: &str) -> Result<InputsUrl, String> {
+    InputsUrl::parse(text).map_err(|e| e.to_string())
 }

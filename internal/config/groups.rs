@@ -273,12 +273,21 @@ pub struct ListenConfig {
     /// names the client that wrong tokens count against
     /// (`--trusted-proxy`); none by default.
     pub trusted_proxies: Vec<ipnet::IpNet>,
+    /// Where handlers reach this listener for a fan-in item's inputs
+    /// (`Feed-Inputs`, `--inputs-url`); sent only while there is a listener.
+    pub inputs_url: crate::inputs::InputsUrl,
+    /// How long an inputs URL stays valid; None = `--request-timeout`
+    /// plus `--session-expiry`. Tests shorten it.
+    pub inputs_ttl: Option<Duration>,
 }
 
 impl ListenConfig {
     fn validate(&self) -> Result<()> {
         if self.ui && self.address.is_none() {
             return bad("--ui serves the dashboard on --listen, which is off");
+        }
+        if let crate::inputs::InputsUrl::Base(base) = &self.inputs_url {
+            crate::inputs::InputsUrl::parse(base)?;
         }
         Ok(())
     }

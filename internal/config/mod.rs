@@ -4,6 +4,7 @@ use std::time::Duration;
 
 mod groups;
 
+pub use crate::inputs::InputsUrl;
 pub use crate::policy::Policy;
 pub use groups::{
     DatabaseConfig, DispatchConfig, EventsConfig, FlowConfig, HandlerConfig, LeaseConfig,

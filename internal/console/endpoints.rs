@@ -52,7 +52,7 @@ pub(super) fn no_query() -> &'static [&'static str] {
 /// The field names of the struct `T` deserializes from: serde's derive
 /// hands them to `deserialize_struct`, which this deserializer records
 /// instead of reading anything.
-pub(super) fn fields<T: serde::de::DeserializeOwned>() -> &'static [&'static str] {
+pub(crate) fn fields<T: serde::de::DeserializeOwned>() -> &'static [&'static str] {
     let mut found: &'static [&'static str] = &[];
     let _ = T::deserialize(Probe(&mut found));
     found

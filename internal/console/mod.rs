@@ -10,8 +10,10 @@
 //! by the templates and cut to a preview.
 //!
 //! The API: `api` (its routes), `reads`, `actions`, `completion`,
-//! `enqueue`, `tokens`, `limits`. The dashboard: `pages` (its routes and
-//! reads), `forms`, `login`, `html` and `views` (the markup).
+//! `enqueue`, `tokens`, `limits`; `stream` sends items as JSON lines
+//! within a budget (exports here, and a processor's fan-in inputs). The
+//! dashboard: `pages` (its routes and reads), `forms`, `login`, `html`
+//! and `views` (the markup).
 
 mod actions;
 mod admit;
@@ -29,6 +31,7 @@ mod limits;
 mod login;
 mod pages;
 mod reads;
+pub(crate) mod stream;
 mod throttle;
 
 pub(crate) use client::trusted;
@@ -49,8 +52,8 @@ pub use admit::MAX_ACTION_BODY_BYTES;
 pub use api::endpoints;
 pub use auth::{AdminToken, ProducerToken};
 pub use client::parse_proxy;
-pub use completion::EXPORT_BUDGET_BYTES;
 pub use enqueue::{MAX_ENQUEUE_BODY_BYTES, MAX_ENQUEUE_ITEMS};
+pub use stream::EXPORT_BUDGET_BYTES;
 
 use crate::{Error, Store};
 use errors::public;
@@ -82,7 +85,8 @@ pub struct Console {
     allowed_hosts: Arc<[String]>,
     /// Logins to the pages.
     sessions: Arc<auth::Sessions>,
-    /// Room for exported items, shared by all exports (see `completion`).
+    /// Room for exported items, shared by all exports (see `stream`) and,
+    /// inside a processor, its fan-in inputs.
     exports: Arc<tokio::sync::Semaphore>,
     /// Room for enqueue bodies, shared by all enqueues (see `enqueue_body`).
     enqueues: Arc<enqueue_body::Budget>,
@@ -113,7 +117,7 @@ impl Console {
             trusted_proxies: Arc::from([]),
             allowed_hosts: Arc::from([]),
             sessions: Arc::default(),
-            exports: completion::export_budget(),
+            exports: stream::export_budget(),
             enqueues: Arc::default(),
             health: None,
             wake: None,
@@ -159,6 +163,13 @@ impl Console {
     /// on PostgreSQL it saves the notification's round trip.
     pub fn waking(mut self, wake: Arc<tokio::sync::Notify>) -> Self {
         self.wake = Some(wake);
+        self
+    }
+
+    /// Reads exports within `budget`, which the listener's other streams
+    /// of items (a processor's fan-in inputs) share.
+    pub(crate) fn sharing_exports(mut self, budget: Arc<tokio::sync::Semaphore>) -> Self {
+        self.exports = budget;
         self
     }
 

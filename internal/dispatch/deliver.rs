@@ -83,6 +83,9 @@ pub(super) async fn deliver(
                     idempotency_key: format!("{}:{}", fence.id, fence.version),
                     processor_id: me.clone(),
                     data: data.into(),
+                    inputs: ctx
+                        .inputs
+                        .and_then(|i| i.url(&fence.partition_id, fence.gate)),
                 };
                 (fence, job)
             })

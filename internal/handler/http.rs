@@ -243,10 +243,11 @@ const ATTEMPT: HeaderName = HeaderName::from_static("feed-attempt");
 const PROCESSOR_ID: HeaderName = HeaderName::from_static("feed-processor-id");
 const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
 const BATCH: HeaderName = HeaderName::from_static("feed-batch");
+const INPUTS: HeaderName = HeaderName::from_static("feed-inputs");
 
 /// The per-item headers of a single-item request.
 fn item_headers(job: &Job) -> std::result::Result<HeaderMap, Outcome> {
-    let mut h = HeaderMap::with_capacity(6);
+    let mut h = HeaderMap::with_capacity(7);
     h.insert(ITEM_ID, value("Feed-Item-Id", &job.item_id)?);
     h.insert(PARTITION_ID, value("Feed-Partition-Id", &job.partition_id)?);
     h.insert(GATE, HeaderValue::from(job.gate));
@@ -256,6 +257,9 @@ fn item_headers(job: &Job) -> std::result::Result<HeaderMap, Outcome> {
         IDEMPOTENCY_KEY,
         value("Idempotency-Key", &job.idempotency_key)?,
     );
+    if let Some(url) = &job.inputs {
+        h.insert(INPUTS, value("Feed-Inputs", url)?);
+    }
     Ok(h)
 }
 
@@ -321,6 +325,10 @@ pub(crate) fn batch_body(jobs: &[Job]) -> Vec<u8> {
         out.extend_from_slice(format!(",\"gate\":{},\"attempt\":{}", j.gate, j.attempt).as_bytes());
         out.extend_from_slice(b",\"idempotency_key\":");
         text(&mut out, &j.idempotency_key);
+        if let Some(url) = &j.inputs {
+            out.extend_from_slice(b",\"inputs\":");
+            text(&mut out, url);
+        }
         if serde_json::from_slice::<serde::de::IgnoredAny>(&j.data).is_ok() {
             out.extend_from_slice(b",\"data\":");
             out.extend_from_slice(&j.data);
@@ -352,18 +360,22 @@ mod tests {
             idempotency_key: format!("{id}:1"),
             processor_id: "s".into(),
             data: Bytes::copy_from_slice(data),
+            inputs: None,
         }
     }
 
     #[test]
     fn batch_body_embeds_json_and_encodes_the_rest() {
-        let body = batch_body(&[job("a", br#"{"x": [1]}"#), job("b", b"\xff not json")]);
+        let mut a = job("a", br#"{"x": [1]}"#);
+        a.inputs = Some("http://127.0.0.1:8080/inputs/p?gate=2".into());
+        let body = batch_body(&[a, job("b", b"\xff not json")]);
         let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(
             v,
             serde_json::json!([
                 {"id": "a", "partition_id": "p", "gate": 2, "attempt": 1,
-                 "idempotency_key": "a:1", "data": {"x": [1]}},
+                 "idempotency_key": "a:1", "inputs": "http://127.0.0.1:8080/inputs/p?gate=2",
+                 "data": {"x": [1]}},
                 {"id": "b", "partition_id": "p", "gate": 2, "attempt": 1,
                  "idempotency_key": "b:1", "data_base64": "/yBub3QganNvbg=="},
             ])

@@ -41,6 +41,10 @@ pub struct Job {
     /// The item's data, forwarded unchanged (shared, so the request body
     /// is not a copy of it).
     pub data: bytes::Bytes,
+    /// At a gate above 0, while the processor has a listener: the URL of
+    /// the partition's items at the gates below (`Feed-Inputs`; a fan-in's
+    /// inputs, as JSON lines).
+    pub inputs: Option<String>,
 }
 
 /// What a handler made of one delivery. Variants and their fields may be

@@ -247,6 +247,31 @@ pub fn export_line(item: &ExportedItem) -> String {
     serde_json::to_string(&line).expect("a line of strings, numbers and valid JSON")
 }
 
+/// One of a fan-in handler's inputs as a JSON line: `{"id", "gate",
+/// "status", "data"}`, the data embedded as an export embeds it (or
+/// `data_base64` in its place).
+pub fn input_line(item: &ExportedItem) -> String {
+    #[derive(Serialize)]
+    struct Line<'a> {
+        id: &'a str,
+        gate: i64,
+        status: &'a str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        data: Option<&'a RawValue>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        data_base64: Option<String>,
+    }
+    let data = json_data(&item.data);
+    let line = Line {
+        id: &item.id,
+        gate: item.gate,
+        status: &item.status,
+        data_base64: data.is_none().then(|| BASE64.encode(&item.data)),
+        data,
+    };
+    serde_json::to_string(&line).expect("a line of strings, numbers and valid JSON")
+}
+
 /// The data as it is, when it is JSON that a line can carry unchanged: on
 /// one line, without whitespace around it. None otherwise.
 fn json_data(data: &[u8]) -> Option<&RawValue> {

@@ -8,6 +8,10 @@
 //! [`PAGE_BYTES`] of data, or one larger item alone), and only then read
 //! ([`Export::fetch`]), so that a reader can make room for it before any
 //! data comes in.
+//!
+//! A fan-in handler's inputs ([`Store::inputs`]) are read the same way:
+//! the partition's items below a gate, from a cursor, up to a count that
+//! a look ahead turns into a last `seq` ([`Export::limit`]).
 
 use sea_orm::FromQueryResult;
 
@@ -52,7 +56,11 @@ pub struct Export {
     partition: String,
     status: Option<String>,
     gate: Option<i64>,
+    /// Only items at gates below this one (a fan-in's inputs).
+    below: Option<i64>,
     after: Option<i64>,
+    /// Nothing after this `seq` (the end of a limited page).
+    until: Option<i64>,
     done: bool,
 }
 
@@ -91,9 +99,20 @@ impl Store {
             partition: partition.into(),
             status: status.map(Into::into),
             gate,
+            below: None,
             after: None,
+            until: None,
             done: false,
         })
+    }
+
+    /// The inputs of `partition`'s items at `gate`: its items at the gates
+    /// below, in the order they were written; read them as an export.
+    pub fn inputs(&self, partition: &str, gate: i64) -> Result<Export> {
+        validate::gate("gate", gate)?;
+        let mut export = self.export(partition, None, None)?;
+        export.below = Some(gate);
+        Ok(export)
     }
 }
 
@@ -112,10 +131,60 @@ impl Export {
         if let Some(g) = self.gate {
             sql.push(" AND i.gate = ").bind(g);
         }
+        if let Some(g) = self.below {
+            sql.push(" AND i.gate < ").bind(g);
+        }
         if let Some(a) = after {
             sql.push(&format!(" AND i.{seq} > ")).bind(a);
         }
+        if let Some(u) = self.until {
+            sql.push(&format!(" AND i.{seq} <= ")).bind(u);
+        }
         sql
+    }
+
+    /// Starts after the item `id` of this partition (a cursor: the last
+    /// id a reader got). Invalid when the partition has no such item.
+    pub async fn after_item(&mut self, id: &str) -> Result<()> {
+        validate::filter("after", id)?;
+        let seq = self.store.driver.seq();
+        let mut sql = Sql::new(self.store.driver);
+        sql.push(&format!(
+            "SELECT i.{seq} AS seq FROM feed_items i WHERE i.partition_id = "
+        ))
+        .bind(self.partition.as_str())
+        .push(" AND i.id = ")
+        .bind(id);
+        let rows = self.store.fetch(sql.statement()).await?;
+        let Some(row) = rows.first() else {
+            return Err(crate::Error::Invalid(format!(
+                "after: partition {:?} has no item {:?}",
+                self.partition, id
+            )));
+        };
+        self.after = Some(row.try_get("", "seq")?);
+        Ok(())
+    }
+
+    /// Reads at most `count` items from here (at least 1). Looks ahead
+    /// (two rows, skipping `count - 1`) for where they end: the id of the
+    /// last of them when more items follow, to start the next page
+    /// after; None when these are the last.
+    pub async fn limit(&mut self, count: usize) -> Result<Option<String>> {
+        let seq = self.store.driver.seq();
+        let mut sql = self.select(&format!("i.{seq} AS seq, i.id"), self.after);
+        let skip = i64::try_from(count.max(1) - 1).unwrap_or(i64::MAX);
+        sql.push(&format!(" ORDER BY i.{seq} LIMIT 2 OFFSET "))
+            .bind(skip);
+        let rows = self.store.fetch(sql.statement()).await?;
+        let Some(last) = rows.first() else {
+            return Ok(None);
+        };
+        self.until = Some(last.try_get("", "seq")?);
+        match rows.len() {
+            2 => Ok(Some(last.try_get("", "id")?)),
+            _ => Ok(None),
+        }
     }
 
     /// Plans the next page from its items' sizes (no data is read); None

@@ -1,8 +1,9 @@
 //! The book's examples, run as written and in the order a reader runs
 //! them, in one folder with the SQLite default: the quick start (and
 //! stopping it), the round trip of "Knowing when work is done" (and
-//! stopping it), then the handler examples in Python and Node. What each
-//! page shows as output must be what the run printed.
+//! stopping it), then the handler examples in Python and Node (their
+//! ranking reads its inputs through `Feed-Inputs`). What each page shows
+//! as output must be what the run printed.
 
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -141,19 +142,18 @@ fn the_books_examples_run_as_written() {
         (DONE, "folder-1, id 1"),
         (
             EXAMPLES,
-            "partition folder-2 complete: 2 complete, 1 failed, 0 cancelled, 0 available",
+            "partition folder-2 complete: 3 complete, 1 failed, 0 cancelled, 0 available",
         ),
         (
             EXAMPLES,
-            "\"gate\":1,\"status\":\"complete\",\"attempts\":1,\"last_error\":null,\"data\":{\"resume\": \"Ada\", \"score\": 3, \"ranked\": true}}",
-        ),
-        (
-            EXAMPLES,
-            "\"gate\":1,\"status\":\"complete\",\"attempts\":1,\"last_error\":null,\"data\":{\"resume\": \"Grace\", \"score\": 5, \"ranked\": true}}",
+            "\"gate\":1,\"status\":\"complete\",\"attempts\":1,\"last_error\":null,\"data\":{\"top\": [{\"resume\": \"Grace\", \"score\": 5}, {\"resume\": \"Ada\", \"score\": 3}]}}",
         ),
     ];
     if node {
-        shown.push((EXAMPLES, "{\"resume\":\"Ada\",\"score\":3,\"ranked\":true}"));
+        shown.push((
+            EXAMPLES,
+            "{\"top\":[{\"resume\":\"Grace\",\"score\":5},{\"resume\":\"Ada\",\"score\":3}]}",
+        ));
     }
     for (page, line) in shown {
         assert!(page.contains(line), "the book does not show {line}");

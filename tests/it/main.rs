@@ -33,6 +33,7 @@ mod enqueue_state;
 mod exact_data;
 mod exports;
 mod failures;
+mod fan_in;
 mod fencing;
 mod gates;
 mod hardening;

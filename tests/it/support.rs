@@ -317,7 +317,8 @@ pub const FAST: &[&str] = &[
 ];
 
 impl Proc {
-    /// Starts `processor run` with FAST settings plus `extra`.
+    /// Starts `processor run` with FAST settings plus `extra` (a flag of
+    /// FAST that `extra` names takes `extra`'s value).
     pub fn start(db: &TestDb, handler_url: &str, extra: &[&str]) -> Proc {
         Self::start_with_env(db, handler_url, extra, &[])
     }
@@ -329,7 +330,11 @@ impl Proc {
         extra: &[&str],
         env: &[(&str, &str)],
     ) -> Proc {
-        let args: Vec<&str> = FAST.iter().chain(extra).copied().collect();
+        let fast = FAST
+            .chunks(2)
+            .filter(|pair| !extra.contains(&pair[0]))
+            .flatten();
+        let args: Vec<&str> = fast.chain(extra).copied().collect();
         let process = Process::spawn_with_env(
             env!("CARGO_BIN_EXE_processor"),
             &db.url,
