@@ -278,16 +278,7 @@ impl Store {
         if let Some(lock) = locks.create {
             self.bounded(txn.execute_unprepared(lock)).await?;
         }
-        let sql = format!(
-            "SELECT {COLUMNS} FROM feed_producer_tokens{}",
-            b.for_update()
-        );
-        let tokens: Vec<ProducerScope> = self
-            .bounded(txn.query_all_raw(sql!(b; [&sql])))
-            .await?
-            .iter()
-            .map(row_scope)
-            .collect::<Result<_>>()?;
+        let tokens = self.every_token(&txn, b.for_update()).await?;
         if let Some(p) = &scope.prefix
             && let Some(other) = tokens.iter().find(|t| {
                 t.tenant != scope.tenant && t.prefix.as_deref().is_some_and(|q| overlap(p, q))
@@ -340,14 +331,22 @@ impl Store {
                 me.id
             )));
         }
-        let sql = format!("SELECT {COLUMNS} FROM feed_producer_tokens{}", locks.every);
-        let tokens: Vec<ProducerScope> = self
-            .bounded(txn.query_all_raw(sql!(b; [&sql])))
+        let tokens = self.every_token(txn, locks.every).await?;
+        me.keep_out(&tokens, created, items)
+    }
+
+    /// Every token's scope, read in `txn` with the lock clause `lock`.
+    async fn every_token(
+        &self,
+        txn: &DatabaseTransaction,
+        lock: &str,
+    ) -> Result<Vec<ProducerScope>> {
+        let sql = format!("SELECT {COLUMNS} FROM feed_producer_tokens{lock}");
+        self.bounded(txn.query_all_raw(sql!(self.driver; [&sql])))
             .await?
             .iter()
             .map(row_scope)
-            .collect::<Result<_>>()?;
-        me.keep_out(&tokens, created, items)
+            .collect()
     }
 
     /// Every producer token's scope (never the token), oldest first.
