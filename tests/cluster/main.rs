@@ -3,7 +3,7 @@
 //! (`contrib/cluster/cluster.sh`), two processors, a real handler. One
 //! cluster serves every scenario in turn (its bootstrap takes about 20 s),
 //! so this target has its own `main`: it takes libtest's name filters,
-//! `--exact` and `--list`, and skips (outside CI) when Patroni, etcd or
+//! `--exact` and `--list`, runs only in the slow tier (`--ignored`), and skips (outside CI) when Patroni, etcd or
 //! HAProxy is not installed; in CI (`CI=true`) that fails instead.
 //!
 //! Each scenario checks that every partition completes, no item fails or
@@ -209,15 +209,16 @@ const PLANS: &[Plan] = &[
 ];
 
 /// The scenarios libtest's arguments select, and whether to only list them.
-fn chosen() -> (Vec<&'static Plan>, bool) {
+fn chosen() -> (Vec<&'static Plan>, bool, bool) {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let (mut filters, mut skips) = (Vec::new(), Vec::new());
-    let (mut list, mut exact) = (false, false);
+    let (mut list, mut exact, mut slow) = (false, false, false);
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
             "--list" => list = true,
             "--exact" => exact = true,
+            "--ignored" | "--include-ignored" => slow = true,
             "--skip" => skips.extend(it.next().cloned()),
             "--test-threads" | "--color" | "--format" | "--logfile" | "-Z" => {
                 it.next();
@@ -239,15 +240,23 @@ fn chosen() -> (Vec<&'static Plan>, bool) {
         .filter(|p| filters.is_empty() || filters.iter().any(|f| matches(f, &name(p))))
         .filter(|p| !skips.iter().any(|s| matches(s, &name(p))))
         .collect();
-    (plans, list)
+    (plans, list, slow)
 }
 
 fn main() -> ExitCode {
-    let (plans, list) = chosen();
+    let (plans, list, slow) = chosen();
     if list {
         for p in &plans {
             println!("cluster::{}: test", p.name);
         }
+        return ExitCode::SUCCESS;
+    }
+    if !slow {
+        // The slow tier: a cluster takes minutes to bootstrap and fail over.
+        println!(
+            "running 0 tests; {} ignored (the slow tier: cargo test --workspace --tests -- --ignored)",
+            plans.len()
+        );
         return ExitCode::SUCCESS;
     }
     if plans.is_empty() {

@@ -4,7 +4,7 @@
 
 use serde_json::{Value, json};
 
-use crate::on_all_backends;
+use crate::behaviour;
 use crate::support::{Call, Handler, Proc, Scene, TestDb, json as reply, no_retry, signed};
 
 /// The items of a batch request, with `Feed-Batch` checked against them.
@@ -15,7 +15,7 @@ fn items(c: &Call) -> Vec<Value> {
     items
 }
 
-on_all_backends!(mixed_batch);
+behaviour!(mixed_batch);
 /// Done, next gate, error and `{}` answers in one batch each do what a
 /// single answer does; items of one request come from several partitions.
 async fn mixed_batch(db: TestDb) {
@@ -75,7 +75,7 @@ async fn mixed_batch(db: TestDb) {
     );
 }
 
-on_all_backends!(wrong_length_fails_every_item);
+behaviour!(wrong_length_fails_every_item);
 /// An array one short fails every item of the batch (an attempt each,
 /// retried); the next, right-length answer completes them.
 async fn wrong_length_fails_every_item(db: TestDb) {
@@ -108,7 +108,7 @@ async fn wrong_length_fails_every_item(db: TestDb) {
     }
 }
 
-on_all_backends!(non_json_data_and_signing);
+behaviour!(non_json_data_and_signing);
 /// Data that is not JSON travels as `data_base64`; the batch request is
 /// signed over its body, and `--header` is sent with it.
 async fn non_json_data_and_signing(db: TestDb) {

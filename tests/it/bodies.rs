@@ -9,8 +9,8 @@ use std::time::Duration;
 use feed::console::MAX_ACTION_BODY_BYTES;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+use crate::behaviour;
 use crate::console_api::TOKEN;
-use crate::on_all_backends;
 use crate::support::{Handler, Proc, TestDb};
 
 /// What a body-stuffing client declares: 2 MB, the old cap.
@@ -64,7 +64,7 @@ async fn logged_in(base: &str) -> String {
     format!("Cookie: {}", cookie.split(';').next().unwrap())
 }
 
-on_all_backends!(bodies_wait_for_authentication);
+behaviour!(bodies_wait_for_authentication);
 /// Every route that reads a body, asked without a token or a login (or
 /// with a wrong token) and a 2 MB body of which only 1 KiB is sent,
 /// answers 401 at once: it never waited for the body. With the right token

@@ -39,6 +39,7 @@ fn node() -> bool {
 }
 
 #[test]
+#[ignore = "slow tier: cargo test --workspace --tests -- --ignored"]
 fn the_books_examples_run_as_written() {
     use std::os::unix::process::CommandExt;
     let dir = tempfile::tempdir().unwrap();

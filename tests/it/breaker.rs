@@ -10,7 +10,7 @@ use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use serde_json::Value;
 
-use crate::on_all_backends;
+use crate::behaviour;
 use crate::support::{Scene, TestDb, done, metric, wait_for};
 
 /// Items, in 30 partitions.
@@ -18,7 +18,7 @@ const ITEMS: usize = 3_000;
 /// How long the handler answers 503.
 const OUTAGE: Duration = Duration::from_secs(20);
 
-on_all_backends!(a_503_outage_fails_nothing);
+behaviour!(a_503_outage_fails_nothing);
 /// The handler goes down (503) after 300 calls and comes back 20 s later:
 /// the breaker opens (metric, `/readyz`), no item fails, fewer than 1 % of
 /// the items lose an attempt, and work resumes within one probe interval

@@ -64,6 +64,7 @@ async fn act(b: &Browser, scope: &str, label: &str) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "slow tier: cargo test --workspace --tests -- --ignored"]
 async fn dashboard_drives_a_running_processor() {
     let Some(b) = Browser::start(true).await else {
         return;
@@ -231,6 +232,7 @@ async fn dashboard_drives_a_running_processor() {
 
 /// With scripts off the pages still render, read-only.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "slow tier: cargo test --workspace --tests -- --ignored"]
 async fn pages_render_without_javascript() {
     let Some(b) = Browser::start(false).await else {
         return;
@@ -316,7 +318,7 @@ async fn set_limits(b: &Browser, fields: [&str; 5], shot: Option<&str>) -> Strin
     question
 }
 
-crate::on_all_backends!(limits_page_sets_and_clears_a_tenant);
+crate::slow!(limits_page_sets_and_clears_a_tenant);
 /// The Limits page as an operator uses it: log in from it, set a tenant's
 /// limits with the form, change one of them, see a bad rate refused, clear
 /// them; partitions show their tenant and processors their send rate.

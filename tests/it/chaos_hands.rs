@@ -10,7 +10,7 @@ use rand::Rng;
 use rand::seq::IndexedRandom;
 use serde_json::json;
 
-use crate::on_all_backends;
+use crate::behaviour;
 use crate::support::{Backend, Handler, Proc, TestDb, done, json as reply, wait_for};
 
 const PARTITIONS: usize = 40;
@@ -40,7 +40,7 @@ async fn ids(db: &TestDb, sql: &str) -> Vec<(String, String, i64)> {
     db.rows(sql, &["id", "pid", "gate"]).await
 }
 
-on_all_backends!(hand_changes_during_chaos_strand_nothing);
+behaviour!(hand_changes_during_chaos_strand_nothing);
 async fn hand_changes_during_chaos_strand_nothing(db: TestDb) {
     for p in 0..PARTITIONS {
         db.partition(&format!("p{p:02}"), true, false, "block")

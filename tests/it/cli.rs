@@ -7,12 +7,11 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::backend_tests;
-use crate::on_all_backends;
 use crate::support::{
     Backend, Handler, Proc, Scene, TestDb, done, json as reply, metric, no_retry, numbered, signed,
     wait_for,
 };
+use crate::{backend_tests, behaviour, on_all_backends};
 
 /// Runs `processor args…` with `stdin`.
 pub fn processor(args: &[&str], stdin: &str) -> Output {
@@ -131,7 +130,7 @@ async fn enqueue_is_all_or_nothing(db: TestDb) {
     assert_eq!(n, 2);
 }
 
-on_all_backends!(enqueue_refuses_low_gate_and_reopens);
+behaviour!(enqueue_refuses_low_gate_and_reopens);
 async fn enqueue_refuses_low_gate_and_reopens(db: TestDb) {
     db.partition("p", true, false, "block").await;
     db.sql("UPDATE feed_partitions SET gate = 3, status = 'complete' WHERE id = 'p'")
@@ -175,7 +174,7 @@ async fn enqueue_refuses_low_gate_and_reopens(db: TestDb) {
     .await;
 }
 
-on_all_backends!(status_and_retry);
+behaviour!(status_and_retry);
 async fn status_and_retry(db: TestDb) {
     db.partition_of("p", true, false, "block", &["bad", "good"])
         .await;
@@ -243,7 +242,7 @@ async fn status_and_retry(db: TestDb) {
     assert_eq!(o.status.code(), Some(2), "retry needs --partition or --all");
 }
 
-on_all_backends!(metrics_move);
+behaviour!(metrics_move);
 async fn metrics_move(db: TestDb) {
     db.partition_of("p", true, false, "block", &numbered("i", 4))
         .await;
@@ -287,7 +286,7 @@ async fn metrics_move(db: TestDb) {
     }
 }
 
-on_all_backends!(secrets_never_printed);
+behaviour!(secrets_never_printed);
 /// A database password, the signing secret and `--header` values never
 /// appear in logs, errors, `status` or `/metrics`.
 async fn secrets_never_printed(db: TestDb) {
@@ -537,7 +536,7 @@ async fn json_logs(db: TestDb) {
     );
 }
 
-on_all_backends!(status_says_its_list_is_bounded);
+behaviour!(status_says_its_list_is_bounded);
 /// `status` lists at most 500 partitions and says so, with how many there
 /// are; with 500 or fewer it says nothing of the kind.
 async fn status_says_its_list_is_bounded(db: TestDb) {

@@ -16,7 +16,7 @@ use reqwest::StatusCode;
 use crate::cli::processor;
 use crate::console_api::{TOKEN, get, post, serve};
 use crate::support::{Scene, TestDb, done, wait_for};
-use crate::{backend_tests, on_all_backends};
+use crate::{backend_tests, behaviour, slow};
 
 /// `processor wait` for `partition` with `extra` flags, started now.
 fn wait(db: &TestDb, partition: &str, extra: &[&str]) -> tokio::process::Child {
@@ -41,7 +41,7 @@ async fn outcome(child: tokio::process::Child) -> (Option<i32>, String) {
     (o.status.code(), text)
 }
 
-on_all_backends!(wait_exits_by_outcome);
+behaviour!(wait_exits_by_outcome);
 /// 0 complete, 1 failed, 2 cancelled, 3 timed out, 4 unknown partition;
 /// the final counts printed, as JSON with `--json`.
 async fn wait_exits_by_outcome(db: TestDb) {
@@ -135,7 +135,7 @@ async fn wait_is_woken_by_notification(db: TestDb) {
 /// Items in the big export.
 const BIG: usize = 100_000;
 
-on_all_backends!(export_streams_in_bounded_memory_and_round_trips);
+slow!(export_streams_in_bounded_memory_and_round_trips);
 /// 100,000 items stream out in write order while the exporter's peak RSS
 /// stays under 100 MiB, and `enqueue` reads the output back into a new
 /// partition with the same gates and data.
@@ -252,7 +252,7 @@ async fn export_streams_in_bounded_memory_and_round_trips(db: TestDb) {
     );
 }
 
-on_all_backends!(export_and_events_over_the_api);
+behaviour!(export_and_events_over_the_api);
 /// `items.ndjson` streams what `export` writes, over several pages and
 /// filtered; `/events` lists the events and `/events/retry` (admin token)
 /// puts failed ones back.

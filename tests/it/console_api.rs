@@ -5,7 +5,7 @@ use feed::store::{NewItem, PartitionSpec};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use crate::on_all_backends;
+use crate::behaviour;
 use crate::support::{Backend, TestDb};
 
 pub const TOKEN: &str = "test-admin-token-0123456789";
@@ -128,7 +128,7 @@ async fn all_pages(base: &str, path: &str) -> Vec<String> {
     }
 }
 
-on_all_backends!(api_reads);
+behaviour!(api_reads);
 async fn api_reads(db: TestDb) {
     for p in ["a-1", "a-2", "a-3", "b-1", "x_%1", "xa1"] {
         enqueue(&db, p, false, &[(&format!("{p}/i1"), 0)]).await;
@@ -213,7 +213,7 @@ async fn api_reads(db: TestDb) {
     );
 }
 
-on_all_backends!(api_tokens);
+behaviour!(api_tokens);
 async fn api_tokens(db: TestDb) {
     enqueue(&db, "p", false, &[("p/1", 0)]).await;
     let open = serve(db.store.clone(), None).await;
@@ -243,7 +243,7 @@ async fn api_tokens(db: TestDb) {
     assert_eq!(p["paused"], false, "refused actions changed nothing");
 }
 
-on_all_backends!(api_actions);
+behaviour!(api_actions);
 async fn api_actions(db: TestDb) {
     enqueue(&db, "auto", false, &[("auto/1", 0), ("auto/2", 0)]).await;
     enqueue(&db, "manual", true, &[("manual/1", 0), ("manual/2", 1)]).await;
@@ -571,7 +571,7 @@ fn message(e: &Value) -> &str {
     e["error"]["message"].as_str().unwrap_or_default()
 }
 
-on_all_backends!(api_limits);
+behaviour!(api_limits);
 async fn api_limits(db: TestDb) {
     let base = serve(db.store.clone(), Some(TOKEN)).await;
     assert_eq!(
@@ -729,7 +729,7 @@ async fn api_limits(db: TestDb) {
     assert!(e["error"]["message"].is_string(), "{e}");
 }
 
-on_all_backends!(api_limits_tokens);
+behaviour!(api_limits_tokens);
 async fn api_limits_tokens(db: TestDb) {
     db.store
         .set_limit(&feed::store::limits::Limit {

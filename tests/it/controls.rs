@@ -8,8 +8,8 @@ use tokio::sync::Semaphore;
 
 use crate::cli::processor;
 use crate::console_api::enqueue;
-use crate::on_all_backends;
 use crate::support::{Backend, Handler, Proc, Scene, TestDb, done, metric, no_retry, wait_for};
+use crate::{behaviour, on_all_backends};
 
 const MINUTE: std::time::Duration = std::time::Duration::from_secs(60);
 
@@ -41,7 +41,7 @@ async fn gated_handler() -> (Handler, Arc<Semaphore>) {
     (h, gate)
 }
 
-on_all_backends!(pause_holds_work_and_resume_continues);
+behaviour!(pause_holds_work_and_resume_continues);
 async fn pause_holds_work_and_resume_continues(db: TestDb) {
     enqueue(&db, "p", false, &[("p/1", 0), ("p/2", 0)]).await;
     enqueue(&db, "other", false, &[("o/1", 0)]).await;
@@ -85,7 +85,7 @@ async fn pause_holds_work_and_resume_continues(db: TestDb) {
     assert_eq!(h.calls_for("p/1").len(), 1);
 }
 
-on_all_backends!(backlog_gauge_counts_held_items);
+behaviour!(backlog_gauge_counts_held_items);
 async fn backlog_gauge_counts_held_items(db: TestDb) {
     enqueue(&db, "p", false, &[("p/1", 0), ("p/2", 0), ("p/3", 0)]).await;
     let (ok, out) = cli(&db, &["pause", "--partition", "p"]);
@@ -150,7 +150,7 @@ async fn cancel_rejects_late_results(db: TestDb) {
     assert!(!ok && out.contains("not found"), "{out}");
 }
 
-on_all_backends!(manual_checkpoint_from_the_cli);
+behaviour!(manual_checkpoint_from_the_cli);
 async fn manual_checkpoint_from_the_cli(db: TestDb) {
     enqueue(&db, "m", true, &[("m/1", 0), ("m/2", 1)]).await;
     let (ok, out) = cli(&db, &["checkpoint", "--partition", "m", "--gate", "1"]);
@@ -167,7 +167,7 @@ async fn manual_checkpoint_from_the_cli(db: TestDb) {
     assert!(!ok && out.contains("complete"), "{out}");
 }
 
-on_all_backends!(retry_one_item_from_the_cli);
+behaviour!(retry_one_item_from_the_cli);
 async fn retry_one_item_from_the_cli(db: TestDb) {
     enqueue(&db, "r", false, &[("r/1", 0), ("r/2", 0)]).await;
     let failed_once = std::sync::atomic::AtomicBool::new(false);

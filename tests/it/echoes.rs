@@ -7,16 +7,16 @@
 use reqwest::StatusCode;
 use serde_json::json;
 
+use crate::behaviour;
 use crate::cli::{enqueue_cli, processor, text};
 use crate::enqueue_api::{PRODUCER, enqueue, message, serve};
-use crate::on_all_backends;
 use crate::support::{Handler, Proc, TestDb, no_retry};
 
 /// Longest answer a refusal may give here: the message and a prefix of
 /// the value, not the value.
 const SHORT: usize = 2000;
 
-on_all_backends!(refusals_repeat_a_short_prefix_of_the_value);
+behaviour!(refusals_repeat_a_short_prefix_of_the_value);
 async fn refusals_repeat_a_short_prefix_of_the_value(db: TestDb) {
     let base = serve(db.store.clone(), None, Some(PRODUCER)).await;
     let huge = "\u{202E}".repeat(300_000);
@@ -105,7 +105,7 @@ async fn refusals_repeat_a_short_prefix_of_the_value(db: TestDb) {
     assert_eq!(db.count("SELECT COUNT(*) AS n FROM feed_items").await, 0);
 }
 
-on_all_backends!(stored_text_shows_reordering_characters_escaped);
+behaviour!(stored_text_shows_reordering_characters_escaped);
 /// A handler's error holding U+202E (RIGHT-TO-LEFT OVERRIDE, which shows
 /// `exe.pdf` as `fdp.exe`) and ESC, and data holding U+202E: `status` and
 /// the console's pages show escapes, as they already did for ESC.

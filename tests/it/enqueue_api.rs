@@ -6,7 +6,7 @@ use feed::console::{AdminToken, Console, MAX_ENQUEUE_BODY_BYTES, ProducerToken};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use crate::on_all_backends;
+use crate::behaviour;
 use crate::support::TestDb;
 
 pub const ADMIN: &str = "test-admin-token-0123456789";
@@ -90,7 +90,7 @@ async fn partitions_named(db: &TestDb, partition: &str) -> i64 {
     .await
 }
 
-on_all_backends!(enqueue_tokens);
+behaviour!(enqueue_tokens);
 async fn enqueue_tokens(db: TestDb) {
     let item = r#"[{"data": 1}]"#;
     let path = "/api/v1/partitions/p/items";
@@ -197,7 +197,7 @@ async fn enqueue_tokens(db: TestDb) {
     assert_eq!(items_in(&db, "p").await, 4);
 }
 
-on_all_backends!(enqueue_formats);
+behaviour!(enqueue_formats);
 async fn enqueue_formats(db: TestDb) {
     let base = serve(db.store.clone(), Some(ADMIN), Some(PRODUCER)).await;
 
@@ -312,7 +312,7 @@ async fn enqueue_formats(db: TestDb) {
     assert_eq!(items_in(&db, "big").await, 300);
 }
 
-on_all_backends!(enqueue_refusals);
+behaviour!(enqueue_refusals);
 async fn enqueue_refusals(db: TestDb) {
     let base = serve(db.store.clone(), Some(ADMIN), Some(PRODUCER)).await;
 
@@ -395,7 +395,7 @@ async fn enqueue_refusals(db: TestDb) {
     assert_eq!(db.count("SELECT COUNT(*) AS n FROM feed_items").await, 1);
 }
 
-on_all_backends!(enqueue_body_cap);
+behaviour!(enqueue_body_cap);
 async fn enqueue_body_cap(db: TestDb) {
     let base = serve(db.store.clone(), Some(ADMIN), Some(PRODUCER)).await;
     let data = "x".repeat(MAX_ENQUEUE_BODY_BYTES);

@@ -8,8 +8,8 @@ use feed::store::ProducerScope;
 use reqwest::StatusCode;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+use crate::behaviour;
 use crate::enqueue_api::{ADMIN, PRODUCER, send, serve};
-use crate::on_all_backends;
 use crate::support::TestDb;
 
 /// Opens a connection to `addr` that enqueues with `token`, announcing a
@@ -36,7 +36,7 @@ async fn slow(addr: &str, token: &str, partition: &str) -> tokio::net::TcpStream
     s
 }
 
-on_all_backends!(slow_bodies_starve_no_one);
+behaviour!(slow_bodies_starve_no_one);
 /// Two slow bodies of 16 MiB announced (the budget is 32 MiB) from two
 /// tokens, one of them another tenant's: while both are still open, a
 /// tenant's one-item enqueue answers. Before, the budget was taken at the

@@ -6,12 +6,12 @@
 
 use reqwest::StatusCode;
 
+use crate::behaviour;
 use crate::cli::{enqueue_cli, processor, text};
 use crate::enqueue_api::{PRODUCER, enqueue, message, send, serve};
-use crate::on_all_backends;
 use crate::support::TestDb;
 
-on_all_backends!(enqueue_refuses_lookalikes_and_repeated_fields);
+behaviour!(enqueue_refuses_lookalikes_and_repeated_fields);
 async fn enqueue_refuses_lookalikes_and_repeated_fields(db: TestDb) {
     let base = serve(db.store.clone(), None, Some(PRODUCER)).await;
 
@@ -101,7 +101,7 @@ async fn stored_traces(db: &TestDb) -> Vec<(String, Option<String>)> {
     .await
 }
 
-on_all_backends!(only_w3c_traceparents_are_taken);
+behaviour!(only_w3c_traceparents_are_taken);
 /// `00-1-1-1`, a 60 KB value, ESC, U+202E, NUL, uppercase and surrounding
 /// whitespace were taken (SQLite stored 60 KB; PostgreSQL answered 500 and
 /// the command line printed the database's error). Only W3C's form is
@@ -213,7 +213,7 @@ fn nested(n: usize) -> String {
     format!("{}{}", "[".repeat(n), "]".repeat(n))
 }
 
-on_all_backends!(data_nested_deeper_than_128_is_refused);
+behaviour!(data_nested_deeper_than_128_is_refused);
 /// Data nested 100,000 deep was taken and sent on, where handlers' parsers
 /// fail on it (Python's `json` raises `RecursionError`) and burn its
 /// attempts. Deeper than 128 is refused now, naming the line (or item)

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use feed::console::{MAX_ENQUEUE_BODY_BYTES, MAX_ENQUEUE_ITEMS};
 
-use crate::on_all_backends;
+use crate::slow;
 use crate::support::{TestDb, free_port, wait_for};
 
 const PRODUCER: &str = "test-producer-token-9876543210";
@@ -108,7 +108,7 @@ async fn post(base: &str, partition: String, body: String) -> (u16, String) {
     (code, text.chars().take(300).collect())
 }
 
-on_all_backends!(enqueue_memory_is_bounded);
+slow!(enqueue_memory_is_bounded);
 async fn enqueue_memory_is_bounded(db: TestDb) {
     let ui = Ui::start(&db).await;
     let idle = ui.peak();

@@ -9,8 +9,8 @@ use feed::console::EXPORT_BUDGET_BYTES;
 use feed::store::export::{PAGE, PAGE_BYTES};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::on_all_backends;
 use crate::support::{Handler, Proc, TestDb};
+use crate::{behaviour, slow};
 
 /// A JSON string of `bytes` bytes (its quotes included).
 fn data_of(bytes: usize) -> Vec<u8> {
@@ -38,7 +38,7 @@ async fn finished_partition(db: &TestDb, id: &str, n: usize, bytes: usize) {
     }
 }
 
-on_all_backends!(pages_are_bounded_by_bytes);
+behaviour!(pages_are_bounded_by_bytes);
 /// Items of 300 KiB come three to a page (1 MiB), items over 1 MiB one to
 /// a page, small items [`PAGE`] to a page; every item once, in order.
 async fn pages_are_bounded_by_bytes(db: TestDb) {
@@ -84,7 +84,7 @@ const ITEM_BYTES: usize = 1 << 20;
 /// Stalled readers at once.
 const READERS: usize = 8;
 
-on_all_backends!(stalled_export_readers_are_bounded_and_cut);
+slow!(stalled_export_readers_are_bounded_and_cut);
 /// Eight readers stall on the export of a partition of 48 items of 1 MiB:
 /// the processor's peak RSS grows by less than the export budget (64 MiB)
 /// over a single full export's peak (each used to hold the whole

@@ -12,11 +12,11 @@ use axum::response::IntoResponse;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+use crate::behaviour;
 use crate::cli::processor;
-use crate::on_all_backends;
 use crate::support::{DownHandler, Proc, Scene, TestDb, metric, numbered, wait_for};
 
-on_all_backends!(a_handler_answering_500_to_everything_fails_its_items);
+behaviour!(a_handler_answering_500_to_everything_fails_its_items);
 /// A 500 with a body is the handler answering: each counts an attempt with
 /// the handler's words in `last_error`, the breaker never opens, and every
 /// item fails after its attempts.
@@ -87,7 +87,7 @@ async fn poison_handler() -> String {
     url
 }
 
-on_all_backends!(poison_items_alone_at_the_end_fail);
+behaviour!(poison_items_alone_at_the_end_fail);
 /// Twenty good items and six poison ones (two reset the connection, two
 /// are cut off mid-answer, two outlast the request timeout): once the
 /// poison items are all that is left, their failures are theirs, not an
@@ -115,7 +115,7 @@ async fn poison_items_alone_at_the_end_fail(db: TestDb) {
     assert_eq!(metric(&text, "feed_breaker_trips_total"), 0.0);
 }
 
-on_all_backends!(an_item_probed_again_while_the_breaker_is_open_counts);
+behaviour!(an_item_probed_again_while_the_breaker_is_open_counts);
 /// Two items the handler answers 503 forever: the breaker opens (two items
 /// fail, half its window of four), so their failures count no attempt at
 /// first; but a probe of an item already probed in this outage counts, so
@@ -141,7 +141,7 @@ async fn an_item_probed_again_while_the_breaker_is_open_counts(db: TestDb) {
     assert!((6..=12).contains(&calls), "{calls} calls");
 }
 
-on_all_backends!(a_handler_nobody_listens_at_is_reported_while_it_lasts);
+behaviour!(a_handler_nobody_listens_at_is_reported_while_it_lasts);
 /// Nobody listens at the handler's URL: no attempt is counted, the log
 /// names the URL and the error when dispatch starts holding off and again
 /// while it lasts, and `status` (text and JSON) and `/readyz` say so; once
@@ -214,7 +214,7 @@ async fn a_handler_nobody_listens_at_is_reported_while_it_lasts(db: TestDb) {
     assert_eq!(since, 0.0);
 }
 
-on_all_backends!(status_shows_items_waiting_to_retry);
+behaviour!(status_shows_items_waiting_to_retry);
 /// An item whose attempt failed and that waits out its backoff is listed
 /// by `status` (text and JSON) with its last error, before it fails.
 async fn status_shows_items_waiting_to_retry(db: TestDb) {

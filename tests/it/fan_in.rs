@@ -13,9 +13,8 @@ use std::time::{Duration, Instant};
 use feed::store::{NewItem, PartitionSpec};
 use serde_json::{Value, json};
 
-use crate::backend_tests;
-use crate::on_all_backends;
 use crate::support::{Call, Handler, Proc, Scene, TestDb, json as reply, wait_for};
+use crate::{backend_tests, behaviour};
 
 /// The target of `Link: <url>; rel="next"`, if the answer has one.
 fn next_link(r: &reqwest::Response) -> Option<String> {
@@ -81,7 +80,7 @@ fn value(n: i64) -> i64 {
     3 * n + 1
 }
 
-on_all_backends!(a_stateless_handler_sums_its_inputs);
+behaviour!(a_stateless_handler_sums_its_inputs);
 /// 10,000 items at gate 0 each answer a value; the item at gate 1 reads
 /// them all through `Feed-Inputs` (pages of 999, so eleven of them, one
 /// after the other through `Link`) and gets the exact total. The handler
@@ -170,7 +169,7 @@ fn batch_urls(calls: &[Call]) -> Vec<(String, Option<String>)> {
         .collect()
 }
 
-on_all_backends!(an_inputs_url_opens_its_partition_at_its_gate);
+behaviour!(an_inputs_url_opens_its_partition_at_its_gate);
 /// Batches carry each item's URL in its object. A URL serves its own
 /// partition's items below its gate, with their latest data and status,
 /// from `after`; the same URL for another partition, another gate, with
@@ -317,7 +316,7 @@ async fn an_inputs_url_opens_its_partition_at_its_gate(db: TestDb) {
     }
 }
 
-on_all_backends!(an_inputs_url_expires);
+behaviour!(an_inputs_url_expires);
 /// With its time to live shortened (a hidden setting, 3 s here), a URL
 /// that opened its inputs during the call is refused once it has expired,
 /// with 401 and a message that says so.
@@ -358,7 +357,7 @@ async fn an_inputs_url_expires(db: TestDb) {
     assert!(message.contains("this inputs URL expired"), "{message}");
 }
 
-on_all_backends!(no_listener_no_inputs);
+behaviour!(no_listener_no_inputs);
 /// `--listen off` sends no `Feed-Inputs` and says so at start; so does
 /// `--inputs-url off`, with a listener.
 async fn no_listener_no_inputs(db: TestDb) {
@@ -396,7 +395,7 @@ async fn no_listener_no_inputs(db: TestDb) {
     drop(q);
 }
 
-backend_tests!(serving_100k_inputs_stays_small: sqlite => Sqlite, postgres => Postgres);
+backend_tests!(serving_100k_inputs_stays_small: sqlite => Sqlite [slow], postgres => Postgres [slow]);
 /// 100,000 inputs of 1 KiB (100 MiB of data, written with plain SQL) read
 /// through one URL, page after page: the processor's peak RSS stays under
 /// 256 MiB. Prints the time the read took and the peak, for the book's

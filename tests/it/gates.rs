@@ -4,10 +4,10 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::on_all_backends;
 use crate::support::{Scene, TestDb, done, json as reply};
+use crate::{behaviour, on_all_backends};
 
-on_all_backends!(fan_out_then_fan_in);
+behaviour!(fan_out_then_fan_in);
 /// Items at gate 0 move to gate 2 or finish; nothing at gate 2 is called
 /// before every gate-0 item is complete; then the partition closes.
 async fn fan_out_then_fan_in(db: TestDb) {
@@ -49,7 +49,7 @@ async fn fan_out_then_fan_in(db: TestDb) {
     );
 }
 
-on_all_backends!(three_steps_at_one_gate);
+behaviour!(three_steps_at_one_gate);
 /// A handler-driven state machine: three steps at the same gate; the
 /// stored data is the third step's.
 async fn three_steps_at_one_gate(db: TestDb) {
@@ -96,7 +96,7 @@ async fn plain_sql_rows(db: TestDb) {
     );
 }
 
-on_all_backends!(auto_close_off_stays_open);
+behaviour!(auto_close_off_stays_open);
 /// `auto_close = false`: everything done, the partition stays available.
 async fn auto_close_off_stays_open(db: TestDb) {
     db.partition_of("open", false, false, "block", &["a"]).await;
@@ -110,7 +110,7 @@ async fn auto_close_off_stays_open(db: TestDb) {
     assert_eq!(db.partition_status("open").await, "available");
 }
 
-on_all_backends!(manual_checkpoint_holds_gate);
+behaviour!(manual_checkpoint_holds_gate);
 /// `manual_checkpoint`: the gate stays until the user moves it.
 async fn manual_checkpoint_holds_gate(db: TestDb) {
     db.partition_of("m", true, true, "block", &["g0"]).await;

@@ -14,9 +14,8 @@ use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::Notify;
 
-use crate::backend_tests;
-use crate::on_all_backends;
 use crate::support::{Handler, Proc, TestDb, numbered, retry_after};
+use crate::{backend_tests, behaviour};
 
 /// Answers just under the default 16 MiB cap.
 const ANSWER_BYTES: usize = (16 << 20) - 64;
@@ -47,7 +46,7 @@ fn answer(body: Bytes, streamed: bool) -> Response {
     Response::new(Body::from_stream(futures_util::stream::iter(chunks)))
 }
 
-backend_tests!(answers_are_held_within_the_budget: sqlite => Sqlite, postgres => Postgres);
+backend_tests!(answers_are_held_within_the_budget: sqlite => Sqlite [slow], postgres => Postgres [slow]);
 /// 64 calls answered at once with 16 MiB each (half with a length, half
 /// streamed; two of them carry their 16 MiB as `data`): the processor's
 /// peak memory stays bounded by the response budget, not by 64 answers,
@@ -112,7 +111,7 @@ async fn answers_are_held_within_the_budget(db: TestDb) {
     assert_eq!(h.calls().len(), CALLS, "each answer taken once");
 }
 
-on_all_backends!(retry_after_zero_is_not_a_hot_loop);
+behaviour!(retry_after_zero_is_not_a_hot_loop);
 /// A handler that answers every call with 503 and `Retry-After: 0`, with
 /// unlimited attempts: each retry still waits at least `--backoff-base`
 /// (50 ms here), so one item draws a few dozen calls in two seconds, not
@@ -142,7 +141,7 @@ async fn retry_after_zero_is_not_a_hot_loop(db: TestDb) {
     assert!(row.not_before.is_some(), "a backoff is stored: {row:?}");
 }
 
-on_all_backends!(an_id_that_cannot_be_sent_fails_at_once);
+behaviour!(an_id_that_cannot_be_sent_fails_at_once);
 /// An item id written with plain SQL that holds a control character can
 /// never be a header value: the item fails on its first attempt, with a
 /// message that says why, even with unlimited attempts; its data is kept.
@@ -161,7 +160,7 @@ async fn an_id_that_cannot_be_sent_fails_at_once(db: TestDb) {
     assert!(h.calls_for("bad\u{1b}id").is_empty());
 }
 
-on_all_backends!(bad_filters_and_ids_answer_400);
+behaviour!(bad_filters_and_ids_answer_400);
 /// A NUL or another control character in an id, `after`, `prefix` or
 /// `status`, and a status no row can have, answer 400 with a JSON error
 /// that says what was wrong, on every backend (PostgreSQL cannot even
@@ -191,7 +190,7 @@ async fn bad_filters_and_ids_answer_400(db: TestDb) {
     assert_eq!(code, StatusCode::OK);
 }
 
-on_all_backends!(entrances_refuse_what_feed_cannot_serve);
+behaviour!(entrances_refuse_what_feed_cannot_serve);
 /// Ids that are empty, too long or hold control characters, and gates
 /// beyond 2^53, are refused where they come in, with what to do instead;
 /// nothing is written.
@@ -319,7 +318,7 @@ async fn idle_and_slow_sockets_do_not_hold_the_listener(db: TestDb) {
     drop(idle);
 }
 
-crate::on_all_backends!(one_client_cannot_take_every_connection);
+crate::behaviour!(one_client_cannot_take_every_connection);
 /// One address opens more connections than the listener serves at once
 /// (4,096), each sending half a request's headers: it keeps at most its
 /// share (512), the rest are closed at once, and `/healthz` and the login
@@ -458,7 +457,7 @@ async fn the_console_answers_only_known_hosts(db: TestDb) {
     assert_eq!(allowed.status(), StatusCode::OK);
 }
 
-on_all_backends!(api_errors_have_one_shape);
+behaviour!(api_errors_have_one_shape);
 /// Every failed API answer is `{"error": {"message": …}}`, also the ones
 /// the framework makes (a query that does not parse, a repeated
 /// parameter, a body too large, an unknown path); `after=` on an unknown

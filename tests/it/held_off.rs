@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use crate::cli::{processor, text};
-use crate::on_all_backends;
+use crate::behaviour;
 use crate::support::{DownHandler, Handler, Proc, TestDb, done, metric, numbered, wait_for};
 use crate::wrong_url::readyz;
 
@@ -38,7 +38,7 @@ async fn bad_first(db: &TestDb, partitions: usize, items: usize) -> (DownHandler
     (down, bad)
 }
 
-on_all_backends!(a_held_off_processor_gives_its_partitions_back);
+behaviour!(a_held_off_processor_gives_its_partitions_back);
 /// The bad processor starts first and leases every partition; its handler
 /// refuses connections. Once it has held off for longer than the session
 /// expiry it releases them and takes none but to probe, so the two
@@ -102,7 +102,7 @@ async fn a_held_off_processor_gives_its_partitions_back(db: TestDb) {
     assert!(handler.calls().len() >= PARTITIONS * 30);
 }
 
-on_all_backends!(it_takes_partitions_again_once_its_handler_answers);
+behaviour!(it_takes_partitions_again_once_its_handler_answers);
 /// Alone, a processor whose handler is away keeps its partitions: nobody
 /// would take them. Beside a peer that dispatches (capped at one
 /// partition, so some stay free) it gives them back and probes, one
@@ -167,7 +167,7 @@ async fn it_takes_partitions_again_once_its_handler_answers(db: TestDb) {
     );
 }
 
-on_all_backends!(it_rejoins_when_its_peers_hold_every_partition);
+behaviour!(it_rejoins_when_its_peers_hold_every_partition);
 /// The bad processor gives its partitions back and the healthy one holds
 /// them all, busy: none is free to probe with. Once its handler listens,
 /// a probe on a partition stolen from the busy one (at most once per six

@@ -10,12 +10,11 @@ use sea_orm::ConnectionTrait;
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::backend_tests;
-use crate::on_all_backends;
 use crate::support::{
     Handler, Proc, Reserved, Scene, TestDb, done, json as reply, no_retry, numbered, retry_after,
     signed, wait_for,
 };
+use crate::{backend_tests, on_all_backends};
 
 const BEHAVIOURS: &[&str] = &[
     "slow", "nonjson", "gate_x", "neg_gate", "done_str", "big", "r301", "r302", "r429", "r503date",

@@ -9,8 +9,8 @@ use reqwest::StatusCode;
 use sea_orm::{ConnectionTrait, TransactionTrait};
 use serde_json::{Value, json};
 
+use crate::behaviour;
 use crate::console_api::TOKEN;
-use crate::on_all_backends;
 use crate::support::{Backend, EmptyDb, Handler, Proc, TestDb};
 
 /// A request's status and its answer as JSON (Null when not JSON).
@@ -37,7 +37,7 @@ async fn console(db: &TestDb, ready: bool) -> (Proc, Handler, String) {
     (p, h, base)
 }
 
-on_all_backends!(misspelt_parameters_and_impossible_filters_answer_400);
+behaviour!(misspelt_parameters_and_impossible_filters_answer_400);
 /// Every API route that takes query parameters refuses one it does not
 /// know, naming it (`?tennant=acme&on_falure=continue` used to create the
 /// partition without a tenant and with `block`); an export or listing for
@@ -110,7 +110,7 @@ async fn misspelt_parameters_and_impossible_filters_answer_400(db: TestDb) {
     }
 }
 
-on_all_backends!(database_text_stays_in_the_log);
+behaviour!(database_text_stays_in_the_log);
 /// A duplicate item id is refused with Feed's own message; the database's
 /// words for it (the constraint, its code, SQLite's `UNIQUE constraint
 /// failed`, PostgreSQL's `feed_items_pkey`, MariaDB's `Duplicate entry`)
@@ -167,7 +167,7 @@ async fn hold_migrations(db: &TestDb) -> sea_orm::DatabaseTransaction {
     txn
 }
 
-on_all_backends!(the_api_answers_503_until_migrated);
+behaviour!(the_api_answers_503_until_migrated);
 /// On a fresh database whose migrations cannot finish yet, `run --ui`
 /// answers `/healthz` but `/readyz` says the schema is not there, and the
 /// API (an enqueue, a listing) and the pages answer 503 with

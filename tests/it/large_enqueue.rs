@@ -8,13 +8,13 @@ use feed::console::MAX_ENQUEUE_ITEMS;
 use serde_json::json;
 
 use crate::cli::processor;
-use crate::on_all_backends;
+use crate::slow;
 use crate::support::{Scene, TestDb, done, json as reply, wait_for};
 
 /// Items of the large enqueue.
 const ITEMS: usize = 20 * MAX_ENQUEUE_ITEMS;
 
-on_all_backends!(dispatch_goes_on_during_a_large_enqueue);
+slow!(dispatch_goes_on_during_a_large_enqueue);
 async fn dispatch_goes_on_during_a_large_enqueue(db: TestDb) {
     // Items of `busy` never finish: each call is a new step, so the handler
     // is called for as long as dispatch goes on.

@@ -404,7 +404,7 @@ async fn dead_connections_are_replaced(db: TestDb) {
     assert_recovered(&a).await;
 }
 
-on_network_backends!(sigterm_exits_in_bounded_time_whatever_the_network);
+on_network_backends!(slow sigterm_exits_in_bounded_time_whatever_the_network);
 /// SIGTERM while the database does not answer, and right after a heal that
 /// left the old connections dead: the process exits within the drain
 /// timeout plus the release bound every time, also with a statement timeout

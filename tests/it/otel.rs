@@ -20,7 +20,7 @@ use prost::Message;
 use crate::cli::{enqueue_cli, text};
 use crate::enqueue_api::{PRODUCER, message, send, serve};
 use crate::support::{Call, Handler, Proc, TestDb, done, json, wait_for};
-use crate::{backend_tests, on_all_backends};
+use crate::{backend_tests, behaviour};
 
 const TRACE: &str = "0af7651916cd43dd8448eb211c80319c";
 const PARENT: &str = "b7ad6b7169203331";
@@ -198,7 +198,7 @@ fn call_of(handler: &Handler, item: &str) -> Call {
         .unwrap_or_else(|| panic!("no call for {item}"))
 }
 
-on_all_backends!(a_producers_trace_is_the_parent_of_the_delivery);
+behaviour!(a_producers_trace_is_the_parent_of_the_delivery);
 async fn a_producers_trace_is_the_parent_of_the_delivery(db: TestDb) {
     let collector = Collector::start().await;
     let producer = tp(TRACE, PARENT, true);

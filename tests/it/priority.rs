@@ -5,8 +5,8 @@
 use feed::store::{NewItem, PartitionSpec};
 use serde_json::json;
 
+use crate::behaviour;
 use crate::cli::processor;
-use crate::on_all_backends;
 use crate::support::{Scene, TestDb, done};
 
 /// Partition `id` of `n` items (`id-0`, …) with `tenant` and `priority`.
@@ -32,7 +32,7 @@ async fn served(db: &TestDb, partitions: &[&str]) -> Vec<String> {
         .collect()
 }
 
-on_all_backends!(a_higher_priority_is_served_first);
+behaviour!(a_higher_priority_is_served_first);
 /// With one slot, ten partitions of priority 0 and, written after them, a
 /// partition of priority 10 (named to sort last) and one of -10: the
 /// priority-10 partition's three items are served first, strictly (none
@@ -62,7 +62,7 @@ async fn a_higher_priority_is_served_first(db: TestDb) {
     }
 }
 
-on_all_backends!(priority_is_set_and_changed_everywhere);
+behaviour!(priority_is_set_and_changed_everywhere);
 /// `enqueue --priority`, the API's `priority` query parameter and the
 /// library set it; `processor priority` and `POST
 /// /api/v1/partitions/{id}/priority` change it; `status` and the API show

@@ -9,12 +9,12 @@ use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use serde_json::json;
 
-use crate::on_all_backends;
+use crate::behaviour;
 use crate::support::{
     DownHandler, Scene, TestDb, done, json as reply, no_retry, numbered, retry_after, wait_for,
 };
 
-on_all_backends!(retry_then_success);
+behaviour!(retry_then_success);
 /// Two 500s then success: three attempts, 1-based `Feed-Attempt`, one idempotency key.
 async fn retry_then_success(db: TestDb) {
     db.partition("p", true, false, "block").await;
@@ -50,7 +50,7 @@ async fn retry_then_success(db: TestDb) {
     assert_eq!(row.last_error, None);
 }
 
-on_all_backends!(exhausted_attempts_fail_partition);
+behaviour!(exhausted_attempts_fail_partition);
 /// Every attempt fails: the item is `failed` with `attempts` and
 /// `last_error`; the partition is `failed`.
 async fn exhausted_attempts_fail_partition(db: TestDb) {
@@ -77,7 +77,7 @@ async fn exhausted_attempts_fail_partition(db: TestDb) {
     assert_eq!(db.item_row("later").await.status, "available");
 }
 
-on_all_backends!(on_failure_continue_closes);
+behaviour!(on_failure_continue_closes);
 /// `on_failure = continue`: failed items count as finished.
 async fn on_failure_continue_closes(db: TestDb) {
     db.partition_of("p", true, false, "continue", &["bad"])
@@ -96,7 +96,7 @@ async fn on_failure_continue_closes(db: TestDb) {
     assert_eq!(db.item_row("later").await.status, "complete");
 }
 
-on_all_backends!(no_retry_fails_at_once);
+behaviour!(no_retry_fails_at_once);
 /// `{"error": {"no_retry": true}}` fails the item on the first attempt.
 async fn no_retry_fails_at_once(db: TestDb) {
     db.partition("p", true, false, "block").await;
@@ -108,7 +108,7 @@ async fn no_retry_fails_at_once(db: TestDb) {
     assert_eq!(h.calls().len(), 1);
 }
 
-on_all_backends!(a_2xx_error_answer_is_a_retried_attempt);
+behaviour!(a_2xx_error_answer_is_a_retried_attempt);
 /// A 2xx whose answer carries `"error"` is a failed attempt, not a step:
 /// the `done` beside it is ignored, the item's data is kept, and it is
 /// retried.
@@ -134,7 +134,7 @@ async fn a_2xx_error_answer_is_a_retried_attempt(db: TestDb) {
     assert_eq!(db.item_row("i").await.attempts, 2);
 }
 
-on_all_backends!(non_retryable_4xx);
+behaviour!(non_retryable_4xx);
 /// 404 and 422 are not retried, also when the body is an `{"error": …}`
 /// answer that does not say `no_retry`: the status decides (a 404 that no
 /// answer came before may be sent once more, uncounted: see `wrong_url`).
@@ -166,7 +166,7 @@ async fn non_retryable_4xx(db: TestDb) {
     assert_eq!(h.calls_for("eb").len(), 1, "a 422 error answer was retried");
 }
 
-on_all_backends!(retry_after_is_honoured);
+behaviour!(retry_after_is_honoured);
 /// 429 with `Retry-After: 2`: the retry waits at least that long, even
 /// with a tiny backoff, and the delay is stored in `not_before`.
 async fn retry_after_is_honoured(db: TestDb) {
@@ -198,7 +198,7 @@ async fn retry_after_is_honoured(db: TestDb) {
     );
 }
 
-on_all_backends!(gate_below_partition_gate_fails);
+behaviour!(gate_below_partition_gate_fails);
 /// A handler answering a gate below the partition's gate fails the item
 /// with a message that says so.
 async fn gate_below_partition_gate_fails(db: TestDb) {
@@ -217,7 +217,7 @@ async fn gate_below_partition_gate_fails(db: TestDb) {
     );
 }
 
-on_all_backends!(handler_down_then_up);
+behaviour!(handler_down_then_up);
 /// The handler is down (connection refused) for a while: no attempts are
 /// burned; once it is up everything finishes on the first attempt.
 async fn handler_down_then_up(db: TestDb) {

@@ -146,4 +146,10 @@ macro_rules! on_network_backends {
     ($name:ident) => {
         $crate::backend_tests!($name: postgres => Postgres, mariadb => Mysql);
     };
+    (slow $name:ident) => {
+        $crate::backend_tests!($name: postgres => Postgres [slow], mariadb => Mysql [slow]);
+    };
+    (slow alone $name:ident) => {
+        $crate::backend_tests!(alone $name: postgres => Postgres [slow], mariadb => Mysql [slow]);
+    };
 }

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use feed::store::{NewItem, PartitionSpec};
 use feed::{Config, Job, Outcome};
 
-use crate::on_all_backends;
+use crate::behaviour;
 use crate::support::{DownHandler, TestDb, done, numbered, wait_for};
 
 /// Panics on the first call of item "boom", then succeeds.
@@ -24,7 +24,7 @@ impl feed::Handler for PanicsOnce {
     }
 }
 
-on_all_backends!(a_panicked_delivery_is_retried);
+behaviour!(a_panicked_delivery_is_retried);
 /// An in-process handler panics on one delivery: the item leaves the
 /// in-flight set, an attempt is recorded, and it completes on the retry.
 async fn a_panicked_delivery_is_retried(db: TestDb) {
@@ -55,7 +55,7 @@ async fn a_panicked_delivery_is_retried(db: TestDb) {
     assert_eq!(handler.0.load(Ordering::SeqCst), 2);
 }
 
-on_all_backends!(an_outage_hold_off_starts_at_its_base);
+behaviour!(an_outage_hold_off_starts_at_its_base);
 /// The handler is down for about a second while 64 items are in flight:
 /// the hold-off starts at its base and doubles per failed probe only, so the
 /// first call after the handler is back comes within a few seconds (it

@@ -5,8 +5,8 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use crate::on_all_backends;
 use crate::support::{Backend, Handler, Proc, Scene, TestDb, done, metric, wait_for};
+use crate::{on_all_backends, slow};
 
 /// Creates `n` partitions `{prefix}{k}` (`auto_close` as given) and, when
 /// `items` is set, one item each at gate 0, many rows per statement.
@@ -64,7 +64,7 @@ fn each_item_called_once(handler: &Handler, n: usize) {
     assert_eq!(calls.len(), n, "no item was called twice");
 }
 
-on_all_backends!(many_one_item_partitions_drain);
+slow!(many_one_item_partitions_drain);
 /// 2,000 partitions of one item each: every item runs once, every
 /// partition closes, nothing is left behind.
 async fn many_one_item_partitions_drain(db: TestDb) {
@@ -219,7 +219,7 @@ async fn statements_per_cycle(db: &TestDb, n: usize, settled: Option<f64>) -> f6
     least
 }
 
-on_all_backends!(acquire_cycle_costs_the_same_at_any_size);
+slow!(acquire_cycle_costs_the_same_at_any_size);
 /// An acquire cycle runs as many statements holding 10,000 partitions as
 /// holding 10: its statements are bounded, not per partition.
 async fn acquire_cycle_costs_the_same_at_any_size(db: TestDb) {

@@ -19,7 +19,7 @@ use serde_json::Value;
 use crate::cli::{enqueue_cli, processor};
 use crate::enqueue_api::{PRODUCER, message, send, serve};
 use crate::support::{Call, Handler, Proc, Scene, TestDb, done, metric, wait_for};
-use crate::{backend_tests, on_all_backends};
+use crate::{backend_tests, behaviour, on_all_backends};
 
 /// 2030-01-01T09:00:00Z in epoch milliseconds.
 const NINE_AM: i64 = 1_893_488_400_000;
@@ -90,7 +90,7 @@ async fn times(db: &TestDb, partition: &str) -> HashMap<String, Option<i64>> {
     .collect()
 }
 
-on_all_backends!(scheduled_items_are_not_sent_before_their_time);
+behaviour!(scheduled_items_are_not_sent_before_their_time);
 /// A running processor gets items scheduled 2 to 2.5 seconds ahead, by
 /// `delay` (counted from the write, by the database's clock) and by
 /// `not_before` in both forms, with one due now: that one goes first, and
@@ -143,7 +143,7 @@ async fn scheduled_items_are_not_sent_before_their_time(db: TestDb) {
     assert_eq!(scene.0.calls().len(), 4, "each item once");
 }
 
-on_all_backends!(a_scheduled_item_holds_its_gates_fan_in);
+behaviour!(a_scheduled_item_holds_its_gates_fan_in);
 /// "Run the ranking after the OCR and the 2-second report": the report is
 /// scheduled at gate 0, so gate 1 waits for it as for any item of gate 0;
 /// the ranking runs only after the report has run, at its time.
@@ -207,7 +207,7 @@ async fn due_items_run_in_write_order(db: TestDb) {
     );
 }
 
-on_all_backends!(the_enqueue_flags_schedule_every_line);
+behaviour!(the_enqueue_flags_schedule_every_line);
 /// `--delay` and `--not-before` give every line without a time of its own
 /// theirs (raw lines too); a line's own time wins; the two flags together,
 /// or a bad value, are refused before anything is written.
@@ -252,7 +252,7 @@ async fn the_enqueue_flags_schedule_every_line(db: TestDb) {
     assert!(times(&db, "q").await.is_empty(), "nothing was written");
 }
 
-on_all_backends!(bad_times_are_refused_naming_line_and_field);
+behaviour!(bad_times_are_refused_naming_line_and_field);
 /// A bad line fails the whole call, naming the line, the field and what to
 /// write; nothing is written.
 async fn bad_times_are_refused_naming_line_and_field(db: TestDb) {
@@ -298,7 +298,7 @@ async fn bad_times_are_refused_naming_line_and_field(db: TestDb) {
     assert!(times(&db, "p").await.is_empty(), "nothing was written");
 }
 
-on_all_backends!(the_api_takes_times_and_shows_them);
+behaviour!(the_api_takes_times_and_shows_them);
 /// The enqueue API reads both fields per item and the `delay` (or
 /// `not_before`) query parameter for the rest; refuses bad ones with 400,
 /// naming the item; and its partition and item reads say when items come
@@ -369,7 +369,7 @@ async fn the_api_takes_times_and_shows_them(db: TestDb) {
     assert_eq!(b["not_before"], NINE_AM, "{items}");
 }
 
-on_all_backends!(status_and_export_say_when_items_come_due);
+behaviour!(status_and_export_say_when_items_come_due);
 /// `status` counts a partition's scheduled items and says when the first
 /// comes due (tables and JSON); `export` writes each item's `not_before`,
 /// and its lines enqueue back with the same times.

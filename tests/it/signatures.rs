@@ -13,7 +13,7 @@ use feed::handler::events_secret;
 use serde_json::{Value, json};
 use standardwebhooks::Webhook;
 
-use crate::on_all_backends;
+use crate::behaviour;
 use crate::support::{
     Call, Handler, Proc, TestDb, done, json as reply, no_retry, retry_after, signed, signed_event,
     wait_for,
@@ -63,7 +63,7 @@ fn unless(ok: bool, answer: axum::response::Response) -> axum::response::Respons
 
 const SECRETS: [&str; 4] = ["--signing-secret", NEW, "--signing-secret", OLD];
 
-on_all_backends!(single_items_and_a_retried_step);
+behaviour!(single_items_and_a_retried_step);
 /// Each single-item request verifies with both secrets; `webhook-id` is
 /// the `Idempotency-Key` (a `.` in an item id percent-encoded) and the same
 /// on the retry of a step; a changed body does not verify.
@@ -110,7 +110,7 @@ async fn single_items_and_a_retried_step(db: TestDb) {
     assert_eq!(python(&calls, Kind::Item, true), vec![true; calls.len()]);
 }
 
-on_all_backends!(batches_verify_and_keep_their_id_on_retry);
+behaviour!(batches_verify_and_keep_their_id_on_retry);
 /// A batch request (only Standard Webhooks, `--signature-scheme
 /// standard`) verifies; the batch sent again for the same steps has the
 /// same `webhook-id`, another batch another one.
@@ -159,7 +159,7 @@ async fn batches_verify_and_keep_their_id_on_retry(db: TestDb) {
     assert_eq!(python(&h.calls(), Kind::Item, false), vec![true; 3]);
 }
 
-on_all_backends!(events_verify_and_item_requests_replayed_to_them_fail);
+behaviour!(events_verify_and_item_requests_replayed_to_them_fail);
 /// An event verifies (its `webhook-id` is its id, the same on its retry),
 /// and an item request whose data a producer made a fake event, replayed
 /// to the events receiver with Feed's headers, is refused: its

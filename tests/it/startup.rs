@@ -8,9 +8,8 @@
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::backend_tests;
-use crate::on_all_backends;
 use crate::support::{Backend, Reserved, TestDb, wait_for};
+use crate::{backend_tests, on_all_backends};
 
 /// How long a command that must give up may take before the test says it
 /// hangs (the statement is "within seconds": a few, not minutes).

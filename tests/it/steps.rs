@@ -5,10 +5,10 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::on_all_backends;
+use crate::behaviour;
 use crate::support::{Scene, TestDb, json as reply};
 
-on_all_backends!(an_answer_without_done_completes_the_item);
+behaviour!(an_answer_without_done_completes_the_item);
 /// `{"data": …}` with no `done` completes the item with that data, in one
 /// call; `{"gate": 1}` with no `done` moves it to gate 1 instead.
 async fn an_answer_without_done_completes_the_item(db: TestDb) {
@@ -38,7 +38,7 @@ async fn an_answer_without_done_completes_the_item(db: TestDb) {
     assert_eq!(gates, [0, 1], "a gate without done moves the item");
 }
 
-on_all_backends!(never_done_fails_at_the_step_bound);
+behaviour!(never_done_fails_at_the_step_bound);
 /// A handler that answers `"done": false` every time: each item is called
 /// exactly `--max-steps` times, each step waits longer than the one
 /// before, and the item fails with a message that names the flag; the

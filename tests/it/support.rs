@@ -507,24 +507,27 @@ pub fn fixture_for<D: Fixture, Fut>(
 }
 
 /// Declares `async fn $name(db: TestDb)` (or `EmptyDb`) as one test per
-/// listed backend, in a module of that name.
+/// listed backend, in a module of that name. A backend marked `[slow]`
+/// runs in the slow tier only (`cargo test --workspace --tests -- --ignored`).
 #[macro_export]
 macro_rules! backend_tests {
-    (alone $name:ident: $($test:ident => $backend:ident),*) => {
-        $crate::backend_tests!(@alone $name: $($test => $backend),*);
+    (alone $name:ident: $($test:ident => $backend:ident $([$tier:ident])?),*) => {
+        $crate::backend_tests!(@alone $name: $($test => $backend $([$tier])?),*);
     };
-    ($name:ident: $($test:ident => $backend:ident),*) => {
-        $crate::backend_tests!(@shared $name: $($test => $backend),*);
+    ($name:ident: $($test:ident => $backend:ident $([$tier:ident])?),*) => {
+        $crate::backend_tests!(@shared $name: $($test => $backend $([$tier])?),*);
     };
-    (@$turn:ident $name:ident: $($test:ident => $backend:ident),*) => {
+    (@$turn:ident $name:ident: $($test:ident => $backend:ident $([$tier:ident])?),*) => {
         mod $name {
             use $crate::support::{Backend, fixture_for};
             $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $test() {
-                    let _turn = $crate::support::$turn().await;
-                    if let Some(fixture) = fixture_for(super::$name, Backend::$backend).await {
-                        super::$name(fixture).await
+                $crate::tiered! { [$($tier)?]
+                    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                    async fn $test() {
+                        let _turn = $crate::support::$turn().await;
+                        if let Some(fixture) = fixture_for(super::$name, Backend::$backend).await {
+                            super::$name(fixture).await
+                        }
                     }
                 }
             )*
@@ -532,8 +535,20 @@ macro_rules! backend_tests {
     };
 }
 
+/// Puts a test in its tier: unmarked, README's `cargo test --workspace`;
+/// `[slow]`, the slow tier that `.ci/run` adds.
+#[macro_export]
+macro_rules! tiered {
+    ([] $($item:tt)*) => { $($item)* };
+    ([slow] $($item:tt)*) => {
+        #[ignore = "slow tier: cargo test --workspace --tests -- --ignored"]
+        $($item)*
+    };
+}
+
 /// Declares one test per backend (SQLite, PostgreSQL, MariaDB) for
-/// `async fn $name(db: TestDb)`.
+/// `async fn $name(db: TestDb)`: for what depends on the database
+/// (fencing, races, locking, SQL written by hand, network faults).
 #[macro_export]
 macro_rules! on_all_backends {
     (alone $name:ident) => {
@@ -541,6 +556,30 @@ macro_rules! on_all_backends {
     };
     ($name:ident) => {
         $crate::backend_tests!($name: sqlite => Sqlite, postgres => Postgres, mariadb => Mysql);
+    };
+}
+
+/// A behaviour that does not depend on the database: SQLite in README's
+/// test command, PostgreSQL and MariaDB in the slow tier.
+#[macro_export]
+macro_rules! behaviour {
+    (alone $name:ident) => {
+        $crate::backend_tests!(alone $name: sqlite => Sqlite, postgres => Postgres [slow], mariadb => Mysql [slow]);
+    };
+    ($name:ident) => {
+        $crate::backend_tests!($name: sqlite => Sqlite, postgres => Postgres [slow], mariadb => Mysql [slow]);
+    };
+}
+
+/// A test that takes minutes or the machine (memory bounds at scale,
+/// chaos, wall-clock rates): every backend in the slow tier.
+#[macro_export]
+macro_rules! slow {
+    (alone $name:ident) => {
+        $crate::backend_tests!(alone $name: sqlite => Sqlite [slow], postgres => Postgres [slow], mariadb => Mysql [slow]);
+    };
+    ($name:ident) => {
+        $crate::backend_tests!($name: sqlite => Sqlite [slow], postgres => Postgres [slow], mariadb => Mysql [slow]);
     };
 }
 

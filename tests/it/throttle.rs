@@ -8,7 +8,7 @@ use std::net::IpAddr;
 use reqwest::StatusCode;
 use serde_json::json;
 
-use crate::on_all_backends;
+use crate::behaviour;
 use crate::support::{Handler, Proc, TestDb};
 
 const ADMIN: &str = "throttle-admin-token-0123456789";
@@ -143,7 +143,7 @@ impl Doors<'_> {
     }
 }
 
-on_all_backends!(guessers_lock_no_one_else_out);
+behaviour!(guessers_lock_no_one_else_out);
 /// Twenty loopback addresses each send ten wrong tokens to the enqueue
 /// route and ten to the admin doors (API and login form): each of them is
 /// slowed, while
@@ -186,7 +186,7 @@ async fn guessers_lock_no_one_else_out(db: TestDb) {
     );
 }
 
-on_all_backends!(a_trusted_proxy_names_the_client);
+behaviour!(a_trusted_proxy_names_the_client);
 /// Behind a `--trusted-proxy`, every request comes from the proxy's
 /// address: wrong tokens count against the client `X-Forwarded-For`
 /// names, so guessers behind the proxy are slowed and other clients behind
@@ -235,7 +235,7 @@ async fn a_trusted_proxy_names_the_client(db: TestDb) {
     assert!(!log.contains("203.0.113"), "{log}");
 }
 
-on_all_backends!(the_enqueue_route_gives_no_second_allowance);
+behaviour!(the_enqueue_route_gives_no_second_allowance);
 /// A client that used up its allowance of wrong admin tokens on the API
 /// gets no more guesses at the admin token through the enqueue route:
 /// there a wrong token and the right admin token are both 429, while its

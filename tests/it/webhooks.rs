@@ -10,11 +10,11 @@ use feed::handler::events_secret;
 use serde_json::{Value, json};
 
 use crate::cli::processor;
-use crate::on_all_backends;
 use crate::support::{
     Handler, Proc, Reserved, Scene, TestDb, done, metric, no_retry, numbered, retry_after, signed,
     signed_event, wait_for,
 };
+use crate::behaviour;
 
 const SECRET: &str = "events-secret-0123456789";
 
@@ -36,7 +36,7 @@ async fn all_delivered(db: &TestDb, n: usize) {
     .await;
 }
 
-on_all_backends!(events_are_delivered_signed_once);
+behaviour!(events_are_delivered_signed_once);
 /// A close, a failure and a cancellation each reach the receiver once, as
 /// signed JSON with the event id as the idempotency key.
 async fn events_are_delivered_signed_once(db: TestDb) {
@@ -112,7 +112,7 @@ async fn events_are_delivered_signed_once(db: TestDb) {
     );
 }
 
-on_all_backends!(a_killed_sender_hands_its_events_over);
+behaviour!(a_killed_sender_hands_its_events_over);
 /// The sender is killed while the receiver holds its request: the next
 /// processor takes the lease once it expires and sends the same event
 /// (same id) again, which is then marked delivered.
@@ -155,7 +155,7 @@ async fn a_killed_sender_hands_its_events_over(db: TestDb) {
     );
 }
 
-on_all_backends!(a_receiver_that_is_down_gets_the_event_later);
+behaviour!(a_receiver_that_is_down_gets_the_event_later);
 /// While nothing listens at the events URL, each failed attempt is stored
 /// with its error and a backoff; once the receiver is up the event is
 /// delivered.
@@ -196,7 +196,7 @@ async fn a_receiver_that_is_down_gets_the_event_later(db: TestDb) {
     );
 }
 
-on_all_backends!(a_refused_event_is_kept_and_retried_on_request);
+behaviour!(a_refused_event_is_kept_and_retried_on_request);
 /// A 4xx answer fails the event at once; it is counted in `status` and the
 /// metrics, and `processor events retry` sends it again.
 async fn a_refused_event_is_kept_and_retried_on_request(db: TestDb) {
@@ -251,7 +251,7 @@ async fn a_refused_event_is_kept_and_retried_on_request(db: TestDb) {
     assert_eq!(receiver.calls().len(), 2);
 }
 
-on_all_backends!(a_receiver_answering_429_retry_after_0_is_not_hammered);
+behaviour!(a_receiver_answering_429_retry_after_0_is_not_hammered);
 /// A receiver that answers every event `429` with `Retry-After: 0`: each
 /// event is tried again no sooner than `--backoff-base` (1 s here), so 100
 /// events make at most about 100 calls a second, and none fails before its
@@ -308,7 +308,7 @@ async fn a_receiver_answering_429_retry_after_0_is_not_hammered(db: TestDb) {
     assert_eq!(failed, 0, "no event spent 25 attempts within {window:?}");
 }
 
-on_all_backends!(pending_events_without_a_sender_say_so);
+behaviour!(pending_events_without_a_sender_say_so);
 /// Without `--events-url` events are kept but not sent: the processor's
 /// start says so, and `events list` and `status` say that no receiver is
 /// configured while events are pending. Once a processor sends them (to a

@@ -11,8 +11,8 @@ use axum::http::{StatusCode, Uri};
 use axum::response::IntoResponse;
 use serde_json::Value;
 
+use crate::behaviour;
 use crate::cli::{processor, text};
-use crate::on_all_backends;
 use crate::support::{Proc, Scene, TestDb, done, metric, numbered, wait_for};
 
 /// What the processor says while a URL answers 404 to every item.
@@ -58,7 +58,7 @@ pub async fn readyz(p: &Proc) -> Value {
     }
 }
 
-on_all_backends!(a_wrong_path_holds_off_and_says_so);
+behaviour!(a_wrong_path_holds_off_and_says_so);
 /// `--handler-url` names `/fed` where the handler serves `/feed`: every
 /// item is answered 404. Dispatch holds off and says the path may be wrong
 /// (log, `/readyz`, `status`), no item fails or loses an attempt, and once
@@ -109,7 +109,7 @@ async fn a_wrong_path_holds_off_and_says_so(db: TestDb) {
     .await;
 }
 
-on_all_backends!(one_items_404_among_answers_fails_that_item);
+behaviour!(one_items_404_among_answers_fails_that_item);
 /// The handler answers 404 for one item and 2xx for the others: that item
 /// fails after one attempt ("not retried", as before), the others
 /// complete, and the breaker never opens.

@@ -56,7 +56,7 @@ use rand::Rng;
 use rand::seq::SliceRandom;
 use serde_json::{Value as Json, json};
 
-use crate::on_all_backends;
+use crate::slow;
 use crate::support::{Backend, Handler, Proc, TestDb};
 use world::*;
 
@@ -77,7 +77,7 @@ enum Action {
     Start,
 }
 
-on_all_backends!(many_processors);
+slow!(many_processors);
 async fn many_processors(db: TestDb) {
     let name = match db.backend {
         Backend::Sqlite => "sqlite",

@@ -3,7 +3,7 @@
 use std::time::{Duration, Instant};
 
 use crate::controls::cli;
-use crate::on_all_backends;
+use crate::slow;
 use crate::support::{Handler, Proc, TestDb, wait_for};
 use crate::tenants::{enqueue, holding, of};
 
@@ -19,7 +19,7 @@ async fn rate_over(h: &Handler, key: &str, span: Duration) -> f64 {
     n as f64 / span.as_secs_f64()
 }
 
-on_all_backends!(alone limits_edited_live_take_effect_within_a_heartbeat);
+slow!(alone limits_edited_live_take_effect_within_a_heartbeat);
 /// Limits set while a processor runs (heartbeat 200 ms): a cap inserted
 /// with SQL, a rate set with `processor limits set`, and `limits clear`
 /// each bind (or stop binding) within a heartbeat and the calls in flight

@@ -13,7 +13,7 @@ use crate::on_network_backends;
 use crate::scale::{many_partitions, strip_ansi};
 use crate::support::{Backend, Scene, TestDb, done, metric, tail, wait_for, waited};
 
-on_network_backends!(alone a_failed_check_is_checked_again);
+on_network_backends!(slow alone a_failed_check_is_checked_again);
 /// 600 one-item partitions, more than one check reads at once. While the
 /// test holds a share lock on one partition's row (result writes share it;
 /// a close cannot), the check whose close includes that partition fails on

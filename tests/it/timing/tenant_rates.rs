@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use crate::controls::cli;
-use crate::on_all_backends;
+use crate::slow;
 use crate::support::{Backend, Call, Handler, Proc, TestDb, done, wait_for};
 use crate::tenants::{enqueue, of};
 
@@ -89,7 +89,7 @@ fn set(db: &TestDb, tenant: &str, flags: &[&str]) {
     assert!(ok, "{out}");
 }
 
-on_all_backends!(alone tenant_rates_hold_with_two_processors);
+slow!(alone tenant_rates_hold_with_two_processors);
 /// Tenants at 5, 50 and 200 items a second with 10 ms calls, and at 5/s
 /// with 1 s calls, set with `processor limits set` before two processors
 /// start, and one whose rate of 20/s is set during the drain (it went at
@@ -189,7 +189,7 @@ async fn drain(
     wrong
 }
 
-on_all_backends!(alone a_low_fleet_rate_holds_with_two_processors);
+slow!(alone a_low_fleet_rate_holds_with_two_processors);
 /// `--rate-limit 10/s` on two processors, 10 ms calls spread over eight
 /// partitions: the fleet holds 10 items a second, measured over four 2 s
 /// windows after a 2 s warm-up.
@@ -217,7 +217,7 @@ async fn a_low_fleet_rate_holds_with_two_processors(db: TestDb) {
     }
 }
 
-on_all_backends!(alone tenants_at_different_rates_share_a_processor);
+slow!(alone tenants_at_different_rates_share_a_processor);
 /// Tenants at 5 and 200 items a second in one database, served by the
 /// same processor: the slow tenant's items held back in its buffer do not
 /// keep the fast tenant's out (they filled it, and 200/s got no call for
