@@ -19,6 +19,11 @@
 //! made before the outage says nothing about the handler now (on a busy
 //! machine such answers are taken in late, and each one closing the
 //! breaker burned another round of attempts).
+//! Dispatch asks [`Breaker::is_open`] before it starts calls, and a
+//! delivery frees its call's slot only once its result is recorded here,
+//! so an outage costs at most the failures that open the breaker, the
+//! calls in flight then (`--concurrency`) and one probe per hold-off: the
+//! bound the book states under Flow control.
 //!
 //! A 404 or 405 is evidence of a wrong handler URL (a path the handler
 //! does not serve) when it is not the handler's answer about one item.
@@ -110,6 +115,11 @@ impl Breaker {
         }
     }
 
+    /// Whether it is open now: dispatch starts no call but a probe.
+    pub(crate) fn is_open(&self) -> bool {
+        self.state.lock().expect("breaker lock").opened.is_some()
+    }
+
     /// Records the result of one call, made at `started`.
     pub(crate) fn record(&self, call: Call<'_>, started: Instant) -> Turn {
         if self.calls == 0 {
@@ -199,9 +209,12 @@ mod tests {
         for _ in 0..9 {
             assert_eq!(record(&b, true), Turn::Stays { open: false });
         }
+        assert!(!b.is_open());
         assert_eq!(record(&b, true), Turn::Opened);
+        assert!(b.is_open());
         assert_eq!(record(&b, true), Turn::Stays { open: true });
         assert_eq!(record(&b, false), Turn::Closed);
+        assert!(!b.is_open());
         // A failure every other call stays below a ratio of 0.6.
         let b = Breaker::new(20, 0.6);
         for _ in 0..40 {

@@ -103,6 +103,9 @@ metrics! {
     /// Times the circuit breaker opened.
     breaker_trips: Counter = Counter::default(), "breaker_trips",
         "Times the circuit breaker opened";
+    /// Handler calls sent as probes while dispatch held off.
+    probes: Counter = Counter::default(), "handler_probes",
+        "Handler calls sent as probes, one at a time, while dispatch held off (the handler unreachable or the breaker open)";
     /// SQL statements issued through the store (all its clones).
     statements: Counter = Counter::default(), "statements",
         "SQL statements issued by this processor";

@@ -64,6 +64,11 @@ impl Dispatcher {
         let ctx = self.ctx.clone();
         let cfg = &ctx.config;
         let now = Instant::now();
+        // The breaker opened (in a delivery that may not have ended yet):
+        // no call starts but a probe from now on.
+        if self.ctx.breaker.is_open() {
+            self.outage.begin(now);
+        }
         if let Some(until) = self.outage.until {
             if now < until {
                 return (until, false);
@@ -131,6 +136,9 @@ impl Dispatcher {
                 self.buffer.drain(..n).collect()
             };
             let counted = probing && self.outage.probing(&items[0].fence.id);
+            if probing {
+                ctx.metrics.probes.inc();
+            }
             room -= items.len();
             let permit = gate.permit();
             self.start(items, permit, counted);

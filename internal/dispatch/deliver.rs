@@ -96,8 +96,6 @@ pub(super) async fn deliver(
         } else {
             ctx.handler.handle_batch(&jobs).await
         };
-        drop(permit);
-        let _ = answered.send(tokio::task::id());
         drop(jobs);
         throttle(ctx, &outcomes);
         ctx.metrics
@@ -121,6 +119,11 @@ pub(super) async fn deliver(
         }
         let first = fences.first().map_or("", |f| f.id.as_str());
         let (outcomes, verdict) = breaker(ctx, outcomes, started, first, counted);
+        // The slot is freed once the breaker has the answer: every call
+        // started is in the breaker's window or holds a slot, so at most
+        // `--concurrency` calls start before dispatch sees it open.
+        drop(permit);
+        let _ = answered.send(tokio::task::id());
         let away = verdict == Verdict::Away;
         let policy = ctx.retries;
         let mut each = fences.into_iter().zip(outcomes).map(|(fence, outcome)| {

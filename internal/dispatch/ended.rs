@@ -80,6 +80,13 @@ impl Dispatcher {
                     health.store(false, Ordering::Relaxed);
                     self.held_off(&id, why);
                 }
+                // While the breaker is open an answer ends no outage: it
+                // is a 503 written as a retry for a call made before it
+                // opened, or a late answer to one (the breaker closes on
+                // the first real answer to a call made since). Each such
+                // answer used to resume dispatch at full concurrency
+                // until the next call failed.
+                Delivery::Finished | Delivery::Again(_) if ctx.breaker.is_open() => {}
                 Delivery::Finished | Delivery::Again(_) => {
                     health.store(true, Ordering::Relaxed);
                     if let Some(since) = self.outage.since
@@ -89,7 +96,7 @@ impl Dispatcher {
                         ctx.metrics.held_off_since.set(0);
                         let held = Duration::from_secs(since.elapsed().as_secs());
                         tracing::info!(held_off = %humantime::format_duration(held), "handler reachable again: resuming dispatch");
-                        self.end_release();
+                        self.end_release("the handler answers again: taking partitions again");
                     }
                 }
                 Delivery::Unwritten(cool) | Delivery::Spared(cool) => {

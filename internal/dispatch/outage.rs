@@ -7,6 +7,10 @@
 //! failed attempts first; an item probed a second time has its failure
 //! counted as an attempt, so an item that fails alone (the last one left,
 //! a poison input) uses up its attempts instead of being probed for ever.
+//!
+//! An open circuit breaker holds dispatch off too, from the first poll
+//! that sees it open ([`Outage::begin`]), and while it is open no answer
+//! ends the hold-off: only the probe whose answer closes it does.
 
 use std::collections::{HashSet, VecDeque};
 use std::time::Duration;
@@ -63,6 +67,18 @@ impl Outage {
         self.probe = None;
         self.until = Some(now + self.delay);
         start
+    }
+
+    /// The circuit breaker is open: holds off from `now`, unless an
+    /// outage is on already. The reason and the log line come with the
+    /// delivery that opened it, which ends as unreachable.
+    pub(super) fn begin(&mut self, now: Instant) {
+        if self.until.is_none() {
+            self.delay = HOLD_OFF_BASE;
+            self.since = Some(now);
+            self.probe = None;
+            self.until = Some(now + self.delay);
+        }
     }
 
     /// A delivery reached the handler; true when this ends an outage.
@@ -132,6 +148,24 @@ mod tests {
         assert!(p.reachable());
         assert!(p.unreachable("b", "refused", t));
         assert_eq!(p.delay, HOLD_OFF_BASE);
+    }
+
+    #[test]
+    fn an_open_breaker_begins_an_outage_once() {
+        let mut p = Outage::default();
+        let t = Instant::now();
+        p.begin(t);
+        assert_eq!(p.until, Some(t + HOLD_OFF_BASE));
+        assert_eq!(p.since, Some(t));
+        // The opening delivery ends unreachable: no longer hold-off.
+        assert!(!p.unreachable("a", "circuit breaker open", t));
+        assert_eq!(p.delay, HOLD_OFF_BASE);
+        // A failed probe doubles it, and a later poll leaves it so.
+        p.probe = Some("probe".into());
+        p.unreachable("probe", "circuit breaker open", t);
+        p.begin(t + HOLD_OFF_BASE);
+        assert_eq!(p.delay, HOLD_OFF_BASE * 2);
+        assert_eq!(p.since, Some(t));
     }
 
     #[test]

@@ -5,7 +5,12 @@
 //! it takes none (a cap of 0), so the others' shares cover them. It does
 //! so only while another live processor dispatches (holds nothing off):
 //! when the handler is away for the whole fleet, giving partitions back
-//! would only move them around (looked at once per session expiry).
+//! would only move them around (looked at once per session expiry). The
+//! count is taken again once per session expiry while the partitions are
+//! given back: when no other processor dispatches any more (the outage
+//! has reached them too), this one takes its share again, still held off,
+//! so that an outage of the whole fleet leaves the partitions spread as
+//! before rather than with the processor that was first to hold off.
 //!
 //! It still needs items to probe its handler with: at each acquire tick
 //! when a probe is due it takes one free partition (one with work ready
@@ -74,6 +79,13 @@ impl Dispatcher {
             self.start_peers();
             return true;
         }
+        // At most once per expiry: does any peer still dispatch?
+        if self.pace.acquire_due && self.release.peers_at.is_none_or(|at| now >= at) {
+            self.pace.acquire_due = false;
+            self.release.peers_at = Some(now + bound);
+            self.start_peers();
+            return true;
+        }
         let tick = std::mem::take(&mut self.pace.acquire_due);
         let held = !self.held.versions.is_empty();
         if !held {
@@ -136,11 +148,12 @@ impl Dispatcher {
         );
     }
 
-    /// The handler answers again: partitions are taken again.
-    pub(super) fn end_release(&mut self) {
+    /// Partitions are taken again (`why`: the handler answers again, or no
+    /// peer dispatches either).
+    pub(super) fn end_release(&mut self, why: &str) {
         if std::mem::take(&mut self.release).active {
             self.ctx.health.releasing.store(false, Ordering::Relaxed);
-            tracing::info!("the handler answers again: taking partitions again");
+            tracing::info!("{why}");
             self.pace.acquire.reset_immediately();
         }
     }
@@ -157,10 +170,18 @@ impl Dispatcher {
     }
 
     /// Takes in the count of peers that dispatch: with any, and dispatch
-    /// still held off, the partitions go back.
+    /// still held off, the partitions go back; with none while they are
+    /// given back, a share is taken again.
     pub(super) fn peers(&mut self, peers: crate::Result<i64>) {
         match (peers, self.outage.since) {
             (Ok(n), Some(since)) if n > 0 && !self.release.active => self.begin_release(since),
+            (Ok(0), Some(since)) if self.release.active => {
+                self.end_release(
+                    "no other processor dispatches either: taking partitions again, still held off",
+                );
+                let why = self.outage.why.clone();
+                self.set_hold(&why, since);
+            }
             (Err(e), _) => {
                 tracing::warn!(error = %e, "counting the processors that dispatch failed; will retry")
             }

@@ -10,8 +10,8 @@ use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use serde_json::Value;
 
-use crate::behaviour;
-use crate::support::{Scene, TestDb, done, metric, wait_for};
+use crate::support::{Scene, TestDb, done, metric, numbered, wait_for};
+use crate::{behaviour, on_all_backends};
 
 /// Items, in 30 partitions.
 const ITEMS: usize = 3_000;
@@ -97,4 +97,71 @@ async fn a_503_outage_fails_nothing(db: TestDb) {
     );
     assert_eq!(metric(&text, "feed_breaker_open"), 0.0, "closed again");
     assert!(metric(&text, "feed_breaker_trips_total") >= 1.0);
+}
+
+/// `--concurrency` of the bounded-outage test: below the default (64), so
+/// that one more round of calls than the bound allows breaks it.
+const CONCURRENCY: usize = 16;
+/// `--breaker-calls` (the default).
+const WINDOW: usize = 20;
+/// Probes the bounded-outage test waits for.
+const PROBES: f64 = 3.0;
+
+on_all_backends!(an_outage_costs_a_bounded_number_of_calls);
+/// The handler answers 503 to every call, over 500 items: the calls it
+/// gets stay within the bound the book states, the calls that open the
+/// breaker (half a window, each item counting once), those in flight when
+/// it opens (`--concurrency` at most), and one per probe. Counted until
+/// the breaker is open and three probes have been made, whatever the
+/// machine's speed; no item fails.
+async fn an_outage_costs_a_bounded_number_of_calls(db: TestDb) {
+    for p in 0..10 {
+        let ids = numbered(&format!("p{p}/"), 50);
+        db.partition_of(&format!("p{p}"), true, false, "block", &ids)
+            .await;
+    }
+    let concurrency = CONCURRENCY.to_string();
+    let window = WINDOW.to_string();
+    // No retry comes due during the test: each item fails once before the
+    // breaker opens, so half a window of calls opens it.
+    let extra = [
+        "--concurrency",
+        &concurrency,
+        "--breaker-calls",
+        &window,
+        "--backoff-base",
+        "1h",
+        "--backoff-max",
+        "1h",
+    ];
+    let scene = Scene::start(&db, &extra, |_| {
+        (StatusCode::SERVICE_UNAVAILABLE, "upstream down").into_response()
+    })
+    .await;
+    let Scene(handler, proc) = &scene;
+    wait_for(
+        "the breaker to open and probe",
+        Duration::from_secs(30),
+        || async {
+            let text = proc.metrics().await;
+            metric(&text, "feed_breaker_open") == 1.0
+                && metric(&text, "feed_handler_probes_total") >= PROBES
+        },
+    )
+    .await;
+    // Calls first, probes after: every probe among the calls is counted.
+    let calls = handler.calls().len();
+    let probes = metric(&proc.metrics().await, "feed_handler_probes_total") as usize;
+    let bound = WINDOW.div_ceil(2) + CONCURRENCY + probes;
+    eprintln!(
+        "{:?}: {calls} calls, {probes} probes, bound {bound}",
+        db.backend
+    );
+    assert!(
+        calls <= bound,
+        "{calls} calls for an outage bounded at {bound} ({probes} probes)\n{}",
+        proc.log_tail(40)
+    );
+    let failed = "SELECT COUNT(*) AS n FROM feed_items WHERE status = 'failed'";
+    assert_eq!(db.count(failed).await, 0, "no item failed");
 }

@@ -2,11 +2,15 @@
 //! started with a `--handler-url` where nothing listens, beside two
 //! healthy ones, does not keep the partitions it leased.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use crate::cli::{processor, text};
 use crate::behaviour;
-use crate::support::{DownHandler, Handler, Proc, TestDb, done, metric, numbered, wait_for};
+use crate::cli::{processor, text};
+use crate::support::{
+    DownHandler, Handler, Proc, TestDb, done, metric, numbered, retry_after, wait_for,
+};
 use crate::wrong_url::readyz;
 
 /// What `status`, `/readyz` and the console say of such a processor.
@@ -215,4 +219,55 @@ async fn it_rejoins_when_its_peers_hold_every_partition(db: TestDb) {
         bad.log_tail(30)
     );
     assert_eq!(readyz(&bad).await["releasing"], false);
+}
+
+behaviour!(an_outage_of_the_whole_fleet_spreads_the_partitions_again);
+/// The bad processor gives its partitions back to a healthy peer; then
+/// the peer's handler answers 503 to every call too, its breaker opens
+/// and it holds off. No processor dispatches any more, so giving
+/// partitions back would only move them around: the bad processor takes
+/// its share again, still held off, and the leases end spread over both.
+async fn an_outage_of_the_whole_fleet_spreads_the_partitions_again(db: TestDb) {
+    const PARTITIONS: usize = 8;
+    let (_down, bad) = bad_first(&db, PARTITIONS, 100).await;
+    let away = Arc::new(AtomicBool::new(false));
+    let answers = away.clone();
+    let handler = Handler::start_async(move |_| {
+        let away = answers.load(Ordering::Relaxed);
+        async move {
+            if away {
+                return retry_after(503, "1", "down");
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            done()
+        }
+    })
+    .await;
+    let _peer = Proc::start(&db, &handler.url(), &["--concurrency", "1"]);
+    wait_for(
+        "/readyz to say it releases",
+        Duration::from_secs(30),
+        || async { readyz(&bad).await["releasing"] == true },
+    )
+    .await;
+    away.store(true, Ordering::Relaxed);
+    wait_for(
+        "the bad processor to take its share again",
+        Duration::from_secs(60),
+        || async {
+            readyz(&bad).await["releasing"] == false
+                && metric(&bad.metrics().await, "feed_partitions_held") >= 2.0
+        },
+    )
+    .await;
+    assert!(
+        bad.log().contains("no other processor dispatches either"),
+        "{}",
+        bad.log_tail(30)
+    );
+    let r = readyz(&bad).await;
+    assert!(
+        r["held"].as_str().is_some_and(|h| !h.contains(RELEASING)),
+        "{r}"
+    );
 }

@@ -9,12 +9,12 @@ use std::time::{Duration, Instant};
 use feed::handler::events_secret;
 use serde_json::{Value, json};
 
+use crate::behaviour;
 use crate::cli::processor;
 use crate::support::{
     Handler, Proc, Reserved, Scene, TestDb, done, metric, no_retry, numbered, retry_after, signed,
     signed_event, wait_for,
 };
-use crate::behaviour;
 
 const SECRET: &str = "events-secret-0123456789";
 
