@@ -81,7 +81,7 @@ pub struct Delivering<'a> {
     /// Items per handler call (1: one item, no batch request).
     pub batch_size: usize,
     /// What a failed attempt does to an item.
-    pub retries: crate::policy::Policy,
+    pub retries: crate::config::Policy,
     /// How old the last good heartbeat may be for a result to be written.
     pub session_expiry: Duration,
     /// Makes the `Feed-Inputs` URL of an item at a gate above 0.

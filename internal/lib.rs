@@ -30,9 +30,11 @@
 //! failing partitions), `server` and `metrics` (health and Prometheus
 //! metrics), `retention` (pruning finished partitions, one processor at a
 //! time), `backoff` (retry delays), `ratelog` (a lasting fault logged at
-//! a bounded rate) and `validate` (what every entrance
-//! accepts: ids, gates, filters) `printable` (text made safe to print) and `otel` (OpenTelemetry traces,
-//! off unless the standard variables name an endpoint).
+//! a bounded rate), `validate` (what every entrance accepts: ids, gates,
+//! filters, traceparents), `rate` (a rate as users write it, below the
+//! config, the store and the limiter), `printable` (text made safe to
+//! print) and `otel` (OpenTelemetry traces, off unless the standard
+//! variables name an endpoint).
 
 #![deny(missing_docs)]
 // A panic in a task is caught and logged, but an item must never be lost
@@ -64,6 +66,7 @@ pub(crate) mod notify;
 pub mod otel;
 pub(crate) mod policy;
 pub mod printable;
+pub mod rate;
 pub(crate) mod ratelog;
 pub mod reference;
 pub(crate) mod retention;

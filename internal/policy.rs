@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use crate::backoff;
+use crate::config::Policy;
 use crate::handler::Outcome;
 use crate::status::Status;
 use crate::store::{Fence, ItemWrite, sanitize_error};
@@ -19,20 +20,6 @@ const MAX_RETRY_AFTER: Duration = Duration::from_secs(86_400);
 const STEP_FLOOR: Duration = Duration::from_millis(10);
 /// The longest wait between two steps of an item.
 const STEP_FLOOR_MAX: Duration = Duration::from_secs(1);
-
-/// The settings the policy reads.
-#[derive(Clone, Copy, Debug)]
-pub struct Policy {
-    /// Attempts per step before an item fails; 0 = unlimited.
-    pub max_attempts: u32,
-    /// "Not done" answers in a row at one gate before an item fails; 0 =
-    /// unlimited.
-    pub max_steps: u32,
-    /// First retry delay.
-    pub backoff_base: Duration,
-    /// Largest retry delay.
-    pub backoff_max: Duration,
-}
 
 /// What a result did, the `outcome` label of `feed_items_total`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -215,6 +215,42 @@ pub(crate) fn shown(text: &str) -> String {
     text.chars().take(80).collect()
 }
 
+/// Checks a producer's `traceparent` as W3C Trace Context has it:
+/// `00-<32 hex trace id>-<16 hex parent id>-<2 hex flags>`, lowercase,
+/// neither id all zeros, exactly 55 characters. A later version (not
+/// `ff`) may carry more after a `-`, which is dropped: the known fields
+/// are what is returned (and stored). Anything else is refused, so that
+/// no column receives more than 55 ASCII characters.
+pub fn traceparent(text: &str) -> std::result::Result<String, String> {
+    const LEN: usize = 55;
+    let b = text.as_bytes();
+    let hex =
+        |r: std::ops::Range<usize>| b[r].iter().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f'));
+    let zeros = |r: std::ops::Range<usize>| b[r].iter().all(|&c| c == b'0');
+    let valid = b.len() >= LEN
+        && hex(0..2)
+        && &b[..2] != b"ff"
+        && b[2] == b'-'
+        && hex(3..35)
+        && !zeros(3..35)
+        && b[35] == b'-'
+        && hex(36..52)
+        && !zeros(36..52)
+        && b[52] == b'-'
+        && hex(53..55)
+        && (b.len() == LEN || (&b[..2] != b"00" && b[LEN] == b'-'));
+    if valid {
+        // The first 55 bytes are ASCII: a character boundary.
+        return Ok(text[..LEN].to_string());
+    }
+    Err(format!(
+        "traceparent {:?} is not a W3C traceparent (00-, a 32-digit trace id, -, a 16-digit \
+         parent id, -, 2-digit flags, in lowercase hex, neither id all zeros); give one such as \
+         \"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01\"",
+        shown(text)
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -278,5 +314,46 @@ mod tests {
         assert!(status("failed").is_ok() && status("bogus").is_err() && status("a\0").is_err());
         let e = status(&"x".repeat(100_000)).unwrap_err().to_string();
         assert!(e.len() < 300, "the value is cut: {e}");
+    }
+
+    #[test]
+    fn traceparents_are_checked() {
+        let good = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+        assert_eq!(traceparent(good).as_deref(), Ok(good));
+        let tail = "-".to_string() + &"x".repeat(60_000);
+        for bad in [
+            "",
+            "00-1-1-1",
+            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331",
+            "00-00000000000000000000000000000000-b7ad6b7169203331-01",
+            "00-0af7651916cd43dd8448eb211c80319c-0000000000000000-01",
+            "zz-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+            "00-0AF7651916CD43DD8448EB211C80319C-b7ad6b7169203331-01",
+            "ff-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+            " 00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01 ",
+            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01\0",
+            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01\u{1b}",
+            "\u{202e}00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-more",
+            "01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01x",
+            "01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-0\u{e9}",
+            &format!("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01{tail}"),
+        ] {
+            let e = traceparent(bad).unwrap_err();
+            assert!(e.contains("is not a W3C traceparent"), "{e}");
+            assert!(e.len() < 400, "the value is cut: {} bytes", e.len());
+        }
+        // A later version: the known fields, the rest after a `-` dropped.
+        let later = format!("01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01{tail}");
+        let kept = traceparent(&later).unwrap();
+        assert_eq!(
+            kept,
+            "01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+        );
+        assert_eq!(
+            traceparent("cc-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-09").as_deref(),
+            Ok("cc-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-09")
+        );
     }
 }

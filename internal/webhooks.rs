@@ -28,10 +28,10 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::client::{client, endpoint, error_chain, fixed_headers, unix_now};
+use crate::config::Policy;
 use crate::context::Session;
 use crate::handler::{Kind, Signer};
 use crate::metrics::Metrics;
-use crate::policy::Policy;
 use crate::store::Store;
 use crate::store::events::{Counts, Event};
 use crate::{Config, Result, backoff};

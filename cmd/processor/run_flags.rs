@@ -4,8 +4,8 @@
 
 use clap::Args;
 use feed::Config;
+use feed::config::signing::SignatureScheme;
 use feed::config::{DispatchConfig, EventsConfig, FlowConfig, HandlerConfig, LeaseConfig, Policy};
-use feed::handler::SignatureScheme;
 use humantime::Duration;
 
 use super::duration;

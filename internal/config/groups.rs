@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use super::Config;
+use super::signing::{SignatureScheme, check_secrets};
 use crate::Result;
-use crate::handler::{SignatureScheme, Signer};
 
 fn bad<T>(message: &str) -> Result<T> {
     Err(crate::Error::Config(message.into()))
@@ -130,13 +130,7 @@ impl HandlerConfig {
                 "--signature-v1 adds v1 to Feed-Signature, which --signature-scheme standard does not send",
             );
         }
-        Signer::new(
-            "--signing-secret",
-            &self.signing_secrets,
-            self.signature_scheme,
-            false,
-        )?;
-        Ok(())
+        check_secrets("--signing-secret", &self.signing_secrets)
     }
 }
 
@@ -320,14 +314,8 @@ impl Default for EventsConfig {
 }
 
 impl EventsConfig {
-    fn validate(&self, scheme: SignatureScheme) -> Result<()> {
-        Signer::new(
-            "--events-signing-secret",
-            &self.signing_secrets,
-            scheme,
-            false,
-        )?;
-        Ok(())
+    fn validate(&self) -> Result<()> {
+        check_secrets("--events-signing-secret", &self.signing_secrets)
     }
 }
 
@@ -340,7 +328,7 @@ impl Config {
         self.leases.validate()?;
         self.flow.validate()?;
         self.listen.validate()?;
-        self.events.validate(self.handler.signature_scheme)?;
+        self.events.validate()?;
         if self.retries.backoff_base < Config::MIN_BACKOFF {
             return bad(
                 "--backoff-base must be at least 10ms, so that a failing item is never retried in a hot loop",

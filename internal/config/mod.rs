@@ -3,13 +3,15 @@
 use std::time::Duration;
 
 mod groups;
+mod policy;
+pub mod signing;
 
 pub use crate::inputs::InputsUrl;
-pub use crate::policy::Policy;
 pub use groups::{
     DatabaseConfig, DispatchConfig, EventsConfig, FlowConfig, HandlerConfig, LeaseConfig,
     ListenConfig,
 };
+pub use policy::Policy;
 
 /// How a processor runs, in groups: each subsystem takes only its own.
 /// `cmd/processor` fills it from flags and `FEED_*` variables; Rust

@@ -128,7 +128,7 @@ pub(super) async fn enqueue(
     }
     let trace = match request.headers().get("traceparent").map(|v| v.to_str()) {
         None => None,
-        Some(Ok(text)) => match crate::otel::traceparent(text) {
+        Some(Ok(text)) => match crate::validate::traceparent(text) {
             Ok(t) => Some(t),
             Err(message) => return api_error(StatusCode::BAD_REQUEST, &message),
         },

@@ -7,9 +7,10 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use tokio::time::Instant;
 
 use super::Dispatcher;
+use super::fetched::Fetched;
 use crate::Result;
 use crate::health::Poll;
-use crate::ids::{ItemId, PartitionId, SessionId, Tenant};
+use crate::ids::{ItemId, PartitionId, Tenant};
 use crate::rotation::Group;
 use crate::store::{Ask, ReadyItem};
 
@@ -372,28 +373,6 @@ impl Default for Read {
             last: i64::MIN,
         }
     }
-}
-
-/// What a refill task brings back.
-pub(super) enum Fetched {
-    /// A look at the items written since the last one: their partitions
-    /// and the new mark.
-    Discovered {
-        me: SessionId,
-        /// When the look was sent.
-        started: Instant,
-        found: Result<(Vec<PartitionId>, i64)>,
-    },
-    /// Ready items of the partitions asked.
-    Items {
-        me: SessionId,
-        /// What each partition was asked, with its room for new items.
-        asks: Vec<(Ask, usize)>,
-        want: usize,
-        /// When the read was sent.
-        started: Instant,
-        items: Result<Vec<ReadyItem>>,
-    },
 }
 
 /// Logs a failed refill at a bounded rate (it is retried after the poll

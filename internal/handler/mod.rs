@@ -14,11 +14,8 @@ mod sign;
 
 pub(crate) use answer::parse_retry_after;
 pub use http::HttpHandler;
-pub use keys::{MIN_KEY_BYTES, batch_webhook_id, events_secret, signing_key, webhook_id};
-pub use sign::{
-    EVENT_SIGNED_HEADERS, SIGNED_HEADERS, SignatureScheme, event_signature_v2, signature,
-    signature_v2,
-};
+pub use keys::{batch_webhook_id, events_secret, webhook_id};
+pub use sign::{EVENT_SIGNED_HEADERS, SIGNED_HEADERS, event_signature_v2, signature, signature_v2};
 pub(crate) use sign::{Kind, Signer};
 
 /// One delivery of an item to a handler. Fields may be added: read them,

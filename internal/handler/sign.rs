@@ -15,31 +15,10 @@ use hmac::{Hmac, Mac};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use sha2::Sha256;
 
-use super::keys::signing_key;
+use crate::config::signing::signing_key;
 use crate::{Error, Result};
 
-/// Which signatures a request carries (`--signature-scheme`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum SignatureScheme {
-    /// Standard Webhooks and `Feed-Signature`.
-    #[default]
-    Both,
-    /// Standard Webhooks only.
-    Standard,
-    /// `Feed-Signature` only.
-    Feed,
-}
-
-impl SignatureScheme {
-    fn standard(self) -> bool {
-        self != SignatureScheme::Feed
-    }
-
-    fn feed(self) -> bool {
-        self != SignatureScheme::Standard
-    }
-}
+use crate::config::signing::SignatureScheme;
 
 /// What a request delivers, which decides the string `Feed-Signature` signs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -18,7 +18,7 @@ use std::collections::VecDeque;
 
 use tokio::time::{Duration, Instant};
 
-use super::rate::Bucket;
+use super::bucket::Bucket;
 
 /// Share of the accepted rate a throttle answer drops to.
 const DECREASE: f64 = 0.8;

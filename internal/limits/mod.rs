@@ -27,9 +27,9 @@
 //! `share`.
 
 mod adaptive;
+mod bucket;
 mod gate;
 mod pool;
-mod rate;
 mod share;
 mod task;
 #[cfg(test)]
@@ -46,7 +46,7 @@ pub(crate) use gate::{Gate, Permit};
 use pool::Pool;
 
 use crate::ids::Tenant;
-pub use rate::Rate;
+pub use crate::rate::Rate;
 pub(crate) use task::{Claimer, run};
 
 /// Demand older than this no longer draws tokens or slots; tokens claimed

@@ -105,7 +105,7 @@ fn item(text: &str, data: impl FnOnce(&str) -> Bytes) -> std::result::Result<New
     if let Some(tp) = fields.traceparent.filter(|v| v.get() != "null") {
         let tp: String = serde_json::from_str(tp.get())
             .map_err(|_| "traceparent must be a string".to_string())?;
-        item.traceparent = Some(crate::otel::traceparent(&tp)?);
+        item.traceparent = Some(crate::validate::traceparent(&tp)?);
     }
     if let Some(id) = fields.id.filter(|v| v.get() != "null") {
         let id: String =

@@ -19,7 +19,7 @@ impl Store {
     /// is a `cancelled` partition ([`Error::Conflict`]); adding to a
     /// `complete` partition reopens it, adding to a `failed` one leaves it
     /// failed (see [`Enqueued::failed`]). An item's `traceparent` must be
-    /// W3C Trace Context's ([`crate::otel::traceparent`]; a later version's
+    /// W3C Trace Context's ([`crate::validate::traceparent`]; a later version's
     /// extra fields are dropped). `spec` applies when the partition is
     /// created. On SQLite the transaction holds the database's one write
     /// lock: keep a call to about 10,000 items so that dispatch is not held
@@ -81,7 +81,7 @@ impl Store {
                 crate::schedule::check(item.id.as_deref(), schedule)?;
             }
             if let Some(trace) = &item.traceparent {
-                let trace = crate::otel::traceparent(trace).map_err(|e| match &item.id {
+                let trace = crate::validate::traceparent(trace).map_err(|e| match &item.id {
                     Some(id) => Error::Invalid(format!("item {:?}: {e}", validate::shown(id))),
                     None => Error::Invalid(e),
                 })?;

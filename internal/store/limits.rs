@@ -11,7 +11,7 @@ use super::driver::{Sql, sql};
 use super::probes::LIVE;
 use super::{Store, get, ms};
 use crate::ids::{PartitionId, SessionId, Tenant};
-use crate::limits::Rate;
+use crate::rate::Rate;
 use crate::validate;
 use crate::{Error, Result};
 

@@ -29,6 +29,7 @@ pub mod prune;
 mod results;
 mod role;
 mod schema;
+pub mod scope;
 mod sessions;
 mod statistics;
 pub mod status;
@@ -63,9 +64,9 @@ pub use pooler::Pooler;
 pub use producer::{Enqueued, NewItem, OnFailure, PartitionSpec, Retried, RetryScope};
 pub(crate) use results::{Ack, ItemWrite, Written, sanitize_error};
 pub use schema::SchemaError;
+pub use scope::ProducerScope;
 use timeout::Bound;
 pub use timeout::DEFAULT_STATEMENT_TIMEOUT;
-pub use tokens::ProducerScope;
 
 use crate::backoff::Backoff;
 use crate::{Error, Result};

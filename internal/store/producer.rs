@@ -171,7 +171,7 @@ impl NewItem {
     }
 
     /// The same item in the producer's trace: `traceparent` is a W3C
-    /// Trace Context header value (checked by [`crate::otel::traceparent`]).
+    /// Trace Context header value (checked by [`crate::validate::traceparent`]).
     pub fn in_trace(mut self, traceparent: impl Into<String>) -> Self {
         self.traceparent = Some(traceparent.into());
         self

@@ -64,6 +64,7 @@ mod startup;
 mod steps;
 mod tenants;
 mod throttle;
+mod tidy;
 mod timing;
 mod webdriver;
 mod webhooks;

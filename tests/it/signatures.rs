@@ -49,7 +49,7 @@ fn event_verifies(call: &Call) -> bool {
 
 /// The key of the events secret that goes with `secret`.
 fn events_key(secret: &str) -> Vec<u8> {
-    feed::handler::signing_key(&events_secret(secret).unwrap()).unwrap()
+    feed::config::signing::signing_key(&events_secret(secret).unwrap()).unwrap()
 }
 
 /// The answer of a receiver that only accepts what `check` verifies.
@@ -92,7 +92,7 @@ async fn single_items_and_a_retried_step(db: TestDb) {
         assert!(!id.contains('.'));
         assert!(signed(
             c,
-            feed::handler::signing_key(NEW).unwrap().as_slice(),
+            feed::config::signing::signing_key(NEW).unwrap().as_slice(),
             &c.body
         ));
         assert!(signed(c, OLD.as_bytes(), &c.body), "Feed-Signature too");

@@ -81,7 +81,7 @@ async fn events_are_delivered_signed_once(db: TestDb) {
         assert_eq!(c.header("feed-attempt"), Some("1"));
         assert_eq!(body["partition_id"].as_str(), Some(c.partition.as_str()));
         // Signed with the events secret that goes with the signing secret.
-        let events = feed::handler::signing_key(&events_secret(SECRET).unwrap()).unwrap();
+        let events = feed::config::signing::signing_key(&events_secret(SECRET).unwrap()).unwrap();
         assert!(signed_event(c, &events, &c.body), "signed as an event");
         assert!(!signed(c, &events, &c.body), "never as an item");
         assert!(

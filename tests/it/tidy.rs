@@ -1,0 +1,134 @@
+//! The house rules that `docs/design.md` states, read off the source:
+//! no two top-level modules of the library import each other (directly
+//! or around a circle), and no source file of the library, the command
+//! line, the migrations or the test kit grows past 400 lines.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// Longest source file, in lines.
+const MAX_LINES: usize = 400;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Every `.rs` file under `dir`, by path relative to the repository.
+fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            sources(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// The top-level module a file of `internal/` belongs to.
+fn module_of(rel: &Path) -> String {
+    let first = rel.components().next().unwrap().as_os_str();
+    first.to_string_lossy().trim_end_matches(".rs").to_string()
+}
+
+/// Which top-level modules each one names (`crate::x`, or `x` inside
+/// `use crate::{…}`).
+fn imports() -> BTreeMap<String, BTreeSet<String>> {
+    let lib = root().join("internal");
+    let mut files = Vec::new();
+    sources(&lib, &mut files);
+    let modules: BTreeSet<String> = files
+        .iter()
+        .map(|f| module_of(f.strip_prefix(&lib).unwrap()))
+        .filter(|m| m != "lib")
+        .collect();
+    let path = regex::Regex::new(r"crate::(\w+)").unwrap();
+    let group = regex::Regex::new(r"use crate::\{([^}]*)\}").unwrap();
+    let word = regex::Regex::new(r"\w+").unwrap();
+    let mut arrows: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for f in &files {
+        let from = module_of(f.strip_prefix(&lib).unwrap());
+        if from == "lib" {
+            continue;
+        }
+        let text = std::fs::read_to_string(f).unwrap();
+        let named = path.captures_iter(&text).map(|c| c[1].to_string()).chain(
+            group.captures_iter(&text).flat_map(|c| {
+                word.find_iter(&c[1])
+                    .map(|w| w.as_str().to_string())
+                    .collect::<Vec<_>>()
+            }),
+        );
+        for to in named {
+            if to != from && modules.contains(&to) {
+                arrows.entry(from.clone()).or_default().insert(to);
+            }
+        }
+    }
+    arrows
+}
+
+/// A path of arrows from `from` back to `to`, if there is one.
+fn path_back(
+    arrows: &BTreeMap<String, BTreeSet<String>>,
+    from: &str,
+    to: &str,
+    seen: &mut BTreeSet<String>,
+) -> Option<Vec<String>> {
+    if from == to {
+        return Some(vec![to.to_string()]);
+    }
+    if !seen.insert(from.to_string()) {
+        return None;
+    }
+    for next in arrows.get(from).into_iter().flatten() {
+        if let Some(mut rest) = path_back(arrows, next, to, seen) {
+            rest.insert(0, from.to_string());
+            return Some(rest);
+        }
+    }
+    None
+}
+
+#[test]
+fn no_module_imports_another_around_a_circle() {
+    let arrows = imports();
+    assert!(arrows.len() > 20, "the modules were not found: {arrows:?}");
+    let mut circles = Vec::new();
+    for (from, tos) in &arrows {
+        for to in tos {
+            if let Some(back) = path_back(&arrows, to, from, &mut BTreeSet::new()) {
+                circles.push(format!("{from} -> {}", back.join(" -> ")));
+            }
+        }
+    }
+    assert!(
+        circles.is_empty(),
+        "modules of internal/ import each other around a circle (move the shared \
+         values below both, as config, rate and validate hold values):\n{}",
+        circles.join("\n")
+    );
+}
+
+#[test]
+fn no_source_file_grows_past_the_limit() {
+    let mut files = Vec::new();
+    for dir in ["internal", "cmd", "migrations/src", "testkit/src"] {
+        sources(&root().join(dir), &mut files);
+    }
+    assert!(files.len() > 100, "the sources were not found");
+    let long: Vec<String> = files
+        .iter()
+        .filter(|f| std::fs::read_to_string(f).unwrap().lines().count() > MAX_LINES)
+        .map(|f| {
+            f.strip_prefix(root())
+                .unwrap()
+                .to_string_lossy()
+                .to_string()
+        })
+        .collect();
+    assert!(
+        long.is_empty(),
+        "over {MAX_LINES} lines: {long:?}; split each by what its parts do"
+    );
+}
