@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crate::backoff;
 use crate::config::Policy;
-use crate::handler::Outcome;
+use crate::handler::{Ending, Outcome, PartitionEnd};
 use crate::status::Status;
 use crate::store::{Fence, ItemWrite, sanitize_error};
 
@@ -70,6 +70,7 @@ impl Policy {
             last_error: Some(sanitize_error(&message)),
             delay,
             new_step: delay.is_none(),
+            ends: None,
         };
         let failed = |message: String| Some((attempt_failed(message, None), Label::Failed));
         match outcome {
@@ -80,6 +81,35 @@ impl Policy {
                 gate.unwrap_or_default(),
                 item.gate
             )),
+            Outcome::Step {
+                data,
+                ending: Some(Ending { end, reason }),
+                ..
+            } => {
+                // The partition ends now: the item with it, done (failed
+                // when the partition fails), at its gate.
+                let says = reason.map_or(String::new(), |r| format!(": {r}"));
+                let failed = end == PartitionEnd::Fail;
+                let w = ItemWrite {
+                    status: if failed {
+                        Status::Failed
+                    } else {
+                        Status::Complete
+                    },
+                    gate: item.gate,
+                    data,
+                    attempts,
+                    steps: item.steps,
+                    last_error: Some(sanitize_error(&format!(
+                        "the handler ended its partition ({}){says}",
+                        end.as_str()
+                    ))),
+                    delay: None,
+                    new_step: true,
+                    ends: Some(end),
+                };
+                Some((w, if failed { Label::Failed } else { Label::Done }))
+            }
             Outcome::Step { gate, done, .. }
                 if !done
                     && gate.is_none_or(|g| g == item.gate)
@@ -92,7 +122,9 @@ impl Policy {
                     self.max_steps, item.gate, self.max_steps
                 ))
             }
-            Outcome::Step { gate, done, data } => {
+            Outcome::Step {
+                gate, done, data, ..
+            } => {
                 let gate = gate.unwrap_or(item.gate);
                 // Another step at the same gate waits a little longer each time.
                 let steps = if !done && gate == item.gate {
@@ -120,6 +152,7 @@ impl Policy {
                     last_error: None,
                     delay: floor,
                     new_step: true,
+                    ends: None,
                 };
                 Some((w, if done { Label::Done } else { Label::Stepped }))
             }
@@ -194,11 +227,7 @@ mod tests {
     }
 
     fn step(gate: Option<i64>, done: bool, data: Option<&[u8]>) -> Outcome {
-        Outcome::Step {
-            gate,
-            done,
-            data: data.map(bytes::Bytes::copy_from_slice),
-        }
+        Outcome::step(gate, done, data.map(bytes::Bytes::copy_from_slice))
     }
 
     #[test]

@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
+use crate::status::Status;
+
 mod answer;
 mod http;
 mod keys;
@@ -62,6 +64,8 @@ pub enum Outcome {
         /// Replacement data (a slice of the handler's answer, which it
         /// keeps until written).
         data: Option<bytes::Bytes>,
+        /// The answer ends the item's partition now (`"partition"`).
+        ending: Option<Ending>,
     },
     /// A failed attempt.
     #[non_exhaustive]
@@ -92,11 +96,78 @@ pub enum Outcome {
     },
 }
 
+/// How an answer ends its partition: `"partition": "complete"`,
+/// `"cancel"` or `"fail"`, so that a step that finds the rest of the work
+/// pointless stops it without an operator.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PartitionEnd {
+    /// The partition is `complete`; what is left of it is cancelled.
+    Complete,
+    /// The partition and what is left of it are `cancelled`.
+    Cancel,
+    /// The partition is `failed`, and so is the answering item; what is
+    /// left is cancelled.
+    Fail,
+}
+
+impl PartitionEnd {
+    /// The word an answer gives.
+    pub fn parse(word: &str) -> Option<PartitionEnd> {
+        match word {
+            "complete" => Some(PartitionEnd::Complete),
+            "cancel" => Some(PartitionEnd::Cancel),
+            "fail" => Some(PartitionEnd::Fail),
+            _ => None,
+        }
+    }
+
+    /// The partition's status after it.
+    pub fn status(self) -> Status {
+        match self {
+            PartitionEnd::Complete => Status::Complete,
+            PartitionEnd::Cancel => Status::Cancelled,
+            PartitionEnd::Fail => Status::Failed,
+        }
+    }
+
+    /// The word an answer gives.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PartitionEnd::Complete => "complete",
+            PartitionEnd::Cancel => "cancel",
+            PartitionEnd::Fail => "fail",
+        }
+    }
+}
+
+/// An answer's end of its partition, with the handler's reason.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Ending {
+    /// How the partition ends.
+    pub end: PartitionEnd,
+    /// Why, as the handler said (`"reason"`).
+    pub reason: Option<String>,
+}
+
 impl Outcome {
     /// A valid answer: the next gate (None = unchanged), whether the item
     /// is done, and its new data (None = unchanged).
     pub fn step(gate: Option<i64>, done: bool, data: Option<bytes::Bytes>) -> Outcome {
-        Outcome::Step { gate, done, data }
+        Outcome::Step {
+            gate,
+            done,
+            data,
+            ending: None,
+        }
+    }
+
+    /// This answer ends the item's partition (`end`, with `reason` kept
+    /// as the item's `last_error`); other outcomes are returned unchanged.
+    pub fn ending(mut self, end: PartitionEnd, reason: Option<String>) -> Outcome {
+        if let Outcome::Step { ending, .. } = &mut self {
+            *ending = Some(Ending { end, reason });
+        }
+        self
     }
 
     /// Done, data unchanged: the answer `null`, `{}` or an empty body.

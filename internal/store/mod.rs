@@ -10,6 +10,7 @@ mod connect_error;
 mod controls;
 mod dispatch;
 pub mod driver;
+mod ending;
 mod enqueue;
 pub mod events;
 mod execute;

@@ -7,6 +7,7 @@ use std::time::Duration;
 use sea_orm::DbErr;
 
 use super::{Fence, Store};
+use crate::handler::PartitionEnd;
 use crate::ids::SessionId;
 use crate::status::Status;
 use crate::{Error, Result};
@@ -40,6 +41,9 @@ pub struct ItemWrite {
     /// of one step. Every write changes `version` or `attempts`, and both are
     /// checked, so a stale writer can never overwrite a newer result.
     pub new_step: bool,
+    /// The answer ends the item's partition: written in one transaction
+    /// with the result, under the same fence ([`Store::end_partition`]).
+    pub ends: Option<PartitionEnd>,
 }
 
 /// One result to write: the fence of the delivered item, the session that
@@ -104,6 +108,24 @@ impl Store {
         acks: &[Ack],
         expiry: Duration,
     ) -> Result<Vec<Written>> {
+        let mut out = Vec::with_capacity(acks.len());
+        if acks.iter().any(|a| a.write.ends.is_some()) {
+            // Rare: each result on its own, those that end a partition
+            // with it.
+            for ack in acks {
+                out.push(match ack.write.ends {
+                    Some(end) => self.end_partition(ack, end, expiry).await?,
+                    None => self.write_plain(std::slice::from_ref(ack), expiry).await?[0].clone(),
+                });
+            }
+            return Ok(out);
+        }
+        out.extend(self.write_plain(acks, expiry).await?);
+        Ok(out)
+    }
+
+    /// [`Store::write_results`] of results that end no partition.
+    async fn write_plain(&self, acks: &[Ack], expiry: Duration) -> Result<Vec<Written>> {
         let mut out = Vec::with_capacity(acks.len());
         for chunk in acks.chunks(BATCH_ROWS) {
             match self.write_chunk(chunk, expiry).await {

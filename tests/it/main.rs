@@ -46,6 +46,7 @@ mod liveness;
 mod migrations;
 mod netfault;
 mod otel;
+mod partition_end;
 mod pickup;
 mod pooler;
 mod priority;

@@ -8,7 +8,7 @@ use reqwest::StatusCode;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use super::Outcome;
+use super::{Outcome, PartitionEnd};
 use crate::validate::MAX_GATE;
 
 /// `Retry-After` as delay-seconds or an HTTP date.
@@ -37,6 +37,10 @@ struct Answer<'a> {
     data: Option<&'a RawValue>,
     #[serde(default, borrow)]
     error: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    partition: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    reason: Option<&'a RawValue>,
 }
 
 /// `{"error": {"message": …, "no_retry": …}}`'s inner object.
@@ -293,7 +297,39 @@ fn step(a: &Answer, body: &Bytes, retry_after: Option<Duration>) -> Outcome {
         .data
         .filter(|d| d.get() != "null")
         .map(|d| body.slice_ref(d.get().as_bytes()));
-    Outcome::Step { gate, done, data }
+    let step = Outcome::step(gate, done, data);
+    if null(a.partition) {
+        return step;
+    }
+    let word = a.partition.map_or("", RawValue::get);
+    let Some(end) = serde_json::from_str::<&str>(word)
+        .ok()
+        .and_then(PartitionEnd::parse)
+    else {
+        return failed_attempt(
+            format!(
+                "handler answered \"partition\": {}; it must be \"complete\", \"cancel\" or \"fail\"",
+                crate::validate::shown(word)
+            ),
+            retry_after,
+        );
+    };
+    let reason = match a.reason.filter(|r| r.get() != "null") {
+        None => None,
+        Some(r) => match serde_json::from_str::<String>(r.get()) {
+            Ok(text) => Some(text),
+            Err(_) => {
+                return failed_attempt(
+                    format!(
+                        "handler answered \"reason\": {}; it must be a string",
+                        crate::validate::shown(r.get())
+                    ),
+                    retry_after,
+                );
+            }
+        },
+    };
+    step.ending(end, reason)
 }
 
 /// The start of a response body for an error message.

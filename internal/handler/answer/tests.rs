@@ -10,46 +10,23 @@ fn ok(body: &str) -> Outcome {
 
 #[test]
 fn answers() {
-    assert_eq!(
-        ok(""),
-        Outcome::Step {
-            gate: None,
-            done: true,
-            data: None
-        }
-    );
+    assert_eq!(ok(""), Outcome::step(None, true, None));
     assert_eq!(
         ok(r#"{"gate": 2, "done": false, "data": {"a": 1}}"#),
-        Outcome::Step {
-            gate: Some(2),
-            done: false,
-            data: Some(Bytes::from_static(br#"{"a": 1}"#))
-        }
+        Outcome::step(Some(2), false, Some(Bytes::from_static(br#"{"a": 1}"#)))
     );
     assert_eq!(
         ok(r#"{"complete": true, "response": [1]}"#),
-        Outcome::Step {
-            gate: None,
-            done: true,
-            data: Some(Bytes::from_static(b"[1]"))
-        }
+        Outcome::step(None, true, Some(Bytes::from_static(b"[1]")))
     );
     // No "done": done, unless the answer names a gate to move to.
     assert_eq!(
         ok(r#"{"data": {"a": 1}}"#),
-        Outcome::Step {
-            gate: None,
-            done: true,
-            data: Some(Bytes::from_static(br#"{"a": 1}"#))
-        }
+        Outcome::step(None, true, Some(Bytes::from_static(br#"{"a": 1}"#)))
     );
     assert_eq!(
         ok(r#"{"gate": 1, "done": null}"#),
-        Outcome::Step {
-            gate: Some(1),
-            done: false,
-            data: None
-        }
+        Outcome::step(Some(1), false, None)
     );
     assert!(matches!(
         ok(r#"{"gate": "x"}"#),
@@ -176,14 +153,7 @@ fn batch_answers() {
     .unwrap();
     assert_eq!(each[0], Outcome::done());
     assert_eq!(each[1], Outcome::done());
-    assert_eq!(
-        each[2],
-        Outcome::Step {
-            gate: Some(3),
-            done: false,
-            data: None
-        }
-    );
+    assert_eq!(each[2], Outcome::step(Some(3), false, None));
     assert!(matches!(each[3], Outcome::Failed { retry: false, .. }));
     assert!(matches!(each[4], Outcome::Failed { retry: true, .. }));
     for (status, body) in [
@@ -204,4 +174,38 @@ fn batch_answers() {
         batch(404, "", 2),
         Err(Outcome::Failed { retry: false, .. })
     ));
+}
+
+#[test]
+fn an_answer_can_end_its_partition() {
+    use crate::handler::PartitionEnd;
+    for (word, end) in [
+        ("complete", PartitionEnd::Complete),
+        ("cancel", PartitionEnd::Cancel),
+        ("fail", PartitionEnd::Fail),
+    ] {
+        let body = format!(r#"{{"partition": "{word}", "reason": "the folder is empty"}}"#);
+        assert_eq!(
+            ok(&body),
+            Outcome::done().ending(end, Some("the folder is empty".into()))
+        );
+    }
+    assert_eq!(
+        ok(r#"{"partition": "cancel"}"#),
+        Outcome::done().ending(PartitionEnd::Cancel, None)
+    );
+    assert_eq!(ok(r#"{"partition": null}"#), Outcome::done());
+    for bad in [
+        r#"{"partition": "stop"}"#,
+        r#"{"partition": 1}"#,
+        r#"{"partition": "cancel", "reason": 5}"#,
+    ] {
+        let Outcome::Failed { message, .. } = ok(bad) else {
+            panic!("{bad} is not a failed attempt")
+        };
+        assert!(
+            message.contains("\"partition\"") || message.contains("\"reason\""),
+            "{message}"
+        );
+    }
 }

@@ -4,6 +4,7 @@
 
 use super::{EXPIRY, Kit, conformance};
 use crate::Error;
+use crate::handler::PartitionEnd;
 use crate::ids::PartitionId;
 use crate::status::Status;
 use crate::store::{Ack, Ask, ItemWrite, Written};
@@ -13,6 +14,7 @@ conformance!(
     cancel_releases_and_fences_out_late_results,
     checkpoint_says_why_it_refuses,
     retry_says_why_it_refuses,
+    an_answer_ends_its_partition_under_the_fence,
 );
 
 fn conflict<T: std::fmt::Debug>(r: crate::Result<T>, says: &str) {
@@ -91,6 +93,7 @@ async fn cancel_releases_and_fences_out_late_results(k: Kit) {
             last_error: None,
             delay: None,
             new_step: true,
+            ends: None,
         },
     };
     assert_eq!(
@@ -167,4 +170,46 @@ async fn retry_says_why_it_refuses(k: Kit) {
     );
     assert_eq!(k.store.retry_one("bad").await.unwrap().items, 1);
     assert_eq!(k.store.retry_partition("p").await.unwrap().items, 0);
+}
+
+/// A result that ends its partition: refused whole when its fence does
+/// not hold (another session owns the partition, or the item changed),
+/// and applied once: the rest cancelled, the partition at the end's status.
+async fn an_answer_ends_its_partition_under_the_fence(k: Kit) {
+    k.session("s1").await;
+    k.session("s2").await;
+    k.partition("p", Some("s1")).await;
+    k.items(&[("x", "p", 0, "available"), ("y", "p", 0, "available")])
+        .await;
+    let delivered = k
+        .store
+        .ready_items(&"s1".into(), &[Ask::from(("p".into(), 1))])
+        .await
+        .unwrap()
+        .remove(0);
+    let ack = |session: &str| Ack {
+        fence: delivered.fence.clone(),
+        session: session.into(),
+        write: ItemWrite {
+            status: Status::Complete,
+            gate: 0,
+            data: None,
+            attempts: 1,
+            steps: 0,
+            last_error: Some("the handler ended its partition (cancel)".into()),
+            delay: None,
+            new_step: true,
+            ends: Some(PartitionEnd::Cancel),
+        },
+    };
+    let store = &k.store;
+    let write = |a: Ack| async move { store.write_results(&[a], EXPIRY).await.unwrap() };
+    assert_eq!(write(ack("s2")).await, [Written::Stale], "not the owner");
+    assert_eq!(k.partition_row("p").await.0, "available");
+    assert_eq!(k.item_row("y").await.0, "available");
+    assert_eq!(write(ack("s1")).await, [Written::Yes]);
+    assert_eq!(k.partition_row("p").await, ("cancelled".into(), 0, 1, None));
+    assert_eq!(k.item_row("x").await.0, "complete");
+    assert_eq!(k.item_row("y").await.0, "cancelled");
+    assert_eq!(write(ack("s1")).await, [Written::Stale], "applied once");
 }

@@ -48,6 +48,7 @@ fn done(id: &str, partition: &str, session: &str, version: i64, attempts: i32) -
             last_error: None,
             delay: None,
             new_step: true,
+            ends: None,
         },
     }
 }
@@ -65,6 +66,7 @@ fn failed_attempt(id: &str, error: &str, secs: u64) -> Ack {
         last_error: Some(error.into()),
         delay: Some(Duration::from_secs(secs)),
         new_step: false,
+        ends: None,
     };
     ack
 }

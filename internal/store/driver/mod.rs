@@ -20,6 +20,7 @@ pub(crate) mod sqlite;
 pub(crate) use dialect::{Dialect, TokenLocks};
 pub(crate) use errors::{Refusal, refusal};
 pub use errors::{is_lost_statement, is_transient, is_wrong_node};
+pub(crate) use results::result_statement;
 pub(crate) use returning::{LEASE_CHUNK, id_versions};
 pub(crate) use sql::{Sql, sql};
 

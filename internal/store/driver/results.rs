@@ -126,7 +126,7 @@ async fn write_batch(
 /// One fenced UPDATE: it changes the row only if the item's partition,
 /// version and attempts are as delivered and that partition is owned by
 /// the ack's live session (database clock).
-pub(super) fn result_statement(d: Driver, ack: &Ack, expiry: Duration) -> Statement {
+pub(crate) fn result_statement(d: Driver, ack: &Ack, expiry: Duration) -> Statement {
     let f = &ack.fence;
     let mut s = Sql::new(d);
     s.push("UPDATE feed_items SET ");

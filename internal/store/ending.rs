@@ -1,0 +1,53 @@
+//! A handler's answer that ends its partition (`"partition": "complete"`,
+//! `"cancel"` or `"fail"`): the item's result, the rest of the partition
+//! cancelled and the partition's new status, in one transaction under
+//! the result's fence, so an answer applied twice (or by a processor that
+//! lost the partition) ends nothing.
+
+use std::time::Duration;
+
+use sea_orm::ConnectionTrait;
+
+use super::driver::{result_statement, sql};
+use super::{Ack, Store, Written};
+use crate::Result;
+use crate::handler::PartitionEnd;
+
+impl Store {
+    /// Writes `ack` and ends its partition as `end` says: its available
+    /// items are cancelled and it gets `end`'s status and no owner; its
+    /// completion event is written with it. Stale (nothing written) when
+    /// the result's fence does not hold.
+    pub(crate) async fn end_partition(
+        &self,
+        ack: &Ack,
+        end: PartitionEnd,
+        expiry: Duration,
+    ) -> Result<Written> {
+        let b = self.driver;
+        let id = ack.fence.partition_id.clone();
+        let txn = self.begin_write().await?;
+        let stored = self
+            .bounded(txn.execute_raw(result_statement(b, ack, expiry)))
+            .await?
+            .rows_affected();
+        if stored != 1 {
+            self.bounded(txn.rollback()).await?;
+            self.count(1);
+            return Ok(Written::Stale);
+        }
+        self.bounded(txn.execute_raw(sql!(b;
+            "UPDATE feed_items SET status = 'cancelled', version = version + 1, updated_at = {now} \
+             WHERE partition_id = " {id.clone()} " AND status = 'available'"
+        )))
+        .await?;
+        self.bounded(txn.execute_raw(sql!(b;
+            "UPDATE feed_partitions SET status = " {end.status().as_str()} ", owner = NULL, \
+             version = version + 1, updated_at = {now} WHERE id = " {id} " AND owner = " {ack.session.clone()}
+        )))
+        .await?;
+        self.bounded(self.commit(txn)).await?;
+        self.count(3);
+        Ok(Written::Yes)
+    }
+}
