@@ -2,6 +2,8 @@
 //! writes, what filters accept, the order the console lists them in, and
 //! their text order (which the gate probe's index ranges rely on). Any
 //! other stored text is a status Feed does not know (written by hand).
+//! Also how a handler's answer ends a partition (`PartitionEnd`), which
+//! the handler, the retry policy and the store all name.
 
 /// The status of an item or a partition, stored as its word.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -54,6 +56,50 @@ impl Status {
 impl std::fmt::Display for Status {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
+    }
+}
+
+/// How an answer ends its partition: `"partition": "complete"`,
+/// `"cancel"` or `"fail"`, so that a step that finds the rest of the work
+/// pointless stops it without an operator.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PartitionEnd {
+    /// The partition is `complete`; what is left of it is cancelled.
+    Complete,
+    /// The partition and what is left of it are `cancelled`.
+    Cancel,
+    /// The partition is `failed`, and so is the answering item; what is
+    /// left is cancelled.
+    Fail,
+}
+
+impl PartitionEnd {
+    /// The word an answer gives.
+    pub fn parse(word: &str) -> Option<PartitionEnd> {
+        match word {
+            "complete" => Some(PartitionEnd::Complete),
+            "cancel" => Some(PartitionEnd::Cancel),
+            "fail" => Some(PartitionEnd::Fail),
+            _ => None,
+        }
+    }
+
+    /// The partition's status after it.
+    pub fn status(self) -> Status {
+        match self {
+            PartitionEnd::Complete => Status::Complete,
+            PartitionEnd::Cancel => Status::Cancelled,
+            PartitionEnd::Fail => Status::Failed,
+        }
+    }
+
+    /// The word an answer gives.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PartitionEnd::Complete => "complete",
+            PartitionEnd::Cancel => "cancel",
+            PartitionEnd::Fail => "fail",
+        }
     }
 }
 

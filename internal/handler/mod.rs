@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::status::Status;
+pub use crate::status::PartitionEnd;
 
 mod answer;
 mod http;
@@ -94,50 +94,6 @@ pub enum Outcome {
         /// Why (connection refused, DNS…).
         message: String,
     },
-}
-
-/// How an answer ends its partition: `"partition": "complete"`,
-/// `"cancel"` or `"fail"`, so that a step that finds the rest of the work
-/// pointless stops it without an operator.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PartitionEnd {
-    /// The partition is `complete`; what is left of it is cancelled.
-    Complete,
-    /// The partition and what is left of it are `cancelled`.
-    Cancel,
-    /// The partition is `failed`, and so is the answering item; what is
-    /// left is cancelled.
-    Fail,
-}
-
-impl PartitionEnd {
-    /// The word an answer gives.
-    pub fn parse(word: &str) -> Option<PartitionEnd> {
-        match word {
-            "complete" => Some(PartitionEnd::Complete),
-            "cancel" => Some(PartitionEnd::Cancel),
-            "fail" => Some(PartitionEnd::Fail),
-            _ => None,
-        }
-    }
-
-    /// The partition's status after it.
-    pub fn status(self) -> Status {
-        match self {
-            PartitionEnd::Complete => Status::Complete,
-            PartitionEnd::Cancel => Status::Cancelled,
-            PartitionEnd::Fail => Status::Failed,
-        }
-    }
-
-    /// The word an answer gives.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            PartitionEnd::Complete => "complete",
-            PartitionEnd::Cancel => "cancel",
-            PartitionEnd::Fail => "fail",
-        }
-    }
 }
 
 /// An answer's end of its partition, with the handler's reason.

@@ -11,7 +11,7 @@ use sea_orm::ConnectionTrait;
 use super::driver::{result_statement, sql};
 use super::{Ack, Store, Written};
 use crate::Result;
-use crate::handler::PartitionEnd;
+use crate::status::PartitionEnd;
 
 impl Store {
     /// Writes `ack` and ends its partition as `end` says: its available

@@ -7,8 +7,8 @@ use std::time::Duration;
 use sea_orm::DbErr;
 
 use super::{Fence, Store};
-use crate::handler::PartitionEnd;
 use crate::ids::SessionId;
+use crate::status::PartitionEnd;
 use crate::status::Status;
 use crate::{Error, Result};
 

@@ -4,8 +4,8 @@
 
 use super::{EXPIRY, Kit, conformance};
 use crate::Error;
-use crate::handler::PartitionEnd;
 use crate::ids::PartitionId;
+use crate::status::PartitionEnd;
 use crate::status::Status;
 use crate::store::{Ack, Ask, ItemWrite, Written};
 
