@@ -84,6 +84,6 @@ pub(crate) mod write_idle;
 
 pub use config::Config;
 pub use error::{Error, Result};
-pub use handler::{Handler, HttpHandler, Job, Outcome, PartitionEnd};
+pub use handler::{Child, Handler, HttpHandler, Job, Outcome, PartitionEnd};
 pub use run::{run, run_with};
 pub use store::Store;

@@ -3,13 +3,15 @@
 //! path that must record an attempt (an answer, a refused write, a
 //! panicked delivery) records it the same way.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::backoff;
 use crate::config::Policy;
-use crate::handler::{Ending, Outcome, PartitionEnd};
+use crate::handler::{Child, Ending, Outcome, PartitionEnd};
 use crate::status::Status;
-use crate::store::{Fence, ItemWrite, sanitize_error};
+use crate::store::{Fence, ItemWrite, NewItem, sanitize_error};
+use crate::validate::MAX_ID_BYTES;
 
 /// Longest `Retry-After` honoured.
 const MAX_RETRY_AFTER: Duration = Duration::from_secs(86_400);
@@ -71,6 +73,7 @@ impl Policy {
             delay,
             new_step: delay.is_none(),
             ends: None,
+            spawned: None,
         };
         let failed = |message: String| Some((attempt_failed(message, None), Label::Failed));
         match outcome {
@@ -107,6 +110,7 @@ impl Policy {
                     delay: None,
                     new_step: true,
                     ends: Some(end),
+                    spawned: None,
                 };
                 Some((w, if failed { Label::Failed } else { Label::Done }))
             }
@@ -123,8 +127,16 @@ impl Policy {
                 ))
             }
             Outcome::Step {
-                gate, done, data, ..
+                gate,
+                done,
+                data,
+                children,
+                ..
             } => {
+                let spawned = match spawned(item, children) {
+                    Ok(items) => items,
+                    Err(message) => return self.decide(item, Outcome::retry(message)),
+                };
                 let gate = gate.unwrap_or(item.gate);
                 // Another step at the same gate waits a little longer each time.
                 let steps = if !done && gate == item.gate {
@@ -153,6 +165,7 @@ impl Policy {
                     delay: floor,
                     new_step: true,
                     ends: None,
+                    spawned,
                 };
                 Some((w, if done { Label::Done } else { Label::Stepped }))
             }
@@ -188,6 +201,41 @@ impl Policy {
     pub fn delay(&self, attempt: u32) -> Duration {
         backoff::delay(self.backoff_base, self.backoff_max, attempt)
     }
+}
+
+/// The items an answer spawns, as they are inserted: each at or above
+/// the answering item's gate (its gate when none is given), named
+/// `<Idempotency-Key>/<n>` when it has no id, and its parent recorded.
+/// Err says which child is wrong and why.
+fn spawned(item: &Fence, children: Vec<Child>) -> Result<Option<Arc<[NewItem]>>, String> {
+    if children.is_empty() {
+        return Ok(None);
+    }
+    let key = item.idempotency_key();
+    let mut out = Vec::with_capacity(children.len());
+    for (n, child) in children.into_iter().enumerate() {
+        let gate = child.gate.unwrap_or(item.gate);
+        if gate < item.gate {
+            return Err(format!(
+                "handler answered items[{n}] with gate {gate}, below the answering item's gate {}: \
+                 it could never run; give it gate {} or higher (or leave the gate out)",
+                item.gate, item.gate
+            ));
+        }
+        let id = child.id.unwrap_or_else(|| format!("{key}/{n}"));
+        if id.len() > MAX_ID_BYTES {
+            return Err(format!(
+                "items[{n}] of the answer would be named {:?}, longer than {MAX_ID_BYTES} bytes: \
+                 give the spawned items ids",
+                crate::validate::shown(&id)
+            ));
+        }
+        let mut new = NewItem::new(child.data).with_id(id);
+        new.gate = Some(gate);
+        new.parent = Some(item.id.to_string());
+        out.push(new);
+    }
+    Ok(Some(out.into()))
 }
 
 #[cfg(test)]

@@ -80,7 +80,7 @@ pub(super) async fn deliver(
                     partition_id: fence.partition_id.clone(),
                     gate: fence.gate,
                     attempt: attempt(&fence),
-                    idempotency_key: format!("{}:{}", fence.id, fence.version),
+                    idempotency_key: fence.idempotency_key(),
                     processor_id: me.clone(),
                     data: data.into(),
                     inputs: ctx

@@ -66,6 +66,9 @@ pub enum Outcome {
         data: Option<bytes::Bytes>,
         /// The answer ends the item's partition now (`"partition"`).
         ending: Option<Ending>,
+        /// Items the answer adds to the item's partition (`"items"`),
+        /// written with its result.
+        children: Vec<Child>,
     },
     /// A failed attempt.
     #[non_exhaustive]
@@ -96,6 +99,44 @@ pub enum Outcome {
     },
 }
 
+/// An item an answer spawns into its own partition (`"items"`). Build
+/// one with [`Child::new`]; fields may be added.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct Child {
+    /// Its id; None = derived from the answering step: `<Idempotency-Key>/<n>`
+    /// (`n` its place in the answer, from 0), so a step answered again
+    /// names the same children.
+    pub id: Option<String>,
+    /// Its gate; None = the answering item's gate (it runs now).
+    pub gate: Option<i64>,
+    /// Its data, forwarded to the handler unchanged.
+    pub data: bytes::Bytes,
+}
+
+impl Child {
+    /// A child of `data` at the answering item's gate, its id derived.
+    pub fn new(data: impl Into<bytes::Bytes>) -> Child {
+        Child {
+            id: None,
+            gate: None,
+            data: data.into(),
+        }
+    }
+
+    /// This child with its own id.
+    pub fn id(mut self, id: impl Into<String>) -> Child {
+        self.id = Some(id.into());
+        self
+    }
+
+    /// This child at `gate` (at or above the answering item's).
+    pub fn gate(mut self, gate: i64) -> Child {
+        self.gate = Some(gate);
+        self
+    }
+}
+
 /// An answer's end of its partition, with the handler's reason.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Ending {
@@ -114,7 +155,17 @@ impl Outcome {
             done,
             data,
             ending: None,
+            children: Vec::new(),
         }
+    }
+
+    /// This answer adds `items` to the item's partition, in the same
+    /// transaction as its result; other outcomes are returned unchanged.
+    pub fn spawning(mut self, items: Vec<Child>) -> Outcome {
+        if let Outcome::Step { children, .. } = &mut self {
+            *children = items;
+        }
+        self
     }
 
     /// This answer ends the item's partition (`end`, with `reason` kept

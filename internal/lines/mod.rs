@@ -32,7 +32,7 @@ const EXPECTED: &str = "expected {\"id\"?: string, \"gate\"?: int, \"data\": any
 
 /// Fields `processor export` writes beside the item: read and ignored, so
 /// that its output enqueues as it is (the items start over as available).
-const EXPORTED: [&str; 3] = ["status", "attempts", "last_error"];
+const EXPORTED: [&str; 4] = ["status", "attempts", "last_error", "parent_id"];
 
 /// Reads every item of `input` with the number of the line it came from
 /// (from 1), calling `on_line` once per line read (for a progress
@@ -212,7 +212,8 @@ fn slot_known(key: &str) -> bool {
 }
 
 /// One exported item as a JSON line (without the newline): `id`, `gate`,
-/// `status`, `attempts`, `last_error`, `not_before` when it has one (epoch
+/// `status`, `attempts`, `last_error`, `parent_id` when an answer spawned
+/// it, `not_before` when it has one (epoch
 /// milliseconds: it enqueues back with the same time), and `data` when
 /// the data is JSON on one line (written as it is stored, byte for byte),
 /// else `data_base64` (data that is not JSON, spans lines or has
@@ -227,6 +228,8 @@ pub fn export_line(item: &ExportedItem) -> String {
         attempts: i32,
         last_error: Option<&'a str>,
         #[serde(skip_serializing_if = "Option::is_none")]
+        parent_id: Option<&'a str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
         not_before: Option<i64>,
         #[serde(skip_serializing_if = "Option::is_none")]
         data: Option<&'a RawValue>,
@@ -240,6 +243,7 @@ pub fn export_line(item: &ExportedItem) -> String {
         status: &item.status,
         attempts: item.attempts,
         last_error: item.last_error.as_deref(),
+        parent_id: item.parent_id.as_deref(),
         not_before: item.not_before,
         data_base64: data.is_none().then(|| BASE64.encode(&item.data)),
         data,

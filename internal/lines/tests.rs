@@ -43,6 +43,7 @@ fn exported(id: &str, data: &[u8]) -> ExportedItem {
         attempts: 2,
         last_error: Some("boom \"quoted\"\nnext".into()),
         not_before: None,
+        parent_id: None,
         data: data.to_vec(),
     }
 }

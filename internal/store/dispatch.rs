@@ -72,6 +72,14 @@ pub struct Fence {
     pub steps: i32,
 }
 
+impl Fence {
+    /// The step's `Idempotency-Key`: the same for every attempt of one
+    /// step, new for the next.
+    pub fn idempotency_key(&self) -> String {
+        format!("{}:{}", self.id, self.version)
+    }
+}
+
 impl Store {
     /// The partitions of up to `limit` items written after `after` (by
     /// write order), oldest first, with the last position read: a look at

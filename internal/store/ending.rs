@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use sea_orm::ConnectionTrait;
+use sea_orm::{ConnectionTrait, DatabaseTransaction};
 
 use super::driver::{result_statement, sql};
 use super::{Ack, Store, Written};
@@ -14,6 +14,27 @@ use crate::Result;
 use crate::status::PartitionEnd;
 
 impl Store {
+    /// A transaction that has written `ack` under its fence, for the
+    /// writes that must come with it; None (nothing written) when the
+    /// fence does not hold.
+    pub(super) async fn begin_fenced(
+        &self,
+        ack: &Ack,
+        expiry: Duration,
+    ) -> Result<Option<DatabaseTransaction>> {
+        let txn = self.begin_write().await?;
+        let stored = self
+            .bounded(txn.execute_raw(result_statement(self.driver, ack, expiry)))
+            .await?
+            .rows_affected();
+        if stored != 1 {
+            self.bounded(txn.rollback()).await?;
+            self.count(1);
+            return Ok(None);
+        }
+        Ok(Some(txn))
+    }
+
     /// Writes `ack` and ends its partition as `end` says: its available
     /// items are cancelled and it gets `end`'s status and no owner; its
     /// completion event is written with it. Stale (nothing written) when
@@ -26,16 +47,9 @@ impl Store {
     ) -> Result<Written> {
         let b = self.driver;
         let id = ack.fence.partition_id.clone();
-        let txn = self.begin_write().await?;
-        let stored = self
-            .bounded(txn.execute_raw(result_statement(b, ack, expiry)))
-            .await?
-            .rows_affected();
-        if stored != 1 {
-            self.bounded(txn.rollback()).await?;
-            self.count(1);
+        let Some(txn) = self.begin_fenced(ack, expiry).await? else {
             return Ok(Written::Stale);
-        }
+        };
         self.bounded(txn.execute_raw(sql!(b;
             "UPDATE feed_items SET status = 'cancelled', version = version + 1, updated_at = {now} \
              WHERE partition_id = " {id.clone()} " AND status = 'available'"

@@ -45,6 +45,8 @@ pub struct ExportedItem {
     /// Not sent before this time (epoch milliseconds): its scheduled time,
     /// or the end of a retry's backoff.
     pub not_before: Option<i64>,
+    /// The item whose answer spawned it, if one did.
+    pub parent_id: Option<String>,
     /// Its data, as stored.
     pub data: Vec<u8>,
 }
@@ -232,7 +234,7 @@ impl Export {
         let seq = b.seq();
         let columns = format!(
             "i.{seq} AS seq, i.id, {}, i.status, {}, i.last_error, i.not_before, \
-             {} AS data",
+             i.parent_id, {} AS data",
             b.listed_int("gate"),
             b.listed_int("attempts"),
             b.data_column("i")

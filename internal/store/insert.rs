@@ -32,6 +32,9 @@ pub(super) fn statements(items: &[NewItem]) -> impl Iterator<Item = &[NewItem]> 
     })
 }
 
+/// Inserts one statement's run of `items` into `partition`, at `gate`
+/// unless an item has its own. An id that exists already is refused
+/// ([`Error::Invalid`]), the transaction's writes with it.
 pub(super) async fn insert_items(
     txn: &DatabaseTransaction,
     b: Driver,
@@ -49,6 +52,7 @@ pub(super) async fn insert_items(
     // of before.
     let scheduled = items.iter().any(|i| i.schedule.is_some());
     let traced = items.iter().any(|i| i.traceparent.is_some());
+    let spawned = items.iter().any(|i| i.parent.is_some());
     let mut sql = Sql::new(b);
     sql.push("INSERT INTO feed_items (id, partition_id, gate, data");
     if scheduled {
@@ -56,6 +60,9 @@ pub(super) async fn insert_items(
     }
     if traced {
         sql.push(", traceparent");
+    }
+    if spawned {
+        sql.push(", parent_id");
     }
     sql.push(") VALUES ");
     for (k, item) in items.iter().enumerate() {
@@ -77,6 +84,9 @@ pub(super) async fn insert_items(
         }
         if traced {
             sql.push(", ").bind(item.traceparent.clone());
+        }
+        if spawned {
+            sql.push(", ").bind(item.parent.clone());
         }
         sql.push(")");
     }

@@ -32,6 +32,7 @@ mod role;
 mod schema;
 pub mod scope;
 mod sessions;
+mod spawn;
 mod statistics;
 pub mod status;
 mod timeout;

@@ -107,7 +107,7 @@ impl Default for PartitionSpec {
 }
 
 /// One item to add.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 pub struct NewItem {
     /// Item id; None = a new UUID.
@@ -123,6 +123,8 @@ pub struct NewItem {
     /// The id was generated for the item (a random UUID after the token's
     /// prefix), not given: it cannot aim at another tenant's prefix.
     pub(crate) generated: bool,
+    /// The item whose answer spawned it (`parent_id`).
+    pub(crate) parent: Option<String>,
 }
 
 impl NewItem {
@@ -135,6 +137,7 @@ impl NewItem {
             schedule: None,
             traceparent: None,
             generated: false,
+            parent: None,
         }
     }
 

@@ -44,6 +44,9 @@ pub struct ItemWrite {
     /// The answer ends the item's partition: written in one transaction
     /// with the result, under the same fence ([`Store::end_partition`]).
     pub ends: Option<PartitionEnd>,
+    /// Items the answer spawns into the partition, inserted with the
+    /// result under its fence ([`Store::write_spawning`]).
+    pub spawned: Option<std::sync::Arc<[super::NewItem]>>,
 }
 
 /// One result to write: the fence of the delivered item, the session that
@@ -109,13 +112,19 @@ impl Store {
         expiry: Duration,
     ) -> Result<Vec<Written>> {
         let mut out = Vec::with_capacity(acks.len());
-        if acks.iter().any(|a| a.write.ends.is_some()) {
-            // Rare: each result on its own, those that end a partition
-            // with it.
+        if acks
+            .iter()
+            .any(|a| a.write.ends.is_some() || a.write.spawned.is_some())
+        {
+            // Rare: each result on its own, those that end a partition or
+            // spawn items with their own transaction.
             for ack in acks {
-                out.push(match ack.write.ends {
-                    Some(end) => self.end_partition(ack, end, expiry).await?,
-                    None => self.write_plain(std::slice::from_ref(ack), expiry).await?[0].clone(),
+                out.push(match (ack.write.ends, &ack.write.spawned) {
+                    (Some(end), _) => self.end_partition(ack, end, expiry).await?,
+                    (None, Some(items)) => self.write_spawning(ack, items, expiry).await?,
+                    (None, None) => {
+                        self.write_plain(std::slice::from_ref(ack), expiry).await?[0].clone()
+                    }
                 });
             }
             return Ok(out);

@@ -27,6 +27,7 @@ mod m20261128_000016_traceparent;
 mod m20261129_000017_steps;
 mod m20261129_000018_binary_ids;
 mod m20261129_000019_priority;
+mod m20261130_000020_parents;
 
 /// Whether `table` has `column`: SQLite and MySQL have no `ADD COLUMN IF
 /// NOT EXISTS`, so a migration that adds one looks first (a racing
@@ -104,6 +105,28 @@ pub(crate) async fn add_column(
 /// A column a migration adds: (table, column, definition).
 pub(crate) type Column = (&'static str, &'static str, &'static str);
 
+/// A migration that only adds `columns` (and drops them on the way down).
+macro_rules! columns_migration {
+    ($columns:expr) => {
+        use sea_orm_migration::prelude::*;
+
+        #[derive(DeriveMigrationName)]
+        pub struct Migration;
+
+        #[async_trait::async_trait]
+        impl MigrationTrait for Migration {
+            async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+                crate::add_columns(manager, &$columns).await
+            }
+
+            async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+                crate::drop_columns(manager, &$columns).await
+            }
+        }
+    };
+}
+pub(crate) use columns_migration;
+
 /// Adds each of `columns` that is not there.
 pub(crate) async fn add_columns(
     manager: &SchemaManager<'_>,
@@ -175,6 +198,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261129_000017_steps::Migration),
             Box::new(m20261129_000018_binary_ids::Migration),
             Box::new(m20261129_000019_priority::Migration),
+            Box::new(m20261130_000020_parents::Migration),
         ]
     }
 

@@ -4,23 +4,9 @@
 //! Written with each heartbeat, so that `processor status`, the API and
 //! the console say what a processor that sends nothing is waiting for.
 
-use sea_orm_migration::prelude::*;
-
-#[derive(DeriveMigrationName)]
-pub struct Migration;
-
 const COLUMNS: [crate::Column; 2] = [
     ("feed_processors", "held_reason", "TEXT NULL"),
     ("feed_processors", "held_since", "BIGINT NULL"),
 ];
 
-#[async_trait::async_trait]
-impl MigrationTrait for Migration {
-    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        crate::add_columns(manager, &COLUMNS).await
-    }
-
-    async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        crate::drop_columns(manager, &COLUMNS).await
-    }
-}
+crate::columns_migration!(COLUMNS);

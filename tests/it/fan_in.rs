@@ -27,7 +27,7 @@ fn next_link(r: &reqwest::Response) -> Option<String> {
 /// Reads the inputs at `url` and every page after it (following `Link`),
 /// calling `each` per line as it arrives; the number of pages. Holds one
 /// chunk at a time, never a page.
-async fn read_inputs(url: &str, mut each: impl FnMut(&[u8])) -> usize {
+pub(crate) async fn read_inputs(url: &str, mut each: impl FnMut(&[u8])) -> usize {
     let client = reqwest::Client::new();
     let (mut next, mut pages) = (Some(url.to_string()), 0);
     while let Some(url) = next.take() {

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use feed::store::{NewItem, PartitionSpec};
-use feed::{Config, Handler, Job, Outcome};
+use feed::{Child, Config, Handler, Job, Outcome};
 
 use crate::backend_tests;
 use crate::support::TestDb;
@@ -24,6 +24,55 @@ impl Handler for Doubler {
     }
 }
 
+/// Item `n` spawns `n` children of `n - 1`: a tree in one partition.
+struct Tree;
+
+#[async_trait::async_trait]
+impl Handler for Tree {
+    async fn handle(&self, job: &Job) -> Outcome {
+        let n: u32 = serde_json::from_slice(&job.data).unwrap_or(0);
+        let children = (0..n)
+            .map(|_| Child::new((n - 1).to_string().into_bytes()))
+            .collect();
+        Outcome::done().spawning(children)
+    }
+}
+
+/// Runs `handler` in process until partition `p` completes.
+async fn run_until_complete(db: &TestDb, handler: Arc<dyn Handler>, p: &str) {
+    let mut config = Config::new(db.url.clone(), "http://unused.invalid/");
+    config.dispatch.poll_interval = Duration::from_millis(50);
+    config.leases.acquire_interval = Duration::from_millis(100);
+    let stop = Arc::new(tokio::sync::Notify::new());
+    let s = stop.clone();
+    let run = tokio::spawn(feed::run_with(config, handler, async move {
+        s.notified().await
+    }));
+    db.wait_partition(p, "complete").await;
+    stop.notify_one();
+    run.await.unwrap().unwrap();
+}
+
+backend_tests!(an_in_process_handler_spawns_items: sqlite => Sqlite);
+/// `Outcome::spawning`: the root (3) spawns three 2s, each two 1s, each
+/// one 0: 16 items, every one run once.
+async fn an_in_process_handler_spawns_items(db: TestDb) {
+    let root = NewItem::new(b"3".to_vec()).with_id("root");
+    db.store
+        .enqueue("tree", &PartitionSpec::default(), vec![root])
+        .await
+        .unwrap();
+    run_until_complete(&db, Arc::new(Tree), "tree").await;
+    let complete = db
+        .count("SELECT COUNT(*) AS n FROM feed_items WHERE partition_id = 'tree' AND status = 'complete'")
+        .await;
+    assert_eq!(complete, 16);
+    let leaves = db
+        .count("SELECT COUNT(*) AS n FROM feed_items WHERE CAST(data AS TEXT) = '0'")
+        .await;
+    assert_eq!(leaves, 6);
+}
+
 backend_tests!(in_process_processor: sqlite => Sqlite);
 async fn in_process_processor(db: TestDb) {
     let items = (0..5)
@@ -34,17 +83,7 @@ async fn in_process_processor(db: TestDb) {
     spec.on_failure = feed::store::OnFailure::Continue;
     let r = db.store.enqueue("lib", &spec, items).await.unwrap();
     assert!(r.created && r.items == 6);
-    let mut config = Config::new(db.url.clone(), "http://unused.invalid/");
-    config.dispatch.poll_interval = Duration::from_millis(50);
-    config.leases.acquire_interval = Duration::from_millis(100);
-    let stop = Arc::new(tokio::sync::Notify::new());
-    let s = stop.clone();
-    let run = tokio::spawn(feed::run_with(config, Arc::new(Doubler), async move {
-        s.notified().await
-    }));
-    db.wait_partition("lib", "complete").await;
-    stop.notify_one();
-    run.await.unwrap().unwrap();
+    run_until_complete(&db, Arc::new(Doubler), "lib").await;
     let st = db.store.status(Some("lib")).await.unwrap();
     assert_eq!(
         st.partitions[0].gate, 1,

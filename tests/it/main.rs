@@ -61,6 +61,7 @@ mod scale;
 mod schedule;
 mod sessions;
 mod signatures;
+mod spawn;
 mod startup;
 mod steps;
 mod tenants;

@@ -172,7 +172,7 @@ fn item_table(items: &[ItemView], viewer: &Viewer) -> Markup {
             tbody {
                 @for i in items {
                     tr.item data-id=(i.id) data-status=(i.status) {
-                        td { code { (text(&i.id)) } } td { (i.gate) } td.status { (i.status) } td { (i.attempts) }
+                        td { code { (text(&i.id)) } @if let Some(p) = &i.parent_id { br; small.parent { "spawned by " code { (text(p)) } } } } td { (i.gate) } td.status { (i.status) } td { (i.attempts) }
                         td.not-before { @if let (Some(t), "available") = (i.not_before, i.status.as_str()) { (time(t)) } }
                         td.error { (cut(i.last_error.as_deref().unwrap_or(""), ERROR_CHARS)) }
                         td.data { code { (cut(&i.data_preview, DATA_CHARS)) } @if i.data_bytes as usize > i.data_preview.len() { "…" } }

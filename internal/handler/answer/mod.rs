@@ -11,6 +11,8 @@ use serde_json::value::RawValue;
 use super::{Outcome, PartitionEnd};
 use crate::validate::MAX_GATE;
 
+mod children;
+
 /// `Retry-After` as delay-seconds or an HTTP date.
 pub fn parse_retry_after(v: &str) -> Option<Duration> {
     let v = v.trim();
@@ -41,6 +43,8 @@ struct Answer<'a> {
     partition: Option<&'a RawValue>,
     #[serde(default, borrow)]
     reason: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    items: Option<&'a RawValue>,
 }
 
 /// `{"error": {"message": …, "no_retry": …}}`'s inner object.
@@ -297,9 +301,23 @@ fn step(a: &Answer, body: &Bytes, retry_after: Option<Duration>) -> Outcome {
         .data
         .filter(|d| d.get() != "null")
         .map(|d| body.slice_ref(d.get().as_bytes()));
-    let step = Outcome::step(gate, done, data);
+    let mut step = Outcome::step(gate, done, data);
+    if let Some(items) = a.items {
+        match children::children(items, body) {
+            Ok(spawned) => step = step.spawning(spawned),
+            Err(message) => return failed_attempt(message, retry_after),
+        }
+    }
     if null(a.partition) {
         return step;
+    }
+    if matches!(&step, Outcome::Step { children, .. } if !children.is_empty()) {
+        return failed_attempt(
+            "handler answered both \"partition\" and \"items\": an answer that ends its partition \
+             cannot add items to it; send one or the other"
+                .into(),
+            retry_after,
+        );
     }
     let word = a.partition.map_or("", RawValue::get);
     let Some(end) = serde_json::from_str::<&str>(word)

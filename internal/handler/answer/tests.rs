@@ -1,4 +1,5 @@
 use super::*;
+use crate::handler::Child;
 
 fn ok(body: &str) -> Outcome {
     parse_response(
@@ -207,5 +208,59 @@ fn an_answer_can_end_its_partition() {
             message.contains("\"partition\"") || message.contains("\"reason\""),
             "{message}"
         );
+    }
+}
+
+/// The message of a failed attempt (panics on any other outcome).
+fn failure(outcome: Outcome) -> String {
+    match outcome {
+        Outcome::Failed { message, retry, .. } => {
+            assert!(retry, "{message}");
+            message
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn an_answer_can_spawn_items() {
+    let spawned = ok(
+        r#"{"data": 1, "items": [{"data": {"f": "a"}}, {"id": "sum", "gate": 1, "data": null}, {}]}"#,
+    );
+    let want = Outcome::step(None, true, Some(Bytes::from_static(b"1"))).spawning(vec![
+        Child::new(Bytes::from_static(br#"{"f": "a"}"#)),
+        Child::new(Bytes::from_static(b"null")).id("sum").gate(1),
+        Child::new(Bytes::from_static(b"null")),
+    ]);
+    assert_eq!(spawned, want);
+    assert_eq!(ok(r#"{"items": null}"#), Outcome::done());
+    assert_eq!(ok(r#"{"items": []}"#), Outcome::done());
+    // In a batch, per item.
+    let batch = parse_batch_response(
+        StatusCode::OK,
+        &Bytes::from_static(br#"[{"items": [{"data": 2}]}, null]"#),
+        None,
+        2,
+    )
+    .unwrap();
+    assert_eq!(
+        batch,
+        [
+            Outcome::done().spawning(vec![Child::new(Bytes::from_static(b"2"))]),
+            Outcome::done()
+        ]
+    );
+    let many = format!(r#"{{"items": [{}]}}"#, vec!["{}"; 10_001].join(","));
+    assert!(failure(ok(&many)).contains("at most 10000"));
+    for (body, says) in [
+        (r#"{"items": {"data": 1}}"#, "must be an array"),
+        (r#"{"items": [1]}"#, "items[0]"),
+        (r#"{"items": [{"id": 7}]}"#, "items[0].id: 7"),
+        (r#"{"items": [{"id": ""}]}"#, "is empty"),
+        (r#"{"items": [{"gate": -1}]}"#, "items[0].gate: -1"),
+        (r#"{"items": [{"data": 1}], "partition": "cancel"}"#, "both"),
+    ] {
+        let message = failure(ok(body));
+        assert!(message.contains(says), "{body}: {message}");
     }
 }

@@ -94,6 +94,7 @@ async fn cancel_releases_and_fences_out_late_results(k: Kit) {
             delay: None,
             new_step: true,
             ends: None,
+            spawned: None,
         },
     };
     assert_eq!(
@@ -200,6 +201,7 @@ async fn an_answer_ends_its_partition_under_the_fence(k: Kit) {
             delay: None,
             new_step: true,
             ends: Some(PartitionEnd::Cancel),
+            spawned: None,
         },
     };
     let store = &k.store;

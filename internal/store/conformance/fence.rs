@@ -28,7 +28,7 @@ conformance!(
 
 /// The ack of item `id` of `partition`, delivered by `session` at
 /// `version` and `attempts`, completing it with `{"r":1}`.
-fn done(id: &str, partition: &str, session: &str, version: i64, attempts: i32) -> Ack {
+pub(super) fn done(id: &str, partition: &str, session: &str, version: i64, attempts: i32) -> Ack {
     Ack {
         fence: Fence {
             id: id.into(),
@@ -49,6 +49,7 @@ fn done(id: &str, partition: &str, session: &str, version: i64, attempts: i32) -
             delay: None,
             new_step: true,
             ends: None,
+            spawned: None,
         },
     }
 }
@@ -67,6 +68,7 @@ fn failed_attempt(id: &str, error: &str, secs: u64) -> Ack {
         delay: Some(Duration::from_secs(secs)),
         new_step: false,
         ends: None,
+        spawned: None,
     };
     ack
 }

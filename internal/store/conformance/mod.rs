@@ -16,6 +16,7 @@ mod limits;
 mod listing;
 mod producer;
 mod prune;
+mod spawn;
 mod statements;
 
 use std::time::Duration;

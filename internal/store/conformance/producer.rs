@@ -23,6 +23,7 @@ fn item(id: &str, gate: Option<i64>) -> NewItem {
         schedule: None,
         traceparent: None,
         generated: false,
+        parent: None,
     }
 }
 
@@ -77,6 +78,7 @@ async fn enqueue_creates_extends_and_reopens(k: Kit) {
         schedule: None,
         traceparent: None,
         generated: false,
+        parent: None,
     };
     assert_eq!(
         k.store

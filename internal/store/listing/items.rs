@@ -27,6 +27,8 @@ pub struct ItemView {
     pub last_error: Option<String>,
     /// Not tried before (epoch ms), None = now.
     pub not_before: Option<i64>,
+    /// The item whose answer spawned it, if one did.
+    pub parent_id: Option<String>,
     /// OCC version.
     pub version: i64,
     /// Epoch ms, database clock.
@@ -61,6 +63,7 @@ struct ItemRow {
     attempts: i32,
     last_error: Option<String>,
     not_before: Option<i64>,
+    parent_id: Option<String>,
     version: i64,
     updated_at: i64,
     data_bytes: Int,
@@ -77,6 +80,7 @@ impl From<ItemRow> for ItemView {
             attempts: r.attempts,
             last_error: r.last_error.map(|e| e.chars().take(ERROR_CHARS).collect()),
             not_before: r.not_before,
+            parent_id: r.parent_id,
             version: r.version,
             updated_at: r.updated_at,
             data_bytes: r.data_bytes.0,
@@ -144,7 +148,7 @@ impl Store {
         let mut s = Sql::new(self.driver);
         s.push(&format!(
             "SELECT i.id, i.partition_id, {gate}, i.status, {attempts}, i.last_error, i.not_before, \
-             i.version, i.updated_at, LENGTH({data}) AS data_bytes, \
+             i.parent_id, i.version, i.updated_at, LENGTH({data}) AS data_bytes, \
              SUBSTR({data}, 1, {PREVIEW_BYTES}) AS preview FROM feed_items i"
         ));
         filter(&mut s);
