@@ -68,6 +68,7 @@ pub(crate) mod policy;
 pub mod printable;
 pub mod rate;
 pub(crate) mod ratelog;
+pub mod recurring;
 pub mod reference;
 pub(crate) mod retention;
 pub(crate) mod rotation;

@@ -10,7 +10,7 @@ use testkit::{Backend, Outcomes};
 
 use crate::Args;
 use crate::cpu::{CpuSnap, CpuUse, clk_tck, pid_ticks};
-use crate::fixture::{Db, Proc, enqueue_backlog, insert_backlog};
+use crate::fixture::{Db, Proc, enqueue_backlog, enqueue_folders, insert_backlog};
 use crate::handler::Handler;
 
 /// How the backlog is written before the processor starts.
@@ -21,6 +21,9 @@ pub(crate) enum Backlog {
     /// Multi-row INSERTs in plain SQL (single-step items only): fast enough
     /// for a million items.
     Sql,
+    /// One item per partition whose answer spawns the partition's share
+    /// of the items (`"items"`): they are written by the processor.
+    Spawned,
 }
 
 /// What one drain runs.
@@ -128,6 +131,7 @@ pub(crate) async fn drain_on(
         Backlog::Enqueue => enqueue_backlog(db, items, partitions, multistep, w.tenants).await?,
         Backlog::Sql if multistep => bail!("plain-SQL backlogs are single-step"),
         Backlog::Sql => insert_backlog(db, items, partitions, "").await?,
+        Backlog::Spawned => enqueue_folders(db, items, partitions).await?,
     };
     handler.state.reset();
     let cpu0 = CpuSnap::take();

@@ -179,6 +179,21 @@ pub(crate) async fn enqueue_backlog(
     Ok(started.elapsed())
 }
 
+/// One item per partition, `{"spawn": K}`: the handler answers it with
+/// the partition's K of the `items` (see `handler::answer`).
+pub(crate) async fn enqueue_folders(db: &Db, items: usize, partitions: usize) -> Result<Duration> {
+    let started = Instant::now();
+    for k in 0..partitions {
+        let count = items / partitions + usize::from(k < items % partitions);
+        let folder = NewItem::new(format!(r#"{{"spawn":{count}}}"#).into_bytes());
+        let spec = PartitionSpec::default();
+        db.store
+            .enqueue(&format!("p-{k:05}"), &spec, vec![folder])
+            .await?;
+    }
+    Ok(started.elapsed())
+}
+
 /// Parameters per multi-row INSERT: a few thousand rows, well under every
 /// backend's limit on bound values.
 const INSERT_VALUES: usize = 6000;

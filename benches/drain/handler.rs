@@ -113,6 +113,16 @@ pub(crate) async fn answer(
         )
             .into_response();
     }
+    if let Some(count) = spawn_of(&body) {
+        let children: Vec<String> = (0..count)
+            .map(|n| format!(r#"{{"data":{{"n":{n}}}}}"#))
+            .collect();
+        return (
+            [(axum::http::header::CONTENT_TYPE, "application/json")],
+            format!(r#"{{"done":true,"items":[{}]}}"#, children.join(",")),
+        )
+            .into_response();
+    }
     let reply: &'static str = match step_of(&body) {
         None => r#"{"done":true}"#,
         // Multi-step: gate 0 → gate 1, then one more step at gate 1, then done.
@@ -125,6 +135,16 @@ pub(crate) async fn answer(
         reply,
     )
         .into_response()
+}
+
+/// The children a folder item (`{"spawn": K}`) answers; None for others.
+fn spawn_of(body: &[u8]) -> Option<usize> {
+    if !body.windows(8).any(|w| w == br#""spawn":"#) {
+        return None;
+    }
+    let data = serde_json::from_slice::<serde_json::Value>(body).ok()?;
+    let count = data.get("spawn")?.as_u64()?;
+    usize::try_from(count).ok()
 }
 
 /// The step counter `s` of a multi-step item's data; None for single-step items.

@@ -96,6 +96,9 @@ pub(crate) enum Phase {
     Idle,
     /// Each item takes 3 handler steps across 2 gates.
     Multistep,
+    /// Each partition's one item answers its items (`"items"`): children
+    /// per second from answers.
+    Spawn,
     /// 2 and 3 processors sharing the database.
     Scale,
     /// The drain again with `--batch-size 100`.
@@ -225,7 +228,7 @@ pub(crate) struct Args {
     /// at 1 %, in rounds of three (off by default)
     #[arg(long, env = "FEED_BENCH_TRACES")]
     pub(crate) traces: bool,
-    /// Phases to skip, comma-separated: ceiling, pickup, idle, multistep, scale, batch, limits, traces, peer, shapes, history
+    /// Phases to skip, comma-separated: ceiling, pickup, idle, multistep, spawn, scale, batch, limits, traces, peer, shapes, history
     #[arg(long, env = "FEED_BENCH_SKIP", value_enum, value_delimiter = ',')]
     pub(crate) skip: Vec<Phase>,
     /// PostgreSQL server (databases are created and dropped on it). Without
@@ -480,6 +483,15 @@ async fn run_backend(
             )
             .await,
         );
+    }
+    if variants && args.runs(Phase::Spawn) {
+        let w = Workload {
+            backlog: crate::drain::Backlog::Spawned,
+            ..Workload::new(args, args.variant_items())
+        };
+        let ctx = (backend, args, handler, client);
+        let name = "spawned (one item per partition answers the rest)";
+        rep.spawned = Some(variant(ctx, name, w, ceil, args.variant_runs).await);
     }
     if variants && args.runs(Phase::Scale) {
         for n in [2, 3] {

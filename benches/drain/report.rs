@@ -79,6 +79,8 @@ pub(crate) struct BackendReport {
     /// OpenTelemetry traces off, on at 100 % and at 1 %.
     pub(crate) traces: Option<crate::traces::Traces>,
     pub(crate) multistep: Option<Scenario>,
+    /// Each partition's one item answers its items (`"items"`).
+    pub(crate) spawned: Option<Scenario>,
     pub(crate) scale: Vec<Scenario>,
     pub(crate) pickup: Option<Pickup>,
     /// Pickup of new partitions, per scenario (processors, how enqueued).
@@ -216,6 +218,7 @@ pub(crate) fn print_tables(report: &Report) {
             .iter()
             .chain(b.batch.iter())
             .chain(b.multistep.iter())
+            .chain(b.spawned.iter())
             .chain(b.scale.iter());
         for sc in scenarios {
             let peak = sc

@@ -19,6 +19,39 @@ pub struct EnqueueArgs {
     /// The partition to create or extend
     #[arg(long)]
     pub partition: String,
+    #[command(flatten)]
+    pub partition_options: PartitionArgs,
+    /// Take each line as the item's data itself, not as {"id", "gate", "data"}
+    #[arg(long)]
+    pub raw: bool,
+    /// Put this before every item id read (for `export | enqueue` into a new partition: item ids
+    /// are unique across partitions)
+    #[arg(long)]
+    pub id_prefix: Option<String>,
+    /// Send no item of this call before this time: epoch milliseconds or an RFC 3339 time
+    /// ("2030-01-01T09:00:00Z"). A line's own not_before or delay wins
+    #[arg(long, value_name = "TIME", allow_hyphen_values = true, conflicts_with = "delay",
+          value_parser = feed::schedule::not_before)]
+    pub not_before: Option<Schedule>,
+    /// Send no item of this call before this long after it is written, by the database's clock
+    /// (a duration: "90s", "10m", "1h30m"). A line's own not_before or delay wins
+    #[arg(long, value_name = "DURATION", allow_hyphen_values = true,
+          value_parser = feed::schedule::delay)]
+    pub delay: Option<Schedule>,
+    /// The producer's trace for every item of this call (a W3C traceparent such as
+    /// "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"): each delivery's span is its
+    /// child. A line's own traceparent wins [default: none]
+    #[arg(long, env = "TRACEPARENT", value_name = "TRACEPARENT",
+          value_parser = feed::otel::traceparent)]
+    pub traceparent: Option<String>,
+    /// JSON lines file; '-' or absent = standard input
+    pub file: Option<String>,
+}
+
+/// The settings of a partition that a command creates (`enqueue`,
+/// `schedules set`).
+#[derive(Args)]
+pub struct PartitionArgs {
     /// Keep the partition open when everything is done (default: close it)
     #[arg(long)]
     pub no_auto_close: bool,
@@ -48,31 +81,22 @@ pub struct EnqueueArgs {
     #[arg(long, default_value_t = 0, allow_hyphen_values = true,
           value_parser = clap::value_parser!(i32).range(-1000..=1000))]
     pub priority: i32,
-    /// Take each line as the item's data itself, not as {"id", "gate", "data"}
-    #[arg(long)]
-    pub raw: bool,
-    /// Put this before every item id read (for `export | enqueue` into a new partition: item ids
-    /// are unique across partitions)
-    #[arg(long)]
-    pub id_prefix: Option<String>,
-    /// Send no item of this call before this time: epoch milliseconds or an RFC 3339 time
-    /// ("2030-01-01T09:00:00Z"). A line's own not_before or delay wins
-    #[arg(long, value_name = "TIME", allow_hyphen_values = true, conflicts_with = "delay",
-          value_parser = feed::schedule::not_before)]
-    pub not_before: Option<Schedule>,
-    /// Send no item of this call before this long after it is written, by the database's clock
-    /// (a duration: "90s", "10m", "1h30m"). A line's own not_before or delay wins
-    #[arg(long, value_name = "DURATION", allow_hyphen_values = true,
-          value_parser = feed::schedule::delay)]
-    pub delay: Option<Schedule>,
-    /// The producer's trace for every item of this call (a W3C traceparent such as
-    /// "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"): each delivery's span is its
-    /// child. A line's own traceparent wins [default: none]
-    #[arg(long, env = "TRACEPARENT", value_name = "TRACEPARENT",
-          value_parser = feed::otel::traceparent)]
-    pub traceparent: Option<String>,
-    /// JSON lines file; '-' or absent = standard input
-    pub file: Option<String>,
+}
+
+impl PartitionArgs {
+    /// The partition settings these flags give.
+    pub fn spec(&self) -> PartitionSpec {
+        let mut spec = PartitionSpec::default();
+        spec.auto_close = !self.no_auto_close;
+        spec.manual_checkpoint = self.manual_checkpoint;
+        spec.on_failure = self.on_failure;
+        spec.gate_events = self.gate_events;
+        spec.tenant = self.tenant.clone();
+        spec.weight = self.weight;
+        spec.max_in_flight = self.max_in_flight;
+        spec.priority = self.priority;
+        spec
+    }
 }
 
 #[derive(Args)]
@@ -119,15 +143,7 @@ pub async fn enqueue(a: EnqueueArgs) -> anyhow::Result<()> {
         }
     }
     let store = create(&a.db).await?;
-    let mut spec = PartitionSpec::default();
-    spec.auto_close = !a.no_auto_close;
-    spec.manual_checkpoint = a.manual_checkpoint;
-    spec.on_failure = a.on_failure;
-    spec.gate_events = a.gate_events;
-    spec.tenant = a.tenant;
-    spec.weight = a.weight;
-    spec.max_in_flight = a.max_in_flight;
-    spec.priority = a.priority;
+    let spec = a.partition_options.spec();
     let partition = crate::status::clean(&a.partition);
     let total = items.len();
     let (mut written, mut first) = (0, None);

@@ -18,6 +18,7 @@ mod process;
 mod reference;
 mod run;
 mod run_flags;
+mod schedules;
 mod status;
 mod tokens;
 mod wait_hints;
@@ -82,6 +83,9 @@ enum Command {
     Limits(limits::LimitsArgs),
     /// Producer tokens for the enqueue API, each bound to a tenant: create, list or revoke them.
     Tokens(tokens::TokensArgs),
+    /// Recurring partitions: set, list or remove a schedule that creates a partition at each cron
+    /// tick.
+    Schedules(schedules::SchedulesArgs),
     /// Write the book's reference pages from the code (for the docs; hidden).
     #[command(hide = true)]
     Reference(reference::ReferenceArgs),
@@ -200,6 +204,7 @@ async fn main() -> ExitCode {
         Command::Events(args) => events::events(args).await,
         Command::Limits(args) => limits::limits(args).await,
         Command::Tokens(args) => tokens::tokens(args).await,
+        Command::Schedules(args) => schedules::schedules(args).await,
         Command::Reference(args) => reference::reference(args).await,
         Command::Ui(args) => controls::ui(args).await,
     };

@@ -18,7 +18,7 @@ use super::actions::{act, clear_limit, retry_item, set_limit};
 use super::endpoints::{Access, Endpoint, fields, no_query};
 use super::errors::json_only;
 use super::reads::{ItemQuery, PartitionQuery, items, list_limits, partition, partitions, status};
-use super::{Console, api_error, completion, enqueue, json_errors, tokens};
+use super::{Console, api_error, completion, enqueue, json_errors, schedules, tokens};
 
 /// Every route of the API, in the order the reference lists them.
 pub fn endpoints() -> Vec<Endpoint> {
@@ -213,6 +213,39 @@ pub(super) fn table() -> Vec<(Endpoint, MethodRouter<Console>)> {
                 "removes a tenant's limits: `{\"tenant\": …, \"removed\": true}` (`false` when it had none)",
             ),
             axum::routing::delete(clear_limit),
+        ),
+        (
+            e(
+                "GET",
+                "/schedules",
+                no_query,
+                "",
+                Open,
+                "the schedules, by name: `[{name, cron, timezone, partition, backfill, next_tick, last_partition, last_error, updated_at}…]` (times in epoch ms)",
+            ),
+            get(schedules::list),
+        ),
+        (
+            e(
+                "PUT",
+                "/schedules/{name}",
+                no_query,
+                "`{\"cron\": \"0 2 * * *\", \"timezone\"?: \"UTC\", \"backfill\"?: N, \"partition\"?: {tenant, auto_close, manual_checkpoint, on_failure, gate_events, weight, max_in_flight, priority}, \"items\": [{\"id\"?, \"gate\"?, \"data\"}…]}`",
+                Admin,
+                "creates or replaces a schedule, as `processor schedules set`; answers it",
+            ),
+            put(schedules::set),
+        ),
+        (
+            e(
+                "DELETE",
+                "/schedules/{name}",
+                no_query,
+                "",
+                Admin,
+                "removes a schedule (its partitions stay): `{\"name\": …, \"removed\": true}`; 404 when there is none",
+            ),
+            axum::routing::delete(schedules::remove),
         ),
     ]
 }

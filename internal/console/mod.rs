@@ -31,6 +31,7 @@ mod limits;
 mod login;
 mod pages;
 mod reads;
+mod schedules;
 pub(crate) mod stream;
 mod throttle;
 

@@ -32,6 +32,7 @@ pub(super) fn routes() -> Router<Console> {
         .route("/items/{id}/retry", post(forms::item_retry))
         .route("/processors", get(processors))
         .route("/limits", get(limits_page).post(forms::limits_set))
+        .route("/schedules", get(schedules_page))
         .route("/limits/{tenant}/clear", post(forms::limits_clear))
         .route("/login", get(login::login_form).post(login::login))
         .route("/logout", post(login::logout))
@@ -159,4 +160,10 @@ async fn limits_page(
     let done = done_message(q.done.as_deref());
     let body = r.map(|list| views::limits::limits(&list, &viewer, done));
     respond(&viewer, "Limits", body)
+}
+
+async fn schedules_page(State(c): State<Console>, viewer: Viewer) -> Response {
+    let r = async { c.store().await?.schedules().await }.await;
+    let body = r.map(|list| html_live(views::schedules::schedules(&list)));
+    respond(&viewer, "Schedules", body)
 }

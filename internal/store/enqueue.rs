@@ -3,9 +3,9 @@
 
 use std::time::Duration;
 
-use sea_orm::ConnectionTrait;
+use sea_orm::{ConnectionTrait, Statement};
 
-use super::driver::{is_transient, sql};
+use super::driver::{Driver, is_transient, sql};
 use super::insert::{insert_items, statements};
 use super::producer::{Enqueued, NewItem, PartitionSpec};
 use super::{ProducerScope, Store, get};
@@ -109,14 +109,8 @@ impl Store {
         let txn = self.begin_write().await?;
         // Upsert, then lock: producers creating the same partition at once
         // all succeed (a lock on a row that does not exist yet locks nothing).
-        let created = self.bounded(txn
-            .execute_raw(sql!(b;
-                "INSERT INTO feed_partitions (id, auto_close, manual_checkpoint, on_failure, gate_events, \
-                 tenant, weight, max_in_flight, priority) VALUES (" {partition} ", " {spec.auto_close} ", "
-                {spec.manual_checkpoint} ", " {spec.on_failure.as_str()} ", " {spec.gate_events} ", "
-                {spec.tenant.as_deref()} ", " {spec.weight.map(|w| i32::try_from(w).unwrap_or(i32::MAX))} ", "
-                {spec.max_in_flight.map(|m| i32::try_from(m).unwrap_or(i32::MAX))} ", " {spec.priority} ")" [b.keep_existing()]
-            )))
+        let created = self
+            .bounded(txn.execute_raw(insert_partition(b, partition, spec)))
             .await?
             .rows_affected()
             == 1;
@@ -184,4 +178,16 @@ impl Store {
             failed: status == "failed",
         })
     }
+}
+
+/// The statement that creates partition `id` with `spec`, or leaves the
+/// one there as it is (then it affects no row).
+pub(super) fn insert_partition(b: Driver, id: &str, spec: &PartitionSpec) -> Statement {
+    sql!(b;
+        "INSERT INTO feed_partitions (id, auto_close, manual_checkpoint, on_failure, gate_events, \
+         tenant, weight, max_in_flight, priority) VALUES (" {id} ", " {spec.auto_close} ", "
+        {spec.manual_checkpoint} ", " {spec.on_failure.as_str()} ", " {spec.gate_events} ", "
+        {spec.tenant.as_deref()} ", " {spec.weight.map(|w| i32::try_from(w).unwrap_or(i32::MAX))} ", "
+        {spec.max_in_flight.map(|m| i32::try_from(m).unwrap_or(i32::MAX))} ", " {spec.priority} ")" [b.keep_existing()]
+    )
 }

@@ -28,6 +28,7 @@ mod m20261129_000017_steps;
 mod m20261129_000018_binary_ids;
 mod m20261129_000019_priority;
 mod m20261130_000020_parents;
+mod m20261130_000021_schedules;
 
 /// Whether `table` has `column`: SQLite and MySQL have no `ADD COLUMN IF
 /// NOT EXISTS`, so a migration that adds one looks first (a racing
@@ -199,6 +200,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261129_000018_binary_ids::Migration),
             Box::new(m20261129_000019_priority::Migration),
             Box::new(m20261130_000020_parents::Migration),
+            Box::new(m20261130_000021_schedules::Migration),
         ]
     }
 

@@ -60,7 +60,7 @@ async fn collation(
 }
 
 /// The first of [`BINARY`] the server has.
-async fn binary(db: &SchemaManagerConnection<'_>) -> Result<String, DbErr> {
+pub(crate) async fn binary(db: &SchemaManagerConnection<'_>) -> Result<String, DbErr> {
     for name in BINARY {
         let found = db
             .query_one_raw(Statement::from_sql_and_values(

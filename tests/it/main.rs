@@ -59,6 +59,7 @@ mod refusals;
 mod retention;
 mod scale;
 mod schedule;
+mod schedules;
 mod sessions;
 mod signatures;
 mod spawn;

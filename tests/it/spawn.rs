@@ -107,15 +107,7 @@ async fn check_folder(db: &TestDb, h: &Handler) {
     let page = db.store.items("f", &filter).await.unwrap();
     assert_eq!(page.data[0].parent_id.as_deref(), Some("folder"));
     let base = crate::console_api::serve(db.store.clone(), None).await;
-    let html = reqwest::Client::new()
-        .get(format!("{base}/partitions/f?gate=1"))
-        .header("host", "127.0.0.1")
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let html = crate::support::page(&format!("{base}/partitions/f?gate=1")).await;
     assert!(html.contains("spawned by <code>folder</code>"), "{html}");
     let sum: Value = serde_json::from_slice(&db.store.item_data("sum").await.unwrap()).unwrap();
     assert_eq!(

@@ -4,11 +4,12 @@
 //! in an error, data or id shows as an escape). Only what can change lives in
 //! `#live`, which the script re-fetches every few seconds. Here: the frame
 //! and the pieces every page shares; each page's own markup is in `fleet`
-//! (overview, processors), `partitions` and `limits`.
+//! (overview, processors), `partitions`, `limits` and `schedules`.
 
 pub mod fleet;
 pub mod limits;
 pub mod partitions;
+pub mod schedules;
 
 use std::collections::BTreeMap;
 
@@ -64,7 +65,7 @@ fn text(s: &str) -> std::borrow::Cow<'_, str> {
 }
 
 /// Epoch milliseconds as a UTC time.
-fn time(ms: i64) -> String {
+pub(super) fn time(ms: i64) -> String {
     chrono::DateTime::from_timestamp_millis(ms)
         .map(|t| t.format("%Y-%m-%d %H:%M:%S UTC").to_string())
         .unwrap_or_default()
@@ -89,6 +90,7 @@ pub fn layout(title: &str, viewer: &Viewer, body: Markup) -> Markup {
                     a href="/partitions" { "Partitions" }
                     a href="/processors" { "Processors" }
                     a href="/limits" { "Limits" }
+                    a href="/schedules" { "Schedules" }
                     span.who {
                         @match viewer {
                             Viewer::ReadOnly => "read-only",

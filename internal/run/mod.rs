@@ -22,7 +22,6 @@ use prometheus_client::registry::Registry;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::backoff::Backoff;
 use crate::completer::Completer;
 use crate::context::{Context, Session};
 use crate::handler::{Handler, HttpHandler};
@@ -31,10 +30,14 @@ use crate::inputs::{Inputs, InputsUrl};
 use crate::metrics::Metrics;
 use crate::server::Health;
 use crate::session;
-use crate::store::{Store, redact, shown};
+use crate::store::{redact, shown};
 use crate::tasks::Tasks;
 use crate::webhooks::Webhooks;
 use crate::{Config, Error, Result, dispatch, retention};
+
+mod connect;
+
+use connect::{open, register};
 
 /// How long releasing partitions, deleting the session and stopping the
 /// health listener may take, together, after the drain.
@@ -195,6 +198,10 @@ async fn start(
         limits: ctx.limits.clone(),
     };
     work.spawn("limits", crate::limits::run(claimer, work.token()));
+    work.spawn(
+        "schedules",
+        crate::recurring::run(ctx.store.clone(), work.token()),
+    );
     let (store, metrics) = (ctx.store.clone(), ctx.metrics.clone());
     if let Some(webhooks) = Webhooks::new(&ctx.config, store, metrics, ctx.session.clone())? {
         work.spawn("webhooks", webhooks.run(work.token()));
@@ -287,101 +294,6 @@ async fn hand_over(ctx: &Context) {
     }
     if let Err(e) = ctx.store.delete_session(&me).await {
         tracing::warn!(error = %e, "could not delete the session row; it expires by itself");
-    }
-}
-
-/// Connects (waiting for the database), counts statements into `metrics`
-/// and migrates when asked; None when shutdown came first.
-async fn open(
-    config: &Config,
-    metrics: &Metrics,
-    health: &Health,
-    cancel: &CancellationToken,
-) -> Result<Option<Store>> {
-    let Some(mut store) = connect(config, cancel).await? else {
-        return Ok(None);
-    };
-    store.set_statement_counter(metrics.statements.clone());
-    store.set_timeout_counter(metrics.statement_timeouts.clone());
-    health.database.store(true, Ordering::Relaxed);
-    if config.database.migrate {
-        tokio::select! {
-            _ = cancel.cancelled() => return Ok(None),
-            r = store.migrate() => r?,
-        }
-    }
-    health.schema.store(true, Ordering::Relaxed);
-    Ok(Some(store))
-}
-
-/// Registers the session, retrying with backoff while the database does not
-/// answer; false when shutdown came first. Other errors (no schema, say)
-/// are returned: retrying would not help.
-async fn register(
-    store: &Store,
-    config: &Config,
-    id: &SessionId,
-    cancel: &CancellationToken,
-) -> Result<bool> {
-    let mut backoff = Backoff::new(Duration::from_millis(250), Duration::from_secs(5));
-    loop {
-        let delay = backoff.next_delay();
-        match session::register(store, config, id).await {
-            Ok(()) => return Ok(true),
-            Err(e @ Error::StatementTimeout(_)) => {
-                tracing::warn!(session = %id, error = %e, retry_in = ?delay, "the database does not answer; retrying the registration")
-            }
-            Err(Error::Db(e)) if crate::store::is_transient(&e) => {
-                tracing::warn!(session = %id, error = %e, retry_in = ?delay, "cannot register the session; retrying")
-            }
-            Err(e) => return Err(e),
-        }
-        tokio::select! {
-            _ = cancel.cancelled() => return Ok(false),
-            _ = tokio::time::sleep(delay) => {}
-        }
-    }
-}
-
-/// Connects, retrying with backoff (so logging at most one line per
-/// retry, 30 s apart at the longest) while the database is unreachable;
-/// None when shutdown came first. A database that cannot be used as the
-/// URL says (`store::Unusable`: no such database, a refused login, an
-/// SQLite file that cannot be opened) or a bad URL fails at once.
-/// The store's settings from the processor's.
-fn store_options(config: &Config, pool: u32) -> crate::store::Options {
-    let mut o = crate::store::Options::new(pool);
-    o.statement_timeout = config.database.statement_timeout;
-    o.max_lifetime = config.database.max_lifetime;
-    o.pooler = config.database.pooler;
-    o
-}
-
-async fn connect(config: &Config, cancel: &CancellationToken) -> Result<Option<Store>> {
-    let pool = u32::try_from(config.handler.concurrency / 4 + 4)
-        .unwrap_or(32)
-        .min(32);
-    let mut backoff = Backoff::new(Duration::from_millis(500), Duration::from_secs(30));
-    loop {
-        let delay = backoff.next_delay();
-        tracing::debug!(database = %shown(&config.database.url), "connecting to the database");
-        let options = store_options(config, pool);
-        let attempt = Store::open(&config.database.url, &options);
-        let result = tokio::select! {
-            _ = cancel.cancelled() => return Ok(None),
-            r = attempt => r,
-        };
-        match result {
-            Ok(store) => return Ok(Some(store)),
-            Err(Error::Connect { url, reason }) => {
-                tracing::warn!(database = %url, error = %reason, retry_in = ?delay, "database unreachable; retrying");
-            }
-            Err(e) => return Err(e),
-        }
-        tokio::select! {
-            _ = cancel.cancelled() => return Ok(None),
-            _ = tokio::time::sleep(delay) => {}
-        }
     }
 }
 
