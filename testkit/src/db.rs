@@ -118,7 +118,7 @@ impl Database {
         prefix: &str,
         pool: u32,
     ) -> Result<Database> {
-        Self::make(backend, servers, prefix, pool, true).await
+        Self::make(backend, servers, prefix, pool, true, None).await
     }
 
     /// `create`; a database that is not `durable` (PostgreSQL) commits
@@ -131,6 +131,7 @@ impl Database {
         prefix: &str,
         pool: u32,
         durable: bool,
+        template: Option<&str>,
     ) -> Result<Database> {
         let name = format!("{prefix}{}", uuid::Uuid::new_v4().simple());
         let admin = servers.admin(backend)?;
@@ -142,7 +143,15 @@ impl Database {
             }
             Some(url) => {
                 let on = admin.as_deref().unwrap_or_default();
-                execute_on(on, &format!("CREATE DATABASE {name}")).await?;
+                match template {
+                    Some(t) if backend == Backend::Mysql => {
+                        crate::template::copy_mysql(on, t, &name).await?
+                    }
+                    Some(t) => {
+                        execute_on(on, &format!("CREATE DATABASE {name} TEMPLATE {t}")).await?
+                    }
+                    None => execute_on(on, &format!("CREATE DATABASE {name}")).await?,
+                }
                 if !durable && backend == Backend::Postgres {
                     let set = format!("ALTER DATABASE {name} SET synchronous_commit = off");
                     if let Err(e) = execute_on(on, &set).await {
@@ -175,6 +184,33 @@ impl Database {
     /// skipped, saying why). In CI an unreachable server panics, so that a
     /// suite never passes by skipping.
     pub async fn fresh(backend: Backend, prefix: &str, pool: u32) -> Option<Database> {
+        let servers = Self::servers(backend).await?;
+        Some(
+            Self::make(backend, &servers, prefix, pool, false, None)
+                .await
+                .unwrap(),
+        )
+    }
+
+    /// [`Database::fresh`] with Feed's tables: on PostgreSQL and MariaDB a
+    /// copy of a template migrated once per test process (so no test pays
+    /// for every migration); on SQLite migrated.
+    pub async fn fresh_migrated(backend: Backend, prefix: &str, pool: u32) -> Option<Database> {
+        let servers = Self::servers(backend).await?;
+        let template = crate::template::of(backend, &servers).await;
+        let db = Self::make(backend, &servers, prefix, pool, false, template.as_deref())
+            .await
+            .unwrap();
+        if template.is_none() {
+            db.store.migrate().await.unwrap();
+        }
+        Some(db)
+    }
+
+    /// The default servers once `backend`'s answers; None (skip, saying
+    /// why) when it does not and `CI` is unset. In CI an unreachable
+    /// server panics, so that a suite never passes by skipping.
+    async fn servers(backend: Backend) -> Option<Servers> {
         let servers = Servers::default();
         if let Err(e) = servers.reachable(backend).await {
             if std::env::var_os("CI").is_none() {
@@ -183,11 +219,7 @@ impl Database {
             }
             panic!("{backend:?} unreachable in CI: {e}");
         }
-        Some(
-            Self::make(backend, &servers, prefix, pool, false)
-                .await
-                .unwrap(),
-        )
+        Some(servers)
     }
 
     /// Creates a database with Feed's tables.
@@ -254,7 +286,7 @@ impl Database {
 }
 
 /// Runs one statement on a connection of its own to `url`.
-async fn execute_on(url: &str, sql: &str) -> Result<()> {
+pub(crate) async fn execute_on(url: &str, sql: &str) -> Result<()> {
     let store = connect(url, 1).await?;
     let done = store.connection().execute_unprepared(sql).await;
     let _ = store.connection().clone().close().await;
@@ -262,7 +294,7 @@ async fn execute_on(url: &str, sql: &str) -> Result<()> {
     Ok(())
 }
 
-async fn drop_database(backend: Backend, admin: Option<&str>, name: &str) {
+pub(crate) async fn drop_database(backend: Backend, admin: Option<&str>, name: &str) {
     let Some(admin) = admin else { return };
     let sql = if backend == Backend::Postgres {
         format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")

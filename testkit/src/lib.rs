@@ -10,6 +10,7 @@ pub mod metrics;
 pub mod process;
 pub mod sql;
 pub mod stats;
+mod template;
 
 pub use db::{Backend, Database, Servers};
 pub use handler::{Call, Handler, json, signed, signed_event};

@@ -27,9 +27,13 @@ impl TestDb {
     /// A fresh, migrated database; None (skip) when the server is unreachable
     /// outside CI. In CI an unreachable server fails the test.
     pub async fn new(backend: Backend) -> Option<TestDb> {
-        let db = Self::empty(backend).await?;
-        db.store.migrate().await.unwrap();
-        Some(db)
+        let db = Database::fresh_migrated(backend, "feed_t_", 4).await?;
+        Some(TestDb {
+            backend,
+            url: db.url.clone(),
+            store: db.store.clone(),
+            owned: Some(db),
+        })
     }
 
     /// A fresh database without Feed's tables.

@@ -43,9 +43,8 @@ pub(super) struct Kit {
 impl Kit {
     /// None when the backend is unreachable outside CI (the test is skipped).
     async fn new(backend: Backend) -> Option<Kit> {
-        let db = Database::fresh(backend, "feed_s_", 1).await?;
+        let db = Database::fresh_migrated(backend, "feed_s_", 1).await?;
         let store = Store::connect(&db.url, 4).await.unwrap();
-        store.migrate().await.unwrap();
         Some(Kit { backend, store, db })
     }
 
