@@ -1,4 +1,5 @@
 //! The house rules that `docs/design.md` states, read off the source:
+//! every invariant it states names a test that exists,
 //! no two top-level modules of the library import each other (directly
 //! or around a circle), and no source file of the library, the command
 //! line, the migrations or the test kit grows past 400 lines.
@@ -131,4 +132,71 @@ fn no_source_file_grows_past_the_limit() {
         long.is_empty(),
         "over {MAX_LINES} lines: {long:?}; split each by what its parts do"
     );
+}
+
+#[test]
+fn the_command_line_writes_no_sql() {
+    let mut files = Vec::new();
+    sources(&root().join("cmd"), &mut files);
+    assert!(files.len() > 5, "the command line was not found");
+    let sql = regex::Regex::new(r#""\s*(SELECT|INSERT|UPDATE|DELETE|CREATE|ALTER|DROP) "#).unwrap();
+    let found: Vec<String> = files
+        .iter()
+        .flat_map(|f| {
+            let text = std::fs::read_to_string(f).unwrap();
+            let rel = f.strip_prefix(root()).unwrap().display().to_string();
+            sql.find_iter(&text)
+                .map(|m| format!("{rel}: {}", m.as_str()))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert!(
+        found.is_empty(),
+        "the command line writes SQL (it belongs in the library's store): {found:?}"
+    );
+}
+
+/// Whether `module::test` names a function `test` in a file of `tests/`
+/// or `internal/` whose name, or one of whose folders, is `module`.
+fn resolves(name: &str, files: &[PathBuf]) -> bool {
+    let Some((module, test)) = name.rsplit_once("::") else {
+        return false;
+    };
+    let module = module.rsplit("::").next().unwrap_or(module);
+    let def = regex::Regex::new(&format!(r"fn {test}\b")).unwrap();
+    files.iter().any(|f| {
+        let named = f
+            .components()
+            .any(|c| c.as_os_str().to_string_lossy().trim_end_matches(".rs") == module);
+        named && def.is_match(&std::fs::read_to_string(f).unwrap())
+    })
+}
+
+#[test]
+fn every_invariant_of_the_design_names_a_test_that_holds_it() {
+    let design = std::fs::read_to_string(root().join("docs/design.md")).unwrap();
+    let mut files = Vec::new();
+    for dir in ["tests", "internal"] {
+        sources(&root().join(dir), &mut files);
+    }
+    let named = regex::Regex::new(r"`([a-z_0-9]+(?:::[a-z_0-9]+)+)`").unwrap();
+    let mut unheld = Vec::new();
+    let mut count = 0;
+    for para in design.split("\n\n").filter(|p| p.contains("*Invariant")) {
+        count += 1;
+        let held = para.split("Held by").nth(1).unwrap_or("");
+        let tests: Vec<&str> = named
+            .captures_iter(held)
+            .map(|c| c.get(1).unwrap().as_str())
+            .collect();
+        let start: String = para.chars().take(80).collect();
+        if tests.is_empty() {
+            unheld.push(format!("no \"Held by `module::test`\": {start}…"));
+        }
+        for t in tests.into_iter().filter(|t| !resolves(t, &files)) {
+            unheld.push(format!("{t} is no test: {start}…"));
+        }
+    }
+    assert!(count >= 20, "the invariants were not found");
+    assert!(unheld.is_empty(), "{}", unheld.join("\n"));
 }
