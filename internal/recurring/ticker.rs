@@ -41,7 +41,9 @@ pub async fn run(store: Store, cancel: CancellationToken) {
 
 /// One look: every due schedule's ticks created and the schedule moved on.
 pub async fn tick(store: &Store) -> Result<()> {
-    let (now, due) = store.due_schedules().await?;
+    let (Some(now), due) = store.due_schedules().await? else {
+        return Ok(());
+    };
     for row in due {
         create_due(store, &row, now).await?;
     }

@@ -37,7 +37,7 @@ impl Store {
 
     /// Wakes PostgreSQL listeners after a control that makes work runnable.
     async fn wake(&self) -> Result<()> {
-        if let Some(notify) = self.driver.notify() {
+        if let Some(notify) = self.driver.dialect().notify {
             self.run(sql!(self.driver; [notify])).await?;
         }
         Ok(())
@@ -138,7 +138,7 @@ impl Store {
         let txn = self.begin_write().await?;
         let rows = self
             .bounded(txn.query_all_raw(sql!(b;
-                "SELECT status FROM feed_partitions WHERE id = " {id} [b.for_update()]
+                "SELECT status FROM feed_partitions WHERE id = " {id} [b.dialect().for_update]
             )))
             .await?;
         let Some(row) = rows.first() else {

@@ -92,8 +92,8 @@ impl Store {
         after: Option<i64>,
         limit: usize,
     ) -> Result<(Vec<PartitionId>, i64)> {
-        let seq = self.driver.seq();
-        let work = self.driver.new_work();
+        let seq = self.driver.dialect().seq;
+        let work = self.driver.dialect().new_work;
         let only = |word: &str| work.map_or(String::new(), |c| format!(" {word} {c}"));
         let Some(after) = after else {
             let rows = self
@@ -157,7 +157,7 @@ impl Store {
         // first few in index order (a filesort per refill).
         let n = want.len().next_power_of_two();
         let d = self.driver;
-        let (data, seq, index) = (d.data_column("i"), d.seq(), d.ready_index());
+        let (data, seq, index) = (d.data_column("i"), d.dialect().seq, d.dialect().ready_index);
         let head = format!(
             "SELECT i.id, i.partition_id, i.gate, {data} AS data, i.attempts, \
              i.version, i.steps, i.{seq} AS seq, i.not_before, i.traceparent FROM feed_items i{index} \

@@ -116,7 +116,7 @@ impl Store {
             == 1;
         let rows = self
             .bounded(txn.query_all_raw(sql!(b;
-                "SELECT gate, status, tenant FROM feed_partitions WHERE id = " {partition} [b.for_update()]
+                "SELECT gate, status, tenant FROM feed_partitions WHERE id = " {partition} [b.dialect().for_update]
             )))
             .await?;
         let row = rows
@@ -188,6 +188,6 @@ pub(super) fn insert_partition(b: Driver, id: &str, spec: &PartitionSpec) -> Sta
          tenant, weight, max_in_flight, priority) VALUES (" {id} ", " {spec.auto_close} ", "
         {spec.manual_checkpoint} ", " {spec.on_failure.as_str()} ", " {spec.gate_events} ", "
         {spec.tenant.as_deref()} ", " {spec.weight.map(|w| i32::try_from(w).unwrap_or(i32::MAX))} ", "
-        {spec.max_in_flight.map(|m| i32::try_from(m).unwrap_or(i32::MAX))} ", " {spec.priority} ")" [b.keep_existing()]
+        {spec.max_in_flight.map(|m| i32::try_from(m).unwrap_or(i32::MAX))} ", " {spec.priority} ")" [b.dialect().keep_existing]
     )
 }

@@ -121,7 +121,7 @@ impl Store {
 impl Export {
     /// `SELECT columns` of this export's items after `after`, in order.
     fn select(&self, columns: &str, after: Option<i64>) -> Sql {
-        let seq = self.store.driver.seq();
+        let seq = self.store.driver.dialect().seq;
         let mut sql = Sql::new(self.store.driver);
         sql.push(&format!(
             "SELECT {columns} FROM feed_items i WHERE i.partition_id = "
@@ -149,7 +149,7 @@ impl Export {
     /// id a reader got). Invalid when the partition has no such item.
     pub async fn after_item(&mut self, id: &str) -> Result<()> {
         validate::filter("after", id)?;
-        let seq = self.store.driver.seq();
+        let seq = self.store.driver.dialect().seq;
         let mut sql = Sql::new(self.store.driver);
         sql.push(&format!(
             "SELECT i.{seq} AS seq FROM feed_items i WHERE i.partition_id = "
@@ -173,7 +173,7 @@ impl Export {
     /// last of them when more items follow, to start the next page
     /// after; None when these are the last.
     pub async fn limit(&mut self, count: usize) -> Result<Option<String>> {
-        let seq = self.store.driver.seq();
+        let seq = self.store.driver.dialect().seq;
         let mut sql = self.select(&format!("i.{seq} AS seq, i.id"), self.after);
         let skip = i64::try_from(count.max(1) - 1).unwrap_or(i64::MAX);
         sql.push(&format!(" ORDER BY i.{seq} LIMIT 2 OFFSET "))
@@ -196,7 +196,7 @@ impl Export {
             return Ok(None);
         }
         let b = self.store.driver;
-        let seq = b.seq();
+        let seq = b.dialect().seq;
         let columns = format!("i.{seq} AS seq, LENGTH({}) AS size", b.data_column("i"));
         let mut sql = self.select(&columns, self.after);
         sql.push(&format!(" ORDER BY i.{seq} LIMIT "))
@@ -231,7 +231,7 @@ impl Export {
     /// Reads the page `plan` planned (its items still there) and moves past it.
     pub async fn fetch(&mut self, plan: Planned) -> Result<Vec<ExportedItem>> {
         let b = self.store.driver;
-        let seq = b.seq();
+        let seq = b.dialect().seq;
         let columns = format!(
             "i.{seq} AS seq, i.id, {}, i.status, {}, i.last_error, i.not_before, \
              i.parent_id, {} AS data",

@@ -81,7 +81,7 @@ impl Store {
         }
         // An idle partition that is not paused waits for its first
         // scheduled item: one entry of the ready index says when.
-        let index = self.driver.ready_index();
+        let index = self.driver.dialect().ready_index;
         let mut s = Sql::new(self.driver);
         s.push(&format!(
             "SELECT v.*, CASE WHEN v.verdict = 'idle' AND NOT v.paused THEN \
@@ -136,7 +136,7 @@ impl Store {
         me: &SessionId,
         ids: &[PartitionId],
     ) -> Result<(HashMap<PartitionId, Option<i64>>, Vec<PartitionId>)> {
-        let index = self.driver.ready_index();
+        let index = self.driver.dialect().ready_index;
         let mut s = Sql::new(self.driver);
         s.push(&format!(
             "SELECT p.id, (SELECT MIN(r.gate) FROM feed_items r{index} WHERE r.partition_id = p.id \
@@ -234,7 +234,12 @@ impl Store {
     ) -> Result<Vec<PartitionId>> {
         let mut closed = Vec::new();
         for chunk in parts.chunks(CLOSE_CHUNK) {
-            closed.extend(self.driver.close(self, chunk, me, version, guard).await?);
+            let rows = self
+                .returning(self.driver.close(chunk, me, version, guard))
+                .await?;
+            for r in &rows {
+                closed.push(get(r, "id")?);
+            }
         }
         Ok(closed)
     }

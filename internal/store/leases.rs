@@ -5,9 +5,10 @@ use std::time::Duration;
 
 use sea_orm::FromQueryResult;
 
-use super::driver::{Sql, id_versions, sql};
+use super::driver::{LeasePage, Sql, sql};
 use super::limits::nonneg;
 use super::probes::{LIVE, item_exists, ready, stuck};
+use super::returning::id_versions;
 use super::{Store, get, ms};
 use crate::ids::{PartitionId, SessionId, Tenant};
 use crate::{Error, Result};
@@ -102,8 +103,8 @@ impl Store {
         // every complete partition through the status index and sorted
         // them: 0.36 s per slice at 300,000; MariaDB, ordered by the whole
         // key, sorted them all).
-        let unowned_order = self.driver.unowned_order();
-        let index = self.driver.ready_index();
+        let unowned_order = self.driver.dialect().unowned_order;
+        let index = self.driver.dialect().ready_index;
         let stranded = item_exists(self.driver, "i.status = 'available'", "x.id");
         let left = (COUNT_CAP - held).max(0);
         // Active partitions others hold or nobody does, counted along the
@@ -209,7 +210,13 @@ impl Store {
         limit: usize,
         me: &SessionId,
     ) -> Result<Vec<(PartitionId, i64)>> {
-        self.driver.lease_page(self, after, limit, me).await
+        match self.driver.lease_page(after, limit, me) {
+            LeasePage::Take(st) => id_versions(&self.fetch(st).await?),
+            LeasePage::Pick(st) => {
+                let pick = id_versions(&self.fetch(st).await?)?;
+                self.lease_many(&pick, me).await
+            }
+        }
     }
 
     /// Up to `limit` active partitions whose owner is a session no longer
@@ -249,7 +256,12 @@ impl Store {
         rows: &[(PartitionId, i64)],
         me: &SessionId,
     ) -> Result<Vec<(PartitionId, i64)>> {
-        self.driver.lease_many(self, rows, me).await
+        let mut taken = Vec::new();
+        for chunk in rows.chunks(super::LEASE_CHUNK) {
+            let rows = self.returning(self.driver.lease_chunk(chunk, me)).await?;
+            taken.extend(id_versions(&rows)?);
+        }
+        Ok(taken)
     }
 
     /// Gives one held partition back (OCC, owner-fenced), to make room.

@@ -219,7 +219,7 @@ impl Store {
     ) -> Result<Option<u32>> {
         let b = self.driver;
         let lock = sql!(b;
-            "SELECT max_in_flight FROM feed_limits WHERE tenant = " {tenant} [b.for_update()]
+            "SELECT max_in_flight FROM feed_limits WHERE tenant = " {tenant} [b.dialect().for_update]
         );
         let reap = sql!(b;
             "DELETE FROM feed_slots WHERE tenant = " {tenant} " AND session_id NOT IN " [LIVE]

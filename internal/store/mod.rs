@@ -5,6 +5,7 @@
 //! lives in `driver`, one file per database. Operator controls live in `controls`, the console's read
 //! models in [`listing`], retention in [`prune`].
 
+mod batches;
 mod connect;
 mod connect_error;
 mod controls;
@@ -28,6 +29,7 @@ mod probes;
 pub mod producer;
 pub mod prune;
 mod results;
+mod returning;
 mod role;
 pub mod schedules;
 mod schema;
@@ -218,7 +220,7 @@ impl Store {
 
     /// Whether processors on this database are woken by LISTEN/NOTIFY.
     pub(crate) fn listens(&self) -> bool {
-        self.driver.notify().is_some() && self.pooler != Pooler::Transaction
+        self.driver.dialect().notify.is_some() && self.pooler != Pooler::Transaction
     }
 
     /// The database clock, in epoch milliseconds.

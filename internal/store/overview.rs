@@ -55,7 +55,7 @@ impl Store {
     pub(crate) async fn add_completions(&self, items: u64) -> Result<()> {
         self.run(sql!(self.driver;
             "INSERT INTO feed_completions (minute, items) VALUES ({now} - ({now} % 60000), "
-            {items as i64} ")" [self.driver.add_to_minute()]
+            {items as i64} ")" [self.driver.dialect().add_to_minute]
         ))
         .await?;
         Ok(())

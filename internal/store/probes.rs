@@ -19,7 +19,7 @@ use crate::status::Status;
 /// purge removes them (on 100 partitions mid-drain, 1,500 index entries
 /// each, twice per partition).
 pub(super) fn first_at_gate(d: Driver, also: &str, order: &str) -> String {
-    let (seq, index) = (d.seq(), d.ready_index());
+    let (seq, index) = (d.dialect().seq, d.dialect().ready_index);
     format!(
         "(SELECT r.{seq} FROM feed_items r{index} WHERE r.partition_id = p.id \
          AND r.status = 'available' AND r.gate = p.gate{also} ORDER BY {order} LIMIT 1)"
@@ -30,7 +30,7 @@ pub(super) fn first_at_gate(d: Driver, also: &str, order: &str) -> String {
 /// entry of the gate's range (the one scheduled latest, or the newest
 /// without a time).
 pub(super) fn any_at_gate(d: Driver) -> String {
-    let seq = d.seq();
+    let seq = d.dialect().seq;
     first_at_gate(d, "", &format!("r.not_before DESC, r.{seq} DESC"))
 }
 
@@ -83,7 +83,7 @@ const KNOWN: [&str; 4] = [
 /// SQL for an item of the partition whose id is `partition` matching `cond`
 /// (the item aliased `i`), read through the ready index.
 pub(super) fn item_exists(d: Driver, cond: &str, partition: &str) -> String {
-    let index = d.ready_index();
+    let index = d.dialect().ready_index;
     format!(
         "EXISTS (SELECT 1 FROM feed_items i{index} WHERE i.partition_id = {partition} AND {cond})"
     )

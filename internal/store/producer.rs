@@ -271,7 +271,7 @@ impl Store {
             )))
             .await?
             .rows_affected();
-        if let Some(notify) = b.notify()
+        if let Some(notify) = b.dialect().notify
             && n > 0
         {
             self.bounded(txn.execute_unprepared(notify)).await?;

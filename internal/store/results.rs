@@ -159,10 +159,6 @@ impl Store {
         }
         Ok(out)
     }
-
-    async fn write_chunk(&self, acks: &[Ack], expiry: Duration) -> Result<Vec<bool>> {
-        self.driver.write_results(self, acks, expiry).await
-    }
 }
 
 impl From<bool> for Written {

@@ -9,7 +9,7 @@ use serde::Serialize;
 use super::driver::sql;
 use super::enqueue::insert_partition;
 use super::insert::{insert_items, statements};
-use super::{NewItem, PartitionSpec, Store};
+use super::{NewItem, PartitionSpec, Store, get};
 use crate::{Result, validate};
 
 /// One schedule as stored (`spec` as JSON, `items` as JSON lines).
@@ -78,14 +78,20 @@ impl Store {
         Ok(n > 0)
     }
 
-    /// The database clock and the schedules whose next tick has come.
-    pub async fn due_schedules(&self) -> Result<(i64, Vec<ScheduleRow>)> {
-        let now = self.now_ms().await?;
-        let sql = format!("SELECT {COLUMNS} FROM feed_schedules WHERE next_tick <= ");
-        let rows = self
-            .rows_of(sql!(self.driver; [&sql] {now} " ORDER BY name"))
-            .await?;
-        Ok((now, rows))
+    /// The schedules whose next tick has come, with the database clock
+    /// they were read at (None when none is due): one statement, which
+    /// every processor runs twice a second.
+    pub async fn due_schedules(&self) -> Result<(Option<i64>, Vec<ScheduleRow>)> {
+        let sql = format!(
+            "SELECT {COLUMNS}, {{now}} AS now FROM feed_schedules WHERE next_tick <= {{now}} ORDER BY name"
+        );
+        let rows = self.fetch(sql!(self.driver; [&sql])).await?;
+        let now = rows.first().map(|r| get(r, "now")).transpose()?;
+        let due = rows
+            .iter()
+            .map(|r| Ok(ScheduleRow::from_query_result(r, "")?))
+            .collect::<Result<Vec<_>>>()?;
+        Ok((now, due))
     }
 
     /// Creates partition `id` with `items`, unless it exists (then nothing

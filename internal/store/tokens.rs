@@ -89,12 +89,12 @@ impl Store {
     /// and locked, the prefix checked against them, the token inserted.
     async fn insert_token(&self, id: &str, token: &str, scope: &ProducerScope) -> Result<()> {
         let b = self.driver;
-        let locks = b.token_locks();
+        let locks = b.dialect().token_locks;
         let txn = self.bounded(self.begin_at(locks.isolation)).await?;
         if let Some(lock) = locks.create {
             self.bounded(txn.execute_unprepared(lock)).await?;
         }
-        let tokens = self.every_token(&txn, b.for_update()).await?;
+        let tokens = self.every_token(&txn, b.dialect().for_update).await?;
         if let Some(p) = &scope.prefix
             && let Some(other) = tokens.iter().find(|t| {
                 t.tenant != scope.tenant && t.prefix.as_deref().is_some_and(|q| overlap(p, q))
@@ -132,7 +132,7 @@ impl Store {
         items: &[NewItem],
     ) -> Result<()> {
         let b = self.driver;
-        let locks = b.token_locks();
+        let locks = b.dialect().token_locks;
         // For the legacy token too: on PostgreSQL the lock on the table
         // that this takes, even of no row, is what a creation waits for.
         let own = self

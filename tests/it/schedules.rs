@@ -137,6 +137,7 @@ async fn processors_racing_on_a_tick_create_it_once(db: TestDb) {
     let next = late(&db, "race", "0 * * * * *", 60_000, 1, 1).await;
     let (now_a, rows_a) = db.store.due_schedules().await.unwrap();
     let (now_b, rows_b) = db.store.due_schedules().await.unwrap();
+    let (now_a, now_b) = (now_a.unwrap(), now_b.unwrap());
     recurring::create_due(&db.store, &rows_a[0], now_a)
         .await
         .unwrap();

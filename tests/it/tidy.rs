@@ -200,3 +200,26 @@ fn every_invariant_of_the_design_names_a_test_that_holds_it() {
     assert!(count >= 20, "the invariants were not found");
     assert!(unheld.is_empty(), "{}", unheld.join("\n"));
 }
+
+#[test]
+fn the_drivers_build_statements_and_the_store_runs_them() {
+    let mut files = Vec::new();
+    sources(&root().join("internal/store/driver"), &mut files);
+    assert!(files.len() > 8, "the drivers were not found");
+    let store = regex::Regex::new(r"\bStore\b").unwrap();
+    let running: Vec<String> = files
+        .iter()
+        .filter(|f| {
+            std::fs::read_to_string(f)
+                .unwrap()
+                .lines()
+                .filter(|l| !l.trim_start().starts_with("//"))
+                .any(|l| store.is_match(l))
+        })
+        .map(|f| f.strip_prefix(root()).unwrap().display().to_string())
+        .collect();
+    assert!(
+        running.is_empty(),
+        "driver files that run statements through the store (build them in the driver, run them in the store): {running:?}"
+    );
+}

@@ -139,7 +139,7 @@ async fn slots_are_shared_under_the_tenants_lock(k: Kit) {
     let txn = k.store.begin_write().await.unwrap();
     txn.execute_unprepared(&format!(
         "SELECT max_in_flight FROM feed_limits WHERE tenant = 'acme'{}",
-        k.store.driver.for_update()
+        k.store.driver.dialect().for_update
     ))
     .await
     .unwrap();

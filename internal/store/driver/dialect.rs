@@ -30,17 +30,17 @@ pub(crate) struct Dialect {
     /// cost of closing 500 partitions at once).
     pub(super) id_version_pairs: (&'static str, &'static str, &'static str),
     /// The column that orders a partition's items as they were written.
-    pub(super) seq: &'static str,
+    pub(crate) seq: &'static str,
     /// A condition on the items a look for new work reads, where the index
     /// in write order holds only those (PostgreSQL: available items).
-    pub(super) new_work: Option<&'static str>,
+    pub(crate) new_work: Option<&'static str>,
     /// Appended to an `INSERT` of a partition so that an existing one stays
     /// (producers creating the same partition at once all succeed); the
     /// statement affects exactly 1 row only when it created the partition.
-    pub(super) keep_existing: &'static str,
+    pub(crate) keep_existing: &'static str,
     /// Appended to an `INSERT INTO feed_completions (minute, items)` so
     /// that the minute's existing row is added to.
-    pub(super) add_to_minute: &'static str,
+    pub(crate) add_to_minute: &'static str,
     /// Opens a comparison of the first characters of `id` with a prefix,
     /// byte for byte: the count of characters and the prefix follow.
     pub(super) id_starts: &'static str,
@@ -48,12 +48,12 @@ pub(crate) struct Dialect {
     /// at commit.
     pub(super) fence_lock: &'static str,
     /// A row lock taken by a `SELECT` inside a transaction.
-    pub(super) for_update: &'static str,
+    pub(crate) for_update: &'static str,
     /// The locks that order producer tokens' revokes and creations with
     /// the enqueues of scoped producers.
-    pub(super) token_locks: TokenLocks,
+    pub(crate) token_locks: TokenLocks,
     /// The statement that wakes LISTENing processors, where there is one.
-    pub(super) notify: Option<&'static str>,
+    pub(crate) notify: Option<&'static str>,
     /// SQL expressions joined into one string.
     pub(super) concat: fn(&[&str]) -> String,
     /// Writes from many connections run at once (SQLite has one writer
@@ -83,14 +83,14 @@ pub(crate) struct Dialect {
     pub(super) autovacuum_off: Option<&'static str>,
     /// Follows `FROM feed_items <alias>` in a read of one partition's items
     /// by status (a probe, a refill) to hold it to `feed_items_ready`.
-    pub(super) ready_index: &'static str,
+    pub(crate) ready_index: &'static str,
     /// The planner takes `not_before IS NULL` as fixing the column, so the
     /// dispatch index gives write order after it (MariaDB and SQLite; on
     /// PostgreSQL the order must name `not_before` first, or it sorts).
     pub(super) null_fixes_order: bool,
     /// The `ORDER BY` list that reads the partitions of one status with no
     /// owner in id order, along `feed_partitions_held (status, owner, id)`.
-    pub(super) unowned_order: &'static str,
+    pub(crate) unowned_order: &'static str,
     /// Appended to an `INSERT` so that a row with the same key (the
     /// column named) gets the inserted values of the columns listed
     /// instead; with none listed the existing row stays as it is.

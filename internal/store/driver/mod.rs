@@ -10,7 +10,7 @@
 mod connect;
 mod dialect;
 mod errors;
-mod mysql;
+pub(crate) mod mysql;
 mod postgres;
 mod results;
 mod returning;
@@ -21,7 +21,7 @@ pub(crate) use dialect::{Dialect, TokenLocks};
 pub(crate) use errors::{Refusal, refusal};
 pub use errors::{is_lost_statement, is_transient, is_wrong_node};
 pub(crate) use results::result_statement;
-pub(crate) use returning::{LEASE_CHUNK, id_versions};
+pub(crate) use returning::{LEASE_CHUNK, LeasePage, Returning};
 pub(crate) use sql::{Sql, sql};
 
 use sea_orm::{DbBackend, Statement, Value};
@@ -79,7 +79,8 @@ impl Driver {
         }
     }
 
-    pub(super) fn dialect(self) -> &'static Dialect {
+    /// What differs between the databases, as values.
+    pub(crate) fn dialect(self) -> &'static Dialect {
         match self {
             Driver::Sqlite => &sqlite::DIALECT,
             Driver::Postgres => &postgres::DIALECT,
@@ -132,26 +133,6 @@ impl Driver {
         }
     }
 
-    /// The column that orders a partition's items as they were written.
-    pub(crate) fn seq(self) -> &'static str {
-        self.dialect().seq
-    }
-
-    /// See [`Dialect::new_work`].
-    pub(crate) fn new_work(self) -> Option<&'static str> {
-        self.dialect().new_work
-    }
-
-    /// See [`Dialect::keep_existing`].
-    pub(crate) fn keep_existing(self) -> &'static str {
-        self.dialect().keep_existing
-    }
-
-    /// See [`Dialect::add_to_minute`].
-    pub(crate) fn add_to_minute(self) -> &'static str {
-        self.dialect().add_to_minute
-    }
-
     /// Appends a test that `id` starts with `prefix`, byte for byte; see
     /// [`Dialect::id_starts`].
     pub(crate) fn id_starts(self, s: &mut Sql, prefix: &str) {
@@ -161,24 +142,9 @@ impl Driver {
             .bind(prefix);
     }
 
-    /// See [`Dialect::for_update`].
-    pub(crate) fn for_update(self) -> &'static str {
-        self.dialect().for_update
-    }
-
-    /// See [`TokenLocks`].
-    pub(crate) fn token_locks(self) -> TokenLocks {
-        self.dialect().token_locks
-    }
-
     /// Whether the database has LISTEN/NOTIFY (it has a [`Dialect::notify`]).
     pub(crate) fn has_listen(self) -> bool {
         self.dialect().notify.is_some()
-    }
-
-    /// See [`Dialect::notify`].
-    pub(crate) fn notify(self) -> Option<&'static str> {
-        self.dialect().notify
     }
 
     /// SQL expressions joined into one string.
@@ -186,26 +152,16 @@ impl Driver {
         (self.dialect().concat)(parts)
     }
 
-    /// See [`Dialect::ready_index`].
-    pub(crate) fn ready_index(self) -> &'static str {
-        self.dialect().ready_index
-    }
-
     /// The `ORDER BY` list that reads the items of one gate without a time
     /// (`not_before IS NULL`, alias `a`) in write order, newest first when
     /// `desc`, along the dispatch index without a sort.
     pub(crate) fn unscheduled_order(self, a: &str, desc: bool) -> String {
-        let (seq, dir) = (self.seq(), if desc { " DESC" } else { "" });
+        let (seq, dir) = (self.dialect().seq, if desc { " DESC" } else { "" });
         if self.dialect().null_fixes_order {
             format!("{a}.{seq}{dir}")
         } else {
             format!("{a}.not_before{dir}, {a}.{seq}{dir}")
         }
-    }
-
-    /// See [`Dialect::unowned_order`].
-    pub(crate) fn unowned_order(self) -> &'static str {
-        self.dialect().unowned_order
     }
 
     /// Whether writes from many connections run at once (SQLite has one

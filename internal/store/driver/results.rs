@@ -1,16 +1,15 @@
 //! The fenced result statements every driver shares (one result in a
-//! plain `UPDATE`, the row of a batch), and the batch each driver writes
-//! its own way: `UPDATE … FROM (VALUES …) RETURNING` on PostgreSQL and
-//! SQLite (from the driver's `VALUES` source), MySQL's in its driver.
+//! plain `UPDATE`, the row of a batch), and the batch statement of
+//! PostgreSQL and SQLite: `UPDATE … FROM (VALUES …) RETURNING` (from the
+//! driver's `VALUES` source); MySQL's is in its driver. The store runs
+//! them (`store::batches`).
 
-use std::collections::HashSet;
 use std::time::Duration;
 
 use sea_orm::{Statement, Value};
 
-use super::{Driver, Sql, mysql, postgres, sqlite};
-use crate::Result;
-use crate::store::{Ack, ItemWrite, Store, ms};
+use super::{Driver, Sql, postgres, sqlite};
+use crate::store::{Ack, ItemWrite, ms};
 
 /// The row of a result batch, defined once: each column's name and its SQL
 /// type (PostgreSQL's parameters carry none, so its `VALUES` are cast).
@@ -41,53 +40,16 @@ const RESULT_COLUMNS: usize = RESULT_ROW.len();
 pub(super) type ValuesSource = fn(&mut Sql, usize, Vec<Value>) -> &'static str;
 
 impl Driver {
-    /// Writes a chunk of results, each with its own fence; per result,
-    /// whether it was stored.
-    pub(crate) async fn write_results(
-        self,
-        store: &Store,
-        acks: &[Ack],
-        expiry: Duration,
-    ) -> Result<Vec<bool>> {
-        match (self, acks) {
-            (Driver::MySql, _) => mysql::results::write(store, acks, expiry).await,
-            (Driver::Sqlite | Driver::Postgres, [one]) => write_one(store, one, expiry).await,
-            (Driver::Sqlite, _) => write_batch(store, acks, expiry, sqlite::values_source).await,
-            (Driver::Postgres, _) => {
-                write_batch(store, acks, expiry, postgres::values_source).await
-            }
-        }
-    }
-}
-
-/// PostgreSQL and SQLite: one result in a plain fenced `UPDATE`. A lone
-/// result needs no VALUES list, which SQLite copies into a table of its
-/// own before it updates (costly for megabytes of data).
-async fn write_one(store: &Store, ack: &Ack, expiry: Duration) -> Result<Vec<bool>> {
-    let n = store
-        .retry(|| async {
-            store.count(1);
-            store
-                .execute_raw(result_statement(store.driver(), ack, expiry))
-                .await
-        })
-        .await?;
-    Ok(vec![n.rows_affected() == 1])
-}
-
-/// PostgreSQL and SQLite: every result of the batch in one fenced
-/// `UPDATE … FROM (VALUES …) RETURNING id` (one round trip). RETURNING
-/// says which rows passed the fence.
-async fn write_batch(
-    store: &Store,
-    acks: &[Ack],
-    expiry: Duration,
-    source: ValuesSource,
-) -> Result<Vec<bool>> {
-    // The statement is built per attempt, not cloned from a kept copy: a
-    // result's data may be megabytes, and each copy counts.
-    let build = || {
-        let mut s = Sql::new(store.driver());
+    /// PostgreSQL and SQLite: every result of the batch in one fenced
+    /// `UPDATE … FROM (VALUES …) RETURNING id` (one round trip); the ids
+    /// it returns passed the fence. Built anew for each attempt: a
+    /// result's data may be megabytes, and each copy counts.
+    pub(crate) fn result_batch(self, acks: &[Ack], expiry: Duration) -> Statement {
+        let source: ValuesSource = match self {
+            Driver::Postgres => postgres::values_source,
+            _ => sqlite::values_source,
+        };
+        let mut s = Sql::new(self);
         s.push(
             "UPDATE feed_items AS i SET status = v.status, gate = v.gate, data = COALESCE(v.data, i.data), \
              not_before = CASE WHEN v.delay IS NULL THEN NULL ELSE {now} + v.delay END, \
@@ -102,25 +64,11 @@ async fn write_batch(
              WHERE p.id = v.partition_id AND p.owner = v.session AND s.heartbeat_at >= {now} - ",
         )
         .bind(ms(expiry))
-        .push(store.driver().dialect().fence_lock)
+        .push(self.dialect().fence_lock)
         .push(") RETURNING ")
         .push(returning);
         s.statement()
-    };
-    let rows = store
-        .retry(|| async {
-            store.count(1);
-            store.query_all_raw(build()).await
-        })
-        .await?;
-    let written: HashSet<String> = rows
-        .iter()
-        .filter_map(|r| r.try_get::<String>("", "id").ok())
-        .collect();
-    Ok(acks
-        .iter()
-        .map(|a| written.contains(a.fence.id.as_str()))
-        .collect())
+    }
 }
 
 /// One fenced UPDATE: it changes the row only if the item's partition,

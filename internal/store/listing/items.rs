@@ -99,7 +99,7 @@ impl Store {
             validate::gate("gate", g)?;
         }
         let limit = clamp(f.limit);
-        let seq = self.driver.seq();
+        let seq = self.driver.dialect().seq;
         let items = self
             .item_views(|s| {
                 s.push(" WHERE i.partition_id = ").bind(partition);

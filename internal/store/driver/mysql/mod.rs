@@ -7,7 +7,7 @@ use sea_orm::sqlx::error::DatabaseError;
 
 use super::{Dialect, Sql, TokenLocks};
 
-pub(super) mod results;
+pub(crate) mod results;
 
 pub(super) const DIALECT: Dialect = Dialect {
     now: "CAST(FLOOR(UNIX_TIMESTAMP(NOW(3)) * 1000) AS SIGNED)",

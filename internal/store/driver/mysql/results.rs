@@ -1,33 +1,24 @@
-//! MySQL/MariaDB's result batch: it has no `UPDATE … FROM` and no
-//! `RETURNING` on `UPDATE`, so a batch is one transaction that locks the
-//! partition rows, then writes every row in one `UPDATE` (single-table
-//! when the results are all alike, else `UPDATE … JOIN`), and is
-//! rewritten row by row when it changed fewer rows than it was sent.
+//! MySQL/MariaDB's result batch statements: it has no `UPDATE … FROM` and
+//! no `RETURNING` on `UPDATE`, so a batch is one transaction (the store's,
+//! `store::batches`) that locks the partition rows, then writes every row
+//! in one `UPDATE` (single-table when the results are all alike, else
+//! `UPDATE … JOIN`), and is rewritten row by row when it changed fewer
+//! rows than it was sent.
 
 use std::collections::HashSet;
 use std::time::Duration;
 
-use sea_orm::{ConnectionTrait, Statement, Value};
+use sea_orm::{Statement, Value};
 
-use super::super::results::{
-    RESULT_ROW, bucket, padded, padded_values, result_statement, set_clause,
-};
+use super::super::results::{RESULT_ROW, bucket, padded, padded_values, set_clause};
 use super::super::{Driver, Sql};
-use crate::Result;
 use crate::ids::PartitionId;
-use crate::store::{Ack, Store, ms};
+use crate::store::{Ack, ms};
 
-/// Writes a chunk of results in one transaction: lock the partition rows
-/// first (`LOCK IN SHARE MODE`), so the fence holds at commit whatever the
-/// isolation level; then the whole batch in one `UPDATE` with the per-row
-/// fence. When some rows were rejected the batch is rolled back and the
-/// rows are written one by one to learn which (rejections are rare: a
-/// lease change mid-call).
-pub(in crate::store::driver) async fn write(
-    store: &Store,
-    acks: &[Ack],
-    expiry: Duration,
-) -> Result<Vec<bool>> {
+/// The statement that locks the partitions of `acks` (`LOCK IN SHARE
+/// MODE`), run first in a batch's transaction so that the fence holds at
+/// commit whatever the isolation level.
+pub(crate) fn share_lock(acks: &[Ack]) -> Statement {
     let partitions: Vec<PartitionId> = acks
         .iter()
         .map(|a| a.fence.partition_id.clone())
@@ -38,47 +29,15 @@ pub(in crate::store::driver) async fn write(
     lock.push("SELECT id FROM feed_partitions WHERE id IN (")
         .binds(partitions.into_iter().map(Value::from))
         .push(") LOCK IN SHARE MODE");
-    let lock = lock.statement();
-    let batch = (acks.len() > 1)
-        .then(|| uniform_statement(acks, expiry).unwrap_or_else(|| join_statement(acks, expiry)));
-    if let Some(batch) = &batch {
-        let n = acks.len() as u64;
-        let all = store
-            .retry(|| async {
-                let txn = store.begin_immediate().await?;
-                store.count(2);
-                txn.query_all_raw(lock.clone()).await?;
-                if txn.execute_raw(batch.clone()).await?.rows_affected() == n {
-                    store.commit(txn).await?;
-                    Ok(true)
-                } else {
-                    txn.rollback().await?;
-                    Ok(false)
-                }
-            })
-            .await?;
-        if all {
-            return Ok(vec![true; acks.len()]);
-        }
-    }
-    let each: Vec<Statement> = acks
-        .iter()
-        .map(|a| result_statement(Driver::MySql, a, expiry))
-        .collect();
-    store
-        .retry(|| async {
-            let txn = store.begin_immediate().await?;
-            store.count(1);
-            txn.query_all_raw(lock.clone()).await?;
-            let mut out = Vec::with_capacity(each.len());
-            for st in &each {
-                store.count(1);
-                out.push(txn.execute_raw(st.clone()).await?.rows_affected() == 1);
-            }
-            store.commit(txn).await?;
-            Ok(out)
-        })
-        .await
+    lock.statement()
+}
+
+/// The whole batch in one `UPDATE` with the per-row fence: single-table
+/// when the results are all alike, else joined to its rows. None for a
+/// batch of one.
+pub(crate) fn batch(acks: &[Ack], expiry: Duration) -> Option<Statement> {
+    (acks.len() > 1)
+        .then(|| uniform_statement(acks, expiry).unwrap_or_else(|| join_statement(acks, expiry)))
 }
 
 /// A mixed batch: a multi-table `UPDATE` joined to its rows, each a
