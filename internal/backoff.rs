@@ -8,7 +8,7 @@ use std::time::Duration;
 /// The delay before attempt `attempt + 1`: `base * 2^(attempt-1)` capped at
 /// `max`, then a random value between half of it and all of it, so retries
 /// of many items spread out instead of arriving together.
-pub fn delay(base: Duration, max: Duration, attempt: u32) -> Duration {
+pub(crate) fn delay(base: Duration, max: Duration, attempt: u32) -> Duration {
     let exp = base.saturating_mul(1u32 << attempt.saturating_sub(1).min(30));
     jitter(exp.min(max))
 }
@@ -22,7 +22,7 @@ fn jitter(d: Duration) -> Duration {
 /// The delays of one retry loop: the first is about `base`, each next one
 /// twice the last, up to `max`.
 #[derive(Clone, Debug)]
-pub struct Backoff {
+pub(crate) struct Backoff {
     base: Duration,
     max: Duration,
     attempt: u32,
@@ -30,7 +30,7 @@ pub struct Backoff {
 
 impl Backoff {
     /// A loop whose first retry waits about `base`.
-    pub fn new(base: Duration, max: Duration) -> Self {
+    pub(crate) fn new(base: Duration, max: Duration) -> Self {
         Backoff {
             base,
             max,
@@ -39,18 +39,18 @@ impl Backoff {
     }
 
     /// The delay before the next try.
-    pub fn next_delay(&mut self) -> Duration {
+    pub(crate) fn next_delay(&mut self) -> Duration {
         self.attempt = self.attempt.saturating_add(1);
         delay(self.base, self.max, self.attempt)
     }
 
     /// Waits [`Backoff::next_delay`].
-    pub async fn wait(&mut self) {
+    pub(crate) async fn wait(&mut self) {
         tokio::time::sleep(self.next_delay()).await;
     }
 
     /// Starts over at `base` (after a success).
-    pub fn reset(&mut self) {
+    pub(crate) fn reset(&mut self) {
         self.attempt = 0;
     }
 }

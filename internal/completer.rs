@@ -65,7 +65,7 @@ const COUNT_EVERY: Duration = Duration::from_secs(1);
 
 /// Why a result could not be written at all.
 #[derive(Clone, Debug, thiserror::Error)]
-pub enum WriteError {
+pub(crate) enum WriteError {
     /// The completer's tasks are gone (the processor is stopping).
     #[error("the completer has stopped")]
     Stopped,
@@ -78,14 +78,19 @@ type Reply = oneshot::Sender<Result<Written, WriteError>>;
 
 /// Handle to the completer task.
 #[derive(Clone, Debug)]
-pub struct Completer {
+pub(crate) struct Completer {
     tx: mpsc::UnboundedSender<(Ack, Reply)>,
 }
 
 impl Completer {
     /// Starts the completer's workers and its counter in `tasks`; they
     /// stop with the group, once the results queued by then are written.
-    pub fn start(tasks: &Tasks, store: Store, expiry: Duration, batch_size: usize) -> Completer {
+    pub(crate) fn start(
+        tasks: &Tasks,
+        store: Store,
+        expiry: Duration,
+        batch_size: usize,
+    ) -> Completer {
         let (tx, rx) = mpsc::unbounded_channel();
         let rx = Arc::new(Mutex::new(rx));
         let completed = Arc::new(AtomicU64::new(0));
@@ -109,7 +114,7 @@ impl Completer {
     }
 
     /// Writes one result (batched with others).
-    pub async fn write(&self, ack: Ack) -> Result<Written, WriteError> {
+    pub(crate) async fn write(&self, ack: Ack) -> Result<Written, WriteError> {
         let (reply, rx) = oneshot::channel();
         self.tx
             .send((ack, reply))

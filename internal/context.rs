@@ -18,7 +18,7 @@ use crate::store::Store;
 use crate::tasks::Tasks;
 
 /// What the tasks of one running processor share.
-pub struct Context {
+pub(crate) struct Context {
     /// Settings.
     pub config: Config,
     /// The database.
@@ -51,7 +51,7 @@ pub struct Context {
 /// What acquire cycles and gate checks may touch: the store, the metrics
 /// and the lease settings, not the handler, the limits or the session.
 #[derive(Clone, Copy)]
-pub struct Leasing<'a> {
+pub(crate) struct Leasing<'a> {
     /// The database.
     pub store: &'a Store,
     /// Exported counters.
@@ -63,7 +63,7 @@ pub struct Leasing<'a> {
 /// What a delivery may touch: the handler, the completer, flow control
 /// and health, not the store, the tasks or the other settings.
 #[derive(Clone, Copy)]
-pub struct Delivering<'a> {
+pub(crate) struct Delivering<'a> {
     /// Turns items into outcomes.
     pub handler: &'a dyn Handler,
     /// Writes results in batches.
@@ -90,7 +90,7 @@ pub struct Delivering<'a> {
 
 impl Context {
     /// The narrow view leasing and gate checks take.
-    pub fn leasing(&self) -> Leasing<'_> {
+    pub(crate) fn leasing(&self) -> Leasing<'_> {
         Leasing {
             store: &self.store,
             metrics: &self.metrics,
@@ -99,7 +99,7 @@ impl Context {
     }
 
     /// The narrow view deliveries take.
-    pub fn delivering(&self) -> Delivering<'_> {
+    pub(crate) fn delivering(&self) -> Delivering<'_> {
         Delivering {
             handler: &*self.handler,
             completer: &self.completer,
@@ -118,7 +118,7 @@ impl Context {
 
 /// The current session id and when it was last heartbeated successfully.
 #[derive(Debug)]
-pub struct Session {
+pub(crate) struct Session {
     state: RwLock<State>,
 }
 
@@ -130,7 +130,7 @@ struct State {
 
 impl Session {
     /// A session that was just registered.
-    pub fn new(id: SessionId) -> Self {
+    pub(crate) fn new(id: SessionId) -> Self {
         Self {
             state: RwLock::new(State {
                 id,
@@ -140,13 +140,13 @@ impl Session {
     }
 
     /// The session id leases and results are fenced with.
-    pub fn id(&self) -> SessionId {
+    pub(crate) fn id(&self) -> SessionId {
         self.state.read().expect("session lock").id.clone()
     }
 
     /// Whether results may still be acknowledged: the last good heartbeat
     /// is younger than the expiry.
-    pub fn live(&self, expiry: Duration) -> bool {
+    pub(crate) fn live(&self, expiry: Duration) -> bool {
         self.state.read().expect("session lock").last_ok.elapsed() < expiry
     }
 

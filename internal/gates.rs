@@ -28,7 +28,7 @@ const CHECK_CHUNK: usize = 500;
 /// nothing the loop owns: the loop applies this when the check ends (also
 /// after an error, with what was done until then).
 #[derive(Debug, Default)]
-pub struct Checked {
+pub(crate) struct Checked {
     /// Partitions with work at their gate (found waiting, or just
     /// advanced): they join the rotation, and the loop polls at once.
     pub ready: Vec<PartitionId>,
@@ -84,7 +84,7 @@ fn decide(p: &HeldPartition, probe: GateProbe) -> Decision {
 /// The next partitions to check: marked in `held`, and not `skip`ped
 /// (those with items in flight here, being fetched, or still waiting in
 /// the rotation: a check would only find work at their gate).
-pub fn due(held: &Held, skip: impl Fn(&str) -> bool) -> Vec<(PartitionId, i64)> {
+pub(crate) fn due(held: &Held, skip: impl Fn(&str) -> bool) -> Vec<(PartitionId, i64)> {
     held.marked
         .iter()
         .filter(|id| !skip(id))
@@ -96,7 +96,11 @@ pub fn due(held: &Held, skip: impl Fn(&str) -> bool) -> Vec<(PartitionId, i64)> 
 
 /// Checks the partitions `due` (from [`due`], with the versions last seen)
 /// of session `me`.
-pub async fn check(ctx: &Leasing<'_>, me: &SessionId, due: Vec<(PartitionId, i64)>) -> Checked {
+pub(crate) async fn check(
+    ctx: &Leasing<'_>,
+    me: &SessionId,
+    due: Vec<(PartitionId, i64)>,
+) -> Checked {
     let mut out = Checked {
         more: due.len() == CHECK_CHUNK,
         ..Checked::default()
@@ -222,7 +226,7 @@ async fn apply(
 impl Held {
     /// Takes in what a gate check found and did; returns the partitions
     /// that join the rotation and whether more marked ones wait.
-    pub fn checked(&mut self, c: Checked, metrics: &Metrics) -> (Vec<PartitionId>, bool) {
+    pub(crate) fn checked(&mut self, c: Checked, metrics: &Metrics) -> (Vec<PartitionId>, bool) {
         for id in &c.missing {
             self.marked.remove(id);
             if self.versions.remove(id).is_some() {

@@ -37,6 +37,9 @@
 //! variables name an endpoint).
 
 #![deny(missing_docs)]
+// An item is `pub` only where it is part of the API: what nothing outside
+// the crate can reach says so (`pub(crate)`), held by the compiler.
+#![deny(unreachable_pub)]
 // A panic in a task is caught and logged, but an item must never be lost
 // to one: outside tests every fallible step says what went wrong.
 #![deny(clippy::unwrap_used)]

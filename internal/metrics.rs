@@ -9,7 +9,7 @@ use prometheus_client::registry::Registry;
 
 /// The `outcome` label of `feed_items`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct OutcomeLabel {
+pub(crate) struct OutcomeLabel {
     /// done, stepped, retried, failed or rejected.
     pub outcome: &'static str,
 }
@@ -20,13 +20,13 @@ macro_rules! metrics {
     ($($(#[$doc:meta])* $field:ident: $ty:ty = $init:expr, $name:literal, $help:literal;)*) => {
         /// Every series Feed exports.
         #[derive(Debug)]
-        pub struct Metrics {
-            $($(#[$doc])* pub $field: $ty,)*
+        pub(crate) struct Metrics {
+            $($(#[$doc])* pub(crate) $field: $ty,)*
         }
 
         impl Metrics {
             /// Creates the metrics and registers them under `feed_`.
-            pub fn new(registry: &mut Registry) -> Self {
+            pub(crate) fn new(registry: &mut Registry) -> Self {
                 let m = Metrics { $($field: $init,)* };
                 let r = registry.sub_registry_with_prefix("feed");
                 $(r.register($name, $help, m.$field.clone());)*
@@ -116,7 +116,7 @@ metrics! {
 
 impl Metrics {
     /// Counts one handler result.
-    pub fn outcome(&self, outcome: &'static str) {
+    pub(crate) fn outcome(&self, outcome: &'static str) {
         self.items.get_or_create(&OutcomeLabel { outcome }).inc();
     }
 }

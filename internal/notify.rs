@@ -20,10 +20,10 @@ use crate::backoff::Backoff;
 use crate::store::redact;
 
 /// The channel the migration's trigger notifies.
-pub const CHANNEL: &str = "feed_items";
+pub(crate) const CHANNEL: &str = "feed_items";
 
 /// Listens until `cancel`, reconnecting with backoff.
-pub async fn listen(config: Config, wake: Arc<Notify>, cancel: CancellationToken) {
+pub(crate) async fn listen(config: Config, wake: Arc<Notify>, cancel: CancellationToken) {
     let url = config.database.url;
     let limit = config.database.statement_timeout;
     let every = config.leases.session_expiry;

@@ -13,7 +13,7 @@ use crate::context::Session;
 use crate::store::Store;
 
 /// How often the holder prunes.
-pub const INTERVAL: Duration = Duration::from_secs(300);
+pub(crate) const INTERVAL: Duration = Duration::from_secs(300);
 /// How long the lease outlives a round; longer than [`INTERVAL`] so the
 /// holder keeps it, short enough that a dead holder is replaced soon.
 const LEASE: Duration = Duration::from_secs(600);
@@ -22,7 +22,7 @@ const LEASE: Duration = Duration::from_secs(600);
 /// [`INTERVAL`] while this processor holds the lease (taken under the
 /// current id of `session`), until `cancel`. A round cut short by `cancel`
 /// loses nothing: each of its statements is a transaction of its own.
-pub async fn run(
+pub(crate) async fn run(
     store: Store,
     session: Arc<Session>,
     older_than: Duration,

@@ -25,7 +25,7 @@ use crate::ids::{PartitionId, Tenant};
 /// What partitions take turns as: their tenant, or, without one, each
 /// partition on its own.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub enum Group {
+pub(crate) enum Group {
     /// The partitions of one tenant share its turns.
     Tenant(Tenant),
     /// A partition without a tenant.
@@ -35,7 +35,7 @@ pub enum Group {
 /// Partitions with ready work, in the order they are served: groups take
 /// turns, and within a group its partitions do.
 #[derive(Debug, Default)]
-pub struct Rotation {
+pub(crate) struct Rotation {
     /// Groups with waiting partitions, in turn order; the front one's
     /// turns used so far.
     turns: VecDeque<Group>,
@@ -59,18 +59,18 @@ pub struct Rotation {
 
 impl Rotation {
     /// Whether a look at new items should run before the next refill.
-    pub fn needs_discovery(&self, now: Instant) -> bool {
+    pub(crate) fn needs_discovery(&self, now: Instant) -> bool {
         self.due.is_none_or(|d| now >= d)
     }
 
     /// Asks for a look at new items before the next refill.
-    pub fn rediscover(&mut self) {
+    pub(crate) fn rediscover(&mut self) {
         self.due = None;
     }
 
     /// Records a look at new items: their partitions (those held) join the
     /// rotation, the mark moves to `mark`, and the next look is due at `next`.
-    pub fn discovered(
+    pub(crate) fn discovered(
         &mut self,
         ids: impl IntoIterator<Item = PartitionId>,
         mark: i64,
@@ -85,7 +85,7 @@ impl Rotation {
 
     /// Sets (or, with None, clears) the tenant a partition takes turns
     /// with, and its priority; applies the next time it joins.
-    pub fn set_attrs(&mut self, id: &PartitionId, tenant: Option<&Tenant>, priority: i32) {
+    pub(crate) fn set_attrs(&mut self, id: &PartitionId, tenant: Option<&Tenant>, priority: i32) {
         match tenant {
             Some(t) => self.tenants.insert(id.clone(), t.clone()),
             None => self.tenants.remove(id),
@@ -113,14 +113,14 @@ impl Rotation {
     }
 
     /// The tenant a partition takes turns with.
-    pub fn tenant(&self, id: &str) -> Option<&Tenant> {
+    pub(crate) fn tenant(&self, id: &str) -> Option<&Tenant> {
         self.tenants.get(id)
     }
 
     /// Takes up to `n` partitions to serve now, groups in turn: a group
     /// gets `turns(group)` partitions in a row (its weight), and groups
     /// for which `skip` holds are passed over (they keep their place).
-    pub fn take(
+    pub(crate) fn take(
         &mut self,
         n: usize,
         turns: impl Fn(&Group) -> u32,
@@ -165,7 +165,7 @@ impl Rotation {
 
     /// Puts a partition that has (or may have) work at the end of its
     /// group, unless it is already waiting.
-    pub fn offer(&mut self, id: PartitionId) {
+    pub(crate) fn offer(&mut self, id: PartitionId) {
         if self.members.contains_key(&id) {
             return;
         }
@@ -207,18 +207,18 @@ impl Rotation {
     }
 
     /// Whether `id` waits in the rotation.
-    pub fn contains(&self, id: &str) -> bool {
+    pub(crate) fn contains(&self, id: &str) -> bool {
         self.members.contains_key(id)
     }
 
     /// Whether no partition waits in the rotation.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.members.is_empty()
     }
 
     /// Drops waiting partitions that are no longer to be served (their
     /// tenants are kept: see `set_attrs`).
-    pub fn retain(&mut self, held: impl Fn(&str) -> bool) {
+    pub(crate) fn retain(&mut self, held: impl Fn(&str) -> bool) {
         self.members.retain(|id, _| held(id));
         for queue in self.queues.values_mut() {
             queue.retain(|id| held(id));

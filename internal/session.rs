@@ -23,7 +23,7 @@ use crate::server::Health;
 use crate::store::Store;
 
 /// Registers a session row (transient failures are retried), within half the expiry.
-pub async fn register(store: &Store, config: &Config, id: &SessionId) -> crate::Result<()> {
+pub(crate) async fn register(store: &Store, config: &Config, id: &SessionId) -> crate::Result<()> {
     let host = gethostname::gethostname().to_string_lossy().into_owned();
     store
         .within(
@@ -49,7 +49,7 @@ fn database_ok(store: &Store, config: &Config) -> bool {
 /// What the keeper task owns: the session cell it keeps, the store it
 /// heartbeats in, the health it reports, the count of lost sessions and the
 /// settings (expiry, heartbeat interval, statement timeout, `--max-partitions`).
-pub struct Keeper {
+pub(crate) struct Keeper {
     /// The database.
     pub store: Store,
     /// The session cell, which the dispatch loop reads too.
@@ -69,7 +69,7 @@ pub struct Keeper {
 static HEARTBEAT_LOG: crate::ratelog::Every = crate::ratelog::Every::new();
 
 /// Heartbeats until cancelled; replaces the session when its row is gone.
-pub async fn keep(keeper: Keeper, cancel: CancellationToken) {
+pub(crate) async fn keep(keeper: Keeper, cancel: CancellationToken) {
     let Keeper {
         store,
         session,

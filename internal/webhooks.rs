@@ -44,7 +44,7 @@ const PARALLEL: usize = 16;
 const GAUGES_EVERY: Duration = Duration::from_secs(10);
 
 /// Sends events to the receiver at `--events-url`.
-pub struct Webhooks {
+pub(crate) struct Webhooks {
     store: Store,
     metrics: Arc<Metrics>,
     /// Its id holds the `events` lease.
@@ -87,7 +87,7 @@ enum Sent {
 
 impl Webhooks {
     /// The sender for `--events-url`; None when it is not set.
-    pub fn new(
+    pub(crate) fn new(
         config: &Config,
         store: Store,
         metrics: Arc<Metrics>,
@@ -130,7 +130,7 @@ impl Webhooks {
 
     /// Sends events until `cancel`. A round cut short loses nothing: an
     /// event is marked only once its answer is in.
-    pub async fn run(self, cancel: CancellationToken) {
+    pub(crate) async fn run(self, cancel: CancellationToken) {
         let mut gauges_at = tokio::time::Instant::now();
         loop {
             let round = tokio::select! {

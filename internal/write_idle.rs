@@ -15,7 +15,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Sleep;
 
 /// A socket whose writes fail after `limit` without progress.
-pub struct WriteIdle<S> {
+pub(crate) struct WriteIdle<S> {
     inner: S,
     limit: Duration,
     peer: SocketAddr,
@@ -24,7 +24,7 @@ pub struct WriteIdle<S> {
 }
 
 impl<S> WriteIdle<S> {
-    pub fn new(inner: S, limit: Duration, peer: SocketAddr) -> Self {
+    pub(crate) fn new(inner: S, limit: Duration, peer: SocketAddr) -> Self {
         WriteIdle {
             inner,
             limit,

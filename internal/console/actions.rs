@@ -12,7 +12,7 @@ use super::{answer, api_error, json_error, limits};
 
 /// A control on one partition.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Action {
+pub(super) enum Action {
     /// Retry its failed items.
     Retry,
     /// Stop dispatching it.
@@ -30,7 +30,7 @@ pub enum Action {
 impl Action {
     /// The action named in a URL; `gate` only for `checkpoint`,
     /// `priority` only for `priority`.
-    pub fn parse(name: &str, gate: Option<i64>, priority: Option<i32>) -> Option<Action> {
+    pub(super) fn parse(name: &str, gate: Option<i64>, priority: Option<i32>) -> Option<Action> {
         Some(match name {
             "retry" => Action::Retry,
             "pause" => Action::Pause,
@@ -43,7 +43,7 @@ impl Action {
     }
 
     /// Its name in a URL.
-    pub fn name(self) -> &'static str {
+    pub(super) fn name(self) -> &'static str {
         match self {
             Action::Retry => "retry",
             Action::Pause => "pause",
@@ -55,7 +55,7 @@ impl Action {
     }
 
     /// Applies the action through the store; the same code path as the CLI.
-    pub async fn apply(self, store: &crate::Store, id: &str) -> crate::Result<()> {
+    pub(super) async fn apply(self, store: &crate::Store, id: &str) -> crate::Result<()> {
         match self {
             Action::Retry => {
                 if store.retry_partition(id).await?.items == 0 {

@@ -14,7 +14,7 @@ use axum::http::{HeaderMap, StatusCode, header};
 use subtle::ConstantTimeEq;
 
 /// The login cookie's name.
-pub const COOKIE: &str = "feed_console";
+pub(super) const COOKIE: &str = "feed_console";
 
 /// The admin token. Its `Debug` never shows it, so it cannot leak into logs.
 #[derive(Clone)]
@@ -83,7 +83,7 @@ struct Login {
 
 /// The logins of this process, by their random session id.
 #[derive(Default)]
-pub struct Sessions(Mutex<HashMap<String, Login>>);
+pub(super) struct Sessions(Mutex<HashMap<String, Login>>);
 
 /// 32 random bytes as hex: a session id or a CSRF token.
 fn random_hex() -> String {
@@ -92,7 +92,7 @@ fn random_hex() -> String {
 
 impl Sessions {
     /// Starts a login; returns its session id, the cookie's value.
-    pub fn start(&self) -> String {
+    pub(super) fn start(&self) -> String {
         let mut logins = self.0.lock().expect("the sessions' lock is never poisoned");
         let now = Instant::now();
         logins.retain(|_, l| l.ends > now);
@@ -114,7 +114,7 @@ impl Sessions {
     }
 
     /// The CSRF token of the live login the request's cookie names.
-    pub fn csrf(&self, headers: &HeaderMap) -> Option<String> {
+    pub(super) fn csrf(&self, headers: &HeaderMap) -> Option<String> {
         let id = cookie(headers)?;
         let logins = self.0.lock().expect("the sessions' lock is never poisoned");
         logins
@@ -124,7 +124,7 @@ impl Sessions {
     }
 
     /// Ends the login the request's cookie names.
-    pub fn end(&self, headers: &HeaderMap) {
+    pub(super) fn end(&self, headers: &HeaderMap) {
         if let Some(id) = cookie(headers) {
             self.0
                 .lock()
@@ -135,7 +135,7 @@ impl Sessions {
 }
 
 /// Why an action was refused, as an HTTP status and a message.
-pub type Refusal = (StatusCode, &'static str);
+pub(super) type Refusal = (StatusCode, &'static str);
 
 const NO_TOKEN: Refusal = (
     StatusCode::FORBIDDEN,
@@ -143,7 +143,7 @@ const NO_TOKEN: Refusal = (
 );
 
 /// API actions: `Authorization: Bearer <token>`.
-pub fn check_bearer(token: Option<&AdminToken>, headers: &HeaderMap) -> Result<(), Refusal> {
+pub(super) fn check_bearer(token: Option<&AdminToken>, headers: &HeaderMap) -> Result<(), Refusal> {
     let token = token.ok_or(NO_TOKEN)?;
     let given = headers
         .get(header::AUTHORIZATION)
@@ -161,7 +161,7 @@ pub fn check_bearer(token: Option<&AdminToken>, headers: &HeaderMap) -> Result<(
 /// Enqueueing over the API: `Authorization: Bearer <token>` with the
 /// producer token or the admin token. Both are compared (in constant time)
 /// whichever matches.
-pub fn check_producer(
+pub(super) fn check_producer(
     admin: Option<&AdminToken>,
     producer: Option<&ProducerToken>,
     headers: &HeaderMap,
@@ -208,7 +208,7 @@ fn cookie(headers: &HeaderMap) -> Option<String> {
 }
 
 /// Page actions: a live login and its CSRF token in the form.
-pub fn check_form(
+pub(super) fn check_form(
     token: Option<&AdminToken>,
     sessions: &Sessions,
     headers: &HeaderMap,
@@ -232,7 +232,7 @@ pub fn check_form(
 
 /// `Set-Cookie` for a login (its session id): HttpOnly, SameSite=Strict,
 /// 12 hours, and `Secure` when a proxy says the browser uses HTTPS.
-pub fn login_cookie(session: &str, https: bool) -> String {
+pub(super) fn login_cookie(session: &str, https: bool) -> String {
     let secure = if https { "; Secure" } else { "" };
     format!(
         "{COOKIE}={session}; Path=/; HttpOnly; SameSite=Strict; Max-Age={}{secure}",
@@ -241,7 +241,7 @@ pub fn login_cookie(session: &str, https: bool) -> String {
 }
 
 /// `Set-Cookie` that logs out.
-pub fn logout_cookie() -> String {
+pub(super) fn logout_cookie() -> String {
     format!("{COOKIE}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0")
 }
 

@@ -46,7 +46,7 @@ fn entry(text: &str) -> Option<IpAddr> {
 
 /// The client a trusted `peer` forwards for; None when `peer` is not a
 /// trusted proxy or names no client.
-pub fn forwarded_for(
+pub(super) fn forwarded_for(
     proxies: &[IpNet],
     peer: IpAddr,
     headers: &axum::http::HeaderMap,

@@ -12,14 +12,14 @@ use crate::{Error, Result, Store, validate};
 /// The highest count a limit's `INTEGER` column holds.
 const MAX_COUNT: u64 = i32::MAX as u64;
 /// Weights run from 1 to this.
-pub const MAX_WEIGHT: u32 = 1000;
+pub(super) const MAX_WEIGHT: u32 = 1000;
 
 /// What a limit has, for error messages.
 const FIELDS: &str = "max_in_flight, rate, burst and weight";
 
 /// A change to a tenant's limits: None keeps a value, Some(None) removes it.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct Change {
+pub(super) struct Change {
     /// Items of the tenant in flight at once (Some(None): no cap).
     pub max_in_flight: Option<Option<u32>>,
     /// Items per second.
@@ -117,7 +117,7 @@ impl<'de> serde::Deserialize<'de> for Fields {
 impl Change {
     /// From the API's JSON object: a field absent keeps its value, `null`
     /// removes it. An empty body changes nothing.
-    pub fn from_json(body: &[u8]) -> Result<Change> {
+    pub(super) fn from_json(body: &[u8]) -> Result<Change> {
         let from = Source::Json;
         if body.iter().all(u8::is_ascii_whitespace) {
             return Ok(Change::default());
@@ -169,7 +169,7 @@ impl Change {
 
     /// From the page's form: an empty field keeps its value, `none`
     /// removes it.
-    pub fn from_form(
+    pub(super) fn from_form(
         max_in_flight: &str,
         rate_text: &str,
         burst: &str,
@@ -196,7 +196,7 @@ impl Change {
     }
 
     /// `current` with this change made.
-    pub fn applied(&self, current: &Limit) -> Limit {
+    pub(super) fn applied(&self, current: &Limit) -> Limit {
         let mut l = current.clone();
         if let Some(m) = self.max_in_flight {
             l.max_in_flight = m;
@@ -215,7 +215,7 @@ impl Change {
 }
 
 /// The tenant's limits as they are (all None when it has none).
-pub async fn current(store: &Store, tenant: &str) -> Result<Limit> {
+pub(super) async fn current(store: &Store, tenant: &str) -> Result<Limit> {
     validate::id("tenant", tenant)?;
     Ok(store
         .limits()
@@ -229,7 +229,7 @@ pub async fn current(store: &Store, tenant: &str) -> Result<Limit> {
 }
 
 /// Makes `change` to `tenant`'s limits; returns them as they are now.
-pub async fn set(store: &Store, tenant: &str, change: &Change) -> Result<Limit> {
+pub(super) async fn set(store: &Store, tenant: &str, change: &Change) -> Result<Limit> {
     let limit = change.applied(&current(store, tenant).await?);
     store.set_limit(&limit).await?;
     tracing::info!(tenant = %tenant, limits = %describe(&limit), "operator set a tenant's limits");
@@ -237,7 +237,7 @@ pub async fn set(store: &Store, tenant: &str, change: &Change) -> Result<Limit> 
 }
 
 /// Removes `tenant`'s limits; false when it had none.
-pub async fn clear(store: &Store, tenant: &str) -> Result<bool> {
+pub(super) async fn clear(store: &Store, tenant: &str) -> Result<bool> {
     validate::id("tenant", tenant)?;
     let removed = store.clear_limit(&tenant.into()).await?;
     tracing::info!(tenant = %tenant, removed, "operator cleared a tenant's limits");
@@ -245,12 +245,12 @@ pub async fn clear(store: &Store, tenant: &str) -> Result<bool> {
 }
 
 /// A rate as people write it ("100/s", "30/m"), or "-".
-pub fn shown_rate(rate: Option<f64>) -> String {
+pub(super) fn shown_rate(rate: Option<f64>) -> String {
     rate.map_or_else(|| "-".into(), |r| Rate(r).to_string())
 }
 
 /// "max in flight 10, rate 100/s, burst -, weight 1".
-pub fn describe(l: &Limit) -> String {
+pub(super) fn describe(l: &Limit) -> String {
     let or_dash = |v: Option<u32>| v.map_or_else(|| "-".into(), |n| n.to_string());
     format!(
         "max in flight {}, rate {}, burst {}, weight {}",

@@ -40,7 +40,7 @@ const REFILL: Duration = Duration::from_secs(60);
 
 /// Clients remembered at most (per kind) by default; clean ones are
 /// forgotten first.
-pub const MAX_CLIENTS: usize = 100_000;
+pub(super) const MAX_CLIENTS: usize = 100_000;
 
 /// How often the table is swept of clean clients when it is full.
 const SWEEP: Duration = Duration::from_secs(1);
@@ -49,7 +49,7 @@ const SWEEP: Duration = Duration::from_secs(1);
 /// token at the enqueue route counts as both (it may be a guess at the
 /// admin token, which that route also takes).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Kind {
+pub(super) enum Kind {
     /// The admin token (API actions, the login form).
     Admin,
     /// A producer token.
@@ -152,7 +152,7 @@ struct Unlogged {
 
 /// The allowances, shared by every request of a console.
 #[derive(Debug)]
-pub struct Throttle {
+pub(super) struct Throttle {
     state: Mutex<HashMap<Kind, Allowances>>,
     /// Clients remembered at most per kind.
     max_clients: usize,
@@ -166,7 +166,7 @@ impl Default for Throttle {
 
 impl Throttle {
     /// A throttle that remembers at most `max_clients` clients per kind.
-    pub fn remembering(max_clients: usize) -> Self {
+    pub(super) fn remembering(max_clients: usize) -> Self {
         Throttle {
             state: Mutex::new(HashMap::new()),
             max_clients,
@@ -174,7 +174,7 @@ impl Throttle {
     }
 
     /// Ok when `addr` may try a `kind` token now; else how long it must wait.
-    pub fn admit(&self, kind: Kind, addr: IpAddr) -> Result<(), Duration> {
+    pub(super) fn admit(&self, kind: Kind, addr: IpAddr) -> Result<(), Duration> {
         self.with(kind, |a, now| {
             let all = a.all.refill(OVERALL, now);
             let Some(mine) = a.by_client.get_mut(&key(addr)) else {
@@ -204,7 +204,7 @@ impl Throttle {
 
     /// Counts a failed attempt of `kind` from `addr`, and logs the
     /// failed attempts of `kind` when the last line is a minute old.
-    pub fn failed(&self, kind: Kind, addr: IpAddr, what: &str) {
+    pub(super) fn failed(&self, kind: Kind, addr: IpAddr, what: &str) {
         self.with(kind, |a, now| {
             a.all.refill(OVERALL, now);
             // The debt is bounded, so the backstop lifts within two refills.

@@ -140,7 +140,7 @@ async fn join<T>(slot: &mut Option<JoinHandle<T>>) -> std::result::Result<T, Joi
 }
 
 /// Runs until `cancel`, then drains in-flight deliveries up to the drain timeout.
-pub async fn run(ctx: Arc<Context>, cancel: CancellationToken) {
+pub(crate) async fn run(ctx: Arc<Context>, cancel: CancellationToken) {
     let mut d = Dispatcher::new(ctx.clone());
     loop {
         let wake_at = d.wakeups.next();

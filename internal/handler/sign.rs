@@ -145,7 +145,7 @@ pub(crate) struct Signer {
 impl Signer {
     /// The signer of `secrets` (given by `flag`); None when there is none
     /// (unsigned requests).
-    pub fn new(
+    pub(crate) fn new(
         flag: &str,
         secrets: &[String],
         scheme: SignatureScheme,
@@ -163,14 +163,14 @@ impl Signer {
     }
 
     /// Whether requests carry Standard Webhooks headers (and so need a `webhook-id`).
-    pub fn standard(&self) -> bool {
+    pub(crate) fn standard(&self) -> bool {
         self.scheme.standard()
     }
 
     /// Adds the signature headers of a request to `out`: `feed` holds the
     /// Feed headers the request carries (which `Feed-Signature` covers),
     /// `id` is its `webhook-id`, `t` the Unix time.
-    pub fn sign(
+    pub(crate) fn sign(
         &self,
         kind: Kind,
         out: &mut HeaderMap,

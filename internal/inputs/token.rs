@@ -35,7 +35,7 @@ pub enum Refused {
 }
 
 /// The key tokens are made and checked with, drawn at random per process.
-pub struct Key(Hmac<Sha256>);
+pub(super) struct Key(Hmac<Sha256>);
 
 impl std::fmt::Debug for Key {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -45,7 +45,7 @@ impl std::fmt::Debug for Key {
 
 impl Key {
     /// A key of 256 random bits.
-    pub fn random() -> Key {
+    pub(super) fn random() -> Key {
         Key::from_bytes(&rand::random::<[u8; 32]>())
     }
 
@@ -67,7 +67,7 @@ impl Key {
 
     /// The token that opens `partition`'s inputs at `gate` until
     /// `expires` (epoch milliseconds): 43 characters of base64url.
-    pub fn token(&self, partition: &str, gate: i64, expires: i64) -> String {
+    pub(super) fn token(&self, partition: &str, gate: i64, expires: i64) -> String {
         let mac = self.mac(partition, gate, expires).finalize().into_bytes();
         URL_SAFE_NO_PAD.encode(mac)
     }
@@ -76,7 +76,7 @@ impl Key {
     /// expiry `expires`, at `now` (epoch milliseconds). The MAC is
     /// compared in constant time, and checked first: only a genuine
     /// token is told that it expired.
-    pub fn check(
+    pub(super) fn check(
         &self,
         partition: &str,
         gate: i64,

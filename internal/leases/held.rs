@@ -13,7 +13,7 @@ use crate::store::limits::Attrs;
 impl Held {
     /// Takes in what an acquire cycle found and did; `busy` are the
     /// partitions with items in flight or buffered here now.
-    pub fn apply(
+    pub(crate) fn apply(
         &mut self,
         cycle: Cycle,
         busy: &HashSet<PartitionId>,
@@ -74,7 +74,7 @@ impl Held {
     }
 
     /// Forgets every held partition (all were given back); returns them.
-    pub fn release_all(&mut self, metrics: &Metrics) -> Vec<PartitionId> {
+    pub(crate) fn release_all(&mut self, metrics: &Metrics) -> Vec<PartitionId> {
         self.marked.clear();
         self.attrs.clear();
         metrics.partitions_held.set(0);

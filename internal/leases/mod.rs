@@ -44,7 +44,7 @@ use crate::store::limits::Attrs;
 /// What this processor holds, as the dispatch loop tracks it. Only the
 /// loop changes it, when an acquire cycle or a gate check has finished.
 #[derive(Debug, Default)]
-pub struct Held {
+pub(crate) struct Held {
     /// Partition id → version as last seen.
     pub versions: HashMap<PartitionId, i64>,
     /// Partitions whose gate must be checked: run dry in a refill, written
@@ -64,7 +64,7 @@ pub struct Held {
 impl Held {
     /// How many partitions a claim may take now: up to the share, one
     /// before any full cycle has counted.
-    pub fn room(&self) -> usize {
+    pub(crate) fn room(&self) -> usize {
         let held = self.versions.len() as i64;
         self.share.map_or(1, |s| (s - held).max(0) as usize)
     }
@@ -72,7 +72,7 @@ impl Held {
 
 /// Where the acquire cycle's sweeps and steps stand between cycles.
 #[derive(Debug, Default)]
-pub struct Cursors {
+pub(crate) struct Cursors {
     /// Where the next slice of the probe sweep starts (ids in order, wrapping).
     sweep: PartitionId,
     /// Where the next slice of the stranded sweep over `complete`
@@ -95,7 +95,7 @@ pub struct Cursors {
 /// applies this when the cycle ends (also after an error, with what was
 /// done until then).
 #[derive(Debug, Default)]
-pub struct Cycle {
+pub(crate) struct Cycle {
     /// The cursors, to be put back.
     pub cursors: Cursors,
     /// This cycle's slice of held partitions, with their probes.
@@ -134,7 +134,7 @@ impl Swept {
 
 /// What an acquire cycle changed, as the dispatch loop acts on it.
 #[derive(Debug, Default)]
-pub struct Applied {
+pub(crate) struct Applied {
     /// More free partitions wait than one cycle takes: run the next soon.
     pub more: bool,
     /// Partitions that join the rotation: those just leased (a refill
@@ -154,7 +154,7 @@ pub struct Applied {
 
 /// One acquire cycle for session `me`, which holds `held` partitions;
 /// `idle` may be given back at the cap (held, nothing here in flight).
-pub async fn cycle(
+pub(crate) async fn cycle(
     ctx: &Leasing<'_>,
     me: &SessionId,
     cursors: Cursors,
@@ -178,7 +178,7 @@ pub async fn cycle(
 /// that many unowned partitions in one statement, nothing else; `more`
 /// when it took all it asked for and more were seen (a burst: a full
 /// cycle follows at once and shares them out).
-pub async fn claim(
+pub(crate) async fn claim(
     ctx: &Leasing<'_>,
     me: &SessionId,
     cursors: Cursors,
@@ -202,7 +202,7 @@ pub async fn claim(
 /// With `steal`, when none is free it steals one, as a cycle evening the
 /// shares out would (from the most-loaded session, if it holds two or
 /// more).
-pub async fn probe_cycle(
+pub(crate) async fn probe_cycle(
     ctx: &Leasing<'_>,
     me: &SessionId,
     cursors: Cursors,

@@ -37,7 +37,7 @@ const QUIET: Duration = Duration::from_secs(60);
 
 /// The adaptive rate and what it is computed from.
 #[derive(Debug)]
-pub struct Adaptive {
+pub(super) struct Adaptive {
     /// None = not limited.
     bucket: Option<Bucket>,
     rate: f64,
@@ -63,7 +63,7 @@ pub struct Adaptive {
 
 impl Adaptive {
     /// No rate yet; `batch` items are sent at once at most.
-    pub fn new(batch: usize, now: Instant) -> Self {
+    pub(super) fn new(batch: usize, now: Instant) -> Self {
         Self {
             bucket: None,
             rate: 0.0,
@@ -79,7 +79,7 @@ impl Adaptive {
     }
 
     /// The current rate in items per second; None = not limited.
-    pub fn rate(&self) -> Option<f64> {
+    pub(super) fn rate(&self) -> Option<f64> {
         self.bucket.as_ref().map(|_| self.rate)
     }
 
@@ -88,7 +88,7 @@ impl Adaptive {
     }
 
     /// Takes `n` sends, or says when they may go.
-    pub fn take(&mut self, n: usize, now: Instant) -> Result<(), Instant> {
+    pub(super) fn take(&mut self, n: usize, now: Instant) -> Result<(), Instant> {
         let Some(bucket) = &mut self.bucket else {
             return Ok(());
         };
@@ -98,7 +98,7 @@ impl Adaptive {
     }
 
     /// Takes in a handler call's answer: `items` items, throttled or not.
-    pub fn answered(&mut self, items: usize, throttled: bool, now: Instant) {
+    pub(super) fn answered(&mut self, items: usize, throttled: bool, now: Instant) {
         let since = *self.since.get_or_insert(now);
         while self
             .accepted

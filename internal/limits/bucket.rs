@@ -5,7 +5,7 @@ use tokio::time::{Duration, Instant};
 /// A token bucket on this processor's clock: `rate` tokens a second, at
 /// most `burst` saved up.
 #[derive(Clone, Debug)]
-pub struct Bucket {
+pub(super) struct Bucket {
     rate: f64,
     burst: f64,
     tokens: f64,
@@ -14,7 +14,7 @@ pub struct Bucket {
 
 impl Bucket {
     /// A bucket that starts with one burst's worth.
-    pub fn new(rate: f64, burst: f64, now: Instant) -> Self {
+    pub(super) fn new(rate: f64, burst: f64, now: Instant) -> Self {
         Self {
             rate,
             burst,
@@ -24,7 +24,7 @@ impl Bucket {
     }
 
     /// Changes the rate, keeping what is saved up (within the new burst).
-    pub fn set(&mut self, rate: f64, burst: f64, now: Instant) {
+    pub(super) fn set(&mut self, rate: f64, burst: f64, now: Instant) {
         self.refill(now);
         self.rate = rate;
         self.burst = burst;
@@ -38,7 +38,7 @@ impl Bucket {
     }
 
     /// Takes `n` tokens, or says when they will be there.
-    pub fn take(&mut self, n: f64, now: Instant) -> Result<(), Instant> {
+    pub(super) fn take(&mut self, n: f64, now: Instant) -> Result<(), Instant> {
         self.refill(now);
         if self.tokens >= n {
             self.tokens -= n;

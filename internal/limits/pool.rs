@@ -70,7 +70,13 @@ struct Reservation {
 impl Pool {
     /// A pool for the bucket `name`, for sends of up to `batch` items, at
     /// `rate` taken within what it can pace (see [`Rate::clamp`]).
-    pub fn new(name: String, rate: f64, burst: Option<u32>, batch: usize, now: Instant) -> Self {
+    pub(super) fn new(
+        name: String,
+        rate: f64,
+        burst: Option<u32>,
+        batch: usize,
+        now: Instant,
+    ) -> Self {
         let rate = Rate::clamp(rate);
         let chunk = (rate * CHUNK_SECONDS).ceil().max(batch as f64).max(1.0);
         Self {
@@ -90,7 +96,7 @@ impl Pool {
     }
 
     /// Whether a send wanted a token lately, or waits for one.
-    pub fn wanted(&self, now: Instant) -> bool {
+    pub(super) fn wanted(&self, now: Instant) -> bool {
         self.waiting
             || self
                 .wanted_at
@@ -98,7 +104,7 @@ impl Pool {
     }
 
     /// Records that a send was held back for want of a token.
-    pub fn wait(&mut self, now: Instant) {
+    pub(super) fn wait(&mut self, now: Instant) {
         self.wanted_at = Some(now);
         self.waiting = true;
     }
@@ -106,7 +112,7 @@ impl Pool {
     /// For a pool a send waits on: whether a token has come due (the wait
     /// ends, and its demand counts from now), or else when the next will
     /// (None: none is reserved; the reservation's arrival wakes dispatch).
-    pub fn came_due(&mut self, now: Instant) -> Result<bool, Option<Instant>> {
+    pub(super) fn came_due(&mut self, now: Instant) -> Result<bool, Option<Instant>> {
         if !self.waiting {
             return Ok(false);
         }
@@ -131,7 +137,7 @@ impl Pool {
     /// next one. (A burst, not less: a processor held back for a moment,
     /// by its refill or by a busy machine, would otherwise lose what came
     /// due meanwhile, and the fleet send below its rate.)
-    pub fn mature(&mut self, now: Instant) {
+    pub(super) fn mature(&mut self, now: Instant) {
         let quiet =
             now.saturating_duration_since(self.spent_at).as_secs_f64() * self.rate > self.burst;
         while let Some(r) = self.reserved.front_mut() {
@@ -153,7 +159,7 @@ impl Pool {
 
     /// Spends one token if one is due (after `mature`), or says when the
     /// next comes due (None: none is reserved).
-    pub fn spend(&mut self, now: Instant) -> Result<(), Option<Instant>> {
+    pub(super) fn spend(&mut self, now: Instant) -> Result<(), Option<Instant>> {
         if self.tokens >= 1.0 {
             self.tokens -= 1.0;
             self.pace = self.pace_at(now) + 1.0 / PACE_SECONDS;
@@ -164,7 +170,7 @@ impl Pool {
     }
 
     /// Gives back a token spent for a send that did not go.
-    pub fn refund(&mut self) {
+    pub(super) fn refund(&mut self) {
         self.tokens += 1.0;
         self.pace = (self.pace - 1.0 / PACE_SECONDS).max(0.0);
     }
@@ -176,7 +182,7 @@ impl Pool {
     }
 
     /// Whether a token may be spent now.
-    pub fn spendable(&self, now: Instant) -> bool {
+    pub(super) fn spendable(&self, now: Instant) -> bool {
         self.tokens >= 1.0
             || self.reserved.front().is_some_and(|r| {
                 now.saturating_duration_since(r.start).as_secs_f64() * self.rate >= r.due + 1.0
@@ -196,19 +202,19 @@ impl Pool {
     }
 
     /// Whether it holds fewer tokens (due or not) than it keeps ahead.
-    pub fn short(&self, now: Instant) -> bool {
+    pub(super) fn short(&self, now: Instant) -> bool {
         self.held() < self.ahead(now)
     }
 
     /// How many tokens to reserve next.
-    pub fn want(&self, now: Instant) -> f64 {
+    pub(super) fn want(&self, now: Instant) -> f64 {
         (self.ahead(now) - self.held()).ceil().max(self.chunk)
     }
 
     /// Takes in a reservation of `n` tokens, made at `asked` and answered
     /// at `now`, whose first may be spent `offset` microseconds from now
     /// (negative: some are due already).
-    pub fn reserved(&mut self, n: f64, offset: i64, asked: Instant, now: Instant) {
+    pub(super) fn reserved(&mut self, n: f64, offset: i64, asked: Instant, now: Instant) {
         let trip = now.saturating_duration_since(asked);
         self.latency = if self.latency.is_zero() {
             trip
@@ -225,7 +231,7 @@ impl Pool {
     }
 
     /// Drops every token held (nobody wants them).
-    pub fn forget(&mut self) {
+    pub(super) fn forget(&mut self) {
         self.tokens = 0.0;
         self.reserved.clear();
     }

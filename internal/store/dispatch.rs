@@ -16,7 +16,7 @@ use crate::ids::{ItemId, PartitionId, SessionId};
 
 /// An item ready to be sent to the handler.
 #[derive(Clone, Debug)]
-pub struct ReadyItem {
+pub(crate) struct ReadyItem {
     /// What a result write is fenced with.
     pub fence: Fence,
     /// The bytes forwarded to the handler.
@@ -36,7 +36,7 @@ pub struct ReadyItem {
 /// refill's main cost), and its first `due` scheduled items whose time has
 /// come.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Ask {
+pub(crate) struct Ask {
     pub partition: PartitionId,
     pub n: usize,
     pub after: Option<i64>,

@@ -23,7 +23,7 @@ pub(crate) const STRANDED_SLICE: i64 = 1_000;
 
 /// Session and partition counts for one balancing decision.
 #[derive(Clone, Debug, FromQueryResult)]
-pub struct LeaseCounts {
+pub(crate) struct LeaseCounts {
     /// Live sessions (heartbeat within the expiry).
     pub sessions: i64,
     /// Of those, sessions with a `--max-partitions` cap.
@@ -46,7 +46,7 @@ pub struct LeaseCounts {
 
 /// A partition this session holds, as one acquire cycle sees it.
 #[derive(Clone, Debug)]
-pub struct HeldRow {
+pub(crate) struct HeldRow {
     /// Partition id.
     pub id: PartitionId,
     /// OCC version; a change means someone else wrote the partition.
@@ -67,7 +67,7 @@ pub struct HeldRow {
 
 /// A partition nobody live holds.
 #[derive(Clone, Debug, FromQueryResult)]
-pub struct FreeRow {
+pub(crate) struct FreeRow {
     /// Partition id.
     pub id: PartitionId,
     /// OCC version to lease it with.

@@ -17,7 +17,7 @@ use crate::{Error, Result};
 const BATCH_ROWS: usize = 256;
 
 /// Longest `last_error` stored, in bytes; longer messages are cut and say so.
-pub const MAX_ERROR_BYTES: usize = 8192;
+pub(super) const MAX_ERROR_BYTES: usize = 8192;
 
 /// The new state of an item after a handler call, written under the fence.
 #[derive(Clone, Debug, PartialEq)]
@@ -52,7 +52,7 @@ pub struct ItemWrite {
 /// One result to write: the fence of the delivered item, the session that
 /// delivered it, and the item's new state.
 #[derive(Clone, Debug)]
-pub struct Ack {
+pub(crate) struct Ack {
     /// The item as delivered.
     pub fence: Fence,
     /// The session that held the partition when the item was delivered.
@@ -63,7 +63,7 @@ pub struct Ack {
 
 /// What became of one result.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Written {
+pub(crate) enum Written {
     /// Stored.
     Yes,
     /// Rejected by the fence: the item changed or its partition moved.
@@ -74,7 +74,7 @@ pub enum Written {
 
 /// A message fit for `last_error`: NUL characters (which PostgreSQL
 /// refuses in text) replaced, and cut at [`MAX_ERROR_BYTES`] with a note.
-pub fn sanitize_error(message: &str) -> String {
+pub(crate) fn sanitize_error(message: &str) -> String {
     let clean = message.replace('\0', "\u{FFFD}");
     if clean.len() <= MAX_ERROR_BYTES {
         return clean;

@@ -6,6 +6,8 @@
 //! idempotent (`IF NOT EXISTS`) so that processors starting at the same moment
 //! on an empty database can all apply it.
 
+#![deny(unreachable_pub)]
+
 pub use sea_orm_migration::prelude::*;
 
 mod m20261121_000001_create_tables;
@@ -112,7 +114,7 @@ macro_rules! columns_migration {
         use sea_orm_migration::prelude::*;
 
         #[derive(DeriveMigrationName)]
-        pub struct Migration;
+        pub(crate) struct Migration;
 
         #[async_trait::async_trait]
         impl MigrationTrait for Migration {

@@ -8,7 +8,7 @@ use sea_orm_migration::prelude::*;
 use sea_orm_migration::sea_orm::{ConnectionTrait, DbBackend};
 
 #[derive(DeriveMigrationName)]
-pub struct Migration;
+pub(crate) struct Migration;
 
 /// The database clock in epoch milliseconds, as a column default.
 fn now_ms(backend: DbBackend) -> &'static str {

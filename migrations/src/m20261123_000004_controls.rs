@@ -9,7 +9,7 @@ use sea_orm_migration::prelude::*;
 use sea_orm_migration::sea_orm::{ConnectionTrait, DbBackend};
 
 #[derive(DeriveMigrationName)]
-pub struct Migration;
+pub(crate) struct Migration;
 
 /// The DDL after the `paused` column, one statement per entry.
 fn statements(backend: DbBackend) -> Vec<String> {

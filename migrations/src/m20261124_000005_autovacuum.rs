@@ -41,7 +41,7 @@ use sea_orm_migration::prelude::*;
 use sea_orm_migration::sea_orm::{ConnectionTrait, DbBackend};
 
 #[derive(DeriveMigrationName)]
-pub struct Migration;
+pub(crate) struct Migration;
 
 /// (table, storage parameters) set by `up`.
 const SETTINGS: [(&str, &str); 2] = [

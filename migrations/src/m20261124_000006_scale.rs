@@ -14,7 +14,7 @@ use sea_orm_migration::prelude::*;
 use sea_orm_migration::sea_orm::DbBackend;
 
 #[derive(DeriveMigrationName)]
-pub struct Migration;
+pub(crate) struct Migration;
 
 fn statements(backend: DbBackend) -> Vec<&'static str> {
     let held =

@@ -14,7 +14,7 @@ use sea_orm_migration::prelude::*;
 use sea_orm_migration::sea_orm::DbBackend;
 
 #[derive(DeriveMigrationName)]
-pub struct Migration;
+pub(crate) struct Migration;
 
 const FAILED: &str = "CREATE INDEX IF NOT EXISTS feed_items_failed ON feed_items (partition_id, id) \
                       WHERE status = 'failed'";

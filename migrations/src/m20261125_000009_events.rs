@@ -18,7 +18,7 @@ use sea_orm_migration::prelude::*;
 use sea_orm_migration::sea_orm::{ConnectionTrait, DbBackend};
 
 #[derive(DeriveMigrationName)]
-pub struct Migration;
+pub(crate) struct Migration;
 
 /// The kind of event an update of a partition calls for, as a SQL
 /// expression over `NEW` and `OLD` (NULL: none).

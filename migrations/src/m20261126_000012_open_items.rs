@@ -22,7 +22,7 @@ use sea_orm_migration::prelude::*;
 use sea_orm_migration::sea_orm::DbBackend;
 
 #[derive(DeriveMigrationName)]
-pub struct Migration;
+pub(crate) struct Migration;
 
 /// Each index: its name, its columns, and its condition on PostgreSQL.
 const INDEXES: [(&str, &str, &str); 2] = [

@@ -7,7 +7,7 @@ use sea_orm_migration::prelude::*;
 use sea_orm_migration::sea_orm::ConnectionTrait;
 
 #[derive(DeriveMigrationName)]
-pub struct Migration;
+pub(crate) struct Migration;
 
 const TABLE: &str = "CREATE TABLE IF NOT EXISTS feed_producer_tokens (
     id VARCHAR(64) NOT NULL PRIMARY KEY,

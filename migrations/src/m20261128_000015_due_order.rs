@@ -15,7 +15,7 @@ use sea_orm_migration::prelude::*;
 use sea_orm_migration::sea_orm::{ConnectionTrait, DbBackend};
 
 #[derive(DeriveMigrationName)]
-pub struct Migration;
+pub(crate) struct Migration;
 
 /// PostgreSQL's index holds open items only (see `open_items`).
 const OPEN: &str = "WHERE status <> 'complete' AND status <> 'cancelled'";

@@ -12,7 +12,7 @@ use sea_orm_migration::prelude::*;
 use sea_orm_migration::sea_orm::{ConnectionTrait, DbBackend, Statement};
 
 #[derive(DeriveMigrationName)]
-pub struct Migration;
+pub(crate) struct Migration;
 
 /// The binary collations of ids, best first: MariaDB's that does not pad,
 /// MySQL 8's, and the padding one where neither is there.

@@ -9,7 +9,7 @@ use sea_orm_migration::prelude::*;
 use sea_orm_migration::sea_orm::{ConnectionTrait, DbBackend};
 
 #[derive(DeriveMigrationName)]
-pub struct Migration;
+pub(crate) struct Migration;
 
 const TABLE: &str = "CREATE TABLE IF NOT EXISTS feed_schedules (
     name VARCHAR(255) NOT NULL PRIMARY KEY,

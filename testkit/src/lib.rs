@@ -4,6 +4,8 @@
 //! ([`process`]), `/metrics` parsing ([`metrics`]), statistics
 //! ([`stats`]) and test SQL for every backend ([`sql`]). Dev-only: nothing here ships.
 
+#![deny(unreachable_pub)]
+
 pub mod db;
 pub mod handler;
 pub mod metrics;

@@ -8,7 +8,7 @@ use crate::console::limits::shown_rate;
 use crate::store::overview::Overview;
 use crate::store::status::ProcessorStatus;
 
-pub fn overview(o: &Overview) -> Markup {
+pub(crate) fn overview(o: &Overview) -> Markup {
     let peak = o
         .completed_per_minute
         .iter()
@@ -53,7 +53,7 @@ pub fn overview(o: &Overview) -> Markup {
 
 /// A banner per processor whose dispatch holds off (the handler not
 /// there, the circuit breaker open): why, and since when.
-pub fn held_banner(list: &[ProcessorStatus]) -> Markup {
+pub(crate) fn held_banner(list: &[ProcessorStatus]) -> Markup {
     html! {
         @for p in list {
             @if let (Some(why), Some(since)) = (&p.held_reason, p.held_since) {
@@ -67,7 +67,7 @@ pub fn held_banner(list: &[ProcessorStatus]) -> Markup {
     }
 }
 
-pub fn processors(list: &[ProcessorStatus]) -> Markup {
+pub(crate) fn processors(list: &[ProcessorStatus]) -> Markup {
     html! {
         (held_banner(list))
         @if list.is_empty() { p.muted { "No live processors." } } @else {

@@ -7,7 +7,7 @@ use crate::console::limits::{MAX_WEIGHT, shown_rate};
 use crate::store::limits::Limit;
 
 /// Tenants' limits, a form to set one's (logged in) and a button to clear each.
-pub fn limits(list: &[Limit], viewer: &Viewer, done: &str) -> Markup {
+pub(crate) fn limits(list: &[Limit], viewer: &Viewer, done: &str) -> Markup {
     let or_dash = |v: Option<u32>| v.map_or_else(|| "-".into(), |n| n.to_string());
     html! {
         @if !done.is_empty() { p.flash { (done) } }

@@ -6,10 +6,10 @@
 //! and the pieces every page shares; each page's own markup is in `fleet`
 //! (overview, processors), `partitions`, `limits` and `schedules`.
 
-pub mod fleet;
-pub mod limits;
-pub mod partitions;
-pub mod schedules;
+pub(super) mod fleet;
+pub(super) mod limits;
+pub(super) mod partitions;
+pub(super) mod schedules;
 
 use std::collections::BTreeMap;
 
@@ -18,14 +18,14 @@ use maud::{DOCTYPE, Markup, html};
 use crate::status::Status;
 
 /// Item statuses, in the order bars and tables show them (finished first).
-pub const ITEM_STATUSES: [&str; 4] = [
+pub(super) const ITEM_STATUSES: [&str; 4] = [
     Status::Complete.as_str(),
     Status::Failed.as_str(),
     Status::Cancelled.as_str(),
     Status::Available.as_str(),
 ];
 /// Partition statuses, for filters and counts.
-pub const PARTITION_STATUSES: [&str; 4] = [
+pub(super) const PARTITION_STATUSES: [&str; 4] = [
     Status::Available.as_str(),
     Status::Complete.as_str(),
     Status::Failed.as_str(),
@@ -34,7 +34,7 @@ pub const PARTITION_STATUSES: [&str; 4] = [
 
 /// What the viewer may do.
 #[derive(Clone, Debug)]
-pub enum Viewer {
+pub(super) enum Viewer {
     /// No admin token configured.
     ReadOnly,
     /// A token is configured; this browser has not logged in.
@@ -44,7 +44,7 @@ pub enum Viewer {
 }
 
 /// Percent-encodes an id for a path segment.
-pub fn enc(s: &str) -> String {
+pub(super) fn enc(s: &str) -> String {
     percent_encoding::utf8_percent_encode(s, percent_encoding::NON_ALPHANUMERIC).to_string()
 }
 
@@ -72,7 +72,7 @@ pub(super) fn time(ms: i64) -> String {
 }
 
 /// The page frame: navigation, login state and the refresh script.
-pub fn layout(title: &str, viewer: &Viewer, body: Markup) -> Markup {
+pub(super) fn layout(title: &str, viewer: &Viewer, body: Markup) -> Markup {
     html! {
         (DOCTYPE)
         html lang="en" {
@@ -109,7 +109,7 @@ pub fn layout(title: &str, viewer: &Viewer, body: Markup) -> Markup {
 }
 
 /// A stacked bar of item counts by status.
-pub fn bar(counts: &BTreeMap<String, i64>) -> Markup {
+pub(super) fn bar(counts: &BTreeMap<String, i64>) -> Markup {
     let total: i64 = counts.values().sum::<i64>().max(1);
     let mut x = 0.0;
     let mut parts = Vec::new();
@@ -131,7 +131,7 @@ pub fn bar(counts: &BTreeMap<String, i64>) -> Markup {
 }
 
 /// "12/40 complete, 1 failed".
-pub fn summary(counts: &BTreeMap<String, i64>) -> String {
+pub(super) fn summary(counts: &BTreeMap<String, i64>) -> String {
     let total: i64 = counts.values().sum();
     let n = |k: &str| counts.get(k).copied().unwrap_or(0);
     let mut s = format!("{}/{total} complete", n("complete"));
@@ -151,7 +151,7 @@ fn status_badge(status: &str, paused: bool) -> Markup {
 }
 
 /// An action button: a form that first asks for confirmation.
-pub fn action(viewer: &Viewer, path: &str, label: &str, gate: Option<i64>) -> Markup {
+pub(super) fn action(viewer: &Viewer, path: &str, label: &str, gate: Option<i64>) -> Markup {
     html! {
         @if let Viewer::Admin(csrf) = viewer {
             form.action method="post" action=(path) {
@@ -165,7 +165,7 @@ pub fn action(viewer: &Viewer, path: &str, label: &str, gate: Option<i64>) -> Ma
 
 /// Asks before acting; the form repeats the action, with its `fields`,
 /// and `confirm=yes`.
-pub fn confirm(
+pub(super) fn confirm(
     question: &str,
     path: &str,
     csrf: &str,
@@ -184,7 +184,7 @@ pub fn confirm(
     }
 }
 
-pub fn login(next: &str, error: Option<&str>) -> Markup {
+pub(super) fn login(next: &str, error: Option<&str>) -> Markup {
     html! {
         @if let Some(e) = error { p.flash.bad { (e) } }
         form.login method="post" action="/login" {
@@ -195,6 +195,6 @@ pub fn login(next: &str, error: Option<&str>) -> Markup {
     }
 }
 
-pub fn message(text: &str) -> Markup {
+pub(super) fn message(text: &str) -> Markup {
     html! { p.flash.bad { (text) } p { a href="/" { "Back to the overview" } } }
 }

@@ -32,7 +32,7 @@ fn scheduled(p: &PartitionView) -> String {
     }
 }
 
-pub fn partitions(page: &Page<PartitionView>, status: &str, prefix: &str) -> Markup {
+pub(crate) fn partitions(page: &Page<PartitionView>, status: &str, prefix: &str) -> Markup {
     html! {
         form.filters method="get" action="/partitions" {
             label { "Status " select name="status" {
@@ -70,7 +70,7 @@ pub fn partitions(page: &Page<PartitionView>, status: &str, prefix: &str) -> Mar
 }
 
 /// The item lists of a partition's page, and its owner's session.
-pub struct Lists<'a> {
+pub(crate) struct Lists<'a> {
     /// Its failed items first.
     pub failed: &'a [ItemView],
     /// Its items waiting to retry after a failed attempt.
@@ -81,7 +81,12 @@ pub struct Lists<'a> {
     pub owner: &'a [ProcessorStatus],
 }
 
-pub fn partition(p: &PartitionView, viewer: &Viewer, lists: Lists<'_>, done: &str) -> Markup {
+pub(crate) fn partition(
+    p: &PartitionView,
+    viewer: &Viewer,
+    lists: Lists<'_>,
+    done: &str,
+) -> Markup {
     let base = format!("/partitions/{}", enc(&p.id));
     let Lists {
         failed,

@@ -7,7 +7,7 @@ use super::{enc, text, time};
 use crate::store::ScheduleRow;
 
 /// The schedules, by name.
-pub fn schedules(list: &[ScheduleRow]) -> Markup {
+pub(crate) fn schedules(list: &[ScheduleRow]) -> Markup {
     html! {
         p.muted {
             "Recurring partitions: each tick creates the partition " code { "<name>-<tick time>" }

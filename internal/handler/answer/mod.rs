@@ -14,7 +14,7 @@ use crate::validate::MAX_GATE;
 mod children;
 
 /// `Retry-After` as delay-seconds or an HTTP date.
-pub fn parse_retry_after(v: &str) -> Option<Duration> {
+pub(crate) fn parse_retry_after(v: &str) -> Option<Duration> {
     let v = v.trim();
     if let Ok(secs) = v.parse::<u64>() {
         return Some(Duration::from_secs(secs));
@@ -75,7 +75,11 @@ fn answer(raw: &[u8]) -> Option<Result<Answer<'_>, ()>> {
 }
 
 /// Reads a handler's response into an outcome (the book: Writing a handler).
-pub fn parse_response(status: StatusCode, body: &Bytes, retry_after: Option<Duration>) -> Outcome {
+pub(super) fn parse_response(
+    status: StatusCode,
+    body: &Bytes,
+    retry_after: Option<Duration>,
+) -> Outcome {
     let parsed = answer(body);
     if let Some(Ok(a)) = &parsed
         && let Some(failed) = error_answer(status, a, retry_after)
@@ -109,7 +113,7 @@ pub fn parse_response(status: StatusCode, body: &Bytes, retry_after: Option<Dura
 /// Reads the answer to a batch of `count` items: one outcome per item, or
 /// (Err) the one outcome of every item when the answer as a whole is not
 /// valid: a non-2xx status, a body that is not an array of `count`.
-pub fn parse_batch_response(
+pub(super) fn parse_batch_response(
     status: StatusCode,
     body: &Bytes,
     retry_after: Option<Duration>,

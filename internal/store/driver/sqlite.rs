@@ -111,7 +111,7 @@ pub(super) fn refusal(d: &dyn DatabaseError) -> Option<Option<super::Refusal>> {
 /// immediate `SQLITE_BUSY`, and foreign keys on (an item must name an
 /// existing partition, as elsewhere). Memory-mapping the file was tried and
 /// drained 10–20 % slower in the drain bench.
-pub fn connect_options(o: SqliteConnectOptions) -> SqliteConnectOptions {
+pub(crate) fn connect_options(o: SqliteConnectOptions) -> SqliteConnectOptions {
     o.journal_mode(SqliteJournalMode::Wal)
         .synchronous(SqliteSynchronous::Normal)
         .busy_timeout(std::time::Duration::from_secs(30))
