@@ -334,3 +334,26 @@ async fn open_items_index_up_and_down(db: TestDb) {
     assert_eq!(db.count("SELECT COUNT(*) AS n FROM feed_items").await, 4);
     db.store.migrate().await.unwrap();
 }
+
+on_all_backends!(parents_and_schedules_up_and_down);
+/// From the schema before them, with a partition and its item: `up` adds
+/// `feed_items.parent_id` (NULL on the item there) and `feed_schedules`;
+/// `down` removes both and keeps the work; `up` again restores them.
+async fn parents_and_schedules_up_and_down(db: TestDb) {
+    down_before(&db, "m20261130_000020").await;
+    db.partition_of("p", true, false, "block", &["a"]).await;
+    assert!(db.store.schedules().await.is_err(), "no table yet");
+    db.store.migrate().await.unwrap();
+    assert_eq!(
+        db.count("SELECT COUNT(*) AS n FROM feed_items WHERE parent_id IS NULL")
+            .await,
+        1
+    );
+    let r = feed::recurring::Recurring::new("nightly", "0 2 * * *", "{\"data\": 1}\n");
+    feed::recurring::set(&db.store, &r).await.unwrap();
+    down_before(&db, "m20261130_000020").await;
+    assert!(db.store.schedules().await.is_err(), "the table is gone");
+    assert_eq!(db.count("SELECT COUNT(*) AS n FROM feed_items").await, 1);
+    db.store.migrate().await.unwrap();
+    assert!(db.store.schedules().await.unwrap().is_empty());
+}
