@@ -19,7 +19,7 @@ pub struct DatabaseConfig {
     /// sqlite, postgres or mysql URL; may carry a password, so never log it raw.
     pub url: String,
     /// What stands between Feed and PostgreSQL (`--db-pooler`).
-    pub pooler: crate::store::Pooler,
+    pub pooler: super::Pooler,
     /// A database connection older than this is closed when it goes back
     /// to the pool: the backstop that moves connections off a node that
     /// changed role without closing them.
@@ -36,8 +36,8 @@ impl DatabaseConfig {
     pub fn new(url: impl Into<String>) -> Self {
         DatabaseConfig {
             url: url.into(),
-            pooler: crate::store::Pooler::None,
-            max_lifetime: crate::store::Options::MAX_LIFETIME,
+            pooler: super::Pooler::None,
+            max_lifetime: Config::MAX_LIFETIME,
             statement_timeout: Config::STATEMENT_TIMEOUT,
             migrate: true,
         }
@@ -216,7 +216,7 @@ impl LeaseConfig {
 #[non_exhaustive]
 pub struct FlowConfig {
     /// Items per second the whole fleet sends to the handler (`--rate-limit`).
-    pub rate_limit: Option<crate::limits::Rate>,
+    pub rate_limit: Option<crate::rate::Rate>,
     /// Items the fleet may send at once after a quiet spell (`--rate-burst`).
     pub rate_burst: Option<u32>,
     /// Handler calls the circuit breaker looks back over; 0 = no breaker.
@@ -255,10 +255,10 @@ pub struct ListenConfig {
     /// Serve the dashboard and its JSON API there.
     pub ui: bool,
     /// Allows actions from the dashboard and the API; None = read-only.
-    pub admin_token: Option<crate::console::AdminToken>,
+    pub admin_token: Option<super::AdminToken>,
     /// Allows enqueueing over the API (`POST /api/v1/partitions/{id}/items`)
     /// and nothing else (`--producer-token`); None = only the admin token may.
-    pub producer_token: Option<crate::console::ProducerToken>,
+    pub producer_token: Option<super::ProducerToken>,
     /// Host names the console answers besides IP addresses and `localhost`
     /// (`--allowed-host`): a page on another name reaching it through DNS
     /// rebinding is refused.
@@ -269,7 +269,7 @@ pub struct ListenConfig {
     pub trusted_proxies: Vec<ipnet::IpNet>,
     /// Where handlers reach this listener for a fan-in item's inputs
     /// (`Feed-Inputs`, `--inputs-url`); sent only while there is a listener.
-    pub inputs_url: crate::inputs::InputsUrl,
+    pub inputs_url: super::InputsUrl,
     /// How long an inputs URL stays valid; None = `--request-timeout`
     /// plus `--session-expiry`. Tests shorten it.
     pub inputs_ttl: Option<Duration>,
@@ -280,8 +280,8 @@ impl ListenConfig {
         if self.ui && self.address.is_none() {
             return bad("--ui serves the dashboard on --listen, which is off");
         }
-        if let crate::inputs::InputsUrl::Base(base) = &self.inputs_url {
-            crate::inputs::InputsUrl::parse(base)?;
+        if let super::InputsUrl::Base(base) = &self.inputs_url {
+            super::InputsUrl::parse(base)?;
         }
         Ok(())
     }

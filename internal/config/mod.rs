@@ -5,13 +5,14 @@ use std::time::Duration;
 mod groups;
 mod policy;
 pub mod signing;
+mod values;
 
-pub use crate::inputs::InputsUrl;
 pub use groups::{
     DatabaseConfig, DispatchConfig, EventsConfig, FlowConfig, HandlerConfig, LeaseConfig,
     ListenConfig,
 };
 pub use policy::Policy;
+pub use values::{AdminToken, InputsUrl, Pooler, ProducerToken};
 
 /// How a processor runs, in groups: each subsystem takes only its own.
 /// `cmd/processor` fills it from flags and `FEED_*` variables; Rust
@@ -87,7 +88,10 @@ impl Config {
     /// `--breaker-ratio`.
     pub const BREAKER_RATIO: f64 = 0.5;
     /// `--statement-timeout`.
-    pub const STATEMENT_TIMEOUT: Duration = crate::store::DEFAULT_STATEMENT_TIMEOUT;
+    pub const STATEMENT_TIMEOUT: Duration = Duration::from_secs(30);
+    /// How long a pooled connection lives, `--db-max-lifetime` (sqlx's
+    /// default).
+    pub const MAX_LIFETIME: Duration = Duration::from_secs(30 * 60);
 
     /// A configuration with the defaults above.
     pub fn new(database_url: impl Into<String>, handler_url: impl Into<String>) -> Self {

@@ -13,61 +13,10 @@ use std::time::{Duration, Instant};
 use axum::http::{HeaderMap, StatusCode, header};
 use subtle::ConstantTimeEq;
 
+pub use crate::config::{AdminToken, ProducerToken};
+
 /// The login cookie's name.
 pub(super) const COOKIE: &str = "feed_console";
-
-/// The admin token. Its `Debug` never shows it, so it cannot leak into logs.
-#[derive(Clone)]
-pub struct AdminToken(String);
-
-impl std::fmt::Debug for AdminToken {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("AdminToken(***)")
-    }
-}
-
-impl AdminToken {
-    /// Wraps a token; refuses one too weak to resist guessing (fewer than
-    /// 16 characters, or fewer than 8 different ones) and one with spaces
-    /// at either end, which no login form or header would carry back.
-    pub fn new(token: impl Into<String>) -> crate::Result<Self> {
-        Self::for_flag("--admin-token", token)
-    }
-
-    /// [`AdminToken::new`] for the token of another flag, which its errors
-    /// name (`--producer-token` for a [`ProducerToken`]).
-    pub fn for_flag(flag: &str, token: impl Into<String>) -> crate::Result<Self> {
-        let token = token.into();
-        let bad = |why: &str| Err(crate::Error::Config(format!("{flag} {why}")));
-        if token.trim() != token {
-            return bad(
-                "starts or ends with whitespace, which a login or an Authorization header cannot carry; remove it",
-            );
-        }
-        if token.chars().count() < 16 {
-            return bad("must be at least 16 characters");
-        }
-        let distinct: std::collections::HashSet<char> = token.chars().collect();
-        if distinct.len() < 8 {
-            return bad(
-                "must hold at least 8 different characters; generate one, e.g. `openssl rand -hex 24`",
-            );
-        }
-        Ok(Self(token))
-    }
-
-    /// Whether `given` is the token.
-    pub fn matches(&self, given: &str) -> bool {
-        self.0.as_bytes().ct_eq(given.as_bytes()).into()
-    }
-}
-
-/// The producer token: it allows enqueueing over the API
-/// (`POST /api/v1/partitions/{id}/items`) and nothing else. The same type,
-/// strength rules and constant-time comparison as the admin token; build
-/// one with `ProducerToken::for_flag("--producer-token", …)` so that its
-/// errors name the right flag.
-pub type ProducerToken = AdminToken;
 
 /// How long a login lasts (the cookie's `Max-Age` too).
 const LOGIN_TTL: Duration = Duration::from_secs(12 * 3600);

@@ -26,6 +26,8 @@ use serde::Deserialize;
 use tokio::sync::Semaphore;
 
 use token::Key;
+
+pub use crate::config::InputsUrl;
 pub use token::Refused;
 
 use crate::console::{api_error, json_error};
@@ -39,46 +41,6 @@ pub const MAX_LIMIT: usize = 100_000;
 
 /// The listener's path of a partition's inputs, under the base URL.
 pub const PATH: &str = "/inputs/{partition}";
-
-/// Where handlers reach this processor's listener for their inputs
-/// (`--inputs-url`).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum InputsUrl {
-    /// The listener's own address, with 0.0.0.0 as 127.0.0.1 and :: as ::1.
-    #[default]
-    Derived,
-    /// This base URL (a proxy, a container's name), e.g.
-    /// `http://feed-1:8080` or `https://proxy/feed-1`.
-    Base(String),
-    /// No `Feed-Inputs` is sent.
-    Off,
-}
-
-impl InputsUrl {
-    /// `--inputs-url`'s value: `off`, or an http(s) URL without query or
-    /// fragment (a trailing `/` is dropped).
-    pub fn parse(text: &str) -> crate::Result<InputsUrl> {
-        if text == "off" {
-            return Ok(InputsUrl::Off);
-        }
-        let bad = |why: &str| {
-            crate::Error::Config(format!(
-                "--inputs-url {}: {why}; give the base URL handlers reach --listen at, e.g. \
-                 http://feed-1:8080, or off",
-                crate::printable::printable(text)
-            ))
-        };
-        let url = url::Url::parse(text).map_err(|e| bad(&e.to_string()))?;
-        if !matches!(url.scheme(), "http" | "https") || url.host().is_none() {
-            return Err(bad("it must be an http or https URL with a host"));
-        }
-        if url.query().is_some() || url.fragment().is_some() {
-            return Err(bad("it must have no query (?…) or fragment (#…)"));
-        }
-        Ok(InputsUrl::Base(text.trim_end_matches('/').to_string()))
-    }
-}
 
 /// What a path segment or a query value leaves as it is: RFC 3986's
 /// unreserved characters.

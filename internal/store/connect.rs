@@ -39,7 +39,7 @@ pub struct Options {
 
 impl Options {
     /// The default connection lifetime (sqlx's).
-    pub const MAX_LIFETIME: Duration = Duration::from_secs(30 * 60);
+    pub const MAX_LIFETIME: Duration = crate::config::Config::MAX_LIFETIME;
 
     /// A pool of `max_connections` with the other settings at their defaults.
     pub fn new(max_connections: u32) -> Options {

@@ -18,19 +18,7 @@ use sea_orm::{
 };
 
 use super::Store;
-
-/// What stands between Feed and PostgreSQL (`--db-pooler`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Pooler {
-    /// Nothing: Feed talks to the server (or a TCP proxy such as HAProxy).
-    #[default]
-    None,
-    /// A pooler in session mode: the same as none for Feed.
-    Session,
-    /// A pooler in transaction mode (PgBouncer `pool_mode = transaction`):
-    /// each statement in its own transaction, no LISTEN.
-    Transaction,
-}
+pub use crate::config::Pooler;
 
 impl Store {
     /// Whether statements must each run in a transaction of their own.

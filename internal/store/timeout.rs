@@ -18,7 +18,7 @@ use sea_orm::sqlx;
 /// Default `--statement-timeout`: three times the default session expiry, so
 /// a slow but healthy statement is not cut off, while a dead connection is
 /// still given up in bounded time.
-pub const DEFAULT_STATEMENT_TIMEOUT: Duration = Duration::from_secs(30);
+pub const DEFAULT_STATEMENT_TIMEOUT: Duration = crate::config::Config::STATEMENT_TIMEOUT;
 
 /// The limit, and when it last cut a statement off (shared by a store's clones).
 #[derive(Debug)]

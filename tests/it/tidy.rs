@@ -223,3 +223,32 @@ fn the_drivers_build_statements_and_the_store_runs_them() {
         "driver files that run statements through the store (build them in the driver, run them in the store): {running:?}"
     );
 }
+
+/// `config` stands only on leaves (and the crate's `Error`, which every
+/// module returns): a module that acts on a setting imports config, never
+/// the other way.
+#[test]
+fn config_is_a_leaf_of_plain_values() {
+    let arrows = imports();
+    let leaves: BTreeSet<String> = ["printable", "rate", "status", "validate"]
+        .into_iter()
+        .map(String::from)
+        .collect();
+    let config = arrows.get("config").cloned().unwrap_or_default();
+    let above: Vec<&String> = config
+        .difference(&leaves)
+        .filter(|m| *m != "error")
+        .collect();
+    assert!(
+        above.is_empty(),
+        "config names {above:?}: move the values it needs into config (its values \
+         module), below the modules that act on them"
+    );
+    for leaf in &leaves {
+        let named = arrows.get(leaf.as_str()).cloned().unwrap_or_default();
+        assert!(
+            named.is_subset(&leaves),
+            "{leaf}, which config stands on, names {named:?}"
+        );
+    }
+}
