@@ -111,25 +111,22 @@ impl Store {
         acks: &[Ack],
         expiry: Duration,
     ) -> Result<Vec<Written>> {
-        let mut out = Vec::with_capacity(acks.len());
-        if acks
-            .iter()
-            .any(|a| a.write.ends.is_some() || a.write.spawned.is_some())
-        {
-            // Rare: each result on its own, those that end a partition or
-            // spawn items with their own transaction.
-            for ack in acks {
-                out.push(match (ack.write.ends, &ack.write.spawned) {
-                    (Some(end), _) => self.end_partition(ack, end, expiry).await?,
-                    (None, Some(items)) => self.write_spawning(ack, items, expiry).await?,
-                    (None, None) => {
-                        self.write_plain(std::slice::from_ref(ack), expiry).await?[0].clone()
-                    }
-                });
-            }
-            return Ok(out);
+        // Rare: results that end a partition or spawn items, each in a
+        // transaction of its own; the others still go in batches.
+        let special = |a: &Ack| a.write.ends.is_some() || a.write.spawned.is_some();
+        if !acks.iter().any(special) {
+            return self.write_plain(acks, expiry).await;
         }
-        out.extend(self.write_plain(acks, expiry).await?);
+        let plain: Vec<Ack> = acks.iter().filter(|a| !special(a)).cloned().collect();
+        let mut written = self.write_plain(&plain, expiry).await?.into_iter();
+        let mut out = Vec::with_capacity(acks.len());
+        for ack in acks {
+            out.push(match (ack.write.ends, &ack.write.spawned) {
+                (Some(end), _) => self.end_partition(ack, end, expiry).await?,
+                (None, Some(items)) => self.write_spawning(ack, items, expiry).await?,
+                (None, None) => written.next().unwrap_or(Written::Stale),
+            });
+        }
         Ok(out)
     }
 
