@@ -86,7 +86,7 @@ pub mod validate;
 pub(crate) mod webhooks;
 pub(crate) mod write_idle;
 
-pub use config::Config;
+pub use config::{Clock, Config};
 pub use error::{Error, Result};
 pub use handler::{Child, Handler, HttpHandler, Job, Outcome, PartitionEnd};
 pub use run::{run, run_with};

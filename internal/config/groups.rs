@@ -29,6 +29,8 @@ pub struct DatabaseConfig {
     pub statement_timeout: Duration,
     /// Apply migrations at start.
     pub migrate: bool,
+    /// Where statements read the time; tests move it (see [`super::Clock`]).
+    pub clock: super::Clock,
 }
 
 impl DatabaseConfig {
@@ -40,6 +42,7 @@ impl DatabaseConfig {
             max_lifetime: Config::MAX_LIFETIME,
             statement_timeout: Config::STATEMENT_TIMEOUT,
             migrate: true,
+            clock: super::Clock::database(),
         }
     }
 

@@ -12,7 +12,7 @@ pub use groups::{
     ListenConfig,
 };
 pub use policy::Policy;
-pub use values::{AdminToken, InputsUrl, Pooler, ProducerToken};
+pub use values::{AdminToken, Clock, InputsUrl, Pooler, ProducerToken};
 
 /// How a processor runs, in groups: each subsystem takes only its own.
 /// `cmd/processor` fills it from flags and `FEED_*` variables; Rust

@@ -110,3 +110,40 @@ pub enum Pooler {
     /// each statement in its own transaction, no LISTEN.
     Transaction,
 }
+
+/// Where statements read the time: the database clock, or (in tests) the
+/// database clock moved forward by an offset the test sets, so that expiry,
+/// backoff and schedule tests move time instead of sleeping through it.
+/// Production uses [`Clock::database`], and its statements carry no offset.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Clock(Option<&'static std::sync::atomic::AtomicI64>);
+
+impl Clock {
+    /// The database clock as it is (the default).
+    pub fn database() -> Clock {
+        Clock(None)
+    }
+
+    /// The database clock plus an offset that starts at zero and that
+    /// [`Clock::advance`] moves; every copy moves together. For tests: the
+    /// offset lives as long as the program (a few bytes per clock).
+    pub fn movable() -> Clock {
+        Clock(Some(Box::leak(Box::new(
+            std::sync::atomic::AtomicI64::new(0),
+        ))))
+    }
+
+    /// Moves a movable clock forward by `by` (a database clock does not move).
+    pub fn advance(&self, by: std::time::Duration) {
+        if let Some(offset) = self.0 {
+            let ms = i64::try_from(by.as_millis()).unwrap_or(i64::MAX);
+            offset.fetch_add(ms, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    /// The offset in milliseconds; None for the database clock as it is.
+    pub fn offset_ms(&self) -> Option<i64> {
+        self.0
+            .map(|offset| offset.load(std::sync::atomic::Ordering::SeqCst))
+    }
+}

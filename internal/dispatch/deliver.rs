@@ -28,8 +28,8 @@ pub(super) enum Delivery {
     Finished,
     /// The item may be ready again at its gate, after the wait given: a
     /// result that keeps it available (a retry, another step at the same
-    /// gate) was written, or none was (rejected as stale, the session
-    /// lost). Its partition's next refill reads from its first ready item.
+    /// gate) was written, or none was (the session lost). Its partition's
+    /// next refill reads from its first ready item.
     Again(Duration),
     /// The handler could not be reached (why); nothing was written.
     Unreachable(String),
@@ -39,8 +39,8 @@ pub(super) enum Delivery {
     /// ready again after the wait (None: it failed for good).
     Away(Option<Duration>, String),
     /// The result could not be stored at all (the database is unreachable,
-    /// or refused even the failed attempt): the item cools down here for a
-    /// backoff before it may be fetched again.
+    /// refused even the failed attempt, or rejected it as stale): the item
+    /// cools down here for a backoff before it may be fetched again.
     Unwritten(Duration),
     /// The handler answered 404 or 405 with no answer before it: perhaps
     /// a wrong URL, so nothing was written (no attempt counted) and the
@@ -266,7 +266,11 @@ pub(super) async fn record(
                         "stale result rejected: the item changed or its partition is no longer held by this session"
                     );
                 }
-                return Delivery::Again(Duration::ZERO);
+                // Not at once: while the database takes this session for
+                // dead but its row still names it the owner, every answer
+                // would be rejected and the item sent again in a hot loop.
+                // A backoff later the keeper knows which it is.
+                return Delivery::Unwritten(cool);
             }
             Ok(Written::Refused(why)) if !fallback => {
                 tracing::error!(%partition, %item, gate, attempt, error = %why, "the database refused the result; recording a failed attempt instead");

@@ -74,6 +74,7 @@ fn store_options(config: &Config, pool: u32) -> crate::store::Options {
     o.statement_timeout = config.database.statement_timeout;
     o.max_lifetime = config.database.max_lifetime;
     o.pooler = config.database.pooler;
+    o.clock = config.database.clock;
     o
 }
 

@@ -19,7 +19,7 @@ use crate::Result;
 impl Store {
     /// Writes a chunk of results; per result, whether it was stored.
     pub(super) async fn write_chunk(&self, acks: &[Ack], expiry: Duration) -> Result<Vec<bool>> {
-        match (self.driver, acks) {
+        match (*self.driver, acks) {
             (Driver::MySql, _) => self.write_locked(acks, expiry).await,
             (_, [one]) => self.write_one(one, expiry).await,
             _ => self.write_returning(acks, expiry).await,
@@ -67,7 +67,7 @@ impl Store {
     /// rare: a lease change mid-call).
     async fn write_locked(&self, acks: &[Ack], expiry: Duration) -> Result<Vec<bool>> {
         let lock = share_lock(acks);
-        if let Some(batch) = &batch(acks, expiry) {
+        if let Some(batch) = &batch(self.driver, acks, expiry) {
             let n = acks.len() as u64;
             let all = self
                 .retry(|| async {
@@ -89,7 +89,7 @@ impl Store {
         }
         let each: Vec<_> = acks
             .iter()
-            .map(|a| result_statement(Driver::MySql, a, expiry))
+            .map(|a| result_statement(self.driver, a, expiry))
             .collect();
         self.retry(|| async {
             let txn = self.begin_immediate().await?;

@@ -18,7 +18,7 @@ use super::connect_error::{
 };
 use super::driver;
 use super::timeout::{self, Bound};
-use super::{Driver, Pooler, Store, hosts, nodelay, query_value, redact, role};
+use super::{Clocked, Driver, Pooler, Store, hosts, nodelay, query_value, redact, role};
 use crate::{Error, Result};
 
 /// How a store connects, beyond its URL.
@@ -35,6 +35,8 @@ pub struct Options {
     pub max_lifetime: Duration,
     /// What stands between Feed and the database (`--db-pooler`).
     pub pooler: Pooler,
+    /// Where statements read the time (the database clock; tests move it).
+    pub clock: crate::config::Clock,
 }
 
 impl Options {
@@ -48,6 +50,7 @@ impl Options {
             statement_timeout: super::DEFAULT_STATEMENT_TIMEOUT,
             max_lifetime: Self::MAX_LIFETIME,
             pooler: Pooler::None,
+            clock: crate::config::Clock::database(),
         }
     }
 }
@@ -199,7 +202,7 @@ async fn open(url: &str, options: &Options, create: bool) -> Result<Store> {
     Ok(Store {
         hosts,
         db,
-        driver: target.driver,
+        driver: Clocked::new(target.driver, options.clock),
         statements: Counter::default(),
         bound,
         timeouts: Counter::default(),

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use sea_orm::{ConnectionTrait, Statement};
 
-use super::driver::{Driver, is_transient, sql};
+use super::driver::{Clocked, is_transient, sql};
 use super::insert::{insert_items, statements};
 use super::producer::{Enqueued, NewItem, PartitionSpec};
 use super::{ProducerScope, Store, get};
@@ -182,7 +182,7 @@ impl Store {
 
 /// The statement that creates partition `id` with `spec`, or leaves the
 /// one there as it is (then it affects no row).
-pub(super) fn insert_partition(b: Driver, id: &str, spec: &PartitionSpec) -> Statement {
+pub(super) fn insert_partition(b: Clocked, id: &str, spec: &PartitionSpec) -> Statement {
     sql!(b;
         "INSERT INTO feed_partitions (id, auto_close, manual_checkpoint, on_failure, gate_events, \
          tenant, weight, max_in_flight, priority) VALUES (" {id} ", " {spec.auto_close} ", "

@@ -195,7 +195,7 @@ impl Store {
             parts.iter().map(|p| (p.id.clone(), p.version)).collect();
         let guard = format!(
             "NOT {}",
-            item_exists(self.driver, "i.status = 'available'", "feed_partitions.id")
+            item_exists(*self.driver, "i.status = 'available'", "feed_partitions.id")
         );
         self.close_where(&parts, me, "version", &guard).await
     }
@@ -212,7 +212,7 @@ impl Store {
     ) -> Result<Vec<PartitionId>> {
         // Status and auto_close are tested inside the version's test, so that
         // the rows can only be found by their ids (as in `lease_many`).
-        let guard = format!("NOT ({})", open_items(self.driver, "feed_partitions.id"));
+        let guard = format!("NOT ({})", open_items(*self.driver, "feed_partitions.id"));
         self.close_where(
             parts,
             me,
@@ -274,7 +274,7 @@ impl Store {
             .await?;
         let m = self
             .run(sql!(self.driver;
-                "UPDATE feed_items SET last_error = " [&unknown_status_message(self.driver)]
+                "UPDATE feed_items SET last_error = " [&unknown_status_message(*self.driver)]
                 ", status = 'failed', version = version + 1, updated_at = {now} WHERE partition_id = "
                 {&p.id} " AND status NOT IN ('available', 'complete', 'failed', 'cancelled') AND "
                 [owned] {&p.id} " AND p.owner = " {me} ")"

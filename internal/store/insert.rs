@@ -2,7 +2,7 @@
 
 use sea_orm::{ConnectionTrait, DatabaseTransaction};
 
-use super::driver::{Driver, Sql, sql};
+use super::driver::{Clocked, Sql, sql};
 use super::{NewItem, Schedule};
 use crate::{Error, Result};
 
@@ -37,7 +37,7 @@ pub(super) fn statements(items: &[NewItem]) -> impl Iterator<Item = &[NewItem]> 
 /// ([`Error::Invalid`]), the transaction's writes with it.
 pub(super) async fn insert_items(
     txn: &DatabaseTransaction,
-    b: Driver,
+    b: Clocked,
     partition: &str,
     gate: i64,
     items: &[NewItem],

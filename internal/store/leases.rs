@@ -105,7 +105,7 @@ impl Store {
         // key, sorted them all).
         let unowned_order = self.driver.dialect().unowned_order;
         let index = self.driver.dialect().ready_index;
-        let stranded = item_exists(self.driver, "i.status = 'available'", "x.id");
+        let stranded = item_exists(*self.driver, "i.status = 'available'", "x.id");
         let left = (COUNT_CAP - held).max(0);
         // Active partitions others hold or nobody does, counted along the
         // index in `order`, at most `left`.
@@ -158,7 +158,7 @@ impl Store {
             .fetch(sql!(self.driver;
                 "SELECT COUNT(*) AS n FROM (SELECT 1 AS x FROM feed_partitions p \
                  WHERE p.status = 'available' AND (p.owner IS NULL OR p.owner NOT IN " [LIVE]
-                {ms(expiry)} ")) AND " [&ready(self.driver)] " LIMIT " {limit} ") f"
+                {ms(expiry)} ")) AND " [&ready(*self.driver)] " LIMIT " {limit} ") f"
             ))
             .await?;
         rows.first().map_or(Ok(0), |r| get(r, "n"))
@@ -184,7 +184,7 @@ impl Store {
     ) -> Result<Vec<FreeRow>> {
         let rows = self
             .fetch(sql!(self.driver;
-                "SELECT p.id, p.version, CASE WHEN " [&ready(self.driver)] " THEN TRUE ELSE FALSE END AS ready, \
+                "SELECT p.id, p.version, CASE WHEN " [&ready(*self.driver)] " THEN TRUE ELSE FALSE END AS ready, \
                  p.priority FROM feed_partitions p WHERE p.status = 'available' AND \
                  (p.owner IS NULL OR p.owner NOT IN " [LIVE] {ms(expiry)} ")) ORDER BY ready DESC, p.priority DESC LIMIT "
                 {limit as i64}
@@ -287,8 +287,8 @@ impl Store {
     ) -> Result<Vec<HeldRow>> {
         let rows = self
             .fetch(sql!(self.driver;
-                "SELECT p.id, p.version, CASE WHEN " [&ready(self.driver)]
-                " THEN TRUE ELSE FALSE END AS ready, CASE WHEN " [&stuck(self.driver)]
+                "SELECT p.id, p.version, CASE WHEN " [&ready(*self.driver)]
+                " THEN TRUE ELSE FALSE END AS ready, CASE WHEN " [&stuck(*self.driver)]
                 " THEN TRUE ELSE FALSE END AS stuck, p.tenant, p.weight, p.max_in_flight, p.priority \
                  FROM (SELECT id, version, gate, paused, auto_close, manual_checkpoint, on_failure, \
                  tenant, weight, max_in_flight, priority \
@@ -354,7 +354,7 @@ impl Store {
     /// an available item (a producer inserted it with plain SQL without
     /// reopening the partition).
     pub(crate) async fn reopen_stranded(&self, after: &str, end: &str) -> Result<u64> {
-        let exists = item_exists(self.driver, "i.status = 'available'", "feed_partitions.id");
+        let exists = item_exists(*self.driver, "i.status = 'available'", "feed_partitions.id");
         self.run(sql!(self.driver;
             "UPDATE feed_partitions SET status = 'available', version = version + 1, updated_at = {now} \
              WHERE status = 'complete' AND id > " {after} " AND id <= " {end} " AND " [&exists]

@@ -58,6 +58,7 @@ pub use crate::schedule::Schedule;
 pub use connect::{Options, shown};
 pub use connect_error::{Unreachable, Unusable};
 pub(crate) use dispatch::{Ask, Fence, ReadyItem};
+pub(crate) use driver::Clocked;
 pub use driver::Driver;
 pub(crate) use driver::LEASE_CHUNK;
 pub(crate) use driver::is_transient;
@@ -81,7 +82,8 @@ use crate::{Error, Result};
 #[derive(Clone, Debug)]
 pub struct Store {
     db: DatabaseConnection,
-    driver: Driver,
+    /// The database and the clock its statements read.
+    driver: Clocked,
     /// Statements issued through this store (all clones), exported as
     /// `feed_statements_total` so benchmarks can report statements per item.
     statements: Counter,
@@ -169,7 +171,7 @@ impl Store {
 
     /// The driver of the database this store talks to.
     pub fn driver(&self) -> Driver {
-        self.driver
+        *self.driver
     }
 
     /// The underlying sea-orm connection, for callers that need their own queries.
@@ -221,6 +223,15 @@ impl Store {
     /// Whether processors on this database are woken by LISTEN/NOTIFY.
     pub(crate) fn listens(&self) -> bool {
         self.driver.dialect().notify.is_some() && self.pooler != Pooler::Transaction
+    }
+
+    /// The same store with its statements reading `clock` (tests move a
+    /// [`Clock::movable`] instead of sleeping).
+    pub fn with_clock(&self, clock: crate::config::Clock) -> Store {
+        Store {
+            driver: Clocked::new(*self.driver, clock),
+            ..self.clone()
+        }
     }
 
     /// The database clock, in epoch milliseconds.

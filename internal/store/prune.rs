@@ -22,7 +22,7 @@ use std::time::Duration;
 use sea_orm::{FromQueryResult, Statement, Value};
 use serde::Serialize;
 
-use super::driver::{Driver, Sql};
+use super::driver::{Clocked, Sql};
 use super::{Store, get, ms};
 use crate::Result;
 use crate::ids::SessionId;
@@ -193,7 +193,7 @@ impl Store {
 
 /// Deletes the partitions of `page` that are still finished and older
 /// than `age` and have no items.
-fn partition_delete(d: Driver, page: &[String], age: i64) -> Statement {
+fn partition_delete(d: Clocked, page: &[String], age: i64) -> Statement {
     let mut s = Sql::new(d);
     s.push("DELETE FROM feed_partitions WHERE id IN (")
         .binds(page.iter().map(|id| Value::from(id.as_str())))

@@ -10,7 +10,7 @@ use sea_orm::ConnectionTrait;
 
 use crate::backend_tests;
 use crate::cli::processor;
-use crate::support::{Scene, TestDb, done, wait_for};
+use crate::support::{InProcess, Spawned, TestDb, done, wait_for};
 
 /// An item's status and last error, read without decoding its other
 /// columns (its `attempts` may be text).
@@ -50,7 +50,7 @@ async fn a_row_feed_cannot_read_costs_only_itself(db: TestDb) {
     .await;
     db.items("bad", 0, &["bad-ok-1", "bad-ok-2"]).await;
     db.items("good", 0, &["good-1", "good-2", "good-3"]).await;
-    let Scene(h, p) = Scene::start(&db, &[], |_| done()).await;
+    let Spawned(h, p) = Spawned::start(&db, &[], |_| done()).await;
     db.wait_partition("good", "complete").await;
     db.wait_partition("bad", "complete").await;
     for id in [
@@ -105,7 +105,7 @@ backend_tests!(readiness_says_when_polling_fails: sqlite => Sqlite);
 async fn readiness_says_when_polling_fails(db: TestDb) {
     db.partition_of("p", false, false, "block", &["first"])
         .await;
-    let Scene(h, p) = Scene::start(&db, &[], |_| done()).await;
+    let InProcess(h, p) = InProcess::start(&db, |_| done()).await;
     db.wait_item("first", "complete").await;
     let ready = format!("http://{}/readyz", p.listen.as_deref().unwrap());
     let answer = |url: String| async move {

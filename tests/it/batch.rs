@@ -5,7 +5,7 @@
 use serde_json::{Value, json};
 
 use crate::behaviour;
-use crate::support::{Call, Handler, Proc, Scene, TestDb, json as reply, no_retry, signed};
+use crate::support::{Call, Handler, Proc, Spawned, TestDb, json as reply, no_retry, signed};
 
 /// The items of a batch request, with `Feed-Batch` checked against them.
 fn items(c: &Call) -> Vec<Value> {
@@ -24,7 +24,7 @@ async fn mixed_batch(db: TestDb) {
     for (id, part) in [("done", "p"), ("step", "p"), ("bad", "p"), ("empty", "q")] {
         db.item(id, part, 0, json!({"id": id})).await;
     }
-    let Scene(h, _p) = Scene::start(&db, &["--batch-size", "10"], |c| {
+    let Spawned(h, _p) = Spawned::start(&db, &["--batch-size", "10"], |c| {
         let answers: Vec<Value> = items(c)
             .iter()
             .map(|i| match (i["id"].as_str().unwrap(), i["gate"].as_i64()) {
@@ -82,7 +82,7 @@ async fn wrong_length_fails_every_item(db: TestDb) {
     db.partition("p", true, false, "block").await;
     db.item("a", "p", 0, json!(1)).await;
     db.item("b", "p", 0, json!(2)).await;
-    let Scene(h, _p) = Scene::start(&db, &["--batch-size", "2"], |c| {
+    let Spawned(h, _p) = Spawned::start(&db, &["--batch-size", "2"], |c| {
         let items = items(c);
         if items.iter().all(|i| i["attempt"] == 1) {
             reply(200, json!([null]))

@@ -10,7 +10,7 @@ use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use serde_json::Value;
 
-use crate::support::{Scene, TestDb, done, metric, numbered, wait_for};
+use crate::support::{Spawned, TestDb, done, metric, numbered, wait_for};
 use crate::{behaviour, on_all_backends};
 
 /// Items, in 30 partitions.
@@ -34,7 +34,7 @@ async fn a_503_outage_fails_nothing(db: TestDb) {
         Arc::new(AtomicBool::new(false)),
     );
     let (c, d) = (calls.clone(), down.clone());
-    let scene = Scene::start(&db, &[], move |_| {
+    let scene = Spawned::start(&db, &[], move |_| {
         if c.fetch_add(1, Ordering::SeqCst) == 300 {
             d.store(true, Ordering::SeqCst);
         }
@@ -45,7 +45,7 @@ async fn a_503_outage_fails_nothing(db: TestDb) {
         }
     })
     .await;
-    let Scene(handler, proc) = &scene;
+    let Spawned(handler, proc) = &scene;
     wait_for("the breaker to open", Duration::from_secs(30), || async {
         metric(&proc.metrics().await, "feed_breaker_open") == 1.0
     })
@@ -134,11 +134,11 @@ async fn an_outage_costs_a_bounded_number_of_calls(db: TestDb) {
         "--backoff-max",
         "1h",
     ];
-    let scene = Scene::start(&db, &extra, |_| {
+    let scene = Spawned::start(&db, &extra, |_| {
         (StatusCode::SERVICE_UNAVAILABLE, "upstream down").into_response()
     })
     .await;
-    let Scene(handler, proc) = &scene;
+    let Spawned(handler, proc) = &scene;
     wait_for(
         "the breaker to open and probe",
         Duration::from_secs(30),

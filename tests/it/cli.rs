@@ -8,8 +8,8 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::support::{
-    Backend, Handler, Proc, Scene, TestDb, done, json as reply, metric, no_retry, numbered, signed,
-    wait_for,
+    Backend, Handler, Proc, Spawned, TestDb, done, json as reply, metric, no_retry, numbered,
+    signed, wait_for,
 };
 use crate::{backend_tests, behaviour, on_all_backends};
 
@@ -165,7 +165,7 @@ async fn enqueue_refuses_low_gate_and_reopens(db: TestDb) {
         "gate defaults to the partition's gate"
     );
 
-    let Scene(_h, _p) = Scene::start(&db, &[], |_| done()).await;
+    let Spawned(_h, _p) = Spawned::start(&db, &[], |_| done()).await;
     wait_for(
         "reopened partition complete",
         Duration::from_secs(30),
@@ -180,7 +180,7 @@ async fn status_and_retry(db: TestDb) {
         .await;
     let fail = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
     let f = fail.clone();
-    let Scene(_h, p) = Scene::start(&db, &[], move |c| {
+    let Spawned(_h, p) = Spawned::start(&db, &[], move |c| {
         if c.item == "bad" && f.load(std::sync::atomic::Ordering::SeqCst) {
             no_retry(200, "cannot parse resume")
         } else {
@@ -247,7 +247,7 @@ async fn metrics_move(db: TestDb) {
     db.partition_of("p", true, false, "block", &numbered("i", 4))
         .await;
     db.item("g1", "p", 1, json!({})).await;
-    let Scene(_h, p) = Scene::start(&db, &[], |c| {
+    let Spawned(_h, p) = Spawned::start(&db, &[], |c| {
         if c.item == "i0" && c.attempt == 1 {
             reply(500, json!({}))
         } else {
@@ -519,7 +519,7 @@ backend_tests!(json_logs: sqlite => Sqlite);
 /// `--log-format json`: every log line is a JSON object with fields.
 async fn json_logs(db: TestDb) {
     db.partition_of("p", true, false, "block", &["i"]).await;
-    let Scene(_h, mut p) = Scene::start(&db, &["--log-format", "json"], |_| done()).await;
+    let Spawned(_h, mut p) = Spawned::start(&db, &["--log-format", "json"], |_| done()).await;
     db.wait_partition("p", "complete").await;
     assert!(p.terminate().success());
     let log = p.log();

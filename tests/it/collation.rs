@@ -11,7 +11,7 @@ use serde_json::Value;
 use crate::backend_tests;
 use crate::cli::processor;
 use crate::enqueue_api::{ADMIN, message, send, serve};
-use crate::support::{Scene, TestDb, done};
+use crate::support::{InProcess, TestDb, done};
 
 /// `processor tokens create` with `args`: the token it printed.
 fn token(db: &TestDb, args: &[&str]) -> String {
@@ -63,7 +63,7 @@ async fn ids_differ_by_case_and_trailing_spaces(db: TestDb) {
         .map(|(p, i)| (p.to_string(), i.to_string()))
         .collect();
     assert_eq!(ids, want);
-    let Scene(h, _p) = Scene::start(&db, &[], |_| done()).await;
+    let InProcess(h, _p) = InProcess::start(&db, |_| done()).await;
     db.wait_complete(4).await;
     for id in ["Item-1", "item-1"] {
         assert_eq!(h.calls_for(id).len(), 1, "{id:?} ran once");

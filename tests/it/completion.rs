@@ -15,7 +15,7 @@ use reqwest::StatusCode;
 
 use crate::cli::processor;
 use crate::console_api::{TOKEN, get, post, serve};
-use crate::support::{Scene, TestDb, done, wait_for};
+use crate::support::{Spawned, TestDb, done, wait_for};
 use crate::{backend_tests, behaviour, slow};
 
 /// `processor wait` for `partition` with `extra` flags, started now.
@@ -56,7 +56,7 @@ async fn wait_exits_by_outcome(db: TestDb) {
     let ok = wait(&db, "ok", &["--timeout", "60s", "--json"]);
     let bad = wait(&db, "bad", &["--timeout", "60s"]);
     let gone = wait(&db, "gone", &["--timeout", "60s"]);
-    let _scene = Scene::start(&db, &[], |_| done()).await;
+    let _scene = Spawned::start(&db, &[], |_| done()).await;
     let (code, text) = outcome(ok).await;
     assert_eq!(code, Some(0), "{text}");
     // The JSON on stdout, then the line on stderr that names the database.

@@ -8,7 +8,7 @@ use tokio::sync::Semaphore;
 
 use crate::cli::processor;
 use crate::console_api::enqueue;
-use crate::support::{Backend, Handler, Proc, Scene, TestDb, done, metric, no_retry, wait_for};
+use crate::support::{Backend, Handler, InProcess, Proc, TestDb, done, metric, no_retry, wait_for};
 use crate::{behaviour, on_all_backends};
 
 const MINUTE: std::time::Duration = std::time::Duration::from_secs(60);
@@ -49,7 +49,7 @@ async fn pause_holds_work_and_resume_continues(db: TestDb) {
     assert!(ok && out.contains("2 partitions paused"), "{out}");
     let (ok, out) = cli(&db, &["resume", "--partition", "other"]);
     assert!(ok && out.contains("partition other resumed"), "{out}");
-    let Scene(h, _proc) = Scene::start(&db, &[], |_| done()).await;
+    let InProcess(h, _proc) = InProcess::start(&db, |_| done()).await;
     db.wait_partition("other", "complete").await;
     wait_for("p held", MINUTE, || async {
         db.partition_row("p").await.2.is_some()
@@ -90,7 +90,7 @@ async fn backlog_gauge_counts_held_items(db: TestDb) {
     enqueue(&db, "p", false, &[("p/1", 0), ("p/2", 0), ("p/3", 0)]).await;
     let (ok, out) = cli(&db, &["pause", "--partition", "p"]);
     assert!(ok, "{out}");
-    let Scene(_h, p) = Scene::start(&db, &[], |_| done()).await;
+    let InProcess(_h, p) = InProcess::start(&db, |_| done()).await;
     // The first cycle holds nothing when it counts; the next one counts
     // the paused partition it leased rather than wait out the 30 s
     // between counts (cycles here are 200 ms apart).
@@ -155,7 +155,7 @@ async fn manual_checkpoint_from_the_cli(db: TestDb) {
     enqueue(&db, "m", true, &[("m/1", 0), ("m/2", 1)]).await;
     let (ok, out) = cli(&db, &["checkpoint", "--partition", "m", "--gate", "1"]);
     assert!(!ok && out.contains("still has available items"), "{out}");
-    let Scene(_h, _proc) = Scene::start(&db, &[], |_| done()).await;
+    let InProcess(_h, _proc) = InProcess::start(&db, |_| done()).await;
     wait_for("m/1 complete", MINUTE, || async {
         db.item_row("m/1").await.status == "complete"
     })
@@ -171,7 +171,7 @@ behaviour!(retry_one_item_from_the_cli);
 async fn retry_one_item_from_the_cli(db: TestDb) {
     enqueue(&db, "r", false, &[("r/1", 0), ("r/2", 0)]).await;
     let failed_once = std::sync::atomic::AtomicBool::new(false);
-    let Scene(_h, _proc) = Scene::start(&db, &[], move |c| {
+    let InProcess(_h, _proc) = InProcess::start(&db, move |c| {
         if c.item == "r/1" && !failed_once.swap(true, std::sync::atomic::Ordering::SeqCst) {
             no_retry(500, "boom")
         } else {
@@ -223,7 +223,7 @@ async fn closed_pipe_is_quiet() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grafana_dashboard_uses_exported_metrics() {
     let db = TestDb::new(Backend::Sqlite).await.unwrap();
-    let Scene(_h, proc) = Scene::start(&db, &[], |_| done()).await;
+    let InProcess(_h, proc) = InProcess::start(&db, |_| done()).await;
     wait_for("metrics", MINUTE, || async {
         proc.metrics().await.contains("feed_sessions_alive")
     })

@@ -10,7 +10,7 @@ use sea_orm::ConnectionTrait;
 use tokio::sync::{Notify, Semaphore};
 
 use crate::backend_tests;
-use crate::support::{Scene, TestDb, done, numbered, wait_for};
+use crate::support::{Spawned, TestDb, done, numbered, wait_for};
 
 /// The test database's name.
 fn name(db: &TestDb) -> String {
@@ -93,7 +93,7 @@ async fn a_database_that_takes_no_writes_costs_no_attempt(db: TestDb) {
         "2s",
     ];
     let writer = TestDb::alias(&db, &writer_url(&db).await);
-    let Scene(handler, proc) = Scene::start_async(&writer, &args, move |call| {
+    let Spawned(handler, proc) = Spawned::start_async(&writer, &args, move |call| {
         let (a, r) = (a.clone(), r.clone());
         async move {
             if call.item == "i0" {

@@ -9,7 +9,7 @@ use serde_json::json;
 use crate::cli::processor;
 use crate::enqueue_api::{enqueue, message, serve};
 use crate::on_all_backends;
-use crate::support::{Scene, TestDb, done};
+use crate::support::{Spawned, TestDb, done};
 
 async fn items_in(db: &TestDb, partition: &str) -> i64 {
     let sql = format!("SELECT COUNT(*) AS n FROM feed_items WHERE partition_id = '{partition}'");
@@ -93,7 +93,7 @@ async fn a_failed_partition_takes_items_that_wait_for_a_retry(db: TestDb) {
     assert!(a.get("message").is_none(), "{a}");
 
     // After the retry, the failed item and the new ones run.
-    let scene = Scene::start(&db, &[], |_| done()).await;
+    let scene = Spawned::start(&db, &[], |_| done()).await;
     db.wait_partition("ok", "complete").await;
     assert_eq!(db.partition_status("f").await, "failed");
     assert!(

@@ -9,7 +9,7 @@ use serde_json::value::RawValue;
 
 use crate::cli::processor;
 use crate::on_all_backends;
-use crate::support::{Scene, TestDb, done, wait_for};
+use crate::support::{Spawned, TestDb, done, wait_for};
 
 const PRODUCER: &str = "test-producer-token-9876543210";
 
@@ -43,7 +43,7 @@ fn exported_data(line: &str) -> (String, Vec<u8>) {
 
 on_all_backends!(data_is_kept_byte_for_byte);
 async fn data_is_kept_byte_for_byte(db: TestDb) {
-    let scene = Scene::start(&db, &["--ui", "--producer-token", PRODUCER], |_| done()).await;
+    let scene = Spawned::start(&db, &["--ui", "--producer-token", PRODUCER], |_| done()).await;
     let base = format!("http://{}", scene.1.listen.as_ref().unwrap());
     // The API answers 503 until the processor has migrated the database.
     wait_for("the schema", std::time::Duration::from_secs(30), || async {

@@ -14,7 +14,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::behaviour;
 use crate::cli::processor;
-use crate::support::{DownHandler, Proc, Scene, TestDb, metric, numbered, wait_for};
+use crate::support::{DownHandler, Proc, Spawned, TestDb, metric, numbered, wait_for};
 
 behaviour!(a_handler_answering_500_to_everything_fails_its_items);
 /// A 500 with a body is the handler answering: each counts an attempt with
@@ -23,7 +23,7 @@ behaviour!(a_handler_answering_500_to_everything_fails_its_items);
 async fn a_handler_answering_500_to_everything_fails_its_items(db: TestDb) {
     let ids = numbered("i", 30);
     db.partition_of("p", true, false, "continue", &ids).await;
-    let Scene(handler, proc) = Scene::start(&db, &["--max-attempts", "3"], |_| {
+    let Spawned(handler, proc) = Spawned::start(&db, &["--max-attempts", "3"], |_| {
         let body = "KeyError: 'name' in classify()";
         (StatusCode::INTERNAL_SERVER_ERROR, body).into_response()
     })
@@ -124,7 +124,7 @@ async fn an_item_probed_again_while_the_breaker_is_open_counts(db: TestDb) {
     db.partition_of("p", true, false, "continue", &["a", "b"])
         .await;
     let args = ["--max-attempts", "3", "--breaker-calls", "4"];
-    let Scene(handler, proc) = Scene::start(&db, &args, |_| {
+    let Spawned(handler, proc) = Spawned::start(&db, &args, |_| {
         (StatusCode::SERVICE_UNAVAILABLE, "deploying").into_response()
     })
     .await;
@@ -220,7 +220,7 @@ behaviour!(status_shows_items_waiting_to_retry);
 async fn status_shows_items_waiting_to_retry(db: TestDb) {
     db.partition_of("p", true, false, "block", &["x"]).await;
     let args = ["--backoff-base", "1h", "--backoff-max", "1h"];
-    let _scene = Scene::start(&db, &args, |_| {
+    let _scene = Spawned::start(&db, &args, |_| {
         json_error(500, "the OCR service said: page 3 is blank")
     })
     .await;

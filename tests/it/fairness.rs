@@ -11,7 +11,7 @@ use parking_lot::Mutex;
 use serde_json::json;
 
 use crate::on_all_backends;
-use crate::support::{Handler, Proc, Scene, TestDb, done, json as reply, wait_for};
+use crate::support::{Handler, Proc, Spawned, TestDb, done, json as reply, wait_for};
 
 async fn enqueue(db: &TestDb, partition: &str, ids: impl Iterator<Item = String>) {
     let items: Vec<NewItem> = ids
@@ -51,7 +51,7 @@ on_all_backends!(small_partitions_are_not_behind_a_big_one);
 async fn small_partitions_are_not_behind_a_big_one(db: TestDb) {
     enqueue(&db, "a-big", (0..5000).map(|i| format!("big-{i:05}"))).await;
     small_partitions(&db, 10).await;
-    let Scene(_h, _p) = Scene::start(&db, &["--concurrency", "8"], |_| done()).await;
+    let Spawned(_h, _p) = Spawned::start(&db, &["--concurrency", "8"], |_| done()).await;
     for s in 0..10 {
         db.wait_partition(&format!("s{s}"), "complete").await;
     }
@@ -72,7 +72,7 @@ async fn items_run_in_the_order_they_were_written(db: TestDb) {
     for chunk in ids.chunks(10) {
         enqueue(&db, "p", chunk.iter().cloned()).await;
     }
-    let Scene(h, _p) = Scene::start(&db, &["--concurrency", "1"], |_| done()).await;
+    let Spawned(h, _p) = Spawned::start(&db, &["--concurrency", "1"], |_| done()).await;
     db.wait_partition("p", "complete").await;
     let called: Vec<String> = h.calls().into_iter().map(|c| c.item).collect();
     assert_eq!(called, ids);
@@ -89,7 +89,7 @@ on_all_backends!(a_step_or_a_retry_runs_again_before_later_items);
 async fn a_step_or_a_retry_runs_again_before_later_items(db: TestDb) {
     enqueue(&db, "p", (0..2000).map(|i| format!("w{i:04}"))).await;
     let seen: Arc<Mutex<std::collections::HashSet<String>>> = Arc::default();
-    let Scene(h, _p) = Scene::start(
+    let Spawned(h, _p) = Spawned::start(
         &db,
         &[
             "--concurrency",

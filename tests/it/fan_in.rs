@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use feed::store::{NewItem, PartitionSpec};
 use serde_json::{Value, json};
 
-use crate::support::{Call, Handler, Proc, Scene, TestDb, json as reply, wait_for};
+use crate::support::{Call, Handler, Proc, Spawned, TestDb, json as reply, wait_for};
 use crate::{backend_tests, behaviour};
 
 /// The target of `Link: <url>; rel="next"`, if the answer has one.
@@ -101,7 +101,7 @@ async fn a_stateless_handler_sums_its_inputs(db: TestDb) {
         .unwrap();
     // Eleven pages beside other tests may take more than FAST's 5 s.
     let slow = ["--request-timeout", "60s"];
-    let Scene(h, p) = Scene::start_async(&db, &slow, |c: Call| async move {
+    let Spawned(h, p) = Spawned::start_async(&db, &slow, |c: Call| async move {
         if c.gate == 0 {
             let n = c.data["n"].as_i64().unwrap();
             return reply(200, json!({"done": true, "data": {"n": n, "value": value(n)}}));
@@ -189,7 +189,7 @@ async fn an_inputs_url_opens_its_partition_at_its_gate(db: TestDb) {
     ] {
         db.item(id, part, gate, json!({"id": id})).await;
     }
-    let Scene(h, _p) = Scene::start(&db, &["--batch-size", "4", "--inputs-ttl", "10m"], |c| {
+    let Spawned(h, _p) = Spawned::start(&db, &["--batch-size", "4", "--inputs-ttl", "10m"], |c| {
         let answers: Vec<Value> = c
             .data
             .as_array()
@@ -324,7 +324,7 @@ async fn an_inputs_url_expires(db: TestDb) {
     db.partition("p", true, false, "block").await;
     db.item("first", "p", 0, json!({})).await;
     db.item("then", "p", 1, json!({})).await;
-    let Scene(h, _p) = Scene::start_async(&db, &["--inputs-ttl", "3s"], |c: Call| async move {
+    let Spawned(h, _p) = Spawned::start_async(&db, &["--inputs-ttl", "3s"], |c: Call| async move {
         let Some(url) = c.header("feed-inputs") else {
             return reply(200, json!({"done": true}));
         };
@@ -422,7 +422,7 @@ async fn serving_100k_inputs_stays_small(db: TestDb) {
     }
     db.item("rank", "big", 1, json!({})).await;
     // The URL is read after the call, so it must outlive it.
-    let Scene(h, p) = Scene::start(&db, &["--inputs-ttl", "10m"], |_| {
+    let Spawned(h, p) = Spawned::start(&db, &["--inputs-ttl", "10m"], |_| {
         reply(200, json!({"done": true}))
     })
     .await;

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::support::{Scene, TestDb, done, json as reply};
+use crate::support::{InProcess, TestDb, done, json as reply};
 use crate::{behaviour, on_all_backends};
 
 behaviour!(fan_out_then_fan_in);
@@ -16,7 +16,7 @@ async fn fan_out_then_fan_in(db: TestDb) {
         db.item(&format!("r{i}"), "resumes", 0, json!({"n": i}))
             .await;
     }
-    let Scene(h, _p) = Scene::start(&db, &[], |c| {
+    let InProcess(h, _p) = InProcess::start(&db, |c| {
         let n = c.data["n"].as_i64().unwrap();
         match c.gate {
             0 if n % 3 == 0 => reply(200, json!({"gate": 2, "data": {"n": n, "classified": true}})),
@@ -55,7 +55,7 @@ behaviour!(three_steps_at_one_gate);
 async fn three_steps_at_one_gate(db: TestDb) {
     db.partition("p", true, false, "block").await;
     db.item("i", "p", 0, json!({"step": 0})).await;
-    let Scene(h, _p) = Scene::start(&db, &[], |c| {
+    let InProcess(h, _p) = InProcess::start(&db, |c| {
         let step = c.data["step"].as_i64().unwrap() + 1;
         reply(200, json!({"done": step == 3, "data": {"step": step}}))
     })
@@ -79,7 +79,7 @@ async fn plain_sql_rows(db: TestDb) {
         .await;
     db.sql("INSERT INTO feed_items (id, partition_id, data) VALUES ('a', 'plain', '{\"x\": 1}'), ('b', 'plain', 'not json')")
     .await;
-    let Scene(h, _p) = Scene::start(&db, &[], |_| done()).await;
+    let InProcess(h, _p) = InProcess::start(&db, |_| done()).await;
     db.wait_partition("plain", "complete").await;
     let calls = h.calls();
     assert_eq!(calls.len(), 2);
@@ -100,7 +100,7 @@ behaviour!(auto_close_off_stays_open);
 /// `auto_close = false`: everything done, the partition stays available.
 async fn auto_close_off_stays_open(db: TestDb) {
     db.partition_of("open", false, false, "block", &["a"]).await;
-    let Scene(_h, _p) = Scene::start(&db, &[], |_| done()).await;
+    let InProcess(_h, _p) = InProcess::start(&db, |_| done()).await;
     db.wait_item("a", "complete").await;
     tokio::time::sleep(Duration::from_millis(800)).await;
     assert_eq!(db.partition_status("open").await, "available");
@@ -115,7 +115,7 @@ behaviour!(manual_checkpoint_holds_gate);
 async fn manual_checkpoint_holds_gate(db: TestDb) {
     db.partition_of("m", true, true, "block", &["g0"]).await;
     db.item("g1", "m", 1, json!({})).await;
-    let Scene(h, _p) = Scene::start(&db, &[], |_| done()).await;
+    let InProcess(h, _p) = InProcess::start(&db, |_| done()).await;
     db.wait_item("g0", "complete").await;
     tokio::time::sleep(Duration::from_millis(800)).await;
     let (status, gate, _) = db.partition_row("m").await;

@@ -11,7 +11,7 @@ use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::support::{
-    Handler, Proc, Reserved, Scene, TestDb, done, json as reply, no_retry, numbered, retry_after,
+    Handler, Proc, Reserved, Spawned, TestDb, done, json as reply, no_retry, numbered, retry_after,
     signed, wait_for,
 };
 use crate::{backend_tests, on_all_backends};
@@ -190,7 +190,7 @@ async fn hand_written_rows(db: TestDb) {
         )
         .await;
     assert!(orphan.is_err(), "an item without a partition was accepted");
-    let Scene(h, p) = Scene::start(&db, &[], |_| done()).await;
+    let Spawned(h, p) = Spawned::start(&db, &[], |_| done()).await;
     db.wait_partition("p", "complete").await;
     let (_, gate, _) = db.partition_row("p").await;
     assert_eq!(
@@ -295,7 +295,7 @@ async fn postgres_connections_killed(db: TestDb) {
     for i in 0..200 {
         db.item(&format!("i{i}"), "p", 0, json!({"n": i})).await;
     }
-    let Scene(_h, mut p) = Scene::start_async(&db, &["--concurrency", "8"], |_| async {
+    let Spawned(_h, mut p) = Spawned::start_async(&db, &["--concurrency", "8"], |_| async {
         tokio::time::sleep(Duration::from_millis(20)).await;
         done()
     })

@@ -9,7 +9,7 @@ use serde_json::json;
 
 use crate::cli::processor;
 use crate::slow;
-use crate::support::{Scene, TestDb, done, json as reply, wait_for};
+use crate::support::{Spawned, TestDb, done, json as reply, wait_for};
 
 /// Items of the large enqueue.
 const ITEMS: usize = 20 * MAX_ENQUEUE_ITEMS;
@@ -20,7 +20,7 @@ async fn dispatch_goes_on_during_a_large_enqueue(db: TestDb) {
     // is called for as long as dispatch goes on.
     db.partition_of("busy", true, false, "block", &["b1", "b2", "b3", "b4"])
         .await;
-    let scene = Scene::start(&db, &[], |c| {
+    let scene = Spawned::start(&db, &[], |c| {
         if c.partition == "busy" {
             reply(200, json!({"done": false}))
         } else {

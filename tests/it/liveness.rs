@@ -9,7 +9,7 @@ use serde_json::json;
 use crate::cli::processor;
 use crate::on_all_backends;
 use crate::support::{
-    Handler, Proc, Scene, TestDb, done, json as reply, no_retry, retry_after, wait_for,
+    Handler, InProcess, Proc, Spawned, TestDb, done, json as reply, no_retry, retry_after, wait_for,
 };
 
 on_all_backends!(failed_gate_check_is_retried);
@@ -21,7 +21,7 @@ async fn failed_gate_check_is_retried(db: TestDb) {
     db.item("b", "p", 1, json!({})).await;
     db.refuse("no_advance", "feed_partitions", "NEW.gate <> OLD.gate")
         .await;
-    let Scene(_h, p) = Scene::start(&db, &[], |_| done()).await;
+    let Spawned(_h, p) = Spawned::start(&db, &[], |_| done()).await;
     wait_for("a failed gate check", Duration::from_secs(30), || async {
         p.log().contains("gate check failed")
     })
@@ -43,7 +43,7 @@ async fn changes_by_hand_are_noticed(db: TestDb) {
         db.item(&format!("{p}-1"), p, 1, json!({})).await;
     }
     // Gate-0 items are answered "later" (a long Retry-After), so they wait.
-    let Scene(h, _p) = Scene::start(&db, &[], |c| {
+    let InProcess(h, _p) = InProcess::start(&db, |c| {
         if c.gate == 0 {
             retry_after(503, "3600", "later")
         } else {
@@ -75,7 +75,7 @@ on_all_backends!(plain_insert_into_complete_partition_reopens_it);
 /// (not reopening it): a processor reopens the partition and runs the item.
 async fn plain_insert_into_complete_partition_reopens_it(db: TestDb) {
     db.partition_of("p", true, false, "block", &["first"]).await;
-    let Scene(h, _p) = Scene::start(&db, &[], |_| done()).await;
+    let InProcess(h, _p) = InProcess::start(&db, |_| done()).await;
     db.wait_partition("p", "complete").await;
     db.item("late", "p", 0, json!({})).await;
     db.wait_item("late", "complete").await;
@@ -141,7 +141,7 @@ on_all_backends!(capped_processor_makes_room);
 async fn capped_processor_makes_room(db: TestDb) {
     db.partition("idle1", false, false, "block").await;
     db.partition("idle2", false, false, "block").await;
-    let Scene(h, _p) = Scene::start(&db, &["--max-partitions", "2"], |_| done()).await;
+    let Spawned(h, _p) = Spawned::start(&db, &["--max-partitions", "2"], |_| done()).await;
     wait_for(
         "both idle partitions held",
         Duration::from_secs(30),
@@ -164,7 +164,7 @@ on_all_backends!(retry_after_the_gate_moved_on_runs_at_the_current_gate);
 async fn retry_after_the_gate_moved_on_runs_at_the_current_gate(db: TestDb) {
     db.partition_of("p", true, false, "continue", &["x", "y"])
         .await;
-    let Scene(h, _p) = Scene::start(&db, &[], |c| match (c.item.as_str(), c.gate) {
+    let InProcess(h, _p) = InProcess::start(&db, |c| match (c.item.as_str(), c.gate) {
         ("x", 0) => no_retry(200, "bad"),
         ("y", 0) => reply(200, json!({"gate": 1})),
         _ => done(),

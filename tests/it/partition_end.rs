@@ -6,7 +6,7 @@
 use serde_json::json;
 
 use crate::on_all_backends;
-use crate::support::{Scene, TestDb, done, json as reply, wait_for};
+use crate::support::{Spawned, TestDb, done, json as reply, wait_for};
 
 /// The folder `f`: the item `a` finds it empty; `b` and `c` at gate 0 and
 /// `z` at gate 1 never need to run. One call at a time, `a` first (items
@@ -17,7 +17,7 @@ async fn ends(db: &TestDb, word: &str, partition: &str, item: &str) {
     db.items("f", 0, &["a", "b", "c"]).await;
     db.items("f", 1, &["z"]).await;
     let word = word.to_string();
-    let scene = Scene::start_async(db, &["--concurrency", "1"], move |call| {
+    let scene = Spawned::start_async(db, &["--concurrency", "1"], move |call| {
         let word = word.clone();
         async move {
             if call.item == "a" {
@@ -34,7 +34,7 @@ async fn ends(db: &TestDb, word: &str, partition: &str, item: &str) {
     })
     .await;
     db.wait_partition("f", partition).await;
-    let Scene(handler, _proc) = &scene;
+    let Spawned(handler, _proc) = &scene;
     let a = db.item_row("a").await;
     assert_eq!(a.status, item, "{a:?}");
     let says = a.last_error.unwrap_or_default();

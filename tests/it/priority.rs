@@ -7,7 +7,7 @@ use serde_json::json;
 
 use crate::behaviour;
 use crate::cli::processor;
-use crate::support::{Scene, TestDb, done};
+use crate::support::{Spawned, TestDb, done};
 
 /// Partition `id` of `n` items (`id-0`, …) with `tenant` and `priority`.
 async fn enqueue(db: &TestDb, id: &str, n: usize, tenant: Option<&str>, priority: i32) {
@@ -22,7 +22,7 @@ async fn enqueue(db: &TestDb, id: &str, n: usize, tenant: Option<&str>, priority
 
 /// The partitions of the items called, in call order (one slot).
 async fn served(db: &TestDb, partitions: &[&str]) -> Vec<String> {
-    let Scene(h, _p) = Scene::start(db, &["--concurrency", "1"], |_| done()).await;
+    let Spawned(h, _p) = Spawned::start(db, &["--concurrency", "1"], |_| done()).await;
     for p in partitions {
         db.wait_partition(p, "complete").await;
     }

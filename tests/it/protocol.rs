@@ -11,7 +11,8 @@ use serde_json::json;
 
 use crate::behaviour;
 use crate::support::{
-    DownHandler, Scene, TestDb, done, json as reply, no_retry, numbered, retry_after, wait_for,
+    DownHandler, InProcess, Spawned, TestDb, done, json as reply, no_retry, numbered, retry_after,
+    wait_for,
 };
 
 behaviour!(retry_then_success);
@@ -19,7 +20,7 @@ behaviour!(retry_then_success);
 async fn retry_then_success(db: TestDb) {
     db.partition("p", true, false, "block").await;
     db.item("i", "p", 0, json!({"v": 1})).await;
-    let Scene(h, _p) = Scene::start(&db, &[], |c| {
+    let InProcess(h, _p) = InProcess::start(&db, |c| {
         if c.attempt < 3 {
             reply(500, json!({"oops": c.attempt}))
         } else {
@@ -57,7 +58,7 @@ async fn exhausted_attempts_fail_partition(db: TestDb) {
     db.partition_of("p", true, false, "block", &["bad", "good"])
         .await;
     db.item("later", "p", 1, json!({})).await;
-    let Scene(h, _p) = Scene::start(&db, &["--max-attempts", "3"], |c| {
+    let Spawned(h, _p) = Spawned::start(&db, &["--max-attempts", "3"], |c| {
         if c.item == "bad" {
             reply(503, json!({"busy": true}))
         } else {
@@ -83,7 +84,7 @@ async fn on_failure_continue_closes(db: TestDb) {
     db.partition_of("p", true, false, "continue", &["bad"])
         .await;
     db.item("later", "p", 1, json!({})).await;
-    let Scene(_h, _p) = Scene::start(&db, &["--max-attempts", "2"], |c| {
+    let Spawned(_h, _p) = Spawned::start(&db, &["--max-attempts", "2"], |c| {
         if c.item == "bad" {
             reply(500, json!({}))
         } else {
@@ -101,7 +102,7 @@ behaviour!(no_retry_fails_at_once);
 async fn no_retry_fails_at_once(db: TestDb) {
     db.partition("p", true, false, "block").await;
     db.item("i", "p", 0, json!({"keep": "me"})).await;
-    let Scene(h, _p) = Scene::start(&db, &[], |_| no_retry(200, "corrupt PDF")).await;
+    let InProcess(h, _p) = InProcess::start(&db, |_| no_retry(200, "corrupt PDF")).await;
     db.wait_partition("p", "failed").await;
     let row = db.assert_failed("i", 1, &["corrupt PDF"]).await;
     assert_eq!(row.data, json!({"keep": "me"}));
@@ -116,7 +117,7 @@ async fn a_2xx_error_answer_is_a_retried_attempt(db: TestDb) {
     db.partition("p", true, false, "block").await;
     db.item("i", "p", 0, json!({"keep": "me"})).await;
     let flags = ["--backoff-base", "10ms"];
-    let Scene(h, _p) = Scene::start(&db, &flags, |c| {
+    let Spawned(h, _p) = Spawned::start(&db, &flags, |c| {
         if c.attempt == 1 {
             reply(
                 200,
@@ -141,7 +142,7 @@ behaviour!(non_retryable_4xx);
 async fn non_retryable_4xx(db: TestDb) {
     db.partition_of("p", true, false, "continue", &["nf", "ue", "eb"])
         .await;
-    let Scene(h, _p) = Scene::start(&db, &[], |c| match c.item.as_str() {
+    let InProcess(h, _p) = InProcess::start(&db, |c| match c.item.as_str() {
         "nf" => (StatusCode::NOT_FOUND, "no such thing").into_response(),
         "eb" => reply(422, json!({"error": {"message": "unprocessable"}})),
         _ => (StatusCode::UNPROCESSABLE_ENTITY, "no such thing").into_response(),
@@ -171,7 +172,7 @@ behaviour!(retry_after_is_honoured);
 /// with a tiny backoff, and the delay is stored in `not_before`.
 async fn retry_after_is_honoured(db: TestDb) {
     db.partition_of("p", true, false, "block", &["i"]).await;
-    let Scene(h, _p) = Scene::start(&db, &[], |c| {
+    let InProcess(h, _p) = InProcess::start(&db, |c| {
         if c.attempt == 1 {
             retry_after(429, "2", "slow down")
         } else {
@@ -206,7 +207,7 @@ async fn gate_below_partition_gate_fails(db: TestDb) {
     db.item("i", "p", 1, json!({})).await;
     db.sql("UPDATE feed_partitions SET gate = 1 WHERE id = 'p'")
         .await;
-    let Scene(_h, _p) = Scene::start(&db, &[], |_| reply(200, json!({"gate": 0}))).await;
+    let InProcess(_h, _p) = InProcess::start(&db, |_| reply(200, json!({"gate": 0}))).await;
     db.wait_partition("p", "failed").await;
     let row = db.item_row("i").await;
     assert_eq!((row.status.as_str(), row.gate), ("failed", 1));

@@ -4,7 +4,7 @@
 use serde_json::json;
 
 use crate::on_all_backends;
-use crate::support::{Scene, TestDb, json as reply, numbered};
+use crate::support::{Spawned, TestDb, json as reply, numbered};
 
 on_all_backends!(refused_row_costs_only_itself);
 /// The database refuses one item's result (a fault injected with a
@@ -17,7 +17,7 @@ async fn refused_row_costs_only_itself(db: TestDb) {
     db.item("bad", "p", 0, json!({})).await;
     db.refuse("no_poison", "feed_items", &db.data_contains("poison"))
         .await;
-    let Scene(h, _p) = Scene::start(&db, &["--max-attempts", "2"], |c| {
+    let Spawned(h, _p) = Spawned::start(&db, &["--max-attempts", "2"], |c| {
         if c.item == "bad" {
             reply(200, json!({"done": true, "data": {"poison": true}}))
         } else {
@@ -44,7 +44,7 @@ on_all_backends!(unstorable_errors_are_cleaned);
 async fn unstorable_errors_are_cleaned(db: TestDb) {
     db.partition_of("p", true, false, "continue", &["nul", "long"])
         .await;
-    let Scene(h, _p) = Scene::start(&db, &["--max-attempts", "3"], |c| {
+    let Spawned(h, _p) = Spawned::start(&db, &["--max-attempts", "3"], |c| {
         let message = if c.item == "nul" {
             "bad\u{0}byte".to_string()
         } else {

@@ -8,7 +8,7 @@ use serde_json::json;
 
 use crate::console_api::enqueue;
 use crate::on_all_backends;
-use crate::support::{Scene, TestDb, done, wait_for};
+use crate::support::{Spawned, TestDb, done, wait_for};
 
 /// Makes a partition `status`, its items `item_status`, last updated two hours ago.
 async fn age(db: &TestDb, partition: &str, status: &str, item_status: &str) {
@@ -120,7 +120,7 @@ async fn prune_deletes_only_old_finished_partitions(db: TestDb) {
 on_all_backends!(retention_prunes_from_one_processor);
 async fn retention_prunes_from_one_processor(db: TestDb) {
     fixture(&db).await;
-    let Scene(_h, _proc) = Scene::start(&db, &["--retention", "1h"], |_| done()).await;
+    let Spawned(_h, _proc) = Spawned::start(&db, &["--retention", "1h"], |_| done()).await;
     wait_for("old partitions pruned", Duration::from_secs(60), || async {
         db.query(
             "SELECT id FROM feed_partitions WHERE id IN ('old-complete', 'old-cancelled')",
@@ -261,7 +261,7 @@ async fn completions_are_counted_per_minute(db: TestDb) {
     let items: Vec<(String, i64)> = (0..30).map(|k| (format!("c/{k}"), 0)).collect();
     let items: Vec<(&str, i64)> = items.iter().map(|(id, g)| (id.as_str(), *g)).collect();
     enqueue(&db, "counted", false, &items).await;
-    let scene = Scene::start(&db, &[], |_| done()).await;
+    let scene = Spawned::start(&db, &[], |_| done()).await;
     db.wait_partition("counted", "complete").await;
     let counted = |o: &feed::store::overview::Overview| {
         o.completed_per_minute.iter().map(|(_, n)| n).sum::<i64>()

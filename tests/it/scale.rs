@@ -5,7 +5,7 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use crate::support::{Backend, Handler, Proc, Scene, TestDb, done, metric, wait_for};
+use crate::support::{Backend, Handler, Proc, Spawned, TestDb, done, metric, wait_for};
 use crate::{on_all_backends, slow};
 
 /// Creates `n` partitions `{prefix}{k}` (`auto_close` as given) and, when
@@ -69,7 +69,7 @@ slow!(many_one_item_partitions_drain);
 /// partition closes, nothing is left behind.
 async fn many_one_item_partitions_drain(db: TestDb) {
     many_partitions(&db, "p", 2_000, true, true).await;
-    let scene = Scene::start(&db, &[], |_| done()).await;
+    let scene = Spawned::start(&db, &[], |_| done()).await;
     all_complete(&db).await;
     each_item_called_once(&scene.0, 2_000);
     let open = "SELECT COUNT(*) AS n FROM feed_items WHERE status <> 'complete'";
@@ -87,7 +87,7 @@ async fn partitions_of_a_dead_session_are_leased_in_pages(db: TestDb) {
     db.sql("INSERT INTO feed_processors (id, heartbeat_at) VALUES ('dead', 0)")
         .await;
     db.sql("UPDATE feed_partitions SET owner = 'dead'").await;
-    let scene = Scene::start(&db, &[], |_| done()).await;
+    let scene = Spawned::start(&db, &[], |_| done()).await;
     all_complete(&db).await;
     each_item_called_once(&scene.0, 1_200);
     let log = strip_ansi(&scene.1.log());
@@ -138,7 +138,7 @@ async fn one_big_partition_fans_in(db: TestDb) {
     let second: Vec<String> = (0..500).map(|k| format!("b{k}")).collect();
     db.items("big", 0, &first).await;
     db.items("big", 1, &second).await;
-    let scene = Scene::start(&db, &[], |_| done()).await;
+    let scene = Spawned::start(&db, &[], |_| done()).await;
     db.wait_partition("big", "complete").await;
     let calls = scene.0.calls();
     assert_eq!(calls.len(), 2_000, "every item called once");

@@ -18,7 +18,7 @@ use serde_json::Value;
 
 use crate::cli::{enqueue_cli, processor};
 use crate::enqueue_api::{PRODUCER, message, send, serve};
-use crate::support::{Call, Handler, Proc, Scene, TestDb, done, metric, wait_for};
+use crate::support::{Call, Handler, Proc, Spawned, TestDb, done, metric, wait_for};
 use crate::{backend_tests, behaviour, on_all_backends};
 
 /// 2030-01-01T09:00:00Z in epoch milliseconds.
@@ -98,7 +98,7 @@ behaviour!(scheduled_items_are_not_sent_before_their_time);
 /// it).
 async fn scheduled_items_are_not_sent_before_their_time(db: TestDb) {
     let calls = FirstCalls::default();
-    let scene = Scene::start(&db, &[], calls.answer()).await;
+    let scene = Spawned::start(&db, &[], calls.answer()).await;
     let now = db.store.now_ms().await.unwrap();
     let lines = format!(
         "{{\"id\": \"now\", \"data\": 1}}\n\
@@ -149,7 +149,7 @@ behaviour!(a_scheduled_item_holds_its_gates_fan_in);
 /// the ranking runs only after the report has run, at its time.
 async fn a_scheduled_item_holds_its_gates_fan_in(db: TestDb) {
     let calls = FirstCalls::default();
-    let scene = Scene::start(&db, &[], calls.answer()).await;
+    let scene = Spawned::start(&db, &[], calls.answer()).await;
     let items = vec![
         NewItem::new(&b"{}"[..]).with_id("ocr"),
         NewItem::new(&b"{}"[..])
@@ -195,7 +195,7 @@ async fn due_items_run_in_write_order(db: TestDb) {
         .unwrap();
     let calls = FirstCalls::default();
     let flags = ["--concurrency", "1", "--acquire-interval", "1h"];
-    let scene = Scene::start(&db, &flags, calls.answer()).await;
+    let scene = Spawned::start(&db, &flags, calls.answer()).await;
     db.wait_partition("p", "complete").await;
     let order: Vec<String> = scene.0.calls().into_iter().map(|c| c.item).collect();
     assert_eq!(order, ["u1", "u2", "u3", "s1", "s2"]);

@@ -4,8 +4,10 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::on_all_backends;
-use crate::support::{EmptyDb, Handler, Proc, Scene, TestDb, done, wait_for};
+use testkit::Scene;
+
+use crate::support::{EmptyDb, Handler, Proc, Spawned, TestDb, done, wait_for};
+use crate::{behaviour, on_all_backends};
 
 on_all_backends!(three_processors_start_on_empty_database);
 /// Three processors started at the same moment on an empty database all
@@ -55,7 +57,7 @@ on_all_backends!(lost_session_is_replaced);
 /// dead session) makes it drop its leases, register anew and go on.
 async fn lost_session_is_replaced(db: TestDb) {
     db.partition_of("p", false, false, "block", &["a"]).await;
-    let Scene(_h, p) = Scene::start(&db, &[], |_| done()).await;
+    let Spawned(_h, p) = Spawned::start(&db, &[], |_| done()).await;
     db.wait_item("a", "complete").await;
     let old = db.sessions().await;
     assert_eq!(old.len(), 1);
@@ -81,7 +83,7 @@ on_all_backends!(sigterm_hands_over);
 async fn sigterm_hands_over(db: TestDb) {
     db.partition_of("p", true, false, "block", &["slow"]).await;
     db.item("next", "p", 1, json!({})).await;
-    let Scene(h, mut p) = Scene::start_async(&db, &[], |c| async move {
+    let Spawned(h, mut p) = Spawned::start_async(&db, &[], |c| async move {
         if c.item == "slow" {
             tokio::time::sleep(Duration::from_millis(1500)).await;
         }
@@ -111,4 +113,76 @@ async fn sigterm_hands_over(db: TestDb) {
     // Another processor takes over and finishes.
     let _q = Proc::start(&db, &h.url(), &[]);
     db.wait_partition("p", "complete").await;
+}
+
+behaviour!(a_killed_nodes_partitions_move_when_its_session_expires);
+/// Feed in process, sessions that expire after an hour: a node killed
+/// holding a partition keeps it while the hour runs (its session is only
+/// silent), and the other node takes it as soon as the database clock
+/// has moved past the expiry, without anyone sleeping through it.
+async fn a_killed_nodes_partitions_move_when_its_session_expires(db: TestDb) {
+    const HOUR: Duration = Duration::from_secs(3600);
+    db.partition_of("p", false, false, "block", &["a"]).await;
+    let scene = Scene::new(&db.url, |_| done()).await;
+    let config = || {
+        let mut c = scene.config();
+        c.leases.session_expiry = HOUR;
+        c
+    };
+    let mut first = scene.node_with(config());
+    db.wait_item("a", "complete").await;
+    let holder = db.partition_row("p").await.2.expect("p is held");
+    let _second = scene.node_with(config());
+    wait_for("two sessions", Duration::from_secs(30), || async {
+        db.sessions().await.len() == 2
+    })
+    .await;
+    first.kill();
+    db.item("b", "p", 0, json!({})).await;
+    // Several acquire rounds of the second node: p stays with the silent one.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(db.partition_row("p").await.2.as_ref(), Some(&holder));
+    assert_eq!(db.item_row("b").await.status, "available");
+    // An hour less a second later the killed node has been silent for an
+    // hour and the live one (heartbeating) never looks dead.
+    scene.clock.advance(HOUR - Duration::from_secs(1));
+    db.wait_item("b", "complete").await;
+    let owner = db.partition_row("p").await.2;
+    assert!(owner.is_some() && owner != Some(holder), "{owner:?}");
+    assert_eq!(scene.handler.calls_for("b").len(), 1);
+}
+
+behaviour!(an_answer_rejected_as_stale_is_sent_again_a_backoff_later);
+/// The database clock jumps an hour while a call is in flight: until the
+/// node's next heartbeat the database takes its session for dead and
+/// rejects the answer as stale. The item is sent again a backoff later,
+/// not at once in a loop (dozens of calls before), and completes.
+async fn an_answer_rejected_as_stale_is_sent_again_a_backoff_later(db: TestDb) {
+    db.partition_of("p", true, false, "block", &["a"]).await;
+    let release = std::sync::Arc::new(tokio::sync::Semaphore::new(0));
+    let held = release.clone();
+    let handler = Handler::start_async(move |_| {
+        let held = held.clone();
+        async move {
+            let _ = held.acquire().await.map(|p| p.forget());
+            done()
+        }
+    })
+    .await;
+    let scene = Scene::serving(&db.url, handler);
+    let mut config = scene.config();
+    config.leases.heartbeat_interval = Duration::from_secs(1);
+    config.leases.session_expiry = Duration::from_secs(5);
+    config.retries.backoff_base = Duration::from_secs(2);
+    config.retries.backoff_max = Duration::from_secs(2);
+    let _node = scene.node_with(config);
+    wait_for("the call", Duration::from_secs(30), || async {
+        !scene.handler.calls().is_empty()
+    })
+    .await;
+    scene.clock.advance(Duration::from_secs(3600));
+    release.add_permits(100);
+    db.wait_item("a", "complete").await;
+    let calls = scene.handler.calls_for("a").len();
+    assert!((1..=3).contains(&calls), "{calls} calls");
 }

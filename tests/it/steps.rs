@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use crate::behaviour;
-use crate::support::{Scene, TestDb, json as reply};
+use crate::support::{InProcess, TestDb, json as reply};
 
 behaviour!(an_answer_without_done_completes_the_item);
 /// `{"data": …}` with no `done` completes the item with that data, in one
@@ -15,7 +15,7 @@ async fn an_answer_without_done_completes_the_item(db: TestDb) {
     db.partition_of("p", true, false, "block", &["a", "b"])
         .await;
     db.item("m", "p", 0, json!({"move": true})).await;
-    let Scene(h, _p) = Scene::start(&db, &[], |c| {
+    let InProcess(h, _p) = InProcess::start(&db, |c| {
         if c.gate == 1 {
             reply(200, json!({"done": true}))
         } else if c.data.get("move").is_some() {
@@ -46,16 +46,20 @@ behaviour!(never_done_fails_at_the_step_bound);
 async fn never_done_fails_at_the_step_bound(db: TestDb) {
     db.partition_of("p", true, false, "continue", &["loop", "fine"])
         .await;
-    let Scene(h, _p) = Scene::start(&db, &["--max-steps", "5"], |c| {
-        if c.item == "loop" {
-            reply(
-                200,
-                json!({"done": false, "data": {"n": c.data["n"].as_i64().unwrap_or(0) + 1}}),
-            )
-        } else {
-            reply(200, json!({"done": true}))
-        }
-    })
+    let InProcess(h, _p) = InProcess::start_with(
+        &db,
+        |c| c.retries.max_steps = 5,
+        |c| {
+            if c.item == "loop" {
+                reply(
+                    200,
+                    json!({"done": false, "data": {"n": c.data["n"].as_i64().unwrap_or(0) + 1}}),
+                )
+            } else {
+                reply(200, json!({"done": true}))
+            }
+        },
+    )
     .await;
     db.wait_partition("p", "complete").await;
     let row = db

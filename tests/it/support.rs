@@ -1,6 +1,6 @@
 //! Test support: a fresh database per test on each backend, a real HTTP
-//! handler with a ledger, and the real `processor` binary, built on the
-//! shared test kit (`testkit/`).
+//! handler with a ledger, and Feed either in this process or as the real
+//! `processor` binary, built on the shared test kit (`testkit/`).
 
 use std::future::Future;
 use std::ops::{Deref, DerefMut};
@@ -8,11 +8,12 @@ use std::time::{Duration, Instant};
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use feed::Config;
 use sea_orm::{ConnectionTrait, DbBackend, QueryResult, Statement, TryGetableMany};
 pub use testkit::{
     Backend, Call, Handler, Reserved, free_port, json, metric, signed, signed_event,
 };
-use testkit::{Database, Process};
+use testkit::{Database, Node, Process, Scene};
 
 /// A uniquely named database, dropped when the test ends.
 pub struct TestDb {
@@ -393,30 +394,59 @@ pub fn retry_after(status: u16, seconds: &str, body: &'static str) -> Response {
     (status, [("retry-after", seconds.to_string())], body).into_response()
 }
 
-/// A recording handler and a processor sending it the work in a database.
-pub struct Scene(pub Handler, pub Proc);
+/// A recording handler and the `processor` binary sending it the work in
+/// a database (`testkit::Scene` runs Feed in process instead).
+pub struct Spawned(pub Handler, pub Proc);
 
-impl Scene {
+impl Spawned {
     /// Starts `processor run` (FAST settings plus `extra`) for a handler
     /// answering with `answer`.
-    pub async fn start<F>(db: &TestDb, extra: &[&str], answer: F) -> Scene
+    pub async fn start<F>(db: &TestDb, extra: &[&str], answer: F) -> Spawned
     where
         F: Fn(&Call) -> Response + Send + Sync + 'static,
     {
         let handler = Handler::start(answer).await;
         let processor = Proc::start(db, &handler.url(), extra);
-        Scene(handler, processor)
+        Spawned(handler, processor)
     }
 
     /// The same with an async answer (one that may wait).
-    pub async fn start_async<F, Fut>(db: &TestDb, extra: &[&str], answer: F) -> Scene
+    pub async fn start_async<F, Fut>(db: &TestDb, extra: &[&str], answer: F) -> Spawned
     where
         F: Fn(Call) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Response> + Send + 'static,
     {
         let handler = Handler::start_async(answer).await;
         let processor = Proc::start(db, &handler.url(), extra);
-        Scene(handler, processor)
+        Spawned(handler, processor)
+    }
+}
+
+/// A recording handler and Feed run in this process sending it the work
+/// (FAST settings): for behaviour tests that need nothing of the binary
+/// (its flags, logs, signals or exit codes). `testkit::Scene` adds the
+/// movable clock and more nodes.
+pub struct InProcess(pub Handler, pub Node);
+
+impl InProcess {
+    /// Feed in process for a handler answering with `answer`.
+    pub async fn start<F>(db: &TestDb, answer: F) -> InProcess
+    where
+        F: Fn(&Call) -> Response + Send + Sync + 'static,
+    {
+        Self::start_with(db, |_| {}, answer).await
+    }
+
+    /// The same with the settings changed by `set` first.
+    pub async fn start_with<F>(db: &TestDb, set: impl FnOnce(&mut Config), answer: F) -> InProcess
+    where
+        F: Fn(&Call) -> Response + Send + Sync + 'static,
+    {
+        let scene = Scene::new(&db.url, answer).await;
+        let mut config = scene.config();
+        set(&mut config);
+        let node = scene.node_with(config);
+        InProcess(scene.handler, node)
     }
 }
 

@@ -12,8 +12,8 @@ use serde_json::{Value, json};
 use crate::behaviour;
 use crate::cli::processor;
 use crate::support::{
-    Handler, Proc, Reserved, Scene, TestDb, done, metric, no_retry, numbered, retry_after, signed,
-    signed_event, wait_for,
+    Handler, Proc, Reserved, Spawned, TestDb, done, metric, no_retry, numbered, retry_after,
+    signed, signed_event, wait_for,
 };
 
 const SECRET: &str = "events-secret-0123456789";
@@ -51,7 +51,7 @@ async fn events_are_delivered_signed_once(db: TestDb) {
         .await;
     let url = receiver.url();
     let extra = ["--events-url", &url, "--signing-secret", SECRET];
-    let _scene = Scene::start(&db, &extra, |c| {
+    let _scene = Spawned::start(&db, &extra, |c| {
         if c.item == "bad/1" {
             no_retry(422, "no")
         } else {
@@ -212,7 +212,7 @@ async fn a_refused_event_is_kept_and_retried_on_request(db: TestDb) {
     .await;
     db.partition_of("p", true, false, "block", &["p/1"]).await;
     let url = receiver.url();
-    let scene = Scene::start(&db, &["--events-url", &url], |_| done()).await;
+    let scene = Spawned::start(&db, &["--events-url", &url], |_| done()).await;
     wait_for("the event failed", Duration::from_secs(30), || async {
         rows(&db).await.first().is_some_and(|r| r.2 == "failed")
     })
@@ -272,7 +272,7 @@ async fn a_receiver_answering_429_retry_after_0_is_not_hammered(db: TestDb) {
         "--backoff-max",
         "5s",
     ];
-    let _scene = Scene::start(&db, &extra, |_| done()).await;
+    let _scene = Spawned::start(&db, &extra, |_| done()).await;
     wait_for("the first event calls", Duration::from_secs(60), || async {
         !receiver.calls().is_empty()
     })
@@ -315,7 +315,7 @@ behaviour!(pending_events_without_a_sender_say_so);
 /// receiver that is down, so they stay pending) the note is gone.
 async fn pending_events_without_a_sender_say_so(db: TestDb) {
     db.partition_of("p", true, false, "block", &["p/1"]).await;
-    let Scene(_h, proc) = Scene::start(&db, &[], |_| done()).await;
+    let Spawned(_h, proc) = Spawned::start(&db, &[], |_| done()).await;
     wait_for("the close's event", Duration::from_secs(30), || async {
         rows(&db).await.len() == 1
     })
@@ -336,7 +336,7 @@ async fn pending_events_without_a_sender_say_so(db: TestDb) {
 
     let receiver = Handler::start(|_| retry_after(503, "1", "deploying")).await;
     let url = receiver.url();
-    let _sender = Scene::start(&db, &["--events-url", &url], |_| done()).await;
+    let _sender = Spawned::start(&db, &["--events-url", &url], |_| done()).await;
     wait_for("a first send", Duration::from_secs(30), || async {
         !receiver.calls().is_empty()
     })

@@ -13,7 +13,7 @@ use serde_json::Value;
 
 use crate::behaviour;
 use crate::cli::{processor, text};
-use crate::support::{Proc, Scene, TestDb, done, metric, numbered, wait_for};
+use crate::support::{Proc, Spawned, TestDb, done, metric, numbered, wait_for};
 
 /// What the processor says while a URL answers 404 to every item.
 const WRONG: &str = "the handler URL answers 404 for every item: is the path right?";
@@ -115,7 +115,7 @@ behaviour!(one_items_404_among_answers_fails_that_item);
 /// complete, and the breaker never opens.
 async fn one_items_404_among_answers_fails_that_item(db: TestDb) {
     let items = partitions(&db, 3, 20).await;
-    let Scene(_h, p) = Scene::start(&db, &[], |c| {
+    let Spawned(_h, p) = Spawned::start(&db, &[], |c| {
         if c.item == "p1/7" {
             (StatusCode::NOT_FOUND, "no such order").into_response()
         } else {

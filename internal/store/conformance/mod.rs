@@ -6,6 +6,7 @@
 //! it needs with plain SQL, so a test states its whole situation. Races
 //! are made deterministic with a transaction the test holds open.
 
+mod clock;
 mod controls;
 mod dispatch;
 mod events;

@@ -26,6 +26,7 @@ pub(crate) use sql::{Sql, sql};
 
 use sea_orm::{DbBackend, Statement, Value};
 
+use crate::config::Clock;
 use crate::ids::PartitionId;
 
 /// The database a store talks to.
@@ -37,6 +38,74 @@ pub enum Driver {
     Postgres,
     /// MySQL and MariaDB.
     MySql,
+}
+
+/// A driver and the clock its statements read: what every statement is
+/// built with, so that a test's movable clock reaches all of them. `{now}`
+/// is the driver's clock expression, plus a movable clock's offset.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Clocked {
+    driver: Driver,
+    clock: Clock,
+}
+
+impl Clocked {
+    /// `driver` reading `clock`.
+    pub(crate) fn new(driver: Driver, clock: Clock) -> Clocked {
+        Clocked { driver, clock }
+    }
+
+    /// The `{now}` of a statement built at this moment.
+    pub(crate) fn now(self) -> std::borrow::Cow<'static, str> {
+        let now = self.driver.dialect().now;
+        match self.clock.offset_ms() {
+            None => now.into(),
+            Some(offset) => format!("({now} + {offset})").into(),
+        }
+    }
+}
+
+impl From<Driver> for Clocked {
+    fn from(driver: Driver) -> Clocked {
+        Clocked::new(driver, Clock::database())
+    }
+}
+
+impl std::ops::Deref for Clocked {
+    type Target = Driver;
+    fn deref(&self) -> &Driver {
+        &self.driver
+    }
+}
+
+impl PartialEq<Driver> for Clocked {
+    fn eq(&self, other: &Driver) -> bool {
+        self.driver == *other
+    }
+}
+
+impl Clocked {
+    /// See [`Dialect::item_delete`]: the partitions of `page` whose test
+    /// `partition_ok` followed by `age` holds; `batch` bounds the rows.
+    pub(crate) fn item_delete(
+        self,
+        page: &[String],
+        partition_ok: &str,
+        age: i64,
+        batch: i64,
+    ) -> Statement {
+        let mut s = Sql::new(self);
+        let ids = page.iter().map(|id| Value::from(id.as_str())).collect();
+        (self.dialect().item_delete)(
+            &mut s,
+            ids,
+            &|s: &mut Sql| {
+                s.push(partition_ok).bind(age);
+            },
+            batch,
+        );
+        s.statement()
+    }
 }
 
 /// The database clock as a value an index range can be bounded by
@@ -168,28 +237,6 @@ impl Driver {
     /// writer at a time, so more only wait on its lock).
     pub fn concurrent_writes(self) -> bool {
         self.dialect().concurrent_writes
-    }
-
-    /// See [`Dialect::item_delete`]: the partitions of `page` whose test
-    /// `partition_ok` followed by `age` holds; `batch` bounds the rows.
-    pub(crate) fn item_delete(
-        self,
-        page: &[String],
-        partition_ok: &str,
-        age: i64,
-        batch: i64,
-    ) -> Statement {
-        let mut s = Sql::new(self);
-        let ids = page.iter().map(|id| Value::from(id.as_str())).collect();
-        (self.dialect().item_delete)(
-            &mut s,
-            ids,
-            &|s: &mut Sql| {
-                s.push(partition_ok).bind(age);
-            },
-            batch,
-        );
-        s.statement()
     }
 
     /// See [`Dialect::stale_statistics`].

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use sea_orm::{Statement, Value};
 
-use super::{Driver, Sql, postgres, sqlite};
+use super::{Clocked, Driver, Sql, postgres, sqlite};
 use crate::store::{Ack, ItemWrite, ms};
 
 /// The row of a result batch, defined once: each column's name and its SQL
@@ -39,13 +39,13 @@ const RESULT_COLUMNS: usize = RESULT_ROW.len();
 /// the column `RETURNING` names the id by.
 pub(super) type ValuesSource = fn(&mut Sql, usize, Vec<Value>) -> &'static str;
 
-impl Driver {
+impl Clocked {
     /// PostgreSQL and SQLite: every result of the batch in one fenced
     /// `UPDATE … FROM (VALUES …) RETURNING id` (one round trip); the ids
     /// it returns passed the fence. Built anew for each attempt: a
     /// result's data may be megabytes, and each copy counts.
     pub(crate) fn result_batch(self, acks: &[Ack], expiry: Duration) -> Statement {
-        let source: ValuesSource = match self {
+        let source: ValuesSource = match *self {
             Driver::Postgres => postgres::values_source,
             _ => sqlite::values_source,
         };
@@ -74,7 +74,7 @@ impl Driver {
 /// One fenced UPDATE: it changes the row only if the item's partition,
 /// version and attempts are as delivered and that partition is owned by
 /// the ack's live session (database clock).
-pub(crate) fn result_statement(d: Driver, ack: &Ack, expiry: Duration) -> Statement {
+pub(crate) fn result_statement(d: Clocked, ack: &Ack, expiry: Duration) -> Statement {
     let f = &ack.fence;
     let mut s = Sql::new(d);
     s.push("UPDATE feed_items SET ");

@@ -7,7 +7,7 @@
 
 use sea_orm::{Statement, Value};
 
-use super::{Driver, Sql, postgres, sqlite};
+use super::{Clocked, Driver, Sql, postgres, sqlite};
 use crate::ids::{PartitionId, SessionId};
 
 /// Partitions leased per statement: a bounded `IN` list however many are free.
@@ -52,10 +52,10 @@ pub(crate) enum LeasePage {
     Pick(Statement),
 }
 
-impl Driver {
+impl Clocked {
     /// See `Store::lease_page`.
     pub(crate) fn lease_page(self, after: &str, limit: usize, me: &SessionId) -> LeasePage {
-        let picked: Picked = match self {
+        let picked: Picked = match *self {
             Driver::Sqlite => sqlite::picked,
             Driver::Postgres => postgres::picked,
             Driver::MySql => {

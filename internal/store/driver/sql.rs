@@ -4,7 +4,9 @@
 
 use sea_orm::{Statement, Value};
 
-use super::Driver;
+use std::borrow::Cow;
+
+use super::{Clocked, Driver};
 
 /// Builds a [`Statement`] for a driver bind by bind: a string literal is
 /// SQL text (`{now}` stands for the database clock), `{value}` binds a
@@ -41,15 +43,20 @@ pub(crate) use sql;
 #[derive(Debug)]
 pub(crate) struct Sql {
     driver: Driver,
+    /// `{now}`, read once when the statement is begun.
+    now: Cow<'static, str>,
     text: String,
     values: Vec<Value>,
 }
 
 impl Sql {
-    /// An empty statement for `driver`.
-    pub(crate) fn new(driver: Driver) -> Sql {
+    /// An empty statement for `driver` (a [`Driver`] alone reads the
+    /// database clock as it is).
+    pub(crate) fn new(driver: impl Into<Clocked>) -> Sql {
+        let at: Clocked = driver.into();
         Sql {
-            driver,
+            driver: *at,
+            now: at.now(),
             text: String::new(),
             values: Vec::new(),
         }
@@ -64,8 +71,7 @@ impl Sql {
     /// holds no placeholder: values go through [`Sql::bind`].
     pub(crate) fn push(&mut self, text: &str) -> &mut Sql {
         if text.contains("{now}") {
-            self.text
-                .push_str(&text.replace("{now}", self.driver.dialect().now));
+            self.text.push_str(&text.replace("{now}", &self.now));
         } else {
             self.text.push_str(text);
         }
@@ -133,5 +139,18 @@ mod tests {
             .rows(2, vec![1.into(), 2.into(), 3.into(), 4.into()]);
         assert_eq!(s.text, "(a, b) IN ((?, ?), (?, ?)");
         assert_eq!(s.values.len(), 4);
+    }
+
+    #[test]
+    fn the_clock_is_the_databases_unless_a_test_moves_it() {
+        let now = Driver::Sqlite.dialect().now;
+        let mut s = Sql::new(Driver::Sqlite);
+        s.push("{now}");
+        assert_eq!(s.text, now, "production statements carry no offset");
+        let clock = crate::config::Clock::movable();
+        clock.advance(std::time::Duration::from_millis(1500));
+        let mut s = Sql::new(Clocked::new(Driver::Sqlite, clock));
+        s.push("a < {now}");
+        assert_eq!(s.text, format!("a < ({now} + 1500)"));
     }
 }

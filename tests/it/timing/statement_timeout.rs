@@ -11,7 +11,7 @@ use tokio::sync::Semaphore;
 
 use crate::on_network_backends;
 use crate::scale::{many_partitions, strip_ansi};
-use crate::support::{Backend, Scene, TestDb, done, metric, tail, wait_for, waited};
+use crate::support::{Backend, Spawned, TestDb, done, metric, tail, wait_for, waited};
 
 on_network_backends!(slow alone a_failed_check_is_checked_again);
 /// 600 one-item partitions, more than one check reads at once. While the
@@ -24,7 +24,7 @@ async fn a_failed_check_is_checked_again(db: TestDb) {
     many_partitions(&db, "k", 600, true, true).await;
     let gate = Arc::new(Semaphore::new(0));
     let g = gate.clone();
-    let Scene(handler, processor) = Scene::start_async(
+    let Spawned(handler, processor) = Spawned::start_async(
         &db,
         &["--statement-timeout", "1s", "--concurrency", "8"],
         move |_| {

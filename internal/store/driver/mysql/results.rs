@@ -11,7 +11,7 @@ use std::time::Duration;
 use sea_orm::{Statement, Value};
 
 use super::super::results::{RESULT_ROW, bucket, padded, padded_values, set_clause};
-use super::super::{Driver, Sql};
+use super::super::{Clocked, Driver, Sql};
 use crate::ids::PartitionId;
 use crate::store::{Ack, ms};
 
@@ -35,15 +35,16 @@ pub(crate) fn share_lock(acks: &[Ack]) -> Statement {
 /// The whole batch in one `UPDATE` with the per-row fence: single-table
 /// when the results are all alike, else joined to its rows. None for a
 /// batch of one.
-pub(crate) fn batch(acks: &[Ack], expiry: Duration) -> Option<Statement> {
-    (acks.len() > 1)
-        .then(|| uniform_statement(acks, expiry).unwrap_or_else(|| join_statement(acks, expiry)))
+pub(crate) fn batch(d: Clocked, acks: &[Ack], expiry: Duration) -> Option<Statement> {
+    (acks.len() > 1).then(|| {
+        uniform_statement(d, acks, expiry).unwrap_or_else(|| join_statement(d, acks, expiry))
+    })
 }
 
 /// A mixed batch: a multi-table `UPDATE` joined to its rows, each a
 /// `SELECT ? AS id, …` of [`RESULT_ROW`], the rows `UNION ALL`.
-fn join_statement(acks: &[Ack], expiry: Duration) -> Statement {
-    let mut s = Sql::new(Driver::MySql);
+fn join_statement(d: Clocked, acks: &[Ack], expiry: Duration) -> Statement {
+    let mut s = Sql::new(d);
     s.push("UPDATE feed_items i JOIN (");
     let mut values = padded_values(acks).into_iter();
     for r in 0..bucket(acks.len()) {
@@ -83,7 +84,7 @@ fn join_statement(acks: &[Ack], expiry: Duration) -> Statement {
 /// one does not, and costs about a quarter less per row. The partition is
 /// tested with a `CASE` on the id: as a fourth value of the row `IN`,
 /// MariaDB read the list eight times slower. None when the batch is mixed.
-fn uniform_statement(acks: &[Ack], expiry: Duration) -> Option<Statement> {
+fn uniform_statement(d: Clocked, acks: &[Ack], expiry: Duration) -> Option<Statement> {
     let first = acks.first()?;
     if acks
         .iter()
@@ -92,7 +93,7 @@ fn uniform_statement(acks: &[Ack], expiry: Duration) -> Option<Statement> {
         return None;
     }
     let n = bucket(acks.len());
-    let mut s = Sql::new(Driver::MySql);
+    let mut s = Sql::new(d);
     s.push("UPDATE feed_items SET ");
     set_clause(&mut s, &first.write);
     s.push(" WHERE id IN (")

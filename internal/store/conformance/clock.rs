@@ -1,0 +1,50 @@
+//! The movable clock of tests: every statement of a store given one reads
+//! the database clock plus its offset (session expiry and backoff move
+//! together), and other stores on the same database keep the real clock.
+
+use std::time::Duration;
+
+use super::{EXPIRY, Kit, conformance};
+use crate::config::Clock;
+use crate::ids::PartitionId;
+use crate::store::Ask;
+
+conformance!(a_moved_clock_expires_sessions_and_backoffs_at_once);
+
+async fn a_moved_clock_expires_sessions_and_backoffs_at_once(k: Kit) {
+    let clock = Clock::movable();
+    let moved = k.store.with_clock(clock);
+    moved
+        .register_session(&"s1".into(), "host", 1, None)
+        .await
+        .unwrap();
+    k.partition("p", Some("s1")).await;
+    k.item("later", "p", 0, "available").await;
+    k.sql("UPDATE feed_items SET not_before = {now} + 1800000 WHERE id = 'later'")
+        .await;
+    let want = [Ask::from((PartitionId::from("p"), 5))];
+    let ready = |store: &crate::store::Store| {
+        let store = store.clone();
+        let want = want.clone();
+        async move { store.ready_items(&"s1".into(), &want).await.unwrap().len() }
+    };
+    assert_eq!(ready(&moved).await, 0, "the backoff has half an hour to go");
+    assert_eq!(moved.reap_sessions(EXPIRY).await.unwrap(), 0);
+
+    clock.advance(Duration::from_secs(31 * 60));
+    // The real clock read first: the moved one, read after, is no less ahead.
+    let real = k.store.now_ms().await.unwrap();
+    let skew = moved.now_ms().await.unwrap() - real;
+    assert!(
+        (31 * 60_000..32 * 60_000).contains(&skew),
+        "the moved clock runs 31 minutes ahead, not {skew} ms"
+    );
+    assert_eq!(ready(&k.store).await, 0, "the real clock has not moved");
+    assert_eq!(k.store.reap_sessions(EXPIRY).await.unwrap(), 0);
+    assert_eq!(ready(&moved).await, 1, "the backoff is over");
+    assert_eq!(
+        moved.reap_sessions(EXPIRY).await.unwrap(),
+        1,
+        "a session silent for 31 minutes is dead"
+    );
+}
