@@ -14,7 +14,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::behaviour;
 use crate::cli::processor;
-use crate::support::{DownHandler, Proc, Spawned, TestDb, metric, numbered, wait_for};
+use crate::support::{DownHandler, InProcess, Proc, Spawned, TestDb, metric, numbered, wait_for};
 
 behaviour!(a_handler_answering_500_to_everything_fails_its_items);
 /// A 500 with a body is the handler answering: each counts an attempt with
@@ -23,10 +23,14 @@ behaviour!(a_handler_answering_500_to_everything_fails_its_items);
 async fn a_handler_answering_500_to_everything_fails_its_items(db: TestDb) {
     let ids = numbered("i", 30);
     db.partition_of("p", true, false, "continue", &ids).await;
-    let Spawned(handler, proc) = Spawned::start(&db, &["--max-attempts", "3"], |_| {
-        let body = "KeyError: 'name' in classify()";
-        (StatusCode::INTERNAL_SERVER_ERROR, body).into_response()
-    })
+    let InProcess(handler, proc) = InProcess::start_with(
+        &db,
+        |c| c.retries.max_attempts = 3,
+        |_| {
+            let body = "KeyError: 'name' in classify()";
+            (StatusCode::INTERNAL_SERVER_ERROR, body).into_response()
+        },
+    )
     .await;
     db.wait_partition("p", "complete").await;
     for id in &ids {

@@ -58,13 +58,17 @@ async fn exhausted_attempts_fail_partition(db: TestDb) {
     db.partition_of("p", true, false, "block", &["bad", "good"])
         .await;
     db.item("later", "p", 1, json!({})).await;
-    let Spawned(h, _p) = Spawned::start(&db, &["--max-attempts", "3"], |c| {
-        if c.item == "bad" {
-            reply(503, json!({"busy": true}))
-        } else {
-            done()
-        }
-    })
+    let InProcess(h, _p) = InProcess::start_with(
+        &db,
+        |c| c.retries.max_attempts = 3,
+        |c| {
+            if c.item == "bad" {
+                reply(503, json!({"busy": true}))
+            } else {
+                done()
+            }
+        },
+    )
     .await;
     db.wait_partition("p", "failed").await;
     db.assert_failed("bad", 3, &["HTTP 503", "attempt 3 of 3"])
@@ -84,13 +88,17 @@ async fn on_failure_continue_closes(db: TestDb) {
     db.partition_of("p", true, false, "continue", &["bad"])
         .await;
     db.item("later", "p", 1, json!({})).await;
-    let Spawned(_h, _p) = Spawned::start(&db, &["--max-attempts", "2"], |c| {
-        if c.item == "bad" {
-            reply(500, json!({}))
-        } else {
-            done()
-        }
-    })
+    let InProcess(_h, _p) = InProcess::start_with(
+        &db,
+        |c| c.retries.max_attempts = 2,
+        |c| {
+            if c.item == "bad" {
+                reply(500, json!({}))
+            } else {
+                done()
+            }
+        },
+    )
     .await;
     db.wait_partition("p", "complete").await;
     assert_eq!(db.item_row("bad").await.status, "failed");

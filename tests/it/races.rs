@@ -9,7 +9,7 @@ use sea_orm::{ConnectionTrait, TransactionTrait};
 use serde_json::json;
 
 use crate::fencing::{TwoProcessors, two_processors};
-use crate::support::{Backend, Spawned, TestDb, done, metric, wait_for};
+use crate::support::{Backend, InProcess, TestDb, done, metric, wait_for};
 use crate::{on_all_backends, on_network_backends};
 
 on_all_backends!(fence_holds_at_commit);
@@ -134,7 +134,7 @@ async fn a_result_stuck_on_a_lock_holds_back_no_other(db: TestDb) {
     let (called, mut slow_called) = tokio::sync::watch::channel(false);
     let (go_slow, answer_slow) = tokio::sync::watch::channel(false);
     let (go_fast, answer_fast) = tokio::sync::watch::channel(false);
-    let _scene = Spawned::start_async(&db, &[], move |call| {
+    let _scene = InProcess::start_async(&db, move |call| {
         let (called, mut answer) = if call.item == "s" {
             (Some(called.clone()), answer_slow.clone())
         } else {

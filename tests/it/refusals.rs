@@ -4,7 +4,7 @@
 use serde_json::json;
 
 use crate::on_all_backends;
-use crate::support::{Spawned, TestDb, json as reply, numbered};
+use crate::support::{InProcess, TestDb, json as reply, numbered};
 
 on_all_backends!(refused_row_costs_only_itself);
 /// The database refuses one item's result (a fault injected with a
@@ -17,13 +17,17 @@ async fn refused_row_costs_only_itself(db: TestDb) {
     db.item("bad", "p", 0, json!({})).await;
     db.refuse("no_poison", "feed_items", &db.data_contains("poison"))
         .await;
-    let Spawned(h, _p) = Spawned::start(&db, &["--max-attempts", "2"], |c| {
-        if c.item == "bad" {
-            reply(200, json!({"done": true, "data": {"poison": true}}))
-        } else {
-            reply(200, json!({"done": true, "data": {"fine": true}}))
-        }
-    })
+    let InProcess(h, _p) = InProcess::start_with(
+        &db,
+        |c| c.retries.max_attempts = 2,
+        |c| {
+            if c.item == "bad" {
+                reply(200, json!({"done": true, "data": {"poison": true}}))
+            } else {
+                reply(200, json!({"done": true, "data": {"fine": true}}))
+            }
+        },
+    )
     .await;
     db.wait_partition("p", "complete").await;
     for row in db.item_rows(&ok).await {
@@ -44,14 +48,18 @@ on_all_backends!(unstorable_errors_are_cleaned);
 async fn unstorable_errors_are_cleaned(db: TestDb) {
     db.partition_of("p", true, false, "continue", &["nul", "long"])
         .await;
-    let Spawned(h, _p) = Spawned::start(&db, &["--max-attempts", "3"], |c| {
-        let message = if c.item == "nul" {
-            "bad\u{0}byte".to_string()
-        } else {
-            "x".repeat(70_000)
-        };
-        reply(500, json!({"error": {"message": message}}))
-    })
+    let InProcess(h, _p) = InProcess::start_with(
+        &db,
+        |c| c.retries.max_attempts = 3,
+        |c| {
+            let message = if c.item == "nul" {
+                "bad\u{0}byte".to_string()
+            } else {
+                "x".repeat(70_000)
+            };
+            reply(500, json!({"error": {"message": message}}))
+        },
+    )
     .await;
     db.wait_partition("p", "complete").await;
     let nul = db.assert_failed("nul", 3, &["bad\u{FFFD}byte"]).await;

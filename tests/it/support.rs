@@ -442,7 +442,20 @@ impl InProcess {
     where
         F: Fn(&Call) -> Response + Send + Sync + 'static,
     {
-        let scene = Scene::new(&db.url, answer).await;
+        Self::serving(db, set, Handler::start(answer).await)
+    }
+
+    /// The same with an async answer (one that may wait).
+    pub async fn start_async<F, Fut>(db: &TestDb, answer: F) -> InProcess
+    where
+        F: Fn(Call) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Response> + Send + 'static,
+    {
+        Self::serving(db, |_| {}, Handler::start_async(answer).await)
+    }
+
+    fn serving(db: &TestDb, set: impl FnOnce(&mut Config), handler: Handler) -> InProcess {
+        let scene = Scene::serving(&db.url, handler);
         let mut config = scene.config();
         set(&mut config);
         let node = scene.node_with(config);
