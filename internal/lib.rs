@@ -33,8 +33,9 @@
 //! a bounded rate), `validate` (what every entrance accepts: ids, gates,
 //! filters, traceparents), `rate` (a rate as users write it, below the
 //! config, the store and the limiter), `printable` (text made safe to
-//! print) and `otel` (OpenTelemetry traces, off unless the standard
-//! variables name an endpoint).
+//! print), `otel` (OpenTelemetry traces, off unless the standard
+//! variables name an endpoint) and `logs` (the filters that keep every
+//! log event from being lost to another library's checks).
 
 #![deny(missing_docs)]
 // An item is `pub` only where it is part of the API: what nothing outside
@@ -64,6 +65,7 @@ pub mod inputs;
 pub(crate) mod leases;
 pub mod limits;
 pub mod lines;
+pub mod logs;
 pub(crate) mod metrics;
 pub(crate) mod notify;
 pub mod otel;

@@ -124,7 +124,7 @@ impl Traces {
             .with_tracked_inactivity(false)
             .with_threads(false)
             .with_location(false)
-            .with_filter(
+            .with_filter(crate::logs::Asked(
                 tracing_subscriber::filter::filter_fn(|m| {
                     if m.is_span() {
                         m.target() == TARGET
@@ -133,7 +133,7 @@ impl Traces {
                     }
                 })
                 .with_max_level_hint(tracing::level_filters::LevelFilter::INFO),
-            )
+            ))
     }
 
     /// Exports the spans still queued, then stops the exporter.

@@ -150,9 +150,9 @@ fn init_logs_and_traces(format: LogFormat, default: &str, traces: Option<&feed::
                 })
                 .delimited(" "),
             )
-            .with_filter(filter)
+            .with_filter(feed::logs::Asked(filter))
             .boxed(),
-        LogFormat::Json => layer.json().with_filter(filter).boxed(),
+        LogFormat::Json => layer.json().with_filter(feed::logs::Asked(filter)).boxed(),
     };
     tracing_subscriber::registry()
         .with(logs)
