@@ -21,6 +21,19 @@ pub enum Backend {
     #[value(name = "mariadb", alias = "mysql")]
     #[serde(rename = "mariadb")]
     Mysql,
+    /// Citus: PostgreSQL with its tables spread over worker nodes (the
+    /// loopback cluster of `contrib/citus/cluster.sh`).
+    Citus,
+}
+
+/// The ports of the Citus cluster's nodes, the coordinator first: a test
+/// database is created on each, from the template `feed_citus` (the
+/// extension, the workers registered).
+const CITUS_NODES: [u16; 3] = [9700, 9701, 9702];
+
+/// The URL of database `db` on the Citus node at `port`.
+fn citus_node(port: u16, db: &str) -> String {
+    format!("postgres://postgres@127.0.0.1:{port}/{db}?sslmode=disable")
 }
 
 impl Backend {
@@ -30,6 +43,7 @@ impl Backend {
             Backend::Sqlite => "sqlite",
             Backend::Postgres => "postgres",
             Backend::Mysql => "mariadb",
+            Backend::Citus => "citus",
         }
     }
 }
@@ -57,6 +71,7 @@ impl Servers {
     pub fn url(&self, backend: Backend, db: &str) -> Result<Option<String>> {
         let base = match backend {
             Backend::Sqlite => return Ok(None),
+            Backend::Citus => return Ok(Some(citus_node(CITUS_NODES[0], db))),
             Backend::Postgres => &self.postgres,
             Backend::Mysql => &self.mariadb,
         };
@@ -67,10 +82,9 @@ impl Servers {
 
     /// The database to connect to for creating and dropping others.
     pub fn admin(&self, backend: Backend) -> Result<Option<String>> {
-        let db = if backend == Backend::Postgres {
-            "postgres"
-        } else {
-            ""
+        let db = match backend {
+            Backend::Postgres | Backend::Citus => "postgres",
+            _ => "",
         };
         self.url(backend, db)
     }
@@ -144,6 +158,16 @@ impl Database {
             Some(url) => {
                 let on = admin.as_deref().unwrap_or_default();
                 match template {
+                    _ if backend == Backend::Citus => {
+                        for port in CITUS_NODES {
+                            let create = format!("CREATE DATABASE {name} TEMPLATE feed_citus");
+                            if let Err(e) = execute_on(&citus_node(port, "postgres"), &create).await
+                            {
+                                drop_database(backend, admin.as_deref(), &name).await;
+                                return Err(e);
+                            }
+                        }
+                    }
                     Some(t) if backend == Backend::Mysql => {
                         crate::template::copy_mysql(on, t, &name).await?
                     }
@@ -295,6 +319,16 @@ pub(crate) async fn execute_on(url: &str, sql: &str) -> Result<()> {
 }
 
 pub(crate) async fn drop_database(backend: Backend, admin: Option<&str>, name: &str) {
+    if backend == Backend::Citus {
+        // Each node's copy; the workers' hold the shards.
+        let sql = format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)");
+        for port in CITUS_NODES {
+            if let Err(e) = execute_on(&citus_node(port, "postgres"), &sql).await {
+                eprintln!("  warning: could not drop database {name} on port {port}: {e:#}");
+            }
+        }
+        return;
+    }
     let Some(admin) = admin else { return };
     let sql = if backend == Backend::Postgres {
         format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")

@@ -31,7 +31,7 @@ fn answer(gate: i64) -> axum::response::Response {
 fn share_lock(backend: Backend) -> &'static str {
     match backend {
         Backend::Sqlite => "",
-        Backend::Postgres => " FOR SHARE",
+        Backend::Postgres | Backend::Citus => " FOR SHARE",
         Backend::Mysql => " LOCK IN SHARE MODE",
     }
 }

@@ -13,7 +13,7 @@ impl TestDb {
     pub async fn refuse(&self, name: &str, table: &str, condition: &str) {
         let message = format!("injected fault {name}");
         match self.backend {
-            Backend::Postgres => {
+            Backend::Postgres | Backend::Citus => {
                 self.exec(
                     &format!(
                         "CREATE FUNCTION {name}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
@@ -56,7 +56,7 @@ impl TestDb {
     /// Removes the fault `name` on `table`.
     pub async fn allow(&self, name: &str, table: &str) {
         let sql = match self.backend {
-            Backend::Postgres => format!("DROP TRIGGER {name} ON {table}"),
+            Backend::Postgres | Backend::Citus => format!("DROP TRIGGER {name} ON {table}"),
             _ => format!("DROP TRIGGER {name}"),
         };
         self.exec(&sql, vec![]).await;
@@ -66,7 +66,9 @@ impl TestDb {
     /// contains `needle`.
     pub fn data_contains(&self, needle: &str) -> String {
         match self.backend {
-            Backend::Postgres => format!("position('{needle}'::bytea in NEW.data) > 0"),
+            Backend::Postgres | Backend::Citus => {
+                format!("position('{needle}'::bytea in NEW.data) > 0")
+            }
             Backend::Mysql => format!("LOCATE('{needle}', NEW.data) > 0"),
             Backend::Sqlite => format!("instr(CAST(NEW.data AS TEXT), '{needle}') > 0"),
         }
@@ -78,7 +80,7 @@ impl TestDb {
     /// there it is any such statement still running.
     pub async fn lock_waits(&self, pattern: &str) -> i64 {
         let sql = match self.backend {
-            Backend::Postgres => {
+            Backend::Postgres | Backend::Citus => {
                 "SELECT COUNT(*) AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' \
                  AND datname = current_database() AND query LIKE ?"
             }

@@ -158,7 +158,7 @@ async fn hold_migrations(db: &TestDb) -> sea_orm::DatabaseTransaction {
         .await;
     let txn = db.store.connection().begin().await.unwrap();
     let hold = match db.backend {
-        Backend::Postgres => "LOCK TABLE feed_migrations IN ACCESS EXCLUSIVE MODE",
+        Backend::Postgres | Backend::Citus => "LOCK TABLE feed_migrations IN ACCESS EXCLUSIVE MODE",
         Backend::Mysql => "LOCK TABLES feed_migrations WRITE",
         // SQLite has one writer: this uncommitted write keeps the migrator's.
         Backend::Sqlite => "INSERT INTO feed_migrations VALUES ('held', 0)",

@@ -89,7 +89,9 @@ pub(crate) async fn down_before(db: &TestDb, name: &str) {
 /// The indexes of `feed_items`, sorted.
 async fn item_indexes(db: &TestDb) -> Vec<String> {
     let sql = match db.backend {
-        Backend::Postgres => "SELECT indexname AS n FROM pg_indexes WHERE tablename = 'feed_items'",
+        Backend::Postgres | Backend::Citus => {
+            "SELECT indexname AS n FROM pg_indexes WHERE tablename = 'feed_items'"
+        }
         Backend::Sqlite => {
             "SELECT name AS n FROM sqlite_master WHERE type = 'index' AND tbl_name = 'feed_items' \
              AND name NOT LIKE 'sqlite_%'"

@@ -23,7 +23,7 @@ const READERS: [&[&str]; 8] = [
 async fn feed_objects(db: &TestDb) -> Vec<String> {
     let sql = match db.backend {
         Backend::Sqlite => "SELECT name FROM sqlite_master WHERE name LIKE 'feed%'",
-        Backend::Postgres => {
+        Backend::Postgres | Backend::Citus => {
             "SELECT table_name::text AS name FROM information_schema.tables \
              WHERE table_schema = current_schema() AND table_name LIKE 'feed%' \
              UNION ALL SELECT proname::text FROM pg_proc WHERE proname LIKE 'feed%'"

@@ -358,7 +358,7 @@ async fn a_refused_row_costs_only_itself(k: Kit) {
             "CREATE TRIGGER refuse BEFORE UPDATE ON feed_items WHEN NEW.last_error = 'refuse me' \
              BEGIN SELECT RAISE(ABORT, 'refused by the test'); END",
         ],
-        Backend::Postgres => &[
+        Backend::Postgres | Backend::Citus => &[
             "CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
              IF NEW.last_error = 'refuse me' THEN RAISE EXCEPTION 'refused by the test'; END IF; \
              RETURN NEW; END $$",

@@ -173,17 +173,20 @@ impl Drop for Kit {
     }
 }
 
-/// Declares `async fn $name(k: Kit)` as one test per backend (all three
-/// unless listed), in a module of that name.
+/// Declares `async fn $name(k: Kit)` as one test per backend (all four
+/// unless listed), in a module of that name. Citus runs in the slow tier
+/// (`cargo test --workspace --tests -- --ignored`), on the loopback
+/// cluster of `contrib/citus/cluster.sh`.
 macro_rules! conformance {
     ($($name:ident),* $(,)?) => {
-        $( $crate::store::conformance::conformance!($name: sqlite => Sqlite, postgres => Postgres, mariadb => Mysql); )*
+        $( $crate::store::conformance::conformance!($name: sqlite => Sqlite, postgres => Postgres, mariadb => Mysql, citus => Citus [slow]); )*
     };
-    ($name:ident: $($test:ident => $backend:ident),*) => {
+    ($name:ident: $($test:ident => $backend:ident $([$tier:ident])?),*) => {
         mod $name {
             use testkit::Backend;
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                $( #[ignore = concat!(stringify!($tier), " tier: cargo test --workspace --tests -- --ignored")] )?
                 async fn $test() {
                     if let Some(kit) = $crate::store::conformance::Kit::new(Backend::$backend).await {
                         super::$name(kit).await

@@ -57,7 +57,7 @@ use rand::seq::SliceRandom;
 use serde_json::{Value as Json, json};
 
 use crate::slow;
-use crate::support::{Backend, Handler, Proc, TestDb};
+use crate::support::{Handler, Proc, TestDb};
 use world::*;
 
 /// Median, min, max and every figure, for the report.
@@ -79,11 +79,7 @@ enum Action {
 
 slow!(many_processors);
 async fn many_processors(db: TestDb) {
-    let name = match db.backend {
-        Backend::Sqlite => "sqlite",
-        Backend::Postgres => "postgres",
-        Backend::Mysql => "mariadb",
-    };
+    let name = db.backend.name();
     let chaos_for = Duration::from_secs(
         std::env::var("FEED_CHAOS_SECS")
             .ok()
