@@ -26,7 +26,7 @@ impl Driver {
     pub(crate) fn name(self) -> &'static str {
         match self {
             Driver::Sqlite => "SQLite",
-            Driver::Postgres => "PostgreSQL",
+            Driver::Postgres | Driver::Citus => "PostgreSQL",
             Driver::MySql => "MySQL/MariaDB",
         }
     }
@@ -65,7 +65,7 @@ impl Driver {
         use sqlx::postgres::PgConnectOptions;
         use sqlx::{ConnectOptions as _, Connection as _};
         match self {
-            Driver::Postgres => {
+            Driver::Postgres | Driver::Citus => {
                 let opts: PgConnectOptions = url.parse()?;
                 let mut conn = opts.application_name("feed-processor").connect().await?;
                 let writes = !primary || crate::store::role::writable(&mut conn).await?;

@@ -7,6 +7,7 @@
 //! names all three, so a new database is a new variant and a new file that
 //! the compiler walks through; see docs/design.md, "Adding a backend".
 
+mod citus;
 mod connect;
 mod dialect;
 mod errors;
@@ -38,6 +39,9 @@ pub enum Driver {
     Postgres,
     /// MySQL and MariaDB.
     MySql,
+    /// PostgreSQL with the Citus extension: PostgreSQL's SQL, with the
+    /// differences a distributed engine needs (see `citus`).
+    Citus,
 }
 
 /// A driver and the clock its statements read: what every statement is
@@ -143,7 +147,7 @@ impl Driver {
     pub fn backend(self) -> DbBackend {
         match self {
             Driver::Sqlite => DbBackend::Sqlite,
-            Driver::Postgres => DbBackend::Postgres,
+            Driver::Postgres | Driver::Citus => DbBackend::Postgres,
             Driver::MySql => DbBackend::MySql,
         }
     }
@@ -154,6 +158,7 @@ impl Driver {
             Driver::Sqlite => &sqlite::DIALECT,
             Driver::Postgres => &postgres::DIALECT,
             Driver::MySql => &mysql::DIALECT,
+            Driver::Citus => &citus::DIALECT,
         }
     }
 

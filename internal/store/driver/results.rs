@@ -46,7 +46,7 @@ impl Clocked {
     /// result's data may be megabytes, and each copy counts.
     pub(crate) fn result_batch(self, acks: &[Ack], expiry: Duration) -> Statement {
         let source: ValuesSource = match *self {
-            Driver::Postgres => postgres::values_source,
+            Driver::Postgres | Driver::Citus => postgres::values_source,
             _ => sqlite::values_source,
         };
         let mut s = Sql::new(self);

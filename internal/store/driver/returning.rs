@@ -57,7 +57,7 @@ impl Clocked {
     pub(crate) fn lease_page(self, after: &str, limit: usize, me: &SessionId) -> LeasePage {
         let picked: Picked = match *self {
             Driver::Sqlite => sqlite::picked,
-            Driver::Postgres => postgres::picked,
+            Driver::Postgres | Driver::Citus => postgres::picked,
             Driver::MySql => {
                 let mut s = Sql::new(self);
                 page(&mut s, "p.id, p.version", after, limit as i64);
