@@ -7,7 +7,7 @@
 //! test moves time (session expiry, backoff, schedules) instead of
 //! sleeping through it.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::response::Response;
@@ -38,6 +38,11 @@ pub fn fast(database_url: &str, handler_url: &str, clock: Clock) -> Config {
 pub struct Node {
     /// Its listen address (health, metrics, the API), when it has one.
     pub listen: Option<String>,
+    /// Its log: what its tasks logged, as the binary's text log at
+    /// `info,feed=debug`. A lasting condition is logged at a bounded rate
+    /// per process, not per node: a test that waits for such a line keeps
+    /// the binary.
+    log: Arc<Mutex<Vec<u8>>>,
     stop: Option<oneshot::Sender<()>>,
     kill: Option<oneshot::Sender<()>>,
     ended: Option<oneshot::Receiver<feed::Result<()>>>,
@@ -59,10 +64,18 @@ impl Node {
         let (stop, stopped) = oneshot::channel::<()>();
         let (kill, killed) = oneshot::channel::<()>();
         let (end, ended) = oneshot::channel();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let logs = logger(log.clone());
         std::thread::spawn(move || {
+            let _logs = tracing::dispatcher::set_default(&logs);
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(2)
                 .enable_all()
+                .on_thread_start(move || {
+                    // Each of the node's threads logs to the node's log
+                    // for as long as it lives.
+                    std::mem::forget(tracing::dispatcher::set_default(&logs));
+                })
                 .build()
                 .expect("a runtime for the node");
             let shutdown = async move {
@@ -88,6 +101,7 @@ impl Node {
         });
         Node {
             listen,
+            log,
             stop: Some(stop),
             kill: Some(kill),
             ended: Some(ended),
@@ -131,6 +145,12 @@ impl Node {
         }
     }
 
+    /// Its log so far.
+    pub fn log(&self) -> String {
+        let log = self.log.lock().map(|l| l.clone()).unwrap_or_default();
+        String::from_utf8_lossy(&log).into_owned()
+    }
+
     /// `/metrics` text; empty when it does not answer.
     pub async fn metrics(&self) -> String {
         let Some(listen) = &self.listen else {
@@ -146,6 +166,34 @@ impl Node {
             Ok(r) => r.text().await.unwrap_or_default(),
             Err(_) => String::new(),
         }
+    }
+}
+
+/// A node's log in memory: its tasks' events as the binary's text log.
+fn logger(log: Arc<Mutex<Vec<u8>>>) -> tracing::Dispatch {
+    use tracing_subscriber::Layer;
+    use tracing_subscriber::layer::SubscriberExt;
+    let filter = tracing_subscriber::EnvFilter::new("info,feed=debug,sqlx=warn");
+    let layer = tracing_subscriber::fmt::layer()
+        .with_ansi(false)
+        .with_writer(move || Lines(log.clone()))
+        .with_filter(feed::logs::Asked(filter));
+    tracing::Dispatch::new(tracing_subscriber::registry().with(layer))
+}
+
+/// Appends what is written to a node's log.
+struct Lines(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Lines {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        if let Ok(mut log) = self.0.lock() {
+            log.extend_from_slice(bytes);
+        }
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 

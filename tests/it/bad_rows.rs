@@ -10,7 +10,7 @@ use sea_orm::ConnectionTrait;
 
 use crate::backend_tests;
 use crate::cli::processor;
-use crate::support::{InProcess, Spawned, TestDb, done, wait_for};
+use crate::support::{InProcess, TestDb, done, wait_for};
 
 /// An item's status and last error, read without decoding its other
 /// columns (its `attempts` may be text).
@@ -50,7 +50,7 @@ async fn a_row_feed_cannot_read_costs_only_itself(db: TestDb) {
     .await;
     db.items("bad", 0, &["bad-ok-1", "bad-ok-2"]).await;
     db.items("good", 0, &["good-1", "good-2", "good-3"]).await;
-    let Spawned(h, p) = Spawned::start(&db, &[], |_| done()).await;
+    let InProcess(h, p) = InProcess::start(&db, |_| done()).await;
     db.wait_partition("good", "complete").await;
     db.wait_partition("bad", "complete").await;
     for id in [

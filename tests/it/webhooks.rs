@@ -12,8 +12,8 @@ use serde_json::{Value, json};
 use crate::behaviour;
 use crate::cli::processor;
 use crate::support::{
-    Handler, Proc, Reserved, Spawned, TestDb, done, metric, no_retry, numbered, retry_after,
-    signed, signed_event, wait_for,
+    Handler, InProcess, Proc, Reserved, Spawned, TestDb, done, metric, no_retry, numbered,
+    retry_after, signed, signed_event, wait_for,
 };
 
 const SECRET: &str = "events-secret-0123456789";
@@ -315,7 +315,7 @@ behaviour!(pending_events_without_a_sender_say_so);
 /// receiver that is down, so they stay pending) the note is gone.
 async fn pending_events_without_a_sender_say_so(db: TestDb) {
     db.partition_of("p", true, false, "block", &["p/1"]).await;
-    let Spawned(_h, proc) = Spawned::start(&db, &[], |_| done()).await;
+    let InProcess(_h, proc) = InProcess::start(&db, |_| done()).await;
     wait_for("the close's event", Duration::from_secs(30), || async {
         rows(&db).await.len() == 1
     })

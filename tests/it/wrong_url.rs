@@ -13,7 +13,7 @@ use serde_json::Value;
 
 use crate::behaviour;
 use crate::cli::{processor, text};
-use crate::support::{Proc, Spawned, TestDb, done, metric, numbered, wait_for};
+use crate::support::{InProcess, Proc, TestDb, done, metric, numbered, wait_for};
 
 /// What the processor says while a URL answers 404 to every item.
 const WRONG: &str = "the handler URL answers 404 for every item: is the path right?";
@@ -81,12 +81,8 @@ async fn a_wrong_path_holds_off_and_says_so(db: TestDb) {
     )
     .await;
     let log = p.log();
-    assert!(log.contains(WRONG), "{}", p.log_tail(30));
-    assert!(
-        log.contains(&format!("handler={url}")),
-        "{}",
-        p.log_tail(30)
-    );
+    assert!(log.contains(WRONG), "{}", p.log());
+    assert!(log.contains(&format!("handler={url}")), "{}", p.log());
     wait_for(
         "status to say the path is wrong",
         Duration::from_secs(30),
@@ -115,7 +111,7 @@ behaviour!(one_items_404_among_answers_fails_that_item);
 /// complete, and the breaker never opens.
 async fn one_items_404_among_answers_fails_that_item(db: TestDb) {
     let items = partitions(&db, 3, 20).await;
-    let Spawned(_h, p) = Spawned::start(&db, &[], |c| {
+    let InProcess(_h, p) = InProcess::start(&db, |c| {
         if c.item == "p1/7" {
             (StatusCode::NOT_FOUND, "no such order").into_response()
         } else {
@@ -129,5 +125,5 @@ async fn one_items_404_among_answers_fails_that_item(db: TestDb) {
         .await;
     let text = p.metrics().await;
     assert_eq!(metric(&text, "feed_breaker_trips_total"), 0.0);
-    assert!(!p.log().contains(WRONG), "{}", p.log_tail(30));
+    assert!(!p.log().contains(WRONG), "{}", p.log());
 }
