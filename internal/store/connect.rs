@@ -199,32 +199,36 @@ async fn open(url: &str, options: &Options, create: bool) -> Result<Store> {
     if let Some(h) = &hosts {
         h.attach(db.get_postgres_connection_pool().clone());
     }
-    let driver = match target.driver {
-        Driver::Postgres if citus(&db).await => Driver::Citus,
-        other => other,
-    };
-    Ok(Store {
+    let mut store = Store {
         hosts,
         db,
-        driver: Clocked::new(driver, options.clock),
+        driver: Clocked::new(target.driver, options.clock),
         statements: Counter::default(),
         bound,
         timeouts: Counter::default(),
         pooler,
-    })
+    };
+    if target.driver == Driver::Postgres && store.citus().await {
+        store.driver = Clocked::new(Driver::Citus, options.clock);
+    }
+    Ok(store)
 }
 
-/// Whether a PostgreSQL database has the Citus extension (a failed check
-/// counts as no: the statements that need Citus's SQL then say so).
-async fn citus(db: &sea_orm::DatabaseConnection) -> bool {
-    use sea_orm::ConnectionTrait;
-    let check = sea_orm::Statement::from_string(
-        sea_orm::DbBackend::Postgres,
-        "SELECT COUNT(*) AS n FROM pg_extension WHERE extname = 'citus'",
-    );
-    match db.query_one_raw(check).await {
-        Ok(Some(row)) => row.try_get::<i64>("", "n").is_ok_and(|n| n > 0),
-        _ => false,
+impl Store {
+    /// Whether a PostgreSQL database has the Citus extension (a failed check
+    /// counts as no: the statements that need Citus's SQL then say so).
+    /// Through a transaction pooler too, as every statement runs.
+    async fn citus(&self) -> bool {
+        let check = sea_orm::Statement::from_string(
+            sea_orm::DbBackend::Postgres,
+            "SELECT COUNT(*) AS n FROM pg_extension WHERE extname = 'citus'",
+        );
+        match self.query_all_raw(check).await {
+            Ok(rows) => rows
+                .first()
+                .is_some_and(|r| r.try_get::<i64>("", "n").is_ok_and(|n| n > 0)),
+            Err(_) => false,
+        }
     }
 }
 
