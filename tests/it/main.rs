@@ -1,5 +1,7 @@
-//! End-to-end tests: the real `processor` binary against real databases
-//! (SQLite, PostgreSQL, MariaDB) and a real HTTP handler served here.
+//! End-to-end tests: Feed in this process (`support::InProcess`,
+//! `testkit::Scene`) or the real `processor` binary, against real
+//! databases (SQLite, PostgreSQL, MariaDB) and a real HTTP handler served
+//! here.
 
 // The tests' futures nest deeply (each backend's fixture, then the test).
 #![recursion_limit = "256"]
