@@ -67,28 +67,7 @@ impl Clocked {
             Some(offset) => format!("({now} + {offset})").into(),
         }
     }
-}
 
-impl From<Driver> for Clocked {
-    fn from(driver: Driver) -> Clocked {
-        Clocked::new(driver, Clock::database())
-    }
-}
-
-impl std::ops::Deref for Clocked {
-    type Target = Driver;
-    fn deref(&self) -> &Driver {
-        &self.driver
-    }
-}
-
-impl PartialEq<Driver> for Clocked {
-    fn eq(&self, other: &Driver) -> bool {
-        self.driver == *other
-    }
-}
-
-impl Clocked {
     /// See [`Dialect::item_delete`]: the partitions of `page` whose test
     /// `partition_ok` followed by `age` holds; `batch` bounds the rows.
     pub(crate) fn item_delete(
@@ -109,6 +88,25 @@ impl Clocked {
             batch,
         );
         s.statement()
+    }
+}
+
+impl From<Driver> for Clocked {
+    fn from(driver: Driver) -> Clocked {
+        Clocked::new(driver, Clock::database())
+    }
+}
+
+impl std::ops::Deref for Clocked {
+    type Target = Driver;
+    fn deref(&self) -> &Driver {
+        &self.driver
+    }
+}
+
+impl PartialEq<Driver> for Clocked {
+    fn eq(&self, other: &Driver) -> bool {
+        self.driver == *other
     }
 }
 
