@@ -92,10 +92,9 @@ async fn wait_exits_by_outcome(db: TestDb) {
     let (code, text) = outcome(gone).await;
     assert_eq!(code, Some(2), "{text}");
     assert!(text.contains("1 cancelled"), "{text}");
-    // Paused before its item is written: the running processor cannot
-    // finish it in between.
-    db.partition("open", true, false, "block").await;
-    db.sql("UPDATE feed_partitions SET paused = TRUE WHERE id = 'open'")
+    // Created paused, before its item is written: the running processor
+    // can neither close it empty nor finish it in between.
+    db.sql("INSERT INTO feed_partitions (id, paused) VALUES ('open', TRUE)")
         .await;
     db.items("open", 0, &["open/1"]).await;
     let (code, text) = outcome(wait(&db, "open", &["--timeout", "300ms"])).await;
