@@ -174,7 +174,7 @@ async fn run_in(url: &str, resumes: usize, progress: &mut impl FnMut(&str)) -> R
         .and_then(|m| m.get("complete"))
         .copied()
         .unwrap_or(0);
-    let ranking = store.item_data("ranking").await?;
+    let ranking = store.item_data(Some(PARTITION), "ranking").await?;
     let top = serde_json::from_slice::<Value>(&ranking)
         .ok()
         .and_then(|v| v.get("top").and_then(|t| t.as_array().cloned()))

@@ -102,8 +102,9 @@ id!(
     PartitionId(Arc<str>)
 );
 id!(
-    /// An item (unique across all partitions). Shared text: the dispatch
-    /// loop, the delivery and the result all hold it.
+    /// An item, unique within its partition (the same id may name items
+    /// of two partitions). Shared text: the dispatch loop, the delivery
+    /// and the result all hold it.
     ItemId(Arc<str>)
 );
 id!(
@@ -111,6 +112,21 @@ id!(
     /// between (`feed_partitions.tenant`, a producer token's scope).
     Tenant(Arc<str>)
 );
+
+/// An item as the database keys it: its partition and its id.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ItemKey {
+    /// The item's partition.
+    pub partition: PartitionId,
+    /// Its id within that partition.
+    pub id: ItemId,
+}
+
+impl fmt::Display for ItemKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.partition, self.id)
+    }
+}
 
 impl SessionId {
     /// A new session id (a random UUID): each start, and each

@@ -1,8 +1,8 @@
-//! New-work wake-ups on PostgreSQL: a trigger on `feed_items` sends
-//! `NOTIFY feed_items` for every insert (so plain-SQL producers wake
-//! processors too), and each processor LISTENs and polls at once instead of
-//! waiting for the poll interval. Polling stays the safety net: a missed
-//! notification only costs latency.
+//! New-work wake-ups on PostgreSQL: Feed's writes that add runnable items
+//! send `NOTIFY feed_items` in their transaction, and each processor
+//! LISTENs and polls at once instead of waiting for the poll interval.
+//! Polling stays the safety net: a missed notification (or an insert with
+//! plain SQL, which sends none) only costs latency.
 //!
 //! A LISTEN connection the network dropped silently would wait for
 //! notifications forever, so it is pinged once per session expiry; one that
@@ -19,7 +19,7 @@ use crate::Config;
 use crate::backoff::Backoff;
 use crate::store::redact;
 
-/// The channel the migration's trigger notifies.
+/// The channel Feed's writes notify.
 pub(crate) const CHANNEL: &str = "feed_items";
 
 /// Listens until `cancel`, reconnecting with backoff.

@@ -205,13 +205,14 @@ impl Policy {
 
 /// The items an answer spawns, as they are inserted: each at or above
 /// the answering item's gate (its gate when none is given), named
-/// `<Idempotency-Key>/<n>` when it has no id, and its parent recorded.
+/// `<item id>:<version>/<n>` when it has no id (the answering step, within
+/// the partition), and its parent recorded.
 /// Err says which child is wrong and why.
 fn spawned(item: &Fence, children: Vec<Child>) -> Result<Option<Arc<[NewItem]>>, String> {
     if children.is_empty() {
         return Ok(None);
     }
-    let key = item.idempotency_key();
+    let key = format!("{}:{}", item.id, item.version);
     let mut out = Vec::with_capacity(children.len());
     for (n, child) in children.into_iter().enumerate() {
         let gate = child.gate.unwrap_or(item.gate);

@@ -24,8 +24,8 @@ pub struct EnqueueArgs {
     /// Take each line as the item's data itself, not as {"id", "gate", "data"}
     #[arg(long)]
     pub raw: bool,
-    /// Put this before every item id read (for `export | enqueue` into a new partition: item ids
-    /// are unique across partitions)
+    /// Put this before every item id read (to tell apart the items of several exports enqueued
+    /// into one partition: item ids are unique within a partition)
     #[arg(long)]
     pub id_prefix: Option<String>,
     /// Send no item of this call before this time: epoch milliseconds or an RFC 3339 time
@@ -104,10 +104,12 @@ impl PartitionArgs {
 pub struct RetryArgs {
     #[command(flatten)]
     pub db: DbArgs,
-    /// Only this partition's failed items
+    /// Only this partition's failed items; with --item, the partition
+    /// whose item it is
     #[arg(long)]
     pub partition: Option<String>,
-    /// Only this failed item
+    /// Only this failed item. Item ids are unique within a partition: give
+    /// --partition too when several partitions have an item by this id
     #[arg(long)]
     pub item: Option<String>,
     /// Every failed item
@@ -218,8 +220,8 @@ pub async fn retry(a: RetryArgs) -> anyhow::Result<()> {
     let store = connect(&a.db).await?;
     // Checked: an unknown item or partition, or a cancelled one, is refused.
     let r = match (&a.item, &a.partition) {
-        (Some(item), _) => {
-            let r = store.retry_one(item).await?;
+        (Some(item), partition) => {
+            let r = store.retry_one(partition.as_deref(), item).await?;
             println!("item {} back to available", crate::status::clean(item));
             r
         }

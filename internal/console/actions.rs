@@ -2,7 +2,7 @@
 //! the command line and the dashboard's forms), an item's retry, and a
 //! tenant's limits set or cleared. Each takes the admin token.
 
-use axum::extract::Path;
+use axum::extract::{Path, Query};
 use axum::http::StatusCode;
 use axum::response::Response;
 use serde::Deserialize;
@@ -117,12 +117,26 @@ pub(super) async fn act(
     answer(admin.store.partition(&id).await)
 }
 
-pub(super) async fn retry_item(Path(id): Path<String>, admin: Admitted<Admin>) -> Response {
-    if let Err(e) = admin.store.retry_one(&id).await {
+/// Which partition's item an item route means: ids are unique only
+/// within a partition, so an id alone is enough only while one partition
+/// has an item by it.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ItemAt {
+    pub(super) partition: Option<String>,
+}
+
+pub(super) async fn retry_item(
+    Path(id): Path<String>,
+    Query(at): Query<ItemAt>,
+    admin: Admitted<Admin>,
+) -> Response {
+    let partition = at.partition.as_deref();
+    if let Err(e) = admin.store.retry_one(partition, &id).await {
         return json_error(e);
     }
-    tracing::info!(item = %id, "operator retried an item");
-    answer(admin.store.item(&id).await)
+    tracing::info!(item = %id, partition = ?partition, "operator retried an item");
+    answer(admin.store.item(partition, &id).await)
 }
 
 /// `PUT /limits/{tenant}` with `{"max_in_flight", "rate", "burst",

@@ -14,7 +14,7 @@ use axum::handler::Handler;
 use axum::http::StatusCode;
 use axum::routing::{MethodRouter, get, post, put};
 
-use super::actions::{act, clear_limit, retry_item, set_limit};
+use super::actions::{ItemAt, act, clear_limit, retry_item, set_limit};
 use super::endpoints::{Access, Endpoint, fields, no_query};
 use super::errors::json_only;
 use super::reads::{ItemQuery, PartitionQuery, items, list_limits, partition, partitions, status};
@@ -119,10 +119,10 @@ pub(super) fn table() -> Vec<(Endpoint, MethodRouter<Console>)> {
             e(
                 "POST",
                 "/items/{id}/retry",
-                no_query,
+                fields::<ItemAt>,
                 "",
                 Admin,
-                "retries one failed item; answers the item",
+                "retries one failed item; answers the item. Item ids are unique within a partition: `partition` says whose item (without it, the one partition with an item by that id; 409 when several have one)",
             ),
             post(retry_item),
         ),

@@ -4,12 +4,12 @@
 //! /api/v1/limits`) and goes back to the page it came from.
 
 use axum::Form;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use serde::Deserialize;
 
-use super::actions::Action;
+use super::actions::{Action, ItemAt};
 use super::admit::{Admitted, LoggedIn};
 use super::html::{failure, page};
 use super::views::{self, enc};
@@ -125,24 +125,26 @@ pub(super) async fn item_retry(
     State(c): State<Console>,
     headers: HeaderMap,
     Path(id): Path<String>,
+    Query(at): Query<ItemAt>,
     admitted: Admitted<LoggedIn>,
     Form(form): Form<ActionForm>,
 ) -> Response {
     let store = &admitted.store;
-    let back = match store.item(&id).await {
-        Ok(item) => format!("/partitions/{}", enc(&item.partition_id)),
+    let partition = match store.item(at.partition.as_deref(), &id).await {
+        Ok(item) => item.partition_id,
         Err(e) => return failure(e, &c.viewer(&headers)),
     };
+    let back = format!("/partitions/{}", enc(&partition));
     let ask = Ask {
-        path: format!("/items/{}/retry", enc(&id)),
+        path: format!("/items/{}/retry?partition={}", enc(&id), enc(&partition)),
         question: format!("Retry item {id}?"),
         back,
         done: "item",
         fields: Vec::new(),
     };
     act(&c, &headers, store, form.sent(), ask, async |s| {
-        s.retry_one(&id).await?;
-        tracing::info!(item = %id, "operator retried an item");
+        s.retry_one(Some(&partition), &id).await?;
+        tracing::info!(item = %id, partition = %partition, "operator retried an item");
         Ok(())
     })
     .await

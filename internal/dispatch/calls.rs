@@ -11,17 +11,17 @@ use tokio::time::Instant;
 
 use super::deliver::{self, Delivery, deliver};
 use super::{Dispatcher, HELD_BACK_ROUNDS, IN_FLIGHT_PER_SLOT};
-use crate::ids::{ItemId, Tenant};
+use crate::ids::{ItemKey, Tenant};
 use crate::limits::{Blocked, Gate, Permit};
 use crate::store::{Fence, ReadyItem};
 
 /// The handler calls and the items they carry.
 pub(super) struct Calls {
     /// Item id → the item as delivered, for items being delivered.
-    pub(super) in_flight: HashMap<ItemId, Fence>,
-    pub(super) tasks: JoinSet<Vec<(ItemId, Delivery)>>,
+    pub(super) in_flight: HashMap<ItemKey, Fence>,
+    pub(super) tasks: JoinSet<Vec<(ItemKey, Delivery)>>,
     /// Task id → item ids, to clean up after a delivery that panicked.
-    pub(super) task_items: HashMap<tokio::task::Id, Vec<ItemId>>,
+    pub(super) task_items: HashMap<tokio::task::Id, Vec<ItemKey>>,
     /// Tasks whose handler call has not answered yet: the busy slots.
     pub(super) calling: HashSet<tokio::task::Id>,
     /// Where delivery tasks report that their call has answered.
@@ -135,7 +135,7 @@ impl Dispatcher {
             } else {
                 self.buffer.drain(..n).collect()
             };
-            let counted = probing && self.outage.probing(&items[0].fence.id);
+            let counted = probing && self.outage.probing(&items[0].fence.key());
             if probing {
                 ctx.metrics.probes.inc();
             }
@@ -217,11 +217,11 @@ impl Dispatcher {
     /// permit holds their tenants' in-flight slots until it answers;
     /// `counted`: its failures count attempts even while the breaker is open.
     fn start(&mut self, items: Vec<ReadyItem>, permit: Option<Permit>, counted: bool) {
-        let ids: Vec<ItemId> = items.iter().map(|i| i.fence.id.clone()).collect();
+        let ids: Vec<ItemKey> = items.iter().map(|i| i.fence.key()).collect();
         for item in &items {
             self.calls
                 .in_flight
-                .insert(item.fence.id.clone(), item.fence.clone());
+                .insert(item.fence.key(), item.fence.clone());
         }
         self.ctx
             .metrics

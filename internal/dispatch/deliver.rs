@@ -14,7 +14,7 @@ use super::verdict::{Verdict, breaker};
 use crate::completer::WriteError;
 use crate::context::Delivering;
 use crate::handler::{Job, Outcome};
-use crate::ids::{ItemId, SessionId};
+use crate::ids::{ItemKey, SessionId};
 use crate::limits::Permit;
 use crate::policy::Label;
 use crate::status::Status;
@@ -63,7 +63,7 @@ pub(super) async fn deliver(
     permit: Option<Permit>,
     answered: &Answered,
     counted: bool,
-) -> Vec<(ItemId, Delivery)> {
+) -> Vec<(ItemKey, Delivery)> {
     let span = match items.as_slice() {
         [one] => item_span(&one.fence),
         many => tracing::debug_span!("batch", items = many.len()),
@@ -128,7 +128,7 @@ pub(super) async fn deliver(
         let policy = ctx.retries;
         let mut each = fences.into_iter().zip(outcomes).map(|(fence, outcome)| {
             let span = (!single).then(|| item_span(&fence));
-            let id = fence.id.clone();
+            let id = fence.key();
             let done = async move {
                 let why = match outcome {
                     Outcome::Unreachable { message } => {

@@ -12,14 +12,14 @@ use tokio::time::Instant;
 use super::Dispatcher;
 use super::deliver::{Delivery, record};
 use crate::handler::Outcome;
-use crate::ids::ItemId;
+use crate::ids::ItemKey;
 use crate::store::Fence;
 
 impl Dispatcher {
     /// A delivery task ended, and any others that ended with it.
     pub(super) fn joined(
         &mut self,
-        joined: Result<(tokio::task::Id, Vec<(ItemId, Delivery)>), tokio::task::JoinError>,
+        joined: Result<(tokio::task::Id, Vec<(ItemKey, Delivery)>), tokio::task::JoinError>,
     ) -> bool {
         self.finished(joined);
         while let Some(more) = self.calls.tasks.try_join_next_with_id() {
@@ -32,7 +32,7 @@ impl Dispatcher {
     /// Takes in one delivery task's outcome per item.
     fn finished(
         &mut self,
-        joined: Result<(tokio::task::Id, Vec<(ItemId, Delivery)>), tokio::task::JoinError>,
+        joined: Result<(tokio::task::Id, Vec<(ItemKey, Delivery)>), tokio::task::JoinError>,
     ) {
         // None = the task panicked: every item records a failed attempt.
         let (task, deliveries) = match joined {
@@ -114,7 +114,7 @@ impl Dispatcher {
     /// Takes in a delivery that did not reach the handler (`why`): dispatch
     /// holds off, `status` shows why, and the log says so when it begins
     /// and again every [`outage::WARN_EVERY`] while it lasts.
-    fn held_off(&mut self, item: &ItemId, why: &str) {
+    fn held_off(&mut self, item: &ItemKey, why: &str) {
         let now = Instant::now();
         self.outage.unreachable(item, why, now);
         let since = self.outage.since.unwrap_or(now);
@@ -156,7 +156,7 @@ impl Dispatcher {
 
     /// Logs a delivery task that did not return; None = it panicked (the
     /// caller records a failed attempt per item), or it was aborted at shutdown.
-    fn panicked(&self, e: tokio::task::JoinError) -> Option<HashMap<ItemId, Delivery>> {
+    fn panicked(&self, e: tokio::task::JoinError) -> Option<HashMap<ItemKey, Delivery>> {
         if !e.is_panic() {
             return Some(HashMap::new());
         }
@@ -164,7 +164,12 @@ impl Dispatcher {
             .calls
             .task_items
             .get(&e.id())
-            .map(|ids| ids.join(","))
+            .map(|ids| {
+                ids.iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(",")
+            })
             .unwrap_or_default();
         let panic = e.into_panic();
         let message = panic
@@ -180,7 +185,7 @@ impl Dispatcher {
     /// is retried after a backoff like any failed attempt.
     fn record_panic(&mut self, fence: Fence) {
         let outcome = Outcome::retry("the delivery panicked (see the processor's log)");
-        let id = fence.id.clone();
+        let id = fence.key();
         self.calls.in_flight.insert(id.clone(), fence.clone());
         let item = id.clone();
         let ctx = self.ctx.clone();

@@ -40,7 +40,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::context::Context;
 use crate::gates::Checked;
-use crate::ids::{ItemId, PartitionId, SessionId};
+use crate::ids::{ItemKey, PartitionId, SessionId};
 use crate::leases::{Cycle, Held};
 use crate::rotation::Rotation;
 use crate::store::ReadyItem;
@@ -91,7 +91,7 @@ struct Dispatcher {
     spread: usize,
     /// Items whose result could not be stored, with their partition, kept
     /// from being fetched again until the instant.
-    cooling: HashMap<ItemId, (PartitionId, Instant)>,
+    cooling: HashMap<ItemKey, (PartitionId, Instant)>,
     outage: Outage,
     /// Partitions given back while dispatch holds off for long.
     release: Release,
@@ -101,7 +101,7 @@ struct Dispatcher {
     fetching: HashSet<PartitionId>,
     /// Items whose delivery ended while the refill ran: it may have read
     /// them before their results were written, so they are not taken from it.
-    settled: HashSet<ItemId>,
+    settled: HashSet<ItemKey>,
     /// Where each partition's next refill may start reading.
     floors: Floors,
     /// The next refill starts no sooner: after a failed refill, or one

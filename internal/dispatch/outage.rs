@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::ids::ItemId;
+use crate::ids::ItemKey;
 use crate::store::ReadyItem;
 
 /// The hold-off while the handler is unreachable: it starts at
@@ -31,7 +31,7 @@ pub(super) struct Outage {
     /// The current hold-off.
     pub(super) delay: Duration,
     /// The item sent as the probe.
-    pub(super) probe: Option<ItemId>,
+    pub(super) probe: Option<ItemKey>,
     /// When the outage began.
     pub(super) since: Option<Instant>,
     /// Why the last delivery did not reach the handler.
@@ -39,7 +39,7 @@ pub(super) struct Outage {
     /// When the outage was last reported in the log.
     warned: Option<Instant>,
     /// Items probed in this outage.
-    probed: HashSet<ItemId>,
+    probed: HashSet<ItemKey>,
 }
 
 /// How often the log repeats that dispatch holds off, while it lasts.
@@ -53,13 +53,13 @@ const HOLD_OFF_MAX: Duration = Duration::from_secs(10);
 impl Outage {
     /// A delivery found the handler unreachable (`why`); true when this
     /// starts an outage.
-    pub(super) fn unreachable(&mut self, item: &str, why: &str, now: Instant) -> bool {
+    pub(super) fn unreachable(&mut self, item: &ItemKey, why: &str, now: Instant) -> bool {
         let start = self.until.is_none();
         self.why = why.to_owned();
         if start {
             self.delay = HOLD_OFF_BASE;
             self.since = Some(now);
-        } else if self.probe.as_deref() == Some(item) {
+        } else if self.probe.as_ref() == Some(item) {
             self.delay = (self.delay * 2).min(HOLD_OFF_MAX);
         } else {
             return false;
@@ -107,7 +107,7 @@ impl Outage {
         let best = buffer
             .iter()
             .enumerate()
-            .min_by_key(|(_, i)| (self.probed.contains(&i.fence.id), i.fence.attempts))
+            .min_by_key(|(_, i)| (self.probed.contains(&i.fence.key()), i.fence.attempts))
             .map(|(at, _)| at);
         if let Some(item) = best.and_then(|at| buffer.remove(at)) {
             buffer.push_front(item);
@@ -116,7 +116,7 @@ impl Outage {
 
     /// Records `item` as the probe; true when it was probed before in
     /// this outage (its failure then counts an attempt).
-    pub(super) fn probing(&mut self, item: &ItemId) -> bool {
+    pub(super) fn probing(&mut self, item: &ItemKey) -> bool {
         self.probe = Some(item.clone());
         !self.probed.insert(item.clone())
     }
@@ -126,27 +126,34 @@ impl Outage {
 mod tests {
     use super::*;
 
+    fn key(id: &str) -> ItemKey {
+        ItemKey {
+            partition: "p".into(),
+            id: id.into(),
+        }
+    }
+
     #[test]
     fn hold_off_doubles_per_failed_probe_only() {
         let mut p = Outage::default();
         let t = Instant::now();
-        assert!(p.unreachable("a", "refused", t));
+        assert!(p.unreachable(&key("a"), "refused", t));
         assert_eq!(p.delay, HOLD_OFF_BASE);
         // 63 more deliveries that were in flight: no change.
         for i in 0..63 {
-            assert!(!p.unreachable(&format!("x{i}"), "refused", t));
+            assert!(!p.unreachable(&key(&format!("x{i}")), "refused", t));
         }
         assert_eq!(p.delay, HOLD_OFF_BASE);
-        p.probe = Some("probe".into());
-        p.unreachable("probe", "refused", t);
+        p.probe = Some(key("probe"));
+        p.unreachable(&key("probe"), "refused", t);
         assert_eq!(p.delay, HOLD_OFF_BASE * 2);
         for _ in 0..10 {
-            p.probe = Some("probe".into());
-            p.unreachable("probe", "refused", t);
+            p.probe = Some(key("probe"));
+            p.unreachable(&key("probe"), "refused", t);
         }
         assert_eq!(p.delay, HOLD_OFF_MAX);
         assert!(p.reachable());
-        assert!(p.unreachable("b", "refused", t));
+        assert!(p.unreachable(&key("b"), "refused", t));
         assert_eq!(p.delay, HOLD_OFF_BASE);
     }
 
@@ -158,11 +165,11 @@ mod tests {
         assert_eq!(p.until, Some(t + HOLD_OFF_BASE));
         assert_eq!(p.since, Some(t));
         // The opening delivery ends unreachable: no longer hold-off.
-        assert!(!p.unreachable("a", "circuit breaker open", t));
+        assert!(!p.unreachable(&key("a"), "circuit breaker open", t));
         assert_eq!(p.delay, HOLD_OFF_BASE);
         // A failed probe doubles it, and a later poll leaves it so.
-        p.probe = Some("probe".into());
-        p.unreachable("probe", "circuit breaker open", t);
+        p.probe = Some(key("probe"));
+        p.unreachable(&key("probe"), "circuit breaker open", t);
         p.begin(t + HOLD_OFF_BASE);
         assert_eq!(p.delay, HOLD_OFF_BASE * 2);
         assert_eq!(p.since, Some(t));
@@ -172,7 +179,7 @@ mod tests {
     fn the_log_repeats_at_a_bounded_interval() {
         let mut p = Outage::default();
         let t = Instant::now();
-        p.unreachable("a", "refused", t);
+        p.unreachable(&key("a"), "refused", t);
         assert!(p.warn_due(t));
         assert!(!p.warn_due(t + WARN_EVERY / 2));
         assert!(p.warn_due(t + WARN_EVERY));
@@ -199,16 +206,16 @@ mod tests {
         let mut buffer: VecDeque<ReadyItem> = [item("a", 2), item("b", 0), item("c", 1)].into();
         p.prefer(&mut buffer);
         assert_eq!(buffer[0].fence.id.as_str(), "b", "fewest attempts first");
-        assert!(!p.probing(&buffer[0].fence.id.clone()));
+        assert!(!p.probing(&buffer[0].fence.key()));
         p.prefer(&mut buffer);
         assert_eq!(buffer[0].fence.id.as_str(), "c", "not probed yet first");
         // The only item left is probed again: that probe counts.
         let mut alone: VecDeque<ReadyItem> = [item("b", 0)].into();
         p.prefer(&mut alone);
-        assert!(p.probing(&alone[0].fence.id.clone()));
+        assert!(p.probing(&alone[0].fence.key()));
         p.reachable();
         assert!(
-            !p.probing(&alone[0].fence.id.clone()),
+            !p.probing(&alone[0].fence.key()),
             "a new outage starts afresh"
         );
     }

@@ -10,7 +10,7 @@ use super::Dispatcher;
 use super::fetched::Fetched;
 use crate::Result;
 use crate::health::Poll;
-use crate::ids::{ItemId, PartitionId, Tenant};
+use crate::ids::{ItemKey, PartitionId, Tenant};
 use crate::rotation::Group;
 use crate::store::{Ask, ReadyItem};
 
@@ -254,13 +254,13 @@ impl Dispatcher {
     fn take_in(
         &mut self,
         parts: &HashSet<PartitionId>,
-        settled: &HashSet<ItemId>,
+        settled: &HashSet<ItemKey>,
         asks: &[(Ask, usize)],
         want: usize,
         started: Instant,
         items: Vec<ReadyItem>,
     ) -> bool {
-        let buffered: HashSet<ItemId> = self.buffer.iter().map(|i| i.fence.id.clone()).collect();
+        let buffered: HashSet<ItemKey> = self.buffer.iter().map(|i| i.fence.key()).collect();
         let mut by_partition: HashMap<PartitionId, VecDeque<ReadyItem>> = HashMap::new();
         // Rows read per partition (without a time, then scheduled), and
         // the last one without a time's place in write order.
@@ -273,7 +273,7 @@ impl Dispatcher {
                 read.now += 1;
                 read.last = read.last.max(item.seq);
             }
-            let id = &item.fence.id;
+            let id = &item.fence.key();
             if self.calls.in_flight.contains_key(id)
                 || settled.contains(id)
                 || buffered.contains(id)

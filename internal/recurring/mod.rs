@@ -156,8 +156,8 @@ pub async fn set(store: &Store, r: &Recurring) -> Result<ScheduleRow> {
 }
 
 /// The items of partition `partition` from a schedule's JSON lines: each
-/// id given becomes `<partition>/<id>` (item ids are unique across
-/// partitions, and every tick makes the same items).
+/// id given becomes `<partition>/<id>`, so that an item's id alone says
+/// which tick made it (every tick makes the same items).
 pub fn template(items: &str, partition: &str) -> Result<Vec<crate::store::NewItem>> {
     let read = lines::read(items.as_bytes(), false, || {})?;
     read.into_iter()

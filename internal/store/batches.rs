@@ -1,7 +1,7 @@
 //! Writing a chunk of results, each with its own fence, the way each
 //! database does it best (the driver builds the statements): a lone result
 //! in one fenced `UPDATE`; on PostgreSQL and SQLite a batch in one
-//! `UPDATE … FROM (VALUES …) RETURNING id`; on MySQL/MariaDB a batch in
+//! `UPDATE … FROM (VALUES …) RETURNING partition_id, id`; on MySQL/MariaDB a batch in
 //! one transaction that locks the partition rows and writes every row in
 //! one `UPDATE`, rewritten row by row when it changed fewer rows than it
 //! was sent.
@@ -41,7 +41,7 @@ impl Store {
     }
 
     /// PostgreSQL and SQLite: the batch in one statement whose returned
-    /// ids passed the fence.
+    /// items (partition and id) passed the fence.
     async fn write_returning(&self, acks: &[Ack], expiry: Duration) -> Result<Vec<bool>> {
         let rows = self
             .retry(|| async {
@@ -50,13 +50,19 @@ impl Store {
                     .await
             })
             .await?;
-        let written: HashSet<String> = rows
+        let written: HashSet<(String, String)> = rows
             .iter()
-            .filter_map(|r| r.try_get::<String>("", "id").ok())
+            .filter_map(|r| {
+                let partition = r.try_get::<String>("", "partition_id").ok()?;
+                Some((partition, r.try_get::<String>("", "id").ok()?))
+            })
             .collect();
         Ok(acks
             .iter()
-            .map(|a| written.contains(a.fence.id.as_str()))
+            .map(|a| {
+                let f = &a.fence;
+                written.contains(&(f.partition_id.to_string(), f.id.to_string()))
+            })
             .collect())
     }
 

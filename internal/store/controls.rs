@@ -224,13 +224,16 @@ impl Store {
     }
 
     /// Retries one failed item (see [`Store::retry_failed`]), saying why when
-    /// it does not apply: unknown item, not `failed`, or cancelled partition.
-    pub async fn retry_one(&self, id: &str) -> Result<Retried> {
-        validate::filter("item id", id)?;
+    /// it does not apply: unknown item, not `failed`, or cancelled
+    /// partition. The item is `id` of `partition`, or of the one partition
+    /// with an item by that id (see [`Store::locate`]).
+    pub async fn retry_one(&self, partition: Option<&str>, id: &str) -> Result<Retried> {
+        let partition = self.locate(partition, id).await?;
         let rows = self
             .fetch(sql!(self.driver;
                 "SELECT i.status AS status, p.status AS pstatus FROM feed_items i \
-                     JOIN feed_partitions p ON p.id = i.partition_id WHERE i.id = " {id}
+                     JOIN feed_partitions p ON p.id = i.partition_id WHERE i.partition_id = " {partition.as_str()}
+                     " AND i.id = " {id}
             ))
             .await?;
         let r = rows
@@ -242,7 +245,12 @@ impl Store {
                 "item {id}'s partition is cancelled; it cannot be retried"
             )));
         }
-        let r = self.retry_failed(RetryScope::Item(id)).await?;
+        let r = self
+            .retry_failed(RetryScope::Item {
+                partition: &partition,
+                id,
+            })
+            .await?;
         if r.items == 0 {
             return Err(Error::Conflict(format!(
                 "item {id} is {status}, not failed; only failed items are retried"

@@ -12,7 +12,7 @@ use super::driver::{NOW_BOUND, Sql, sql};
 use super::unreadable::{Unreadable, describe, ready_item};
 use super::{Store, get};
 use crate::Result;
-use crate::ids::{ItemId, PartitionId, SessionId};
+use crate::ids::{ItemId, ItemKey, PartitionId, SessionId};
 
 /// An item ready to be sent to the handler.
 #[derive(Clone, Debug)]
@@ -73,10 +73,21 @@ pub struct Fence {
 }
 
 impl Fence {
-    /// The step's `Idempotency-Key`: the same for every attempt of one
-    /// step, new for the next.
+    /// The item's key: its partition and id.
+    pub fn key(&self) -> ItemKey {
+        ItemKey {
+            partition: self.partition_id.clone(),
+            id: self.id.clone(),
+        }
+    }
+
+    /// The step's `Idempotency-Key`, `<partition>/<item>:<version>`: the
+    /// same for every attempt of one step, new for the next, and one to
+    /// one with the step (item ids are unique only within a partition, so
+    /// the partition is in it, its `%` and `/` percent-encoded).
     pub fn idempotency_key(&self) -> String {
-        format!("{}:{}", self.id, self.version)
+        let partition = self.partition_id.replace('%', "%25").replace('/', "%2F");
+        format!("{partition}/{}:{}", self.id, self.version)
     }
 }
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 use sea_orm::{ConnectionTrait, Statement};
 
 use super::driver::{Clocked, is_transient, sql};
-use super::insert::{insert_items, statements};
+use super::insert::{insert_items, statements, wake};
 use super::producer::{Enqueued, NewItem, PartitionSpec};
 use super::{ProducerScope, Store, get};
 use crate::backoff::Backoff;
@@ -169,6 +169,9 @@ impl Store {
         for chunk in statements(items) {
             self.bounded(insert_items(&txn, b, partition, gate, chunk))
                 .await?;
+        }
+        if !items.is_empty() {
+            self.bounded(wake(&txn, b)).await?;
         }
         self.bounded(self.commit(txn)).await?;
         Ok(Enqueued {

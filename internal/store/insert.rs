@@ -93,12 +93,24 @@ pub(super) async fn insert_items(
     txn.execute_raw(sql.statement()).await.map_err(|e| {
         if matches!(e.sql_err(), Some(sea_orm::SqlErr::UniqueConstraintViolation(_))) {
             Error::Invalid(format!(
-                "an item id already exists (ids are unique across all partitions); nothing was written: {e}"
+                "an item id already exists in this partition (ids are unique within a partition); nothing was written: {e}"
             ))
         } else {
             Error::Db(e)
         }
     })?;
+    Ok(())
+}
+
+/// Wakes listening processors when `txn` commits: PostgreSQL's `NOTIFY
+/// feed_items` (queued with the transaction, so sent only if it commits);
+/// nothing elsewhere. Feed's own writes that add runnable items call it:
+/// no trigger does (a distributed database cannot run one), and items a
+/// producer inserts with plain SQL are found by the next poll.
+pub(super) async fn wake(txn: &DatabaseTransaction, b: Clocked) -> Result<()> {
+    if let Some(notify) = b.dialect().notify {
+        txn.execute_unprepared(notify).await?;
+    }
     Ok(())
 }
 

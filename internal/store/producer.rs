@@ -51,8 +51,13 @@ pub enum RetryScope<'a> {
     All,
     /// The failed items of one partition.
     Partition(&'a str),
-    /// One item (if it is failed).
-    Item(&'a str),
+    /// One item (if it is failed): item `id` of `partition`.
+    Item {
+        /// Its partition.
+        partition: &'a str,
+        /// The item's id within it.
+        id: &'a str,
+    },
 }
 
 /// What [`Store::retry_failed`] did.
@@ -223,8 +228,11 @@ impl Store {
                 RetryScope::Partition(p) => {
                     s.push(" AND partition_id = ").bind(p);
                 }
-                RetryScope::Item(i) => {
-                    s.push(" AND id = ").bind(i);
+                RetryScope::Item { partition, id } => {
+                    s.push(" AND partition_id = ")
+                        .bind(partition)
+                        .push(" AND id = ")
+                        .bind(id);
                 }
             }
             s.push(
@@ -271,10 +279,8 @@ impl Store {
             )))
             .await?
             .rows_affected();
-        if let Some(notify) = b.dialect().notify
-            && n > 0
-        {
-            self.bounded(txn.execute_unprepared(notify)).await?;
+        if n > 0 {
+            self.bounded(super::insert::wake(&txn, b)).await?;
         }
         self.bounded(self.commit(txn)).await?;
         Ok(Retried { items: n, moved })

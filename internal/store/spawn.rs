@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use super::insert::{insert_items, statements};
+use super::insert::{insert_items, statements, wake};
 use super::{Ack, NewItem, Store, Written};
 use crate::{Error, Result};
 
@@ -40,6 +40,9 @@ impl Store {
                 }
                 Err(e) => return Err(e),
             }
+        }
+        if !items.is_empty() {
+            self.bounded(wake(&txn, b)).await?;
         }
         self.bounded(self.commit(txn)).await?;
         self.count(count);

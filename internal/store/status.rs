@@ -188,14 +188,17 @@ impl Store {
             .collect::<Result<Vec<_>>>()
     }
 
-    /// One item's data bytes.
-    pub async fn item_data(&self, id: &str) -> Result<Vec<u8>> {
-        validate::filter("item id", id)?;
+    /// One item's data bytes: item `id` of `partition`, or of the one
+    /// partition with an item by that id (see [`Store::locate`]).
+    pub async fn item_data(&self, partition: Option<&str>, id: &str) -> Result<Vec<u8>> {
+        let partition = self.locate(partition, id).await?;
         let sql = format!(
-            "SELECT {} AS data FROM feed_items i WHERE i.id = ",
+            "SELECT {} AS data FROM feed_items i WHERE i.partition_id = ",
             self.driver.data_column("i")
         );
-        let rows = self.fetch(sql!(self.driver; [&sql] {id})).await?;
+        let rows = self
+            .fetch(sql!(self.driver; [&sql] {partition} " AND i.id = " {id}))
+            .await?;
         let row = rows
             .first()
             .ok_or_else(|| crate::Error::NotFound(format!("item {id}")))?;

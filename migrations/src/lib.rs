@@ -31,6 +31,8 @@ mod m20261129_000018_binary_ids;
 mod m20261129_000019_priority;
 mod m20261130_000020_parents;
 mod m20261130_000021_schedules;
+mod m20261201_000022_item_keys;
+mod m20261201_000023_wake_without_trigger;
 
 /// Whether `table` has `column`: SQLite and MySQL have no `ADD COLUMN IF
 /// NOT EXISTS`, so a migration that adds one looks first (a racing
@@ -203,6 +205,8 @@ impl MigratorTrait for Migrator {
             Box::new(m20261129_000019_priority::Migration),
             Box::new(m20261130_000020_parents::Migration),
             Box::new(m20261130_000021_schedules::Migration),
+            Box::new(m20261201_000022_item_keys::Migration),
+            Box::new(m20261201_000023_wake_without_trigger::Migration),
         ]
     }
 

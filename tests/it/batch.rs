@@ -4,8 +4,10 @@
 
 use serde_json::{Value, json};
 
-use crate::behaviour;
-use crate::support::{Call, Handler, Proc, Spawned, TestDb, json as reply, no_retry, signed};
+use crate::support::{
+    Call, Handler, InProcess, Proc, Spawned, TestDb, json as reply, no_retry, signed,
+};
+use crate::{behaviour, on_all_backends};
 
 /// The items of a batch request, with `Feed-Batch` checked against them.
 fn items(c: &Call) -> Vec<Value> {
@@ -52,7 +54,7 @@ async fn mixed_batch(db: TestDb) {
         step["idempotency_key"]
             .as_str()
             .unwrap()
-            .starts_with("step:")
+            .starts_with("p/step:")
     );
     let row = |id| db.item_row(id);
     let (done, stepped, bad, empty) = (
@@ -152,4 +154,49 @@ async fn non_json_data_and_signing(db: TestDb) {
         json!({"got": "AP9ieXRlcw=="})
     );
     assert_eq!(db.item_row("json").await.data, json!({"got": {"n": 1}}));
+}
+
+on_all_backends!(items_of_one_id_in_two_partitions_each_run_once);
+/// Item ids are unique within a partition: partitions `p` and `q` each
+/// have items `a`, `b` and `c`, delivered in batches that mix them; each
+/// of the six runs once with its own `Idempotency-Key`, both partitions
+/// complete, and each row holds its own answer.
+async fn items_of_one_id_in_two_partitions_each_run_once(db: TestDb) {
+    for p in ["p", "q"] {
+        db.partition(p, true, false, "block").await;
+        for id in ["a", "b", "c"] {
+            db.item(id, p, 0, json!({"p": p, "id": id})).await;
+        }
+    }
+    let InProcess(h, _p) = InProcess::start_with(
+        &db,
+        |c| c.handler.batch_size = 4,
+        |c| {
+            let answers: Vec<Value> = items(c)
+                .iter()
+                .map(|i| json!({"done": true, "data": {"was": i["data"]}}))
+                .collect();
+            reply(200, Value::Array(answers))
+        },
+    )
+    .await;
+    db.wait_partition("p", "complete").await;
+    db.wait_partition("q", "complete").await;
+    let delivered: Vec<Value> = h.calls().iter().flat_map(items).collect();
+    let mut keys: Vec<&str> = delivered
+        .iter()
+        .map(|i| i["idempotency_key"].as_str().unwrap())
+        .collect();
+    keys.sort();
+    assert_eq!(keys, ["p/a:0", "p/b:0", "p/c:0", "q/a:0", "q/b:0", "q/c:0"]);
+    let rows: Vec<(String, String, Vec<u8>)> = db
+        .rows(
+            "SELECT partition_id, id, data FROM feed_items ORDER BY partition_id, id",
+            &["partition_id", "id", "data"],
+        )
+        .await;
+    for (p, id, data) in rows {
+        let data: Value = serde_json::from_slice(&data).unwrap();
+        assert_eq!(data, json!({"was": {"p": p, "id": id}}), "{p}/{id}");
+    }
 }

@@ -382,7 +382,8 @@ async fn demo_summary_matches_database() {
     assert_eq!(s.partitions[0].status, "complete");
     assert_eq!(s.partitions[0].gate, 1);
     assert_eq!(s.partitions[0].items_by_status["complete"], 13);
-    let top: Value = serde_json::from_slice(&store.item_data("ranking").await.unwrap()).unwrap();
+    let top: Value =
+        serde_json::from_slice(&store.item_data(None, "ranking").await.unwrap()).unwrap();
     let first = top["top"][0]["candidate"].as_str().unwrap();
     assert!(
         t.contains(&format!(" 1. {first}")),

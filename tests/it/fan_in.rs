@@ -132,7 +132,8 @@ async fn a_stateless_handler_sums_its_inputs(db: TestDb) {
         || async { db.partition_status("sums").await == "complete" },
     )
     .await;
-    let got: Value = serde_json::from_slice(&db.store.item_data("sum").await.unwrap()).unwrap();
+    let got: Value =
+        serde_json::from_slice(&db.store.item_data(None, "sum").await.unwrap()).unwrap();
     let want: i64 = (0..N).map(value).sum();
     assert_eq!(
         got,
@@ -336,7 +337,8 @@ async fn an_inputs_url_expires(db: TestDb) {
     })
     .await;
     db.wait_partition("p", "complete").await;
-    let read: Value = serde_json::from_slice(&db.store.item_data("then").await.unwrap()).unwrap();
+    let read: Value =
+        serde_json::from_slice(&db.store.item_data(None, "then").await.unwrap()).unwrap();
     assert_eq!(
         read["code"], 200,
         "the URL opened its inputs in the call: {read}"

@@ -119,7 +119,7 @@ async fn database_text_stays_in_the_log(db: TestDb) {
     crate::console_api::enqueue(&db, "p", false, &[("taken", 0)]).await;
     let (mut p, _h, base) = console(&db, true).await;
     let again = reqwest::Client::new()
-        .post(format!("{base}/api/v1/partitions/q/items"))
+        .post(format!("{base}/api/v1/partitions/p/items"))
         .bearer_auth(TOKEN)
         .body(json!([{"id": "taken", "data": 1}]).to_string());
     let (code, e) = send(again).await;

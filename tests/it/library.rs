@@ -91,7 +91,7 @@ async fn in_process_processor(db: TestDb) {
     );
     assert_eq!(st.failed_items.len(), 1);
     assert_eq!(
-        String::from_utf8(db.store.item_data("n3").await.unwrap()).unwrap(),
+        String::from_utf8(db.store.item_data(None, "n3").await.unwrap()).unwrap(),
         "12"
     );
     assert!(

@@ -4,11 +4,11 @@
 //! are untouched) and the failed items' own index.
 
 use migration::{Migrator, MigratorTrait};
-use sea_orm::{DbBackend, TransactionTrait};
+use sea_orm::{ConnectionTrait, DbBackend, TransactionTrait};
 use serde_json::json;
 
-use crate::on_all_backends;
 use crate::support::{Backend, TestDb};
+use crate::{backend_tests, on_all_backends};
 
 /// `reloptions` of `table`, sorted (empty when at the defaults).
 async fn options(db: &TestDb, table: &str) -> Vec<String> {
@@ -361,4 +361,65 @@ async fn parents_and_schedules_up_and_down(db: TestDb) {
     assert_eq!(db.count("SELECT COUNT(*) AS n FROM feed_items").await, 1);
     db.store.migrate().await.unwrap();
     assert!(db.store.schedules().await.unwrap().is_empty());
+}
+
+/// Whether `sql` fails.
+async fn fails(db: &TestDb, sql: &str) -> bool {
+    db.store.connection().execute_unprepared(sql).await.is_err()
+}
+
+on_all_backends!(item_keys_up_and_down);
+/// From the schema before it, with items (one deleted, so SQLite's write
+/// order has a gap): `up` makes `(partition_id, id)` the items' key, the
+/// rows and their write order kept, so a second partition may have an
+/// item `a` and one partition still not two; `down` brings the key on
+/// `id` back once the ids are unique again, and `up` runs twice as once.
+async fn item_keys_up_and_down(db: TestDb) {
+    down_before(&db, "m20261201_000022").await;
+    db.partition_of("p", true, false, "block", &["a", "gap", "b"])
+        .await;
+    db.sql("DELETE FROM feed_items WHERE id = 'gap'").await;
+    db.partition_of::<&str>("q", true, false, "block", &[])
+        .await;
+    let second_a = "INSERT INTO feed_items (id, partition_id, data) VALUES ('a', 'q', '{}')";
+    assert!(
+        fails(&db, second_a).await,
+        "ids were unique across partitions"
+    );
+    db.store.migrate().await.unwrap();
+    db.store.migrate().await.unwrap();
+    db.sql(second_a).await;
+    assert!(fails(&db, second_a).await, "one partition, one `a`");
+    let mut all = feed::store::listing::ItemFilter::default();
+    all.limit = 10;
+    let order = db.store.items("p", &all).await.unwrap();
+    let ids: Vec<&str> = order.data.iter().map(|i| i.id.as_str()).collect();
+    assert_eq!(ids, ["a", "b"], "write order kept");
+    // Events are still written when a partition ends.
+    db.sql("UPDATE feed_partitions SET status = 'cancelled' WHERE id = 'p'")
+        .await;
+    assert_eq!(
+        db.count("SELECT COUNT(*) AS n FROM feed_events WHERE partition_id = 'p'")
+            .await,
+        1
+    );
+    db.sql("DELETE FROM feed_items WHERE partition_id = 'q'")
+        .await;
+    down_before(&db, "m20261201_000022").await;
+    assert!(fails(&db, second_a).await, "the key is on id again");
+    db.store.migrate().await.unwrap();
+    db.sql(second_a).await;
+}
+
+backend_tests!(wake_without_trigger_up_and_down: postgres => Postgres);
+/// PostgreSQL: `up` drops the `feed_items_notify` trigger (Feed's writes
+/// notify themselves), `down` puts it back, and `up` again drops it.
+async fn wake_without_trigger_up_and_down(db: TestDb) {
+    let triggers = "SELECT COUNT(*) AS n FROM pg_trigger \
+                    WHERE tgrelid = 'feed_items'::regclass AND NOT tgisinternal";
+    assert_eq!(db.count(triggers).await, 0);
+    down_before(&db, "m20261201_000023").await;
+    assert_eq!(db.count(triggers).await, 1);
+    db.store.migrate().await.unwrap();
+    assert_eq!(db.count(triggers).await, 0);
 }

@@ -107,7 +107,14 @@ async fn retry_bumps_the_partition_version(db: TestDb) {
     db.sql("UPDATE feed_items SET status = 'failed' WHERE id = 'f'")
         .await;
     let before = version(&db).await;
-    let r = db.store.retry_failed(RetryScope::Item("f")).await.unwrap();
+    let r = db
+        .store
+        .retry_failed(RetryScope::Item {
+            partition: "p",
+            id: "f",
+        })
+        .await
+        .unwrap();
     assert_eq!((r.items, r.moved), (1, 0));
     assert_eq!(version(&db).await, before + 1);
     assert_eq!(db.item_row("f").await.status, "available");

@@ -181,7 +181,7 @@ fn item_table(items: &[ItemView], viewer: &Viewer) -> Markup {
                         td.not-before { @if let (Some(t), "available") = (i.not_before, i.status.as_str()) { (time(t)) } }
                         td.error { (cut(i.last_error.as_deref().unwrap_or(""), ERROR_CHARS)) }
                         td.data { code { (cut(&i.data_preview, DATA_CHARS)) } @if i.data_bytes as usize > i.data_preview.len() { "…" } }
-                        td { @if i.status == "failed" { (action(viewer, &format!("/items/{}/retry", enc(&i.id)), "Retry", None)) } }
+                        td { @if i.status == "failed" { (action(viewer, &format!("/items/{}/retry?partition={}", enc(&i.id), enc(&i.partition_id)), "Retry", None)) } }
                     }
                 }
             }

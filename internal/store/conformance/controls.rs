@@ -157,19 +157,22 @@ async fn retry_says_why_it_refuses(k: Kit) {
     k.sql("UPDATE feed_partitions SET status = 'cancelled' WHERE id = 'c'")
         .await;
     assert!(matches!(
-        k.store.retry_one("nope").await,
+        k.store.retry_one(None, "nope").await,
         Err(Error::NotFound(_))
     ));
     conflict(
-        k.store.retry_one("ok").await,
+        k.store.retry_one(None, "ok").await,
         "item ok is complete, not failed",
     );
-    conflict(k.store.retry_one("gone").await, "partition is cancelled");
+    conflict(
+        k.store.retry_one(None, "gone").await,
+        "partition is cancelled",
+    );
     conflict(
         k.store.retry_partition("c").await,
         "partition c is cancelled",
     );
-    assert_eq!(k.store.retry_one("bad").await.unwrap().items, 1);
+    assert_eq!(k.store.retry_one(None, "bad").await.unwrap().items, 1);
     assert_eq!(k.store.retry_partition("p").await.unwrap().items, 0);
 }
 

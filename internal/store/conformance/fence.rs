@@ -105,6 +105,11 @@ async fn lone_item(k: &Kit) {
     k.item("x", "p", 0, "available").await;
 }
 
+/// Item `id`'s data.
+async fn data(k: &Kit, id: &str) -> Vec<u8> {
+    k.store.item_data(None, id).await.unwrap()
+}
+
 async fn write(k: &Kit, acks: &[Ack]) -> Vec<Written> {
     k.store.write_results(acks, EXPIRY).await.unwrap()
 }
@@ -129,7 +134,7 @@ async fn a_result_is_stored_once(k: Kit) {
     let w = write(&k, std::slice::from_ref(&ack)).await;
     assert_eq!(w, vec![Written::Yes]);
     assert_eq!(k.item_row("x").await, ("complete".into(), 0, 1, 0));
-    assert_eq!(k.store.item_data("x").await.unwrap(), b"{\"r\":1}");
+    assert_eq!(data(&k, "x").await, b"{\"r\":1}");
     // The same delivery again (a duplicate answer): the version moved on.
     let w = write(&k, &[ack]).await;
     assert_eq!(w, vec![Written::Stale]);
@@ -200,7 +205,7 @@ async fn a_batch_of_one_write_is_stored_whole(k: Kit) {
     assert!(k.store.statements.get() - before <= 2);
     for id in ["x", "a", "y", "b"] {
         assert_eq!(k.item_row(id).await, ("complete".into(), 0, 1, 0), "{id}");
-        assert_eq!(k.store.item_data(id).await.unwrap(), b"{\"r\":1}", "{id}");
+        assert_eq!(data(&k, id).await, b"{\"r\":1}", "{id}");
     }
 }
 
@@ -234,7 +239,7 @@ async fn a_batch_of_mixed_writes_is_stored_whole(k: Kit) {
     assert_eq!(got, vec![Written::Yes; 3]);
     assert_eq!(k.item_row("x").await, ("complete".into(), 0, 1, 0));
     assert_eq!(k.item_row("a").await, ("available".into(), 0, 0, 1));
-    assert_eq!(k.store.item_data("a").await.unwrap(), b"{}", "data kept");
+    assert_eq!(data(&k, "a").await, b"{}", "data kept");
     assert_eq!(k.item_row("y").await, ("available".into(), 2, 1, 0));
 }
 
@@ -264,7 +269,7 @@ async fn a_failed_attempt_keeps_the_version(k: Kit) {
         )
         .await;
     assert_eq!(waiting, vec![("HTTP 500".to_string(),)]);
-    assert_eq!(k.store.item_data("x").await.unwrap(), b"{}", "data kept");
+    assert_eq!(data(&k, "x").await, b"{}", "data kept");
     // The first delivery's answer arriving late: attempts moved on.
     let late = done("x", "p", "s1", 0, 0);
     let w = write(&k, &[late]).await;

@@ -82,7 +82,7 @@ async fn items_filter_and_page_in_write_order(k: Kit) {
         items(Some(0), Some("available"), None).await,
         (vec!["z".into(), "w".into()], None)
     );
-    let one = k.store.item("x").await.unwrap();
+    let one = k.store.item(None, "x").await.unwrap();
     assert_eq!((one.gate, one.data_preview.as_str()), (1, "{}"));
     assert!(
         k.store

@@ -12,6 +12,7 @@ mod dispatch;
 mod events;
 mod fence;
 mod gates;
+mod keys;
 mod leasing;
 mod limits;
 mod listing;

@@ -69,7 +69,7 @@ async fn enqueue_creates_extends_and_reopens(k: Kit) {
     let (status, gate, version, _) = k.partition_row("p").await;
     assert_eq!((status.as_str(), gate), ("available", 2));
     assert!(version > before, "adding items bumps the version");
-    assert_eq!(k.store.item_data("c").await.unwrap(), br#"{"n":1}"#);
+    assert_eq!(k.store.item_data(None, "c").await.unwrap(), br#"{"n":1}"#);
     // An id may be left to Feed.
     let anon = NewItem {
         id: None,
@@ -109,18 +109,15 @@ async fn a_refused_enqueue_writes_nothing(k: Kit) {
         matches!(&below, Err(Error::Invalid(m)) if m.contains("item c has gate 2, below partition p's current gate 3")),
         "{below:?}"
     );
-    let taken = k
-        .store
-        .enqueue(
-            "q",
-            &PartitionSpec::default(),
-            vec![item("d", None), item("a", None)],
-        )
-        .await;
-    assert!(
-        matches!(&taken, Err(Error::Invalid(m)) if m.contains("already exists")),
-        "{taken:?}"
-    );
+    // An id the partition has, or one given twice in a new partition.
+    for (p, ids) in [("p", ["d", "a"]), ("q", ["d", "d"])] {
+        let items = ids.iter().map(|id| item(id, None)).collect();
+        let taken = k.store.enqueue(p, &PartitionSpec::default(), items).await;
+        assert!(
+            matches!(&taken, Err(Error::Invalid(m)) if m.contains("already exists in this partition")),
+            "{p}: {taken:?}"
+        );
+    }
     let bad = k.store.enqueue("", &PartitionSpec::default(), vec![]).await;
     assert!(matches!(bad, Err(Error::Invalid(_))), "{bad:?}");
     assert_eq!(k.ids("SELECT id FROM feed_items ORDER BY id").await, ["a"]);
@@ -146,7 +143,14 @@ async fn retry_puts_failed_items_back_at_the_current_gate(k: Kit) {
     .await;
     k.sql("UPDATE feed_items SET attempts = 5, last_error = 'boom' WHERE status = 'failed'")
         .await;
-    let r = k.store.retry_failed(RetryScope::Item("now")).await.unwrap();
+    let r = k
+        .store
+        .retry_failed(RetryScope::Item {
+            partition: "p",
+            id: "now",
+        })
+        .await
+        .unwrap();
     assert_eq!((r.items, r.moved), (1, 0));
     assert_eq!(k.partition_row("p").await, ("available".into(), 2, 1, None));
     let r = k.store.retry_failed(RetryScope::All).await.unwrap();

@@ -87,13 +87,12 @@ async fn a_stale_answer_spawns_nothing(k: Kit) {
     assert!(children(&k).await.is_empty());
 }
 
-/// A child named like an item that exists (in any partition) refuses the
+/// A child named like an item its partition has refuses the
 /// answer whole, saying so: the result is not written either, so the
 /// attempt can be recorded as failed.
 async fn a_child_whose_id_exists_refuses_the_whole_answer(k: Kit) {
     held(&k).await;
-    k.partition("q", None).await;
-    k.item("taken", "q", 0, "available").await;
+    k.item("taken", "p", 0, "complete").await;
     let written = k
         .store
         .write_results(&[spawning("s1", &["x/0", "taken", "x/2"])], EXPIRY)
@@ -104,5 +103,6 @@ async fn a_child_whose_id_exists_refuses_the_whole_answer(k: Kit) {
     };
     assert!(why.contains("already exists"), "{why}");
     assert_eq!(k.item_row("x").await, ("available".into(), 0, 0, 0));
-    assert!(children(&k).await.is_empty());
+    let kept: Vec<(String, i64, String, Option<String>)> = children(&k).await;
+    assert_eq!(kept, [("taken".into(), 0, "complete".into(), None)]);
 }

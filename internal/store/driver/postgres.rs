@@ -89,7 +89,7 @@ pub(super) fn values_source(s: &mut Sql, rows: usize, values: Vec<Value>) -> &'s
     }
     let names: Vec<&str> = RESULT_ROW.iter().map(|(c, _)| *c).collect();
     s.push(&format!(") AS v({})", names.join(", ")));
-    "i.id"
+    "i.partition_id, i.id"
 }
 
 /// Row addresses picked partition by partition (a lateral sub-select,

@@ -36,13 +36,13 @@ const RESULT_COLUMNS: usize = RESULT_ROW.len();
 
 /// Appends the `VALUES` source of a result batch of `rows` rows (the
 /// values in [`RESULT_ROW`]'s order, row after row) named `v`; returns
-/// the column `RETURNING` names the id by.
+/// the columns `RETURNING` names the partition and the id by.
 pub(super) type ValuesSource = fn(&mut Sql, usize, Vec<Value>) -> &'static str;
 
 impl Clocked {
     /// PostgreSQL and SQLite: every result of the batch in one fenced
-    /// `UPDATE … FROM (VALUES …) RETURNING id` (one round trip); the ids
-    /// it returns passed the fence. Built anew for each attempt: a
+    /// `UPDATE … FROM (VALUES …) RETURNING partition_id, id` (one round
+    /// trip); the items it returns passed the fence. Built anew for each attempt: a
     /// result's data may be megabytes, and each copy counts.
     pub(crate) fn result_batch(self, acks: &[Ack], expiry: Duration) -> Statement {
         let source: ValuesSource = match *self {

@@ -72,7 +72,7 @@ pub(super) fn values_source(s: &mut Sql, rows: usize, values: Vec<Value>) -> &'s
     s.push(&format!("(SELECT {} FROM (VALUES ", named.join(", ")))
         .rows(rows, values)
         .push(")) AS v");
-    "id"
+    "partition_id, id"
 }
 
 /// Built without `DELETE … LIMIT`: rowids are picked.

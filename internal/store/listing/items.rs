@@ -109,8 +109,10 @@ impl Store {
                     // The cursor is the last item's id; the page goes on
                     // after it in write order.
                     s.push(&format!(
-                        " AND i.{seq} > (SELECT a.{seq} FROM feed_items a WHERE a.id = "
+                        " AND i.{seq} > (SELECT a.{seq} FROM feed_items a WHERE a.partition_id = "
                     ))
+                    .bind(partition)
+                    .push(" AND a.id = ")
                     .bind(a.clone())
                     .push(")");
                 }
@@ -124,15 +126,59 @@ impl Store {
         Ok(page(items, limit, |i| i.id.clone()))
     }
 
-    /// One item, its data cut to a preview.
-    pub async fn item(&self, id: &str) -> Result<ItemView> {
-        validate::filter("item id", id)?;
+    /// One item, its data cut to a preview: item `id` of `partition`, or
+    /// of whichever partition has one by that id (see [`Store::locate`]).
+    pub async fn item(&self, partition: Option<&str>, id: &str) -> Result<ItemView> {
+        let partition = self.locate(partition, id).await?;
         self.item_views(|s| {
-            s.push(" WHERE i.id = ").bind(id);
+            s.push(" WHERE i.partition_id = ")
+                .bind(partition.as_str())
+                .push(" AND i.id = ")
+                .bind(id);
         })
         .await?
         .pop()
         .ok_or_else(|| Error::NotFound(format!("item {id}")))
+    }
+
+    /// The partition of the item `id`: `partition` when given (checked),
+    /// else the one partition with an item by that id. Ids are unique only
+    /// within a partition, so an id alone may name items of several: that
+    /// is refused ([`Error::Conflict`]), naming them, so that the caller
+    /// can say which. Without a partition every partition is searched
+    /// (every shard on a distributed database).
+    pub async fn locate(&self, partition: Option<&str>, id: &str) -> Result<String> {
+        validate::filter("item id", id)?;
+        if let Some(p) = partition {
+            validate::filter("partition id", p)?;
+        }
+        let mut s = Sql::new(self.driver);
+        s.push("SELECT partition_id FROM feed_items WHERE id = ")
+            .bind(id);
+        if let Some(p) = partition {
+            s.push(" AND partition_id = ").bind(p);
+        }
+        s.push(" ORDER BY partition_id LIMIT 4");
+        let found: Vec<String> = self
+            .fetch(s.statement())
+            .await?
+            .iter()
+            .map(|r| crate::store::get(r, "partition_id"))
+            .collect::<Result<_>>()?;
+        match found.as_slice() {
+            [] => Err(Error::NotFound(match partition {
+                Some(p) => format!("item {id} in partition {p}"),
+                None => format!("item {id}"),
+            })),
+            [one] => Ok(one.clone()),
+            many => {
+                let more = if many.len() > 3 { ", …" } else { "" };
+                Err(Error::Conflict(format!(
+                    "item id {id} names items of several partitions ({}{more}); say which partition",
+                    many[..many.len().min(3)].join(", ")
+                )))
+            }
+        }
     }
 
     /// The items the filter appended (to `FROM feed_items i`) picks.
