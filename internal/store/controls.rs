@@ -10,7 +10,9 @@
 use super::driver::{Sql, sql};
 use sea_orm::{ConnectionTrait, FromQueryResult};
 
+use super::outbox::Happened;
 use super::{Retried, RetryScope, Store, get};
+use crate::status::Status;
 use crate::{Error, Result, validate};
 
 /// A partition's settings and state, as read to explain a refused control.
@@ -164,8 +166,10 @@ impl Store {
              updated_at = {now} WHERE id = " {id}
         )))
         .await?;
+        let ended = Happened::Ended(Status::Cancelled);
+        self.record_events(&txn, ended, &[id.into()]).await?;
         self.bounded(self.commit(txn)).await?;
-        self.count(3);
+        self.count(4);
         Ok(items)
     }
 
@@ -176,13 +180,21 @@ impl Store {
     pub async fn checkpoint(&self, id: &str, gate: i64) -> Result<()> {
         validate::filter("partition id", id)?;
         validate::gate("checkpoint gate", gate)?;
-        let n = self.run(sql!(self.driver;
-            "UPDATE feed_partitions SET gate = " {gate} ", version = version + 1, updated_at = {now} \
+        let txn = self.begin_write().await?;
+        let n = self
+            .bounded(txn.execute_raw(sql!(self.driver;
+                "UPDATE feed_partitions SET gate = " {gate} ", version = version + 1, updated_at = {now} \
                  WHERE id = " {id} " AND manual_checkpoint AND status = 'available' AND gate < " {gate} " \
                  AND NOT EXISTS (SELECT 1 FROM feed_items i \
                  WHERE i.partition_id = " {id} " AND i.status = 'available' AND i.gate < " {gate} ")"
-        ))
-            .await?;
+            )))
+            .await?
+            .rows_affected();
+        if n == 1 {
+            self.record_events(&txn, Happened::Gate, &[id.into()])
+                .await?;
+        }
+        self.bounded(self.commit(txn)).await?;
         if n == 1 {
             return self.wake().await;
         }

@@ -9,6 +9,7 @@ use std::time::Duration;
 use sea_orm::{ConnectionTrait, DatabaseTransaction};
 
 use super::driver::{result_statement, sql};
+use super::outbox::Happened;
 use super::{Ack, Store, Written};
 use crate::Result;
 use crate::status::PartitionEnd;
@@ -57,11 +58,14 @@ impl Store {
         .await?;
         self.bounded(txn.execute_raw(sql!(b;
             "UPDATE feed_partitions SET status = " {end.status().as_str()} ", owner = NULL, \
-             version = version + 1, updated_at = {now} WHERE id = " {id} " AND owner = " {ack.session.clone()}
+             version = version + 1, updated_at = {now} WHERE id = " {id.clone()} " AND owner = " {ack.session.clone()}
         )))
         .await?;
+        let ended = Happened::Ended(end.status());
+        self.record_events(&txn, ended, std::slice::from_ref(&id))
+            .await?;
         self.bounded(self.commit(txn)).await?;
-        self.count(3);
+        self.count(4);
         Ok(Written::Yes)
     }
 }

@@ -1,6 +1,6 @@
-//! Completion events: the `feed_events` outbox that the database writes
-//! (a trigger on `feed_partitions`, in the statement that closes, fails or
-//! cancels a partition), read here for listings and `wait`, and moved
+//! Completion events: the `feed_events` outbox that Feed writes in the
+//! transaction that closes, fails or cancels a partition (`store::outbox`),
+//! read here for listings and `wait`, and moved
 //! through delivery (`pending` → `delivered`, or `failed` once delivery
 //! gives up) by the events worker.
 

@@ -3,13 +3,15 @@
 
 use std::collections::HashMap;
 
-use sea_orm::{FromQueryResult, Value};
+use sea_orm::{ConnectionTrait, FromQueryResult, Value};
 
 use super::driver::{Driver, Sql, sql};
+use super::outbox::Happened;
 use super::probes::{item_exists, open_items, verdict_column};
 use super::{Store, get};
 use crate::Result;
 use crate::ids::{PartitionId, SessionId};
+use crate::status::Status;
 
 /// A partition this processor holds, as read for a gate check.
 #[derive(Clone, Debug, FromQueryResult)]
@@ -166,19 +168,36 @@ impl Store {
 
     /// Moves a held partition to `gate` (OCC, owner-fenced). The same
     /// statement re-checks that nothing available is left below the new
-    /// gate, so an item made available meanwhile is never passed over.
+    /// gate, so an item made available meanwhile is never passed over. A
+    /// partition with `gate_events` moves in a transaction that writes its
+    /// event; one without, in that one statement.
     pub(crate) async fn advance_gate(
         &self,
         p: &HeldPartition,
         me: &SessionId,
         gate: i64,
     ) -> Result<bool> {
-        let n = self.run(sql!(self.driver;
-            "UPDATE feed_partitions SET gate = " {gate} ", version = version + 1, updated_at = {now} \
-                 WHERE id = " {p.id.clone()} " AND version = " {p.version} " AND owner = " {me} " AND NOT EXISTS (SELECT 1 FROM feed_items i \
+        let advance = |events: &str| {
+            sql!(self.driver;
+                "UPDATE feed_partitions SET gate = " {gate} ", version = version + 1, updated_at = {now} \
+                 WHERE id = " {p.id.clone()} " AND version = " {p.version} " AND owner = " {me}
+                " AND " [events] "gate_events AND NOT EXISTS (SELECT 1 FROM feed_items i \
                  WHERE i.partition_id = " {p.id.clone()} " AND i.status = 'available' AND i.gate < " {gate} ")"
-        ))
-            .await?;
+            )
+        };
+        if self.run(advance("NOT ")).await? == 1 {
+            return Ok(true);
+        }
+        let txn = self.begin_write().await?;
+        let n = self
+            .bounded(txn.execute_raw(advance("")))
+            .await?
+            .rows_affected();
+        if n == 1 {
+            let ids = std::slice::from_ref(&p.id);
+            self.record_events(&txn, Happened::Gate, ids).await?;
+        }
+        self.bounded(self.commit(txn)).await?;
         Ok(n == 1)
     }
 
@@ -234,12 +253,19 @@ impl Store {
     ) -> Result<Vec<PartitionId>> {
         let mut closed = Vec::new();
         for chunk in parts.chunks(CLOSE_CHUNK) {
+            // The closes and their events, in one transaction.
+            let txn = self.begin_write().await?;
             let rows = self
-                .returning(self.driver.close(chunk, me, version, guard))
+                .returning_in(&txn, self.driver.close(chunk, me, version, guard))
                 .await?;
-            for r in &rows {
-                closed.push(get(r, "id")?);
-            }
+            let ids = rows
+                .iter()
+                .map(|r| get(r, "id"))
+                .collect::<Result<Vec<PartitionId>>>()?;
+            let ended = Happened::Ended(Status::Complete);
+            self.record_events(&txn, ended, &ids).await?;
+            self.bounded(self.commit(txn)).await?;
+            closed.extend(ids);
         }
         Ok(closed)
     }
@@ -247,11 +273,20 @@ impl Store {
     /// Fails a held partition (an item failed for good and blocks fan-in)
     /// and releases it (OCC, owner-fenced).
     pub(crate) async fn fail_partition(&self, p: &HeldPartition, me: &SessionId) -> Result<bool> {
-        let n = self.run(sql!(self.driver;
-            "UPDATE feed_partitions SET status = 'failed', owner = NULL, version = version + 1, \
+        let txn = self.begin_write().await?;
+        let n = self
+            .bounded(txn.execute_raw(sql!(self.driver;
+                "UPDATE feed_partitions SET status = 'failed', owner = NULL, version = version + 1, \
                  updated_at = {now} WHERE id = " {p.id.clone()} " AND version = " {p.version} " AND owner = " {me}
-        ))
-            .await?;
+            )))
+            .await?
+            .rows_affected();
+        if n == 1 {
+            let ended = Happened::Ended(Status::Failed);
+            self.record_events(&txn, ended, std::slice::from_ref(&p.id))
+                .await?;
+        }
+        self.bounded(self.commit(txn)).await?;
         Ok(n == 1)
     }
 

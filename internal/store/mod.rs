@@ -23,6 +23,7 @@ mod leases;
 pub mod limits;
 pub mod listing;
 pub(crate) mod nodelay;
+mod outbox;
 pub mod overview;
 mod pooler;
 mod probes;

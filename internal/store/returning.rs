@@ -2,7 +2,7 @@
 //! them, `driver::Returning`): a statement that returns its rows, or a
 //! write and the read of its rows, together in one transaction if need be.
 
-use sea_orm::{ConnectionTrait, QueryResult};
+use sea_orm::{ConnectionTrait, DatabaseTransaction, QueryResult};
 
 use super::driver::Returning;
 use super::{Store, get};
@@ -32,6 +32,21 @@ impl Store {
                     Ok(rows)
                 })
                 .await
+            }
+        }
+    }
+
+    /// The rows `r` changed, written and read in `txn`.
+    pub(super) async fn returning_in(
+        &self,
+        txn: &DatabaseTransaction,
+        r: Returning,
+    ) -> Result<Vec<QueryResult>> {
+        match r {
+            Returning::Rows(st) => Ok(self.bounded(txn.query_all_raw(st)).await?),
+            Returning::ReadBack { write, read, .. } => {
+                self.bounded(txn.execute_raw(write)).await?;
+                Ok(self.bounded(txn.query_all_raw(read)).await?)
             }
         }
     }

@@ -1,6 +1,6 @@
 //! `processor wait`: block until a partition is finished (`complete`,
-//! `failed` or `cancelled`). On PostgreSQL the events trigger's `NOTIFY
-//! feed_events` (payload: the partition id) wakes the wait at once;
+//! `failed` or `cancelled`). On PostgreSQL the `NOTIFY
+//! feed_events` sent with a partition's event (`store::outbox`) (payload: the partition id) wakes the wait at once;
 //! elsewhere, and as PostgreSQL's safety net, it polls the partition's
 //! status every `poll`.
 
@@ -16,7 +16,7 @@ use super::{DEFAULT_STATEMENT_TIMEOUT, Store, get};
 use crate::status::Status;
 use crate::{Result, validate};
 
-/// The channel the events trigger notifies on PostgreSQL.
+/// The channel a partition's event is notified on, on PostgreSQL.
 pub const CHANNEL: &str = "feed_events";
 
 /// How a wait ended.

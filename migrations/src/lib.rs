@@ -33,6 +33,7 @@ mod m20261130_000020_parents;
 mod m20261130_000021_schedules;
 mod m20261201_000022_item_keys;
 mod m20261201_000023_wake_without_trigger;
+mod m20261201_000024_events_without_trigger;
 
 /// Whether `table` has `column`: SQLite and MySQL have no `ADD COLUMN IF
 /// NOT EXISTS`, so a migration that adds one looks first (a racing
@@ -207,6 +208,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261130_000021_schedules::Migration),
             Box::new(m20261201_000022_item_keys::Migration),
             Box::new(m20261201_000023_wake_without_trigger::Migration),
+            Box::new(m20261201_000024_events_without_trigger::Migration),
         ]
     }
 

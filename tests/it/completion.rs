@@ -110,8 +110,8 @@ async fn wait_exits_by_outcome(db: TestDb) {
 }
 
 backend_tests!(wait_is_woken_by_notification: postgres => Postgres);
-/// With a poll interval of an hour, only the notification the close
-/// sends can end the wait; it does so at once.
+/// With a poll interval of an hour, only the notification sent with the
+/// partition's event (here a cancel's) can end the wait; it does so at once.
 async fn wait_is_woken_by_notification(db: TestDb) {
     db.partition_of("p", true, false, "block", &["p/1"]).await;
     let child = wait(&db, "p", &["--poll-interval", "1h"]);
@@ -122,11 +122,10 @@ async fn wait_is_woken_by_notification(db: TestDb) {
     })
     .await;
     let start = Instant::now();
-    db.sql("UPDATE feed_partitions SET status = 'complete' WHERE id = 'p'")
-        .await;
+    db.store.cancel("p").await.unwrap();
     let (code, text) = outcome(child).await;
     let took = start.elapsed();
-    assert_eq!(code, Some(0), "{text}");
+    assert_eq!(code, Some(2), "cancelled: {text}");
     eprintln!("wait woke {took:?} after the close");
     assert!(took < Duration::from_secs(5), "woken by the poll? {took:?}");
 }
@@ -304,14 +303,13 @@ async fn export_and_events_over_the_api(db: TestDb) {
     let (code, body) = get(&base, "/api/v1/partitions/nope/items.ndjson").await;
     assert_eq!(code, 404, "{body}");
     // Events: one failed, listed, then retried with the admin token only.
-    db.sql("UPDATE feed_partitions SET status = 'cancelled' WHERE id = 'p'")
-        .await;
+    db.store.cancel("p").await.unwrap();
     db.sql("UPDATE feed_events SET status = 'failed', attempts = 3")
         .await;
     let (code, list) = get(&base, "/api/v1/events?status=failed").await;
     assert_eq!(code, 200);
     assert_eq!(list[0]["kind"], json!("partition.cancelled"));
-    assert_eq!(list[0]["counts"]["available"], json!(n - 2));
+    assert_eq!(list[0]["counts"]["cancelled"], json!(n - 2));
     let (code, _) = post(&base, "/api/v1/events/retry", None, None).await;
     assert_eq!(code, 401);
     let (code, r) = post(

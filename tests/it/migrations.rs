@@ -164,8 +164,8 @@ async fn failed_items_index_up_and_down(db: TestDb) {
 
 on_all_backends!(events_up_and_down);
 /// From the schema before it, with partitions and items: `up` adds the
-/// outbox and its trigger (a close of an existing partition writes an
-/// event with its counts); `down` removes them and keeps the work.
+/// outbox (a cancel of an existing partition writes an event with its
+/// counts); `down` removes it and keeps the work.
 async fn events_up_and_down(db: TestDb) {
     down_before(&db, "m20261125_000009").await;
     db.partition_of("p", true, false, "block", &["a", "b"])
@@ -177,13 +177,12 @@ async fn events_up_and_down(db: TestDb) {
         .await;
     db.store.migrate().await.unwrap();
     assert!(db.store.events(None, None, 10).await.unwrap().is_empty());
-    db.sql("UPDATE feed_partitions SET status = 'complete' WHERE id = 'p'")
-        .await;
+    db.store.cancel("p").await.unwrap();
     let events = db.store.events(None, None, 10).await.unwrap();
     assert_eq!(events.len(), 1);
     assert_eq!(
         (events[0].partition_id.as_str(), events[0].kind.as_str()),
-        ("p", "partition.complete")
+        ("p", "partition.cancelled")
     );
     assert_eq!(events[0].counts.complete, 2);
     down_before(&db, "m20261125_000009").await;
@@ -195,8 +194,7 @@ async fn events_up_and_down(db: TestDb) {
         .await;
     assert_eq!(db.count("SELECT COUNT(*) AS n FROM feed_items").await, 3);
     db.store.migrate().await.unwrap();
-    db.sql("UPDATE feed_partitions SET status = 'cancelled' WHERE id = 'p'")
-        .await;
+    db.store.cancel("p").await.unwrap();
     assert_eq!(db.store.events(None, None, 10).await.unwrap().len(), 1);
 }
 
@@ -396,8 +394,7 @@ async fn item_keys_up_and_down(db: TestDb) {
     let ids: Vec<&str> = order.data.iter().map(|i| i.id.as_str()).collect();
     assert_eq!(ids, ["a", "b"], "write order kept");
     // Events are still written when a partition ends.
-    db.sql("UPDATE feed_partitions SET status = 'cancelled' WHERE id = 'p'")
-        .await;
+    db.store.cancel("p").await.unwrap();
     assert_eq!(
         db.count("SELECT COUNT(*) AS n FROM feed_events WHERE partition_id = 'p'")
             .await,
@@ -422,4 +419,33 @@ async fn wake_without_trigger_up_and_down(db: TestDb) {
     assert_eq!(db.count(triggers).await, 1);
     db.store.migrate().await.unwrap();
     assert_eq!(db.count(triggers).await, 0);
+}
+
+/// How many triggers the database has.
+async fn triggers(db: &TestDb) -> i64 {
+    db.count(match db.backend {
+        Backend::Sqlite => "SELECT COUNT(*) AS n FROM sqlite_master WHERE type = 'trigger'",
+        Backend::Mysql => {
+            "SELECT COUNT(*) AS n FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA = DATABASE()"
+        }
+        _ => "SELECT COUNT(*) AS n FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid \
+              WHERE NOT t.tgisinternal AND c.relname LIKE 'feed_%'",
+    })
+    .await
+}
+
+on_all_backends!(events_without_trigger_up_and_down);
+/// Migrated, Feed has no trigger. `down` puts the events trigger back (a
+/// status set with SQL writes an event again); `up` drops it again.
+async fn events_without_trigger_up_and_down(db: TestDb) {
+    assert_eq!(triggers(&db).await, 0);
+    down_before(&db, "m20261201_000024").await;
+    assert_eq!(triggers(&db).await, 1);
+    db.partition_of::<&str>("p", true, false, "block", &[])
+        .await;
+    db.sql("UPDATE feed_partitions SET status = 'complete' WHERE id = 'p'")
+        .await;
+    assert_eq!(db.store.events(None, None, 10).await.unwrap().len(), 1);
+    db.store.migrate().await.unwrap();
+    assert_eq!(triggers(&db).await, 0);
 }

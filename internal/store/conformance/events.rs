@@ -1,11 +1,12 @@
-//! Completion events: written by the database exactly when a partition
-//! closes, fails or is cancelled (and, opted in, when its gate moves),
-//! never for a change that did not happen; delivered in order per
+//! Completion events: written by Feed's statements exactly when a
+//! partition closes, fails or is cancelled (and, opted in, when its gate
+//! moves), never for a change that did not happen; delivered in order per
 //! partition, with stored attempts and backoff.
 
 use std::time::Duration;
 
 use super::{Kit, conformance};
+use crate::status::Status;
 use crate::store::HeldPartition;
 use crate::store::events::{Counts, EventScope};
 
@@ -75,6 +76,7 @@ async fn closes_failures_and_cancels_write_one_event_each(k: Kit) {
             .unwrap()
     );
     assert_eq!(k.store.cancel("cancelled").await.unwrap(), 2);
+    // Feed's statements write events, not a trigger: plain SQL writes none.
     k.sql("UPDATE feed_partitions SET status = 'complete' WHERE id = 'by-hand'")
         .await;
     let complete = "partition.complete".to_string();
@@ -95,7 +97,6 @@ async fn closes_failures_and_cancels_write_one_event_each(k: Kit) {
                 0,
                 counts(0, 1, 0, 2)
             ),
-            ("by-hand".into(), complete, 0, counts(0, 0, 0, 0)),
         ],
         "one event per change, with the items as the change left them"
     );
@@ -204,14 +205,10 @@ async fn delivery_is_in_order_per_partition_with_backoff(k: Kit) {
     for id in ["a", "b"] {
         k.partition(id, None).await;
     }
-    // a closes, reopens and closes again: two events; then b closes.
-    k.sqls(&[
-        "UPDATE feed_partitions SET status = 'complete' WHERE id = 'a'",
-        "UPDATE feed_partitions SET status = 'available' WHERE id = 'a'",
-        "UPDATE feed_partitions SET status = 'complete' WHERE id = 'a'",
-        "UPDATE feed_partitions SET status = 'cancelled' WHERE id = 'b'",
-    ])
-    .await;
+    // a closes, reopens and closes again: two events; then b ends.
+    k.event("a", Status::Complete).await;
+    k.event("a", Status::Complete).await;
+    k.event("b", Status::Cancelled).await;
     let ids = |v: Vec<crate::store::events::Event>| v.iter().map(|e| e.id).collect::<Vec<_>>();
     let all = ids(k.store.events(None, None, 10).await.unwrap());
     let [a1, a2, b1] = all[..] else {

@@ -130,6 +130,17 @@ impl Kit {
         .await;
     }
 
+    /// An event of partition `id` ended with `status`, as Feed writes one.
+    async fn event(&self, id: &str, status: crate::status::Status) {
+        let txn = self.store.begin_write().await.unwrap();
+        let ended = super::outbox::Happened::Ended(status);
+        self.store
+            .record_events(&txn, ended, &[id.into()])
+            .await
+            .unwrap();
+        txn.commit().await.unwrap();
+    }
+
     /// Items `(id, partition, gate, status)`, as [`Kit::item`].
     async fn items(&self, items: &[(&str, &str, i64, &str)]) {
         for (id, partition, gate, status) in items {

@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use super::{Kit, conformance};
+use crate::status::Status;
 use crate::store::driver::sql;
 use crate::store::prune::Pruned;
 
@@ -43,9 +44,12 @@ async fn prune_deletes_only_old_finished_work(k: Kit) {
             " THEN 0 ELSE updated_at END WHERE id = " {id}
         ))
         .await;
+        if let Some(ended) = Status::parse(status).filter(|s| *s != Status::Available) {
+            k.event(id, ended).await;
+        }
     }
     k.item("stray/1", "stray", 0, "available").await;
-    // The closes wrote events: old ones go unless their delivery failed.
+    // Their events: old ones go unless their delivery failed.
     k.sqls(&[
         "UPDATE feed_events SET created_at = 0 WHERE partition_id <> 'new-complete'",
         "UPDATE feed_events SET status = 'failed' WHERE partition_id = 'old-failed'",
