@@ -77,15 +77,15 @@ fn join_statement(d: Clocked, acks: &[Ack], expiry: Duration) -> Statement {
 
 /// A batch whose results are all the same write from one session (a
 /// drain's usual batch: every item answered `{"done": true}`): one
-/// single-table `UPDATE` that finds its rows by key and fences each on its
-/// `(id, version, attempts)` and partition as delivered and on that
-/// partition being held by the live session. The multi-table `UPDATE` of
-/// [`join_statement`] buffers its rows in an on-disk temporary table; this
-/// one does not, and costs about a quarter less per row. The partition is
-/// tested with a `CASE` on the id: as a fourth value of the row `IN`,
-/// MariaDB read the list eight times slower. None when the batch is mixed
-/// or two of its items share an id (in different partitions: the `CASE`
-/// would name one partition for both).
+/// single-table `UPDATE` that finds its rows by their key `(partition_id,
+/// id)` (a range read of the primary key) and fences each on its `(id,
+/// version, attempts)` as delivered and on its partition being held by the
+/// live session. The multi-table `UPDATE` of [`join_statement`] buffers its
+/// rows in an on-disk temporary table; this one does not, and costs about
+/// a quarter less per row. The fence is a second row `IN` of three values:
+/// as one row `IN` of all four, MariaDB read the list eight times slower.
+/// None when the batch is mixed or two of its items share an id (in
+/// different partitions: one's fence could pass the other's row).
 fn uniform_statement(d: Clocked, acks: &[Ack], expiry: Duration) -> Option<Statement> {
     let first = acks.first()?;
     if acks
@@ -102,8 +102,14 @@ fn uniform_statement(d: Clocked, acks: &[Ack], expiry: Duration) -> Option<State
     let mut s = Sql::new(d);
     s.push("UPDATE feed_items SET ");
     set_clause(&mut s, &first.write);
-    s.push(" WHERE id IN (")
-        .binds(padded(acks, |a| [a.fence.id.clone().into()]))
+    s.push(" WHERE (partition_id, id) IN (")
+        .rows(
+            n,
+            padded(acks, |a| {
+                let f = &a.fence;
+                [f.partition_id.clone().into(), f.id.clone().into()]
+            }),
+        )
         .push(") AND (id, version, attempts) IN (")
         .rows(
             n,
@@ -112,22 +118,13 @@ fn uniform_statement(d: Clocked, acks: &[Ack], expiry: Duration) -> Option<State
                 [f.id.clone().into(), f.version.into(), f.attempts.into()]
             }),
         )
-        .push(") AND partition_id = CASE id");
-    let pairs = padded(acks, |a| {
-        let f = &a.fence;
-        [f.id.clone().into(), f.partition_id.clone().into()]
-    });
-    let mut pairs = pairs.into_iter();
-    while let (Some(id), Some(partition)) = (pairs.next(), pairs.next()) {
-        s.push(" WHEN ").bind(id).push(" THEN ").bind(partition);
-    }
-    s.push(
-        " END AND EXISTS (SELECT 1 FROM feed_partitions p JOIN feed_processors s ON s.id = p.owner \
-         WHERE p.id = feed_items.partition_id AND p.owner = ",
-    )
-    .bind(first.session.clone())
-    .push(" AND s.heartbeat_at >= {now} - ")
-    .bind(ms(expiry))
-    .push(")");
+        .push(
+            ") AND EXISTS (SELECT 1 FROM feed_partitions p JOIN feed_processors s ON s.id = p.owner \
+             WHERE p.id = feed_items.partition_id AND p.owner = ",
+        )
+        .bind(first.session.clone())
+        .push(" AND s.heartbeat_at >= {now} - ")
+        .bind(ms(expiry))
+        .push(")");
     Some(s.statement())
 }
