@@ -115,7 +115,8 @@ impl TestDb {
     }
 
     /// Creates a partition with plain SQL, holding `items` (empty data at
-    /// gate 0).
+    /// gate 0), in one transaction: a running processor could otherwise
+    /// close the partition empty before its items arrive.
     pub async fn partition_of<S: AsRef<str>>(
         &self,
         id: &str,
@@ -124,8 +125,23 @@ impl TestDb {
         on_failure: &str,
         items: &[S],
     ) {
-        self.partition(id, auto_close, manual, on_failure).await;
-        self.items(id, 0, items).await;
+        use sea_orm::TransactionTrait;
+        let txn = self.store.connection().begin().await.unwrap();
+        txn.execute_raw(self.stmt(
+            "INSERT INTO feed_partitions (id, auto_close, manual_checkpoint, on_failure) VALUES (?, ?, ?, ?)",
+            vec![id.into(), auto_close.into(), manual.into(), on_failure.into()],
+        ))
+        .await
+        .unwrap();
+        for item in items {
+            txn.execute_raw(self.stmt(
+                "INSERT INTO feed_items (id, partition_id, gate, data) VALUES (?, ?, 0, ?)",
+                vec![item.as_ref().into(), id.into(), b"{}".to_vec().into()],
+            ))
+            .await
+            .unwrap();
+        }
+        txn.commit().await.unwrap();
     }
 
     /// Adds an item with plain SQL.
