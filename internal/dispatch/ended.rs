@@ -100,8 +100,7 @@ impl Dispatcher {
                     }
                 }
                 Delivery::Unwritten(cool) | Delivery::Spared(cool) => {
-                    self.cooling
-                        .insert(id, (fence.partition_id, Instant::now() + *cool));
+                    self.cooling.insert(id, Instant::now() + *cool);
                 }
             }
         }

@@ -89,9 +89,9 @@ struct Dispatcher {
     /// Partitions the next refill serves: more than one when the last
     /// refill's partitions ran dry (many small partitions).
     spread: usize,
-    /// Items whose result could not be stored, with their partition, kept
-    /// from being fetched again until the instant.
-    cooling: HashMap<ItemKey, (PartitionId, Instant)>,
+    /// Items whose result could not be stored, kept from being fetched
+    /// again until the instant.
+    cooling: HashMap<ItemKey, Instant>,
     outage: Outage,
     /// Partitions given back while dispatch holds off for long.
     release: Release,

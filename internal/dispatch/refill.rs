@@ -68,7 +68,7 @@ impl Dispatcher {
             .values()
             .map(|f| &f.partition_id)
             .chain(self.buffer.iter().map(|i| &i.fence.partition_id))
-            .chain(self.cooling.values().map(|(p, _)| p));
+            .chain(self.cooling.keys().map(|k| &k.partition));
         for p in partitions {
             *known.entry(p.clone()).or_default() += 1;
         }

@@ -190,7 +190,7 @@ impl Dispatcher {
         let b = self.held.apply(cycle, &busy, &self.ctx.metrics);
         self.act_on_cycle(b);
         let now = Instant::now();
-        self.cooling.retain(|_, (_, until)| *until > now);
+        self.cooling.retain(|_, until| *until > now);
         if !self.rotation.is_empty() {
             self.refill_at = now;
         }
