@@ -1,7 +1,8 @@
 //! Writing a chunk of results, each with its own fence, the way each
 //! database does it best (the driver builds the statements): a lone result
 //! in one fenced `UPDATE`; on PostgreSQL and SQLite a batch in one
-//! `UPDATE … FROM (VALUES …) RETURNING partition_id, id`; on MySQL/MariaDB a batch in
+//! `UPDATE … FROM (VALUES …) RETURNING partition_id, id` (on Citus one
+//! per partition); on MySQL/MariaDB a batch in
 //! one transaction that locks the partition rows and writes every row in
 //! one `UPDATE`, rewritten row by row when it changed fewer rows than it
 //! was sent.
@@ -22,8 +23,35 @@ impl Store {
         match (*self.driver, acks) {
             (Driver::MySql, _) => self.write_locked(acks, expiry).await,
             (_, [one]) => self.write_one(one, expiry).await,
-            _ => self.write_returning(acks, expiry).await,
+            (Driver::Citus, _) => self.write_by_partition(acks, expiry).await,
+            _ => self.write_returning(acks, None, expiry).await,
         }
+    }
+
+    /// Citus: a batch per partition, each run by the one worker that
+    /// holds it (a statement over several shards cannot lock their
+    /// partition rows, and the fence needs that lock).
+    async fn write_by_partition(&self, acks: &[Ack], expiry: Duration) -> Result<Vec<bool>> {
+        let mut groups: Vec<(&str, Vec<usize>)> = Vec::new();
+        for (k, a) in acks.iter().enumerate() {
+            let p = a.fence.partition_id.as_str();
+            match groups.iter_mut().find(|(q, _)| *q == p) {
+                Some((_, members)) => members.push(k),
+                None => groups.push((p, vec![k])),
+            }
+        }
+        let mut out = vec![false; acks.len()];
+        for (p, members) in groups {
+            let group: Vec<Ack> = members.iter().map(|&k| acks[k].clone()).collect();
+            let written = match group.as_slice() {
+                [one] => self.write_one(one, expiry).await?,
+                _ => self.write_returning(&group, Some(p), expiry).await?,
+            };
+            for (k, w) in members.into_iter().zip(written) {
+                out[k] = w;
+            }
+        }
+        Ok(out)
     }
 
     /// PostgreSQL and SQLite: one result in a plain fenced `UPDATE`. A lone
@@ -42,11 +70,16 @@ impl Store {
 
     /// PostgreSQL and SQLite: the batch in one statement whose returned
     /// items (partition and id) passed the fence.
-    async fn write_returning(&self, acks: &[Ack], expiry: Duration) -> Result<Vec<bool>> {
+    async fn write_returning(
+        &self,
+        acks: &[Ack],
+        partition: Option<&str>,
+        expiry: Duration,
+    ) -> Result<Vec<bool>> {
         let rows = self
             .retry(|| async {
                 self.count(1);
-                self.query_all_raw(self.driver.result_batch(acks, expiry))
+                self.query_all_raw(self.driver.result_batch(acks, partition, expiry))
                     .await
             })
             .await?;

@@ -96,7 +96,8 @@ impl Store {
         backlog: bool,
     ) -> Result<LeaseCounts> {
         let e = ms(expiry);
-        // The slice of `complete` partitions, read once. Every id-ordered
+        // The slice of `complete` partitions, found by its last id (as
+        // `held_slice`'s), then probed. Every id-ordered
         // slice here reads `feed_partitions_held` in its key's order: the
         // driver's order for the unowned ones (PostgreSQL, ordered by less
         // than the whole key with statistics from before a drain, read
@@ -138,9 +139,11 @@ impl Store {
             {if backlog { COUNT_CAP } else { 0 }} ") b) AS backlog, \
              c.stranded, c.stranded_slice, c.stranded_end \
              FROM (SELECT COUNT(CASE WHEN " [&stranded] " THEN 1 END) AS stranded, \
-              COUNT(*) AS stranded_slice, MAX(x.id) AS stranded_end FROM \
-             (SELECT id FROM feed_partitions WHERE status = 'complete' AND owner IS NULL \
-             AND id > " {stranded_after} " ORDER BY " [unowned_order] " LIMIT " {STRANDED_SLICE} ") x) c"
+              COUNT(*) AS stranded_slice, MAX(x.id) AS stranded_end FROM feed_partitions x \
+             WHERE x.status = 'complete' AND x.owner IS NULL AND x.id > " {stranded_after}
+            " AND x.id <= (SELECT MAX(y.id) FROM (SELECT id FROM feed_partitions \
+             WHERE status = 'complete' AND owner IS NULL AND id > " {stranded_after}
+            " ORDER BY " [unowned_order] " LIMIT " {STRANDED_SLICE} ") y)) c"
         );
         let rows = self.fetch(s.statement()).await?;
         let row = rows
@@ -277,8 +280,10 @@ impl Store {
     /// One slice of the level-triggered view: up to `limit` held
     /// partitions with ids after `after`, in id order, each with whether it
     /// has work ready and whether a gate check would act on it. The probes
-    /// run only on the slice (the inner query picks it first), so a cycle
-    /// costs the same however many partitions are held.
+    /// run only on the slice, so a cycle costs the same however many
+    /// partitions are held: a subquery finds the slice's last id first,
+    /// and the probes read the rows up to it (on Citus each worker probes
+    /// its own partitions' items).
     pub(crate) async fn held_slice(
         &self,
         me: &SessionId,
@@ -290,10 +295,10 @@ impl Store {
                 "SELECT p.id, p.version, CASE WHEN " [&ready(*self.driver)]
                 " THEN TRUE ELSE FALSE END AS ready, CASE WHEN " [&stuck(*self.driver)]
                 " THEN TRUE ELSE FALSE END AS stuck, p.tenant, p.weight, p.max_in_flight, p.priority \
-                 FROM (SELECT id, version, gate, paused, auto_close, manual_checkpoint, on_failure, \
-                 tenant, weight, max_in_flight, priority \
-                 FROM feed_partitions WHERE owner = " {me} " AND status = 'available' AND id > " {after}
-                " ORDER BY status, owner, id LIMIT " {limit as i64} ") p ORDER BY p.id"
+                 FROM feed_partitions p WHERE p.owner = " {me} " AND p.status = 'available' \
+                 AND p.id > " {after} " AND p.id <= (SELECT MAX(x.id) FROM (SELECT id FROM feed_partitions \
+                 WHERE owner = " {me} " AND status = 'available' AND id > " {after}
+                " ORDER BY status, owner, id LIMIT " {limit as i64} ") x) ORDER BY p.id"
             ))
             .await?;
         rows.iter()

@@ -178,9 +178,10 @@ impl Store {
         self.fetch(sql!(self.driver;
             "SELECT s.id, s.hostname, s.pid, s.software_version, s.started_at, s.heartbeat_at, s.send_rate, \
                  s.held_reason, s.held_since, \
-                 {now} - s.heartbeat_at AS age, \
-                 (SELECT COUNT(*) FROM feed_partitions p WHERE p.owner = s.id AND p.status = 'available') AS n \
-                 FROM feed_processors s ORDER BY s.started_at"
+                 {now} - s.heartbeat_at AS age, COALESCE(h.n, 0) AS n \
+                 FROM feed_processors s LEFT JOIN (SELECT owner, COUNT(*) AS n FROM feed_partitions \
+                 WHERE status = 'available' AND owner IS NOT NULL GROUP BY owner) h ON h.owner = s.id \
+                 ORDER BY s.started_at"
         ))
             .await?
             .iter()

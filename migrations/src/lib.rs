@@ -34,6 +34,7 @@ mod m20261130_000021_schedules;
 mod m20261201_000022_item_keys;
 mod m20261201_000023_wake_without_trigger;
 mod m20261201_000024_events_without_trigger;
+mod m20261202_000025_citus;
 
 /// Whether `table` has `column`: SQLite and MySQL have no `ADD COLUMN IF
 /// NOT EXISTS`, so a migration that adds one looks first (a racing
@@ -209,6 +210,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261201_000022_item_keys::Migration),
             Box::new(m20261201_000023_wake_without_trigger::Migration),
             Box::new(m20261201_000024_events_without_trigger::Migration),
+            Box::new(m20261202_000025_citus::Migration),
         ]
     }
 

@@ -20,6 +20,7 @@ mod breaker;
 mod browser;
 mod chaos;
 mod chaos_hands;
+mod citus;
 mod cli;
 mod collation;
 mod completion;

@@ -35,7 +35,12 @@ pub(super) const DIALECT: Dialect = Dialect {
         isolation: None,
     },
     notify: Some("NOTIFY feed_items"),
-    concat: |parts| parts.join(" || "),
+    // Each part as text: `text || text` is immutable, `text || bigint` only
+    // stable, which Citus refuses beside a column in an `UPDATE`.
+    concat: |parts| {
+        let parts: Vec<String> = parts.iter().map(|p| format!("CAST({p} AS TEXT)")).collect();
+        parts.join(" || ")
+    },
     concurrent_writes: true,
     embedded: false,
     several_hosts: true,

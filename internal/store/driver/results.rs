@@ -43,8 +43,15 @@ impl Clocked {
     /// PostgreSQL and SQLite: every result of the batch in one fenced
     /// `UPDATE … FROM (VALUES …) RETURNING partition_id, id` (one round
     /// trip); the items it returns passed the fence. Built anew for each attempt: a
-    /// result's data may be megabytes, and each copy counts.
-    pub(crate) fn result_batch(self, acks: &[Ack], expiry: Duration) -> Statement {
+    /// result's data may be megabytes, and each copy counts. With
+    /// `partition`, every result is of that partition, and the statement
+    /// says so.
+    pub(crate) fn result_batch(
+        self,
+        acks: &[Ack],
+        partition: Option<&str>,
+        expiry: Duration,
+    ) -> Statement {
         let source: ValuesSource = match *self {
             Driver::Postgres | Driver::Citus => postgres::values_source,
             _ => sqlite::values_source,
@@ -52,21 +59,33 @@ impl Clocked {
         let mut s = Sql::new(self);
         s.push(
             "UPDATE feed_items AS i SET status = v.status, gate = v.gate, data = COALESCE(v.data, i.data), \
-             not_before = CASE WHEN v.delay IS NULL THEN NULL ELSE {now} + v.delay END, \
+             not_before = {now} + v.delay, \
              attempts = v.attempts, steps = v.steps, last_error = v.last_error, version = i.version + v.bump, updated_at = {now} \
              FROM ",
         );
         let returning = source(&mut s, bucket(acks.len()), padded_values(acks));
         s.push(
             " WHERE i.id = v.id AND i.partition_id = v.partition_id \
-             AND i.version = v.old_version AND i.attempts = v.old_attempts \
-             AND EXISTS (SELECT 1 FROM feed_partitions p JOIN feed_processors s ON s.id = p.owner \
-             WHERE p.id = v.partition_id AND p.owner = v.session AND s.heartbeat_at >= {now} - ",
-        )
-        .bind(ms(expiry))
-        .push(self.dialect().fence_lock)
-        .push(") RETURNING ")
-        .push(returning);
+             AND i.version = v.old_version AND i.attempts = v.old_attempts",
+        );
+        // Citus runs a statement on one worker, and locks there, only when
+        // the partition is given as a value, not read from the list.
+        if let Some(p) = partition {
+            s.push(" AND i.partition_id = ").bind(p);
+        }
+        s.push(
+            " AND EXISTS (SELECT 1 FROM feed_partitions p JOIN feed_processors s ON s.id = p.owner \
+             WHERE p.id = ",
+        );
+        match partition {
+            Some(p) => s.bind(p),
+            None => s.push("v.partition_id"),
+        };
+        s.push(" AND p.owner = v.session AND s.heartbeat_at >= {now} - ")
+            .bind(ms(expiry))
+            .push(self.dialect().fence_lock)
+            .push(")");
+        s.push(" RETURNING ").push(returning);
         s.statement()
     }
 }

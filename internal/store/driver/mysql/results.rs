@@ -65,7 +65,7 @@ fn join_statement(d: Clocked, acks: &[Ack], expiry: Duration) -> Statement {
         ") v ON i.partition_id = v.partition_id AND i.id = v.id \
          JOIN feed_partitions p ON p.id = v.partition_id JOIN feed_processors s ON s.id = p.owner \
          SET i.status = v.status, i.gate = v.gate, i.data = COALESCE(v.data, i.data), \
-         i.not_before = CASE WHEN v.delay IS NULL THEN NULL ELSE {now} + v.delay END, \
+         i.not_before = {now} + v.delay, \
          i.attempts = v.attempts, i.steps = v.steps, i.last_error = v.last_error, i.version = i.version + v.bump, \
          i.updated_at = {now} \
          WHERE i.version = v.old_version AND i.attempts = v.old_attempts \
