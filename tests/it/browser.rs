@@ -203,12 +203,7 @@ async fn dashboard_drives_a_running_processor() {
     b.goto(&format!("{base}/partitions")).await;
     b.wait_text("main table", HOSTILE).await;
     b.screenshot("partitions").await;
-    let link = b
-        .client
-        .find(fantoccini::Locator::LinkText(HOSTILE))
-        .await
-        .unwrap();
-    link.click().await.unwrap();
+    b.click_link(HOSTILE).await;
     b.wait_text("h1", HOSTILE).await;
     b.wait_text(
         "tr.item[data-id='evil'] td.data",

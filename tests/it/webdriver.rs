@@ -130,6 +130,24 @@ impl Browser {
             .unwrap();
     }
 
+    /// Clicks the link whose text is `text`, finding it again while the
+    /// page replaces it (a live page redraws its table between the find
+    /// and the click).
+    pub async fn click_link(&self, text: &str) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let clicked = match self.client.find(Locator::LinkText(text)).await {
+                Ok(link) => link.click().await,
+                Err(e) => Err(e),
+            };
+            match clicked {
+                Ok(()) => return,
+                Err(e) if Instant::now() > deadline => panic!("link {text:?}: {e}"),
+                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        }
+    }
+
     /// Replaces the value of the input `css` with `text`, as typed.
     pub async fn fill(&self, css: &str, text: &str) {
         let input = self
