@@ -26,6 +26,9 @@ pub(super) struct Pace {
     /// it keeps failing (its partitions stay marked): never back to back.
     check_pause: Duration,
     check_after: Instant,
+    /// A cycle or claim just ended: marked partitions are checked before
+    /// the next cycle, so back-to-back cycles cannot starve gate checks.
+    pub(super) check_turn: bool,
 }
 
 impl Pace {
@@ -41,6 +44,7 @@ impl Pace {
             next_check: now,
             check_pause: Duration::ZERO,
             check_after: now,
+            check_turn: false,
         }
     }
 }
@@ -55,6 +59,14 @@ impl Dispatcher {
             return;
         }
         let now = Instant::now();
+        let turn = std::mem::take(&mut self.pace.check_turn);
+        if turn && now >= self.pace.check_after && !self.held.marked.is_empty() {
+            self.pace.next_check = now + self.ctx.config.dispatch.poll_interval;
+            self.start_check();
+            if self.upkeep.is_some() {
+                return;
+            }
+        }
         if self.pace.acquire_due {
             self.pace.acquire_due = false;
             self.start_cycle();
@@ -72,7 +84,10 @@ impl Dispatcher {
     pub(super) fn upkeep_ended(&mut self, done: Result<Upkeep, tokio::task::JoinError>) -> bool {
         self.upkeep = None;
         match done {
-            Ok(Upkeep::Cycle(me, cycle)) if me == self.me => self.cycled(cycle),
+            Ok(Upkeep::Cycle(me, cycle)) if me == self.me => {
+                self.pace.check_turn = true;
+                self.cycled(cycle)
+            }
             Ok(Upkeep::Claim(me, cycle)) if me == self.me => {
                 let failed = cycle.error.is_some();
                 self.cycled(cycle);

@@ -1,10 +1,16 @@
 //! Feed on Citus: its migrations spread the partitions and their items
 //! and events over the workers, also from the schema before them, with
-//! data; `down` brings the tables back to the coordinator.
+//! data; `down` brings the tables back to the coordinator. A drain goes on
+//! while shards move between the workers.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::Semaphore;
 
 use crate::backend_tests;
 use crate::migrations::down_before;
-use crate::support::TestDb;
+use crate::support::{Handler, Proc, TestDb, done, wait_for};
 
 /// Each of Feed's tables that Citus knows, with its kind (`h` hash
 /// distributed, `n` reference) and co-location group.
@@ -87,4 +93,88 @@ async fn tables_are_spread_over_the_workers(db: TestDb) {
     db.sql("UPDATE feed_items SET status = 'failed' WHERE id = 'b'")
         .await;
     assert_eq!(db.store.retry_one(None, "b").await.unwrap().items, 1);
+}
+
+/// Moves one shard of the partitions' co-location group (its items and
+/// events with it) from the worker at port `from` to the one at `to`,
+/// blocking writes to it meanwhile.
+async fn move_a_shard(db: &TestDb, from: u16, to: u16) {
+    db.sql(&format!(
+        "SELECT citus_move_shard_placement(s.shardid, '127.0.0.1', {from}, '127.0.0.1', {to}, \
+         shard_transfer_mode => 'block_writes') \
+         FROM pg_dist_shard s JOIN pg_dist_shard_placement p ON p.shardid = s.shardid \
+         WHERE s.logicalrelid = 'feed_partitions'::regclass AND p.nodeport = {from} LIMIT 1"
+    ))
+    .await;
+}
+
+backend_tests!(a_drain_goes_on_while_shards_move: citus => Citus [slow]);
+/// Two nodes drain 40 partitions of 10 items while shards move between
+/// the workers, each move under way with calls in flight (the handler
+/// answers only as the test lets it). Every item completes with its result
+/// written once (version 1), and every partition closes with one event.
+async fn a_drain_goes_on_while_shards_move(db: TestDb) {
+    let ids: Vec<String> = (0..10).map(|i| format!("i{i}")).collect();
+    for p in 0..40 {
+        db.partition_of(&format!("p{p:02}"), true, false, "block", &ids)
+            .await;
+    }
+    let permits = Arc::new(Semaphore::new(0));
+    let held = permits.clone();
+    let handler = Handler::start_async(move |_| {
+        let held = held.clone();
+        async move {
+            held.acquire().await.unwrap().forget();
+            done()
+        }
+    })
+    .await;
+    let _nodes = [
+        Proc::start(&db, &handler.url(), &[]),
+        Proc::start(&db, &handler.url(), &[]),
+    ];
+    let complete = "SELECT COUNT(*) AS n FROM feed_items WHERE status = 'complete'";
+    for (step, (from, to)) in [(9701, 9702), (9702, 9701), (9701, 9702), (9702, 9701)]
+        .into_iter()
+        .enumerate()
+    {
+        permits.add_permits(80);
+        let goal = 80 * (step as i64 + 1);
+        wait_for(
+            "the step's calls answered",
+            Duration::from_secs(60),
+            || async { db.count(complete).await >= goal - 20 },
+        )
+        .await;
+        move_a_shard(&db, from, to).await;
+    }
+    assert!(
+        db.count(complete).await < 400,
+        "the moves ran during the drain"
+    );
+    permits.add_permits(1_000);
+    wait_for("every item complete", Duration::from_secs(120), || async {
+        db.count(complete).await == 400
+    })
+    .await;
+    let written_twice = "SELECT COUNT(*) AS n FROM feed_items WHERE version <> 1";
+    assert_eq!(db.count(written_twice).await, 0);
+    wait_for(
+        "every partition closed",
+        Duration::from_secs(60),
+        || async {
+            db.count("SELECT COUNT(*) AS n FROM feed_partitions WHERE status = 'complete'")
+                .await
+                == 40
+        },
+    )
+    .await;
+    let events = "SELECT COUNT(DISTINCT partition_id) AS n FROM feed_events \
+                  WHERE kind = 'partition.complete'";
+    assert_eq!(db.count(events).await, 40);
+    assert_eq!(
+        db.count("SELECT COUNT(*) AS n FROM feed_events").await,
+        40,
+        "one event each"
+    );
 }
