@@ -26,7 +26,7 @@ pub(super) struct Pace {
     /// it keeps failing (its partitions stay marked): never back to back.
     check_pause: Duration,
     check_after: Instant,
-    /// A cycle or claim just ended: marked partitions are checked before
+    /// An acquire cycle just ended: marked partitions are checked before
     /// the next cycle, so back-to-back cycles cannot starve gate checks.
     pub(super) check_turn: bool,
 }
