@@ -14,6 +14,11 @@
 #   cluster.sh check     exit 0 when the coordinator answers with two workers
 #   cluster.sh wipe      stop, then delete $CITUS_ROOT
 #
+# The coordinator also serves TLS with a self-signed X.509 v1 certificate,
+# the kind Citus makes when it turns TLS on by itself, so that a test sees
+# what Feed says of a URL without sslmode=disable; the other tests disable
+# TLS in their URLs.
+#
 # Tests make a database per test with
 # `CREATE DATABASE x TEMPLATE feed_citus` on each node (testkit's Citus
 # backend). The build: Citus v13.2.2 from its sources, configured and made
@@ -84,6 +89,23 @@ EOF
   printf 'local all all trust\nhost all all 127.0.0.1/32 trust\n' >"$dir/pg_hba.conf"
 }
 
+# A self-signed X.509 v1 certificate on the coordinator, and TLS on.
+tls_on_coordinator() {
+  local dir
+  dir=$(node_dir "$coordinator")
+  [ -f "$dir/server.crt" ] && return 0
+  openssl req -new -newkey rsa:2048 -nodes -subj /CN=localhost \
+    -keyout "$dir/server.key" -out "$dir/server.csr" 2>/dev/null
+  # `x509 -req` without extensions signs a version 1 certificate.
+  openssl x509 -req -in "$dir/server.csr" -signkey "$dir/server.key" -days 3650 \
+    -out "$dir/server.crt" 2>/dev/null
+  rm -f "$dir/server.csr"
+  chown postgres:postgres "$dir/server.key" "$dir/server.crt"
+  chmod 0600 "$dir/server.key"
+  sql "$coordinator" postgres "ALTER SYSTEM SET ssl = on"
+  sql "$coordinator" postgres "SELECT pg_reload_conf()" >/dev/null
+}
+
 start() {
   install
   mkdir -p "$root/sockets"
@@ -96,6 +118,7 @@ start() {
       as_postgres "$bin/pg_ctl" -D "$(node_dir "$p")" -l "$root/node-$p.log" -w -t 60 start >/dev/null
     fi
   done
+  tls_on_coordinator
   if [ "$(sql "$coordinator" postgres "SELECT count(*) FROM pg_database WHERE datname = '$template'")" = 1 ]; then
     return 0
   fi

@@ -43,6 +43,19 @@ pub enum Unusable {
         /// What the server said.
         said: String,
     },
+    /// The server's TLS certificate cannot be read or accepted.
+    #[error(
+        "the database at {addr} offered a TLS certificate Feed cannot accept ({said}): Citus \
+         makes a self-signed X.509 v1 certificate when it turns TLS on by itself, and Feed reads \
+         X.509 v3 only; give the server an X.509 v3 certificate, or on a network you trust add \
+         sslmode=disable to --database-url"
+    )]
+    Certificate {
+        /// host:port.
+        addr: String,
+        /// What the TLS library said.
+        said: String,
+    },
     /// An SQLite file that cannot be opened or created.
     #[error("cannot open the SQLite database {path} ({said}): {hint}")]
     File {
@@ -121,6 +134,13 @@ pub(super) fn classify(e: &Sqlx, target: &Target) -> Error {
                 None => Unreachable::Other(clean(&e.to_string(), url)),
             }
         }
+        Sqlx::Io(_) | Sqlx::Tls(_) if let Some(said) = certificate_refused(e) => {
+            return Unusable::Certificate {
+                addr: address(url),
+                said,
+            }
+            .into();
+        }
         Sqlx::Io(io) if io.kind() == std::io::ErrorKind::ConnectionRefused => {
             Unreachable::Refused(address(url))
         }
@@ -149,6 +169,26 @@ pub(super) fn classify(e: &Sqlx, target: &Target) -> Error {
         other => Unreachable::Other(clean(&other.to_string(), url)),
     };
     unreachable_as(target, why)
+}
+
+/// What the TLS library said of a certificate it refused, found among the
+/// error's causes (the driver wraps it in an I/O error).
+fn certificate_refused(e: &(dyn std::error::Error + 'static)) -> Option<String> {
+    let mut cause = Some(e);
+    while let Some(c) = cause {
+        if let Some(tls @ rustls::Error::InvalidCertificate(_)) = c.downcast_ref::<rustls::Error>()
+        {
+            return Some(tls.to_string());
+        }
+        let inner = c
+            .downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref());
+        cause = match inner {
+            Some(inner) => Some(inner as &(dyn std::error::Error + 'static)),
+            None => c.source(),
+        };
+    }
+    None
 }
 
 pub(super) fn unreachable_as(target: &Target, reason: Unreachable) -> Error {

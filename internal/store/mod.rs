@@ -6,6 +6,7 @@
 //! models in [`listing`], retention in [`prune`].
 
 mod batches;
+mod citus;
 mod connect;
 mod connect_error;
 mod controls;
@@ -184,11 +185,18 @@ impl Store {
     /// succeed: the DDL is idempotent and a lost race on the migrations
     /// table is retried.
     /// A database whose migrations are all applied is only read, so
-    /// commands that read also work on a standby.
+    /// commands that read also work on a standby. On Citus, what is left
+    /// on the coordinator alone is distributed afterwards.
     pub async fn migrate(&self) -> Result<()> {
-        if self.migrated().await {
-            return Ok(());
+        let nodes = self.citus_nodes().await?;
+        if !self.migrated().await {
+            nodes.ready()?;
+            self.migrate_pending().await?;
         }
+        self.finish_distribution(nodes).await
+    }
+
+    async fn migrate_pending(&self) -> Result<()> {
         let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(2));
         for attempt in 1.. {
             match self.migrate_once().await {

@@ -24,6 +24,22 @@ pub enum SchemaError {
         s = if *.0 == 1 { "" } else { "s" }
     )]
     Behind(usize),
+    /// Citus is installed, and these of Feed's tables are not distributed
+    /// (Citus came after Feed's schema, or a table was given back by hand).
+    #[error(
+        "Citus is installed but Feed's tables {0} are not distributed (the extension came after \
+         Feed's schema, or a table was given back to the coordinator): run processor migrate, \
+         which distributes them"
+    )]
+    Undistributed(String),
+    /// Citus is installed and no node may hold shards: distributing fails.
+    #[error(
+        "Citus is installed but no node may hold shards: add workers on the coordinator \
+         (SELECT citus_add_node('host', 5432)), or let the coordinator hold them \
+         (SELECT citus_set_node_property('host', 5432, 'shouldhaveshards', true)); for plain \
+         PostgreSQL, DROP EXTENSION citus"
+    )]
+    NoCitusWorkers,
 }
 
 impl Store {
@@ -36,7 +52,10 @@ impl Store {
             .await
             .map_err(|e| self.explain(e.into()))?;
         match pending {
-            0 => Ok(()),
+            0 => match self.undistributed().await?.as_slice() {
+                [] => Ok(()),
+                left => Err(SchemaError::Undistributed(left.join(", ")).into()),
+            },
             n if n >= migration::Migrator::migrations().len() => Err(SchemaError::Missing.into()),
             n => Err(SchemaError::Behind(n).into()),
         }

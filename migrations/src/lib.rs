@@ -36,6 +36,11 @@ mod m20261201_000023_wake_without_trigger;
 mod m20261201_000024_events_without_trigger;
 mod m20261202_000025_citus;
 
+/// Feed on Citus: which tables it distributes, and the step that does it.
+pub mod citus {
+    pub use crate::m20261202_000025_citus::{distribute, tables};
+}
+
 /// Whether `table` has `column`: SQLite and MySQL have no `ADD COLUMN IF
 /// NOT EXISTS`, so a migration that adds one looks first (a racing
 /// processor that adds it in between makes the `ALTER` fail, and `migrate`

@@ -80,41 +80,7 @@ impl MigrationTrait for Migration {
         if !citus(manager).await? {
             return Ok(());
         }
-        db.execute_unprepared(SEQUENTIAL).await?;
-        db.execute_unprepared(FEED_NOW).await?;
-        if primary_key(db, "feed_events").await? == ["id"] {
-            db.execute_unprepared(
-                "ALTER TABLE feed_events DROP CONSTRAINT feed_events_pkey, \
-                 ADD PRIMARY KEY (partition_id, id)",
-            )
-            .await?;
-        }
-        for (table, column) in IDENTITIES {
-            if identity(db, table, column).await? {
-                for sql in sequence_for_identity(table, column) {
-                    db.execute_unprepared(&sql).await?;
-                }
-            }
-        }
-        for table in REFERENCE {
-            if !distributed(db, table).await? {
-                select(db, &format!("create_reference_table('{table}')")).await?;
-            }
-        }
-        for (table, column) in DISTRIBUTED {
-            if !distributed(db, table).await? {
-                let with = if table == "feed_partitions" {
-                    "default"
-                } else {
-                    "feed_partitions"
-                };
-                let call = format!(
-                    "create_distributed_table('{table}', '{column}', colocate_with => '{with}')"
-                );
-                select(db, &call).await?;
-            }
-        }
-        Ok(())
+        distribute(db).await
     }
 
     async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
@@ -148,6 +114,53 @@ impl MigrationTrait for Migration {
             .await?;
         Ok(())
     }
+}
+
+/// Feed's tables as Citus holds them after this migration: spread over the
+/// workers, or copied to every node.
+pub fn tables() -> impl Iterator<Item = &'static str> {
+    DISTRIBUTED.iter().map(|(t, _)| *t).chain(REFERENCE)
+}
+
+/// What this migration does on Citus, and nothing where it is done
+/// already, so it also finishes a schema that is only partly distributed
+/// (made before the extension, or a table given back by hand).
+pub async fn distribute(db: &impl ConnectionTrait) -> Result<(), DbErr> {
+    db.execute_unprepared(SEQUENTIAL).await?;
+    db.execute_unprepared(FEED_NOW).await?;
+    if primary_key(db, "feed_events").await? == ["id"] {
+        db.execute_unprepared(
+            "ALTER TABLE feed_events DROP CONSTRAINT feed_events_pkey, \
+             ADD PRIMARY KEY (partition_id, id)",
+        )
+        .await?;
+    }
+    for (table, column) in IDENTITIES {
+        if identity(db, table, column).await? {
+            for sql in sequence_for_identity(table, column) {
+                db.execute_unprepared(&sql).await?;
+            }
+        }
+    }
+    for table in REFERENCE {
+        if !distributed(db, table).await? {
+            select(db, &format!("create_reference_table('{table}')")).await?;
+        }
+    }
+    for (table, column) in DISTRIBUTED {
+        if !distributed(db, table).await? {
+            let with = if table == "feed_partitions" {
+                "default"
+            } else {
+                "feed_partitions"
+            };
+            let call = format!(
+                "create_distributed_table('{table}', '{column}', colocate_with => '{with}')"
+            );
+            select(db, &call).await?;
+        }
+    }
+    Ok(())
 }
 
 /// Whether the database is PostgreSQL with the Citus extension.
