@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # A Citus cluster on loopback for Feed's Citus tier: a coordinator on
-# 127.0.0.1:9700 and workers on 9701 and 9702, each a PostgreSQL 15 of its
+# 127.0.0.1:9700, workers on 9701 and 9702, and a spare worker on 9703 that
+# the template does not register (a test adds it, as an operator adds a
+# machine), each a PostgreSQL 15 of its
 # own under $CITUS_ROOT (default /tmp/feed-citus), run as the postgres user,
 # trust authentication on 127.0.0.1 only, no TLS, no fsync. Nothing here is
 # for production.
@@ -11,7 +13,7 @@
 #                        the template database feed_citus: the extension on
 #                        every node, the workers registered (idempotent)
 #   cluster.sh stop      stop the three nodes
-#   cluster.sh check     exit 0 when the coordinator answers with two workers
+#   cluster.sh check     exit 0 when every node holds the template
 #   cluster.sh wipe      stop, then delete $CITUS_ROOT
 #
 # The coordinator also serves TLS with a self-signed X.509 v1 certificate,
@@ -29,8 +31,10 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=${CITUS_ROOT:-/tmp/feed-citus}
 bin=/usr/lib/postgresql/15/bin
-ports=(9700 9701 9702)
+ports=(9700 9701 9702 9703)
 coordinator=${ports[0]}
+# Registered in the template; the last port is the spare.
+workers=(9701 9702)
 template=feed_citus
 
 as_postgres() {
@@ -73,7 +77,9 @@ init_node() { # port
 listen_addresses = '127.0.0.1'
 port = $1
 unix_socket_directories = '$root/sockets'
-shared_preload_libraries = 'citus'
+# Which statements ran on one worker: citus_stat_statements.
+shared_preload_libraries = 'citus,pg_stat_statements'
+citus.stat_statements_track = 'all'
 # Citus's default asks for TLS between nodes and makes a self-signed X.509
 # v1 certificate, which rustls refuses; this cluster serves no TLS.
 citus.node_conninfo = 'sslmode=prefer'
@@ -119,19 +125,24 @@ start() {
     fi
   done
   tls_on_coordinator
-  if [ "$(sql "$coordinator" postgres "SELECT count(*) FROM pg_database WHERE datname = '$template'")" = 1 ]; then
-    return 0
+  local fresh=()
+  for p in "${ports[@]}"; do
+    if [ "$(sql "$p" postgres "SELECT count(*) FROM pg_database WHERE datname = '$template'")" = 0 ]; then
+      sql "$p" postgres "CREATE DATABASE $template"
+      sql "$p" "$template" "CREATE EXTENSION citus"
+      fresh+=("$p")
+    fi
+  done
+  [ ${#fresh[@]} = 0 ] && return 0
+  if [[ " ${fresh[*]} " == *" $coordinator "* ]]; then
+    sql "$coordinator" "$template" "CREATE EXTENSION pg_stat_statements"
+    sql "$coordinator" "$template" "SELECT citus_set_coordinator_host('127.0.0.1', $coordinator)" >/dev/null
+    for p in "${workers[@]}"; do
+      sql "$coordinator" "$template" "SELECT citus_add_node('127.0.0.1', $p)" >/dev/null
+    done
   fi
-  for p in "${ports[@]}"; do
-    sql "$p" postgres "CREATE DATABASE $template"
-    sql "$p" "$template" "CREATE EXTENSION citus"
-  done
-  sql "$coordinator" "$template" "SELECT citus_set_coordinator_host('127.0.0.1', $coordinator)" >/dev/null
-  for p in "${ports[@]:1}"; do
-    sql "$coordinator" "$template" "SELECT citus_add_node('127.0.0.1', $p)" >/dev/null
-  done
   # A template must take no connections (Citus's maintenance daemon holds one).
-  for p in "${ports[@]}"; do
+  for p in "${fresh[@]}"; do
     sql "$p" postgres "ALTER DATABASE $template WITH ALLOW_CONNECTIONS false IS_TEMPLATE true"
     sql "$p" postgres "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = '$template'" >/dev/null
   done
@@ -147,12 +158,15 @@ stop() {
 }
 
 check() {
-  [ "$(sql "$coordinator" postgres "SELECT count(*) FROM pg_database WHERE datname = '$template'" 2>/dev/null)" = 1 ]
+  local p
+  for p in "${ports[@]}"; do
+    [ "$(sql "$p" postgres "SELECT count(*) FROM pg_database WHERE datname = '$template'" 2>/dev/null)" = 1 ] || return 1
+  done
 }
 
 case "${1:-}" in
   install) install ;;
-  start) start && echo "citus: coordinator 127.0.0.1:$coordinator, workers ${ports[*]:1}" ;;
+  start) start && echo "citus: coordinator 127.0.0.1:$coordinator, workers ${workers[*]}, spare ${ports[-1]}" ;;
   stop) stop ;;
   check) check ;;
   wipe) stop; rm -rf "$root" ;;

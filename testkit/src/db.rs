@@ -26,10 +26,15 @@ pub enum Backend {
     Citus,
 }
 
-/// The ports of the Citus cluster's nodes, the coordinator first: a test
-/// database is created on each, from the template `feed_citus` (the
-/// extension, the workers registered).
-const CITUS_NODES: [u16; 3] = [9700, 9701, 9702];
+/// The ports of the Citus cluster's nodes, the coordinator first and the
+/// spare worker last: a test database is created on each, from the
+/// template `feed_citus` (the extension; the workers but the spare
+/// registered), so that a test can add the spare.
+const CITUS_NODES: [u16; 4] = [9700, 9701, 9702, CITUS_SPARE];
+
+/// The port of the Citus worker that a test database does not use until
+/// the test adds it.
+pub const CITUS_SPARE: u16 = 9703;
 
 /// The URL of database `db` on the Citus node at `port`.
 fn citus_node(port: u16, db: &str) -> String {

@@ -1,15 +1,11 @@
 //! Feed on Citus: its migrations spread the partitions and their items
 //! and events over the workers, also from the schema before them, with
-//! data; `down` brings the tables back to the coordinator. A drain goes on
-//! while shards move between the workers.
-
-use std::sync::Arc;
-use std::time::Duration;
-
-use tokio::sync::Semaphore;
+//! data; `down` brings the tables back to the coordinator.
 
 use crate::backend_tests;
 use crate::migrations::down_before;
+use std::time::Duration;
+
 use crate::support::{Handler, Proc, TestDb, done, wait_for};
 
 /// Each of Feed's tables that Citus knows, with its kind (`h` hash
@@ -95,86 +91,97 @@ async fn tables_are_spread_over_the_workers(db: TestDb) {
     assert_eq!(db.store.retry_one(None, "b").await.unwrap().items, 1);
 }
 
-/// Moves one shard of the partitions' co-location group (its items and
-/// events with it) from the worker at port `from` to the one at `to`,
-/// blocking writes to it meanwhile.
-async fn move_a_shard(db: &TestDb, from: u16, to: u16) {
-    db.sql(&format!(
-        "SELECT citus_move_shard_placement(s.shardid, '127.0.0.1', {from}, '127.0.0.1', {to}, \
-         shard_transfer_mode => 'block_writes') \
-         FROM pg_dist_shard s JOIN pg_dist_shard_placement p ON p.shardid = s.shardid \
-         WHERE s.logicalrelid = 'feed_partitions'::regclass AND p.nodeport = {from} LIMIT 1"
+/// Calls of the statements Citus ran for this database that begin with
+/// one of `shapes`, routed to one worker (`true`) or not.
+async fn calls(db: &TestDb, shapes: &[&str], routed: bool) -> i64 {
+    let like: Vec<String> = shapes
+        .iter()
+        .map(|s| format!("query LIKE '{s}%'"))
+        .collect();
+    db.count(&format!(
+        "SELECT COALESCE(SUM(calls), 0)::bigint AS n FROM citus_stat_statements \
+         WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) \
+         AND ({}) AND (partition_key IS NOT NULL) = {routed}",
+        like.join(" OR ")
     ))
-    .await;
+    .await
 }
 
-backend_tests!(a_drain_goes_on_while_shards_move: citus => Citus [slow]);
-/// Two nodes drain 40 partitions of 10 items while shards move between
-/// the workers, each move under way with calls in flight (the handler
-/// answers only as the test lets it). Every item completes with its result
-/// written once (version 1), and every partition closes with one event.
-async fn a_drain_goes_on_while_shards_move(db: TestDb) {
-    let ids: Vec<String> = (0..10).map(|i| format!("i{i}")).collect();
-    for p in 0..40 {
-        db.partition_of(&format!("p{p:02}"), true, false, "block", &ids)
-            .await;
-    }
-    let permits = Arc::new(Semaphore::new(0));
-    let held = permits.clone();
-    let handler = Handler::start_async(move |_| {
-        let held = held.clone();
-        async move {
-            held.acquire().await.unwrap().forget();
-            done()
-        }
-    })
-    .await;
-    let _nodes = [
-        Proc::start(&db, &handler.url(), &[]),
-        Proc::start(&db, &handler.url(), &[]),
-    ];
-    let complete = "SELECT COUNT(*) AS n FROM feed_items WHERE status = 'complete'";
-    for (step, (from, to)) in [(9701, 9702), (9702, 9701), (9701, 9702), (9702, 9701)]
-        .into_iter()
-        .enumerate()
-    {
-        permits.add_permits(80);
-        let goal = 80 * (step as i64 + 1);
-        wait_for(
-            "the step's calls answered",
-            Duration::from_secs(60),
-            || async { db.count(complete).await >= goal - 20 },
-        )
+/// The item path's statements: the dispatch read, the result write, the
+/// gate check, the advance or close, and its event.
+const ITEM_PATH: [&str; 6] = [
+    "SELECT * FROM (SELECT i.id, i.partition_id",
+    "UPDATE feed_items",
+    "SELECT p.id, p.version, CASE",
+    "UPDATE feed_partitions SET gate",
+    "UPDATE feed_partitions SET status",
+    "INSERT INTO feed_events",
+];
+
+backend_tests!(a_drain_spreads_over_the_workers: citus => Citus [slow]);
+/// 1,000 partitions of 5 items drained by one processor: each worker
+/// holds 35–65 % of the items, every result write ran on the one worker
+/// that holds its partition, and so did most of the item path's statements
+/// (the rest read or close many partitions in one statement).
+async fn a_drain_spreads_over_the_workers(db: TestDb) {
+    db.sql("INSERT INTO feed_partitions (id) SELECT 'p' || g FROM generate_series(1, 1000) g")
         .await;
-        move_a_shard(&db, from, to).await;
-    }
-    assert!(
-        db.count(complete).await < 400,
-        "the moves ran during the drain"
-    );
-    permits.add_permits(1_000);
-    wait_for("every item complete", Duration::from_secs(120), || async {
-        db.count(complete).await == 400
-    })
-    .await;
-    let written_twice = "SELECT COUNT(*) AS n FROM feed_items WHERE version <> 1";
-    assert_eq!(db.count(written_twice).await, 0);
-    wait_for(
-        "every partition closed",
-        Duration::from_secs(60),
-        || async {
-            db.count("SELECT COUNT(*) AS n FROM feed_partitions WHERE status = 'complete'")
-                .await
-                == 40
-        },
+    db.sql(
+        "INSERT INTO feed_items (id, partition_id, data) SELECT 'i' || k, 'p' || g, '\\x7b7d' \
+         FROM generate_series(1, 1000) g, generate_series(1, 5) k",
     )
     .await;
-    let events = "SELECT COUNT(DISTINCT partition_id) AS n FROM feed_events \
-                  WHERE kind = 'partition.complete'";
-    assert_eq!(db.count(events).await, 40);
+    db.sql("SELECT citus_stat_statements_reset()").await;
+    let handler = Handler::start(|_| done()).await;
+    let _proc = Proc::start(&db, &handler.url(), &[]);
+    let closed = "SELECT COUNT(*) AS n FROM feed_partitions WHERE status = 'complete'";
+    wait_for(
+        "every partition closed",
+        Duration::from_secs(180),
+        || async { db.count(closed).await == 1000 },
+    )
+    .await;
+
+    let per_worker: Vec<(i32, i64)> = db
+        .rows(
+            "SELECT p.nodeport AS port, SUM(r.result::bigint)::bigint AS n \
+             FROM run_command_on_shards('feed_items', $$SELECT count(*) FROM %s$$) r \
+             JOIN pg_dist_shard_placement p ON p.shardid = r.shardid GROUP BY 1 ORDER BY 1",
+            &["port", "n"],
+        )
+        .await;
     assert_eq!(
-        db.count("SELECT COUNT(*) AS n FROM feed_events").await,
-        40,
-        "one event each"
+        per_worker.iter().map(|(p, _)| *p).collect::<Vec<_>>(),
+        [9701, 9702]
+    );
+    for (port, n) in &per_worker {
+        assert!(
+            (1750..=3250).contains(n),
+            "worker {port} holds {n} of 5,000 items"
+        );
+    }
+
+    let writes = ["UPDATE feed_items"];
+    assert!(
+        calls(&db, &writes, true).await >= 1000,
+        "result writes routed"
+    );
+    assert_eq!(
+        calls(&db, &writes, false).await,
+        0,
+        "a result write over shards"
+    );
+    let routed = calls(&db, &ITEM_PATH, true).await;
+    let spread = calls(&db, &ITEM_PATH, false).await;
+    let share = routed as f64 / (routed + spread) as f64;
+    eprintln!(
+        "items per worker {per_worker:?}; the item path's statements: {routed} on one worker, \
+         {spread} over several ({:.1} % on one)",
+        share * 100.0
+    );
+    assert!(
+        share >= 0.9,
+        "{:.1} % of the item path on one worker",
+        share * 100.0
     );
 }

@@ -21,6 +21,7 @@ mod browser;
 mod chaos;
 mod chaos_hands;
 mod citus;
+mod citus_moves;
 mod citus_setup;
 mod cli;
 mod collation;

@@ -660,6 +660,17 @@ macro_rules! slow {
     };
 }
 
+/// A test of wall-clock rates: the slow tier, alone, on SQLite and
+/// PostgreSQL. The rates come from the engine, not the database; the SQL
+/// of the buckets that processors share is held on every backend by the
+/// store's conformance suite.
+#[macro_export]
+macro_rules! timing {
+    ($name:ident) => {
+        $crate::backend_tests!(alone $name: sqlite => Sqlite [slow], postgres => Postgres [slow]);
+    };
+}
+
 /// Turns on the machine: tests that measure rates over wall-clock windows
 /// (declared `alone`) run by themselves, every other backend test shares
 /// the machine. Beside the whole suite a 2-core machine holds a processor

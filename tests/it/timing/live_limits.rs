@@ -3,9 +3,9 @@
 use std::time::{Duration, Instant};
 
 use crate::controls::cli;
-use crate::slow;
 use crate::support::{Handler, Proc, TestDb, wait_for};
 use crate::tenants::{enqueue, holding, of};
+use crate::timing;
 
 /// Calls of tenant `key` per second at the handler over `span` from now.
 async fn rate_over(h: &Handler, key: &str, span: Duration) -> f64 {
@@ -19,7 +19,7 @@ async fn rate_over(h: &Handler, key: &str, span: Duration) -> f64 {
     n as f64 / span.as_secs_f64()
 }
 
-slow!(alone limits_edited_live_take_effect_within_a_heartbeat);
+timing!(limits_edited_live_take_effect_within_a_heartbeat);
 /// Limits set while a processor runs (heartbeat 200 ms): a cap inserted
 /// with SQL, a rate set with `processor limits set`, and `limits clear`
 /// each bind (or stop binding) within a heartbeat and the calls in flight

@@ -4,8 +4,8 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::slow;
 use crate::support::{Handler, Proc, TestDb, done, metric, retry_after};
+use crate::timing;
 
 /// The fleet's limit in the test.
 const RATE: f64 = 100.0;
@@ -35,7 +35,7 @@ fn windows(calls: &[Instant], from: Instant) -> Vec<usize> {
         .collect()
 }
 
-slow!(alone three_processors_share_one_rate);
+timing!(three_processors_share_one_rate);
 /// Three processors with `--rate-limit 100/s` on one database: no 2 s
 /// window at the handler sees more than 10 % over 100 items a second or
 /// more than 20 % under it, and each phase's windows average within 10 %:
@@ -109,7 +109,7 @@ async fn three_processors_share_one_rate(db: TestDb) {
     drop(procs);
 }
 
-slow!(alone throttle_answers_slow_the_sender);
+timing!(throttle_answers_slow_the_sender);
 /// A handler that accepts 300 items a second and answers 429
 /// (`Retry-After: 1`) above that: after the first 10 s Feed sends at most
 /// 20 % over 300 a second and no more than a third under it (its median

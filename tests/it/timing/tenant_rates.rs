@@ -5,9 +5,9 @@
 use std::time::{Duration, Instant};
 
 use crate::controls::cli;
-use crate::slow;
 use crate::support::{Backend, Call, Handler, Proc, TestDb, done, wait_for};
 use crate::tenants::{enqueue, of};
+use crate::timing;
 
 /// The windows rates are counted over.
 const WINDOW: Duration = Duration::from_secs(2);
@@ -89,7 +89,7 @@ fn set(db: &TestDb, tenant: &str, flags: &[&str]) {
     assert!(ok, "{out}");
 }
 
-slow!(alone tenant_rates_hold_with_two_processors);
+timing!(tenant_rates_hold_with_two_processors);
 /// Tenants at 5, 50 and 200 items a second with 10 ms calls, and at 5/s
 /// with 1 s calls, set with `processor limits set` before two processors
 /// start, and one whose rate of 20/s is set during the drain (it went at
@@ -189,7 +189,7 @@ async fn drain(
     wrong
 }
 
-slow!(alone a_low_fleet_rate_holds_with_two_processors);
+timing!(a_low_fleet_rate_holds_with_two_processors);
 /// `--rate-limit 10/s` on two processors, 10 ms calls spread over eight
 /// partitions: the fleet holds 10 items a second, measured over four 2 s
 /// windows after a 2 s warm-up.
@@ -217,7 +217,7 @@ async fn a_low_fleet_rate_holds_with_two_processors(db: TestDb) {
     }
 }
 
-slow!(alone tenants_at_different_rates_share_a_processor);
+timing!(tenants_at_different_rates_share_a_processor);
 /// Tenants at 5 and 200 items a second in one database, served by the
 /// same processor: the slow tenant's items held back in its buffer do not
 /// keep the fast tenant's out (they filled it, and 200/s got no call for

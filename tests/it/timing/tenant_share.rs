@@ -2,11 +2,11 @@
 //! came: a share of the drain's wall-clock time, so the test takes the
 //! machine to itself.
 
-use crate::slow;
 use crate::support::{Handler, Proc, TestDb, done};
 use crate::tenants::{enqueue, of};
+use crate::timing;
 
-slow!(alone a_tenant_with_one_partition_is_not_behind_one_with_a_hundred);
+timing!(a_tenant_with_one_partition_is_not_behind_one_with_a_hundred);
 /// Tenant a with 100 partitions of 100 items, tenant b with one partition
 /// of 100, equal weights: b finishes within the first quarter of a's drain.
 async fn a_tenant_with_one_partition_is_not_behind_one_with_a_hundred(db: TestDb) {
