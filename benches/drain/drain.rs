@@ -12,6 +12,7 @@ use crate::Args;
 use crate::cpu::{CpuSnap, CpuUse, clk_tck, pid_ticks};
 use crate::fixture::{Db, Proc, enqueue_backlog, enqueue_folders, insert_backlog};
 use crate::handler::Handler;
+use crate::nodes::{NodeCpu, Watch};
 
 /// How the backlog is written before the processor starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -134,6 +135,7 @@ pub(crate) async fn drain_on(
         Backlog::Spawned => enqueue_folders(db, items, partitions).await?,
     };
     handler.state.reset();
+    let nodes = Watch::start(db).await;
     let cpu0 = CpuSnap::take();
     let mut procs = Vec::with_capacity(processors);
     let mut env = Vec::new();
@@ -205,6 +207,7 @@ pub(crate) async fn drain_on(
         _ => partitions.saturating_sub(db.count(UNLEASED).await? as usize),
     };
     let cpu1 = CpuSnap::take();
+    let node_cpu = nodes.finish(db).await;
     let proc_ticks: u64 = procs.iter().map(|p| pid_ticks(p.child.id())).sum();
     let cpu = (cpu1.machine_busy > 0).then(|| {
         let t = clk_tck();
@@ -265,6 +268,7 @@ pub(crate) async fn drain_on(
         leased,
         ceiling_posts_per_s: None,
         cpu,
+        node_cpu,
     })
 }
 
@@ -306,6 +310,55 @@ pub(crate) struct DrainRun {
     pub(crate) ceiling_posts_per_s: Option<f64>,
     /// Where the CPU went from spawn to done (Linux only).
     pub(crate) cpu: Option<CpuUse>,
+    /// Each PostgreSQL node's CPU over the same window (the server; on
+    /// Citus the coordinator and each worker), exited backends included.
+    pub(crate) node_cpu: Vec<NodeCpu>,
+}
+
+impl DrainRun {
+    /// CPU µs per finished item of `cpu_s` seconds.
+    pub(crate) fn us_per_item(&self, cpu_s: f64) -> f64 {
+        cpu_s * 1e6 / self.finished.max(1) as f64
+    }
+
+    /// `db 512 µs/item` or `coord 300, w9701 200, w9702 210 µs/item`;
+    /// empty without node figures.
+    pub(crate) fn describe_nodes(&self) -> String {
+        if self.node_cpu.is_empty() {
+            return String::new();
+        }
+        let each: Vec<String> = self
+            .node_cpu
+            .iter()
+            .map(|n| format!("{} {:.0}", n.node, self.us_per_item(n.cpu_s)))
+            .collect();
+        format!("node CPU {} µs/item{}", each.join(", "), self.others_note())
+    }
+
+    /// ` (with connections to other databases: w9701 3)` when another
+    /// database of a node had clients during the drain, whose work is in
+    /// that node's figure; empty otherwise.
+    pub(crate) fn others_note(&self) -> String {
+        let busy: Vec<String> = self
+            .node_cpu
+            .iter()
+            .filter_map(|n| {
+                Some(format!(
+                    "{} {}",
+                    n.node,
+                    n.other_connections.filter(|&c| c > 0)?
+                ))
+            })
+            .collect();
+        if busy.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " (with connections to other databases: {})",
+                busy.join(", ")
+            )
+        }
+    }
 }
 
 pub(crate) fn mib(v: Option<f64>) -> String {

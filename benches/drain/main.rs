@@ -1,5 +1,7 @@
 //! The drain benchmark: how fast one real `processor` drains a
-//! backlog through a real HTTP handler on SQLite, PostgreSQL and MariaDB,
+//! backlog through a real HTTP handler on SQLite, PostgreSQL and MariaDB
+//! (and on Citus, the loopback cluster of `contrib/citus/cluster.sh`, with
+//! `--backends citus`),
 //! next to the HTTP-only ceiling of this machine; statements per item,
 //! pickup latency (into held partitions, and into new ones with one and
 //! three idle processors), idle cost and memory; a multi-step variant and
@@ -14,6 +16,9 @@
 //! cargo bench --bench drain -- --traces --skip ceiling,pickup,idle,multistep,scale,batch,limits,peer
 //!                                                # tracing's cost: off, 100 % and 1 % sampled
 //! cargo bench --bench drain -- --backends postgres --shapes 100,10000 --skip ceiling,pickup,idle,multistep,scale,batch,peer
+//! cargo bench --bench drain -- --backends postgres,citus --shapes 100,10000 --shape-items 100000 \
+//!     --skip drain,ceiling,pickup,idle,multistep,spawn,scale,batch,limits,peer
+//!                                                # the shapes phase alone, PostgreSQL beside Citus
 //! ```
 //!
 //! The shapes phase drains the same N items (1,000,000 on PostgreSQL,
@@ -21,8 +26,10 @@
 //! 100 × N/100, 1,000 × …, 10,000 × …, 100,000 × … and N × 1 partitions ×
 //! items, written with multi-row INSERTs in plain SQL, and reports items/s,
 //! the ratio to the 100-partition reference shape, statements and CPU per
-//! item, peak RSS and the leasing time (spawn → every partition leased
-//! once); after the 10,000-partition shape (`--prune-after`) it times
+//! item (the processor's, and each PostgreSQL node's: the server, or the
+//! Citus coordinator and each worker, from their postmasters' process trees
+//! in /proc, see `nodes.rs`), peak RSS and the leasing time (spawn → every
+//! partition leased once); after the 10,000-partition shape (`--prune-after`) it times
 //! `Store::prune` over all its items while a processor drains a second
 //! backlog of that shape and a producer keeps inserting. It is off unless
 //! `--shapes` is given: at a million items per shape it would add many
@@ -57,10 +64,12 @@ mod handler;
 mod history;
 mod latency;
 mod limits;
+mod nodes;
 mod peer;
 mod pickup;
 mod report;
 mod shapes;
+mod shapes_table;
 mod traces;
 
 use std::path::{Path, PathBuf};
@@ -79,15 +88,18 @@ use crate::history::history;
 use crate::latency::{idle, pickup};
 use crate::report::{
     BackendReport, Machine, Report, Scenario, describe, describe_history, print_ratios,
-    print_shapes, print_tables, scenario, share,
+    print_tables, scenario, share,
 };
 use crate::shapes::{ALL_SHAPES, ShapeSel, shape_sel, shapes};
+use crate::shapes_table::print_shapes;
 
 // ---------------------------------------------------------------- options
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub(crate) enum Phase {
+    /// The single-step drain (`--runs` × `--items`) of the main table and the ratios.
+    Drain,
     /// The HTTP-only ceiling (plain reqwest loop).
     Ceiling,
     /// Pickup latency of trickled single items, into held partitions and into new ones.
@@ -123,7 +135,8 @@ const BATCH_FLAGS: &[&str] = &["--batch-size", "100"];
 #[derive(Parser, Debug, Clone, Serialize)]
 #[command(name = "drain", bin_name = "cargo bench --bench drain --")]
 pub(crate) struct Args {
-    /// Backends to run, comma-separated: sqlite, postgres, mariadb. An unreachable server is skipped.
+    /// Backends to run, comma-separated: sqlite, postgres, mariadb, citus (the loopback cluster of
+    /// contrib/citus/cluster.sh). An unreachable server is skipped.
     #[arg(
         long,
         env = "FEED_BENCH_BACKENDS",
@@ -228,7 +241,7 @@ pub(crate) struct Args {
     /// at 1 %, in rounds of three (off by default)
     #[arg(long, env = "FEED_BENCH_TRACES")]
     pub(crate) traces: bool,
-    /// Phases to skip, comma-separated: ceiling, pickup, idle, multistep, spawn, scale, batch, limits, traces, peer, shapes, history
+    /// Phases to skip, comma-separated: drain, ceiling, pickup, idle, multistep, spawn, scale, batch, limits, traces, peer, shapes, history
     #[arg(long, env = "FEED_BENCH_SKIP", value_enum, value_delimiter = ',')]
     pub(crate) skip: Vec<Phase>,
     /// PostgreSQL server (databases are created and dropped on it). Without
@@ -315,20 +328,24 @@ async fn run_backend(
         rep.skipped = Some(format!("unreachable: {why}"));
         return rep;
     }
-    if backend == Backend::Postgres {
-        rep.autovacuum = Db::scoped(backend, args, 1, async |db| {
+    if matches!(backend, Backend::Postgres | Backend::Citus) {
+        let settings = Db::scoped(backend, args, 1, async |db| {
             let rows = db
-                .query("SELECT current_setting('autovacuum') AS v", vec![])
+                .query(
+                    "SELECT current_setting('autovacuum') AS v, \
+                     'fsync ' || current_setting('fsync') || ', synchronous_commit ' \
+                     || current_setting('synchronous_commit') AS d",
+                    vec![],
+                )
                 .await?;
-            Ok(rows
-                .first()
-                .map(|r| r.try_get::<String>("", "v"))
-                .transpose()?)
+            let get = |c| rows.first().map(|r| r.try_get::<String>("", c)).transpose();
+            Ok((get("v")?, get("d")?))
         })
         .await
         .unwrap_or_default();
-        if let Some(v) = &rep.autovacuum {
-            println!("  server: autovacuum {v}");
+        (rep.autovacuum, rep.durability) = settings;
+        if let (Some(v), Some(d)) = (&rep.autovacuum, &rep.durability) {
+            println!("  server: autovacuum {v}, {d}");
         }
     }
 
@@ -338,7 +355,12 @@ async fn run_backend(
 
     // Single-step drain, each run followed by the HTTP-only ceiling.
     let (mut runs, mut errors) = (Vec::new(), Vec::new());
-    for i in 1..=args.runs {
+    let drains = if args.runs(Phase::Drain) {
+        args.runs
+    } else {
+        0
+    };
+    for i in 1..=drains {
         match drain_once(
             backend,
             args,
@@ -366,7 +388,7 @@ async fn run_backend(
     }
     let drain = scenario("drain", runs, errors, None);
     let ceil = drain.ceiling_posts_per_s;
-    rep.drain = Some(drain);
+    rep.drain = (drains > 0).then_some(drain);
 
     if args.runs(Phase::Batch) {
         let w = Workload {

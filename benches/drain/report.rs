@@ -9,7 +9,7 @@ use crate::cpu::CpuUse;
 use crate::drain::{DrainRun, mib};
 use crate::history::History;
 use crate::peer::{GRAPHILE_WORKER, PeerRun};
-use crate::shapes::{Shapes, describe_prune, label, leasing};
+use crate::shapes::Shapes;
 
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct Scenario {
@@ -71,6 +71,9 @@ pub(crate) struct BackendReport {
     pub(crate) skipped: Option<String>,
     /// PostgreSQL's `autovacuum` setting: the figures depend on it.
     pub(crate) autovacuum: Option<String>,
+    /// PostgreSQL's `fsync` and `synchronous_commit` (on Citus the
+    /// coordinator's; the loopback cluster runs without either).
+    pub(crate) durability: Option<String>,
     pub(crate) drain: Option<Scenario>,
     /// The same drain with `--batch-size 100`.
     pub(crate) batch: Option<Scenario>,
@@ -144,7 +147,7 @@ pub(crate) fn scenario(
 
 pub(crate) fn describe(r: &DrainRun) -> String {
     format!(
-        "{:>8.0} items/s  {:>6.2} stmt/item  drain {:.2}s  startup {:.2}s  enqueue {:.1}s  posts {}{}{}{}",
+        "{:>8.0} items/s  {:>6.2} stmt/item  drain {:.2}s  startup {:.2}s  enqueue {:.1}s  posts {}{}{}{}{}",
         r.items_per_s,
         r.statements_per_item,
         r.drain_s,
@@ -160,6 +163,10 @@ pub(crate) fn describe(r: &DrainRun) -> String {
                 c.processor_s, c.handler_s, c.database_s, c.machine_busy_s, c.machine_capacity_s
             ))
             .unwrap_or_default(),
+        match r.describe_nodes() {
+            n if n.is_empty() => n,
+            n => format!("; {n}"),
+        },
         if r.timed_out { "  TIMED OUT" } else { "" },
     )
 }
@@ -256,11 +263,13 @@ pub(crate) fn print_tables(report: &Report) {
             }
         }
     }
-    println!(
-        "\nDrain: {} items across {} partitions, one POST per step, handler latency {} ms, ceiling at concurrency {}",
-        s.items, s.partitions, s.handler_latency_ms, s.concurrency
-    );
-    println!("{t}");
+    if !t.is_empty() {
+        println!(
+            "\nDrain: {} items across {} partitions, one POST per step, handler latency {} ms, ceiling at concurrency {}",
+            s.items, s.partitions, s.handler_latency_ms, s.concurrency
+        );
+        println!("{t}");
+    }
 
     let mut t = Table::new();
     t.load_style(ASCII_MARKDOWN).set_header(vec![
@@ -362,95 +371,6 @@ pub(crate) fn print_tables(report: &Report) {
 /// A CPU share as a percentage of one core.
 pub(crate) fn share(v: Option<f64>) -> String {
     v.map_or_else(|| "n/a".into(), |x| format!("{:.1} %", x * 100.0))
-}
-
-/// The shapes phase: one row per shape, then the prune figure.
-pub(crate) fn print_shapes(report: &Report) {
-    let mut t = Table::new();
-    t.load_style(ASCII_MARKDOWN).set_header(vec![
-        "backend",
-        "partitions × items each",
-        "items/s",
-        "÷ reference shape (100 × N/100)",
-        "stmts/item",
-        "CPU µs/item: processor",
-        "CPU µs/item: database",
-        "peak RSS",
-        "leasing time",
-        "backlog setup",
-    ]);
-    let mut prunes = Vec::new();
-    for b in &report.backends {
-        let Some(sh) = &b.shapes else { continue };
-        for s in &sh.shapes {
-            let name = format!(
-                "{}{}",
-                label(s),
-                if s.partitions == sh.reference_partitions {
-                    " (reference)"
-                } else {
-                    ""
-                }
-            );
-            let Some(r) = &s.run else {
-                let why = s.error.clone().unwrap_or_default();
-                t.add_row(vec![b.backend.clone(), name, format!("error: {why}")]);
-                continue;
-            };
-            let us = |f: fn(&CpuUse) -> f64| {
-                r.cpu.map_or("n/a".into(), |c| {
-                    format!("{:.0}", f(&c) * 1e6 / r.finished.max(1) as f64)
-                })
-            };
-            t.add_row(vec![
-                b.backend.clone(),
-                name,
-                format!(
-                    "{:.0}{}",
-                    r.items_per_s,
-                    if r.timed_out {
-                        " (timed out: partial)"
-                    } else {
-                        ""
-                    }
-                ),
-                s.ratio_to_reference
-                    .map_or("n/a".into(), |x| format!("{x:.2}×")),
-                format!("{:.2}", r.statements_per_item),
-                us(|c| c.processor_s),
-                if b.backend == "sqlite" {
-                    "in the processor".into()
-                } else {
-                    us(|c| c.database_s)
-                },
-                mib(r.peak_rss_mib),
-                leasing(r),
-                format!("{:.1} s", r.enqueue_s),
-            ]);
-        }
-        if let Some(p) = &sh.prune {
-            prunes.push(format!(
-                "  {}: prune after the {}-partition shape: {}",
-                b.backend,
-                p.shape_partitions,
-                describe_prune(p)
-            ));
-        }
-        if let Some(e) = &sh.prune_error {
-            prunes.push(format!("  {}: prune failed: {e}", b.backend));
-        }
-    }
-    if t.is_empty() {
-        return;
-    }
-    println!(
-        "\nShapes: the same items per backend as partitions × items each, one processor at its defaults; \
-         leasing time = spawn → every partition leased once (or the drain done)"
-    );
-    println!("{t}");
-    for p in prunes {
-        println!("{p}");
-    }
 }
 
 /// Median share of the machine's CPU time that was busy during the runs.
@@ -556,8 +476,10 @@ pub(crate) fn print_ratios(report: &Report) {
             );
         }
     }
-    println!("\nRatios (same run):");
-    println!("{t}");
+    if !t.is_empty() {
+        println!("\nRatios (same run):");
+        println!("{t}");
+    }
     for b in &report.backends {
         if let Some(t) = &b.traces {
             let us = |s: &Scenario| processor_us(s).map_or("n/a".into(), |u| format!("{u:.0}"));

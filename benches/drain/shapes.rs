@@ -230,13 +230,23 @@ pub(crate) fn label(s: &ShapeRun) -> String {
 
 fn describe_shape(r: &DrainRun) -> String {
     format!(
-        "{:.0} items/s  {:.2} stmt/item  drain {:.2}s  setup {:.1}s  leasing {}  peak RSS {}{}",
+        "{:.0} items/s  {:.2} stmt/item  drain {:.2}s  setup {:.1}s  leasing {}  peak RSS {}{}{}",
         r.items_per_s,
         r.statements_per_item,
         r.drain_s,
         r.enqueue_s,
         leasing(r),
         mib(r.peak_rss_mib),
+        r.cpu
+            .map(|c| format!(
+                "  processor CPU {:.0} µs/item",
+                r.us_per_item(c.processor_s)
+            ))
+            .unwrap_or_default()
+            + &match r.describe_nodes() {
+                n if n.is_empty() => n,
+                n => format!("  {n}"),
+            },
         if r.timed_out {
             format!("  TIMED OUT ({} of {} items)", r.finished, r.items)
         } else {

@@ -157,7 +157,7 @@ async fn move_a_shard(db: &TestDb, from: u16, to: u16) {
 }
 
 /// The ports of the nodes holding shards of the partitions' table.
-async fn shard_ports(db: &TestDb) -> Vec<i32> {
+pub(crate) async fn shard_ports(db: &TestDb) -> Vec<i32> {
     db.rows(
         "SELECT DISTINCT p.nodeport AS port FROM pg_dist_shard s \
          JOIN pg_dist_shard_placement p ON p.shardid = s.shardid \

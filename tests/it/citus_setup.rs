@@ -6,6 +6,7 @@
 use std::process::Output;
 
 use crate::backend_tests;
+use crate::citus_moves::shard_ports;
 use crate::cli::processor;
 use crate::support::{EmptyDb, TestDb};
 
@@ -20,17 +21,6 @@ fn said(out: &Output) -> String {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     )
-}
-
-/// The ports of the nodes that hold shards of the partitions' table.
-async fn shard_ports(db: &TestDb) -> Vec<i32> {
-    db.rows(
-        "SELECT DISTINCT p.nodeport AS port FROM pg_dist_shard s \
-         JOIN pg_dist_shard_placement p ON p.shardid = s.shardid \
-         WHERE s.logicalrelid = 'feed_partitions'::regclass ORDER BY 1",
-        &["port"],
-    )
-    .await
 }
 
 backend_tests!(a_certificate_feed_cannot_read_says_what_to_do: citus => Citus [slow]);
