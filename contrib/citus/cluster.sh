@@ -84,9 +84,6 @@ citus.stat_statements_track = 'all'
 # v1 certificate, which rustls refuses; this cluster serves no TLS.
 citus.node_conninfo = 'sslmode=prefer'
 max_connections = 300
-# The coordinator keeps connections to the workers for Feed's pool (the
-# default of 1 opens one per statement beyond it).
-citus.max_cached_conns_per_worker = 32
 max_prepared_transactions = 300
 shared_buffers = 64MB
 wal_level = logical
