@@ -10,7 +10,7 @@ use super::{Driver, SchemaError, Store, get};
 use crate::Result;
 
 /// The nodes of a Citus cluster that may hold shards.
-#[derive(Clone, Copy, PartialEq)]
+#[derive(Clone, Copy)]
 pub(super) enum Nodes {
     /// At least one worker (or not Citus at all).
     Workers,

@@ -23,6 +23,14 @@ fn said(out: &Output) -> String {
     )
 }
 
+/// Asserts that the command's output holds each of `words`.
+fn says(out: &Output, words: &[&str]) {
+    let text = said(out);
+    for w in words {
+        assert!(text.contains(w), "{w:?} in: {text}");
+    }
+}
+
 backend_tests!(a_certificate_feed_cannot_read_says_what_to_do: citus => Citus [slow]);
 /// The cluster's coordinator serves TLS with a self-signed X.509 v1
 /// certificate, as Citus makes one. Without `sslmode=disable` a command
@@ -33,10 +41,7 @@ async fn a_certificate_feed_cannot_read_says_what_to_do(db: TestDb) {
     assert_ne!(with_tls, db.url, "the test's URL disables TLS");
     let out = command("status", &with_tls);
     assert!(!out.status.success());
-    let text = said(&out);
-    for words in ["certificate", "sslmode=disable", "X.509 v3"] {
-        assert!(text.contains(words), "{words:?} in: {text}");
-    }
+    says(&out, &["certificate", "sslmode=disable", "X.509 v3"]);
     let out = command("status", &db.url);
     assert!(out.status.success(), "{}", said(&out));
 }
@@ -54,14 +59,14 @@ async fn a_cluster_without_a_node_for_shards_is_named(db: EmptyDb) {
     }
     let out = command("migrate", &db.url);
     assert!(!out.status.success());
-    let text = said(&out);
-    for words in [
-        "no node may hold shards",
-        "citus_add_node",
-        "shouldhaveshards",
-    ] {
-        assert!(text.contains(words), "{words:?} in: {text}");
-    }
+    says(
+        &out,
+        &[
+            "no node may hold shards",
+            "citus_add_node",
+            "shouldhaveshards",
+        ],
+    );
     let tables = "SELECT COUNT(*) AS n FROM pg_tables WHERE tablename = 'feed_partitions'";
     assert_eq!(db.count(tables).await, 0, "nothing created");
 
@@ -69,10 +74,7 @@ async fn a_cluster_without_a_node_for_shards_is_named(db: EmptyDb) {
         .await;
     let out = command("migrate", &db.url);
     assert!(out.status.success(), "{}", said(&out));
-    let text = said(&out);
-    for words in ["Citus has no worker node", "citus_rebalance_start"] {
-        assert!(text.contains(words), "{words:?} in: {text}");
-    }
+    says(&out, &["Citus has no worker node", "citus_rebalance_start"]);
     assert_eq!(shard_ports(&db).await, [9700]);
 }
 
@@ -87,18 +89,14 @@ async fn a_partly_distributed_schema_is_named_and_migrate_finishes_it(db: TestDb
         .await;
     let out = command("status", &db.url);
     assert!(!out.status.success());
-    let text = said(&out);
-    for words in ["not distributed", "feed_events", "run processor migrate"] {
-        assert!(text.contains(words), "{words:?} in: {text}");
-    }
+    says(
+        &out,
+        &["not distributed", "feed_events", "run processor migrate"],
+    );
 
     let out = command("migrate", &db.url);
     assert!(out.status.success(), "{}", said(&out));
-    assert!(
-        said(&out).contains("only partly distributed"),
-        "{}",
-        said(&out)
-    );
+    says(&out, &["only partly distributed"]);
     let left = "SELECT COUNT(*) AS n FROM (VALUES ('feed_partitions'), ('feed_items'), \
                 ('feed_events'), ('feed_processors'), ('feed_slots')) t(name) \
                 WHERE NOT EXISTS (SELECT 1 FROM pg_dist_partition d \
