@@ -152,15 +152,23 @@ impl Store {
     }
 
     /// The first ready items of each partition asked, for partitions `me`
-    /// holds; one statement for all of them, in write order. Each
-    /// partition is read in two ranges of the dispatch index, so items
-    /// scheduled for later are never read: those without a time in write
-    /// order (after the ask's floor), and those whose time has come in the
-    /// order they came due.
+    /// holds, in write order: one statement for all of them (on Citus one
+    /// per partition). Each partition is read in two ranges of the
+    /// dispatch index, so items scheduled for later are never read: those
+    /// without a time in write order (after the ask's floor), and those
+    /// whose time has come in the order they came due.
     pub(crate) async fn ready_items(&self, me: &SessionId, want: &[Ask]) -> Result<Vec<ReadyItem>> {
         if want.is_empty() {
             return Ok(vec![]);
         }
+        let mut items = self.per_partition(want, |w| self.ready_in(me, w)).await?;
+        // Items due now run in write order, whichever range they came from.
+        items.sort_by_key(|i| i.seq);
+        Ok(items)
+    }
+
+    /// The ready items of the partitions asked, in one statement.
+    async fn ready_in(&self, me: &SessionId, want: &[Ask]) -> Result<Vec<ReadyItem>> {
         // Padded to a power of two with branches that match nothing, so the
         // statement is prepared once per size class. The partition's gate
         // comes from a scalar subquery rather than a join: joined, MariaDB
@@ -236,8 +244,6 @@ impl Store {
                 Err(bad) => self.unreadable(me, &bad).await,
             }
         }
-        // Items due now run in write order, whichever range they came from.
-        items.sort_by_key(|i| i.seq);
         Ok(items)
     }
 }

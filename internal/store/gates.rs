@@ -71,8 +71,9 @@ fn padded_ids(ids: &[PartitionId]) -> Vec<Value> {
 
 impl Store {
     /// The held partitions among `ids`, each with what its items call
-    /// for, for a gate check: one statement, a few index probes each, and
-    /// one more for the partitions whose next gate must be found.
+    /// for, for a gate check: one statement (on Citus one per partition),
+    /// a few index probes each, and one more for the partitions whose next
+    /// gate must be found.
     pub(crate) async fn partitions_for_check(
         &self,
         me: &SessionId,
@@ -81,6 +82,16 @@ impl Store {
         if ids.is_empty() {
             return Ok(vec![]);
         }
+        self.per_partition(ids, |some| self.check_in(me, some))
+            .await
+    }
+
+    /// A gate check's reads of the partitions `ids`.
+    async fn check_in(
+        &self,
+        me: &SessionId,
+        ids: &[PartitionId],
+    ) -> Result<Vec<(HeldPartition, GateProbe)>> {
         // An idle partition that is not paused waits for its first
         // scheduled item: one entry of the ready index says when.
         let index = self.driver.dialect().ready_index;
@@ -204,7 +215,7 @@ impl Store {
     /// Closes held partitions (`complete`) and releases them, each at the
     /// version it was read at and only while it has no available item
     /// (re-checked in the same statement); returns the ids closed. One
-    /// statement per [`CLOSE_CHUNK`] partitions.
+    /// statement per [`CLOSE_CHUNK`] partitions (on Citus per partition).
     pub(crate) async fn close_partitions(
         &self,
         parts: &[HeldPartition],
@@ -245,6 +256,18 @@ impl Store {
     /// whose `version` (an expression) is theirs there and for which
     /// `guard` holds; returns the ids closed.
     async fn close_where(
+        &self,
+        parts: &[(PartitionId, i64)],
+        me: &SessionId,
+        version: &str,
+        guard: &str,
+    ) -> Result<Vec<PartitionId>> {
+        self.per_partition(parts, |some| self.close_chunks(some, me, version, guard))
+            .await
+    }
+
+    /// [`Store::close_where`] in transactions of [`CLOSE_CHUNK`] partitions.
+    async fn close_chunks(
         &self,
         parts: &[(PartitionId, i64)],
         me: &SessionId,

@@ -33,6 +33,7 @@ pub mod prune;
 mod results;
 mod returning;
 mod role;
+mod routing;
 pub mod schedules;
 mod schema;
 pub mod scope;

@@ -8,8 +8,8 @@
 
 use sea_orm::{ConnectionTrait, DatabaseTransaction, Value};
 
-use super::Store;
-use super::driver::Sql;
+use super::driver::{Driver, Sql};
+use super::{Store, get};
 use crate::Result;
 use crate::ids::PartitionId;
 use crate::status::Status;
@@ -44,21 +44,48 @@ impl Store {
             Happened::Ended(status) => (format!("'partition.{}'", status.as_str()), ""),
             Happened::Gate => ("'partition.gate'".into(), " AND p.gate_events"),
         };
-        let mut s = Sql::new(b);
         // One row per partition, items or none: a LEFT JOIN grouped by the
         // partition, which a distributed database runs on the machine that
         // holds it.
-        s.push(&format!(
-            "INSERT INTO feed_events (partition_id, kind, gate, items_available, items_complete, \
-             items_failed, items_cancelled) SELECT p.id, {kind}, p.gate, {}, {}, {}, {} \
-             FROM feed_partitions p LEFT JOIN feed_items i ON i.partition_id = p.id WHERE p.id IN (",
-            count("available"),
-            count("complete"),
-            count("failed"),
-            count("cancelled"),
-        ))
-        .binds(ids.iter().map(Value::from))
-        .push(&format!("){only} GROUP BY p.id, p.gate"));
+        let select = |s: &mut Sql| {
+            s.push(&format!(
+                "SELECT p.id, {kind} AS kind, p.gate, {} AS a, {} AS c, {} AS f, {} AS x \
+                 FROM feed_partitions p LEFT JOIN feed_items i ON i.partition_id = p.id WHERE p.id IN (",
+                count("available"),
+                count("complete"),
+                count("failed"),
+                count("cancelled"),
+            ))
+            .binds(ids.iter().map(Value::from))
+            .push(&format!("){only} GROUP BY p.id, p.gate"));
+        };
+        let mut s = Sql::new(b);
+        s.push(
+            "INSERT INTO feed_events (partition_id, kind, gate, items_available, \
+             items_complete, items_failed, items_cancelled) ",
+        );
+        if *b == Driver::Citus {
+            // Citus runs an `INSERT … SELECT` that fills the events' id
+            // sequence through the coordinator: the read, then the rows
+            // as values, each statement routed to the partition's worker.
+            let mut read = Sql::new(b);
+            select(&mut read);
+            let rows = self.bounded(txn.query_all_raw(read.statement())).await?;
+            if rows.is_empty() {
+                return Ok(0);
+            }
+            let mut values = Vec::with_capacity(rows.len() * 7);
+            for r in &rows {
+                values.push(Value::from(get::<String>(r, "id")?));
+                values.push(Value::from(get::<String>(r, "kind")?));
+                for c in ["gate", "a", "c", "f", "x"] {
+                    values.push(Value::from(get::<i64>(r, c)?));
+                }
+            }
+            s.push("VALUES ").rows(rows.len(), values);
+        } else {
+            select(&mut s);
+        }
         let written = self
             .bounded(txn.execute_raw(s.statement()))
             .await?

@@ -1,0 +1,40 @@
+//! Statements that serve many partitions at once, split where a statement
+//! should touch one partition. On Citus a statement over several
+//! partitions is planned over every shard they live on (a task per shard,
+//! coordinated by the coordinator), where one over a single partition is
+//! routed whole to the worker that holds it: the item path (dispatch
+//! read, gate check, close) then runs on the partition's own worker.
+
+use std::future::Future;
+
+use futures_util::{StreamExt, TryStreamExt, stream};
+
+use super::{Driver, Store};
+use crate::Result;
+
+/// Statements of one partition each in flight at once, for one call.
+const AT_ONCE: usize = 4;
+
+impl Store {
+    /// `f` over all of `items` in one call, or on Citus once per item (a
+    /// few at a time), the results gathered in no particular order.
+    pub(super) async fn per_partition<'a, T, R, F, Fut>(
+        &self,
+        items: &'a [T],
+        f: F,
+    ) -> Result<Vec<R>>
+    where
+        F: Fn(&'a [T]) -> Fut,
+        Fut: Future<Output = Result<Vec<R>>>,
+    {
+        if *self.driver != Driver::Citus || items.len() < 2 {
+            return f(items).await;
+        }
+        let calls: Vec<Fut> = items.chunks(1).map(f).collect();
+        let parts: Vec<Vec<R>> = stream::iter(calls)
+            .buffer_unordered(AT_ONCE)
+            .try_collect()
+            .await?;
+        Ok(parts.into_iter().flatten().collect())
+    }
+}
