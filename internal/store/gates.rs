@@ -7,7 +7,7 @@ use sea_orm::{ConnectionTrait, FromQueryResult, Value};
 
 use super::driver::{Driver, Sql, sql};
 use super::outbox::Happened;
-use super::probes::{item_exists, open_items, verdict_column};
+use super::probes::{item_exists, no_open_items, verdict_column};
 use super::{Store, get};
 use crate::Result;
 use crate::ids::{PartitionId, SessionId};
@@ -96,14 +96,16 @@ impl Store {
         // scheduled item: one entry of the ready index says when.
         let index = self.driver.dialect().ready_index;
         let mut s = Sql::new(self.driver);
+        let key = self.one_partition(&mut s, ids);
+        let (v_id, p_id) = key.as_deref().map_or(("v.id", "p.id"), |k| (k, k));
         s.push(&format!(
             "SELECT v.*, CASE WHEN v.verdict = 'idle' AND NOT v.paused THEN \
-             (SELECT r.not_before FROM feed_items r{index} WHERE r.partition_id = v.id \
+             (SELECT r.not_before FROM feed_items r{index} WHERE r.partition_id = {v_id} \
              AND r.status = 'available' AND r.gate = v.gate AND r.not_before IS NOT NULL \
              ORDER BY r.not_before LIMIT 1) - {{now}} END AS due_in \
              FROM (SELECT p.id, p.gate, p.version, p.auto_close, p.manual_checkpoint, p.paused, "
         ));
-        verdict_column(&mut s, me);
+        verdict_column(&mut s, me, p_id);
         s.push(" FROM feed_partitions p WHERE p.id IN (")
             .binds(padded_ids(ids))
             .push(")) v");
@@ -151,8 +153,10 @@ impl Store {
     ) -> Result<(HashMap<PartitionId, Option<i64>>, Vec<PartitionId>)> {
         let index = self.driver.dialect().ready_index;
         let mut s = Sql::new(self.driver);
+        let key = self.one_partition(&mut s, ids);
+        let p_id = key.as_deref().unwrap_or("p.id");
         s.push(&format!(
-            "SELECT p.id, (SELECT MIN(r.gate) FROM feed_items r{index} WHERE r.partition_id = p.id \
+            "SELECT p.id, (SELECT MIN(r.gate) FROM feed_items r{index} WHERE r.partition_id = {p_id} \
              AND r.status = 'available' AND r.gate > p.gate) AS next_gate \
              FROM feed_partitions p WHERE p.id IN ("
         ))
@@ -242,7 +246,7 @@ impl Store {
     ) -> Result<Vec<PartitionId>> {
         // Status and auto_close are tested inside the version's test, so that
         // the rows can only be found by their ids (as in `lease_many`).
-        let guard = format!("NOT ({})", open_items(*self.driver, "feed_partitions.id"));
+        let guard = no_open_items(*self.driver, "feed_partitions.id");
         self.close_where(
             parts,
             me,

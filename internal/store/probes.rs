@@ -93,6 +93,23 @@ pub(super) fn item_exists(d: Driver, cond: &str, partition: &str) -> String {
 /// open" (neither `complete` nor `cancelled`): three range probes on the
 /// item index, whatever the statuses in between.
 pub(super) fn open_items(d: Driver, partition: &str) -> String {
+    open_probes(d, partition).join(" OR ")
+}
+
+/// SQL for "no item of the partition whose id is `partition` is still
+/// open": [`open_items`]'s probes, each negated. Citus routes an `UPDATE`
+/// guarded so to the partition's worker, where it plans `NOT (… OR …)`
+/// over every shard.
+pub(super) fn no_open_items(d: Driver, partition: &str) -> String {
+    open_probes(d, partition)
+        .iter()
+        .map(|p| format!("NOT {p}"))
+        .collect::<Vec<_>>()
+        .join(" AND ")
+}
+
+/// The three probes of [`open_items`].
+fn open_probes(d: Driver, partition: &str) -> Vec<String> {
     let [_, cancelled, complete, _] = KNOWN;
     [
         format!("i.status < '{cancelled}'"),
@@ -101,27 +118,28 @@ pub(super) fn open_items(d: Driver, partition: &str) -> String {
     ]
     .iter()
     .map(|c| item_exists(d, c, partition))
-    .collect::<Vec<_>>()
-    .join(" OR ")
+    .collect()
 }
 
 /// Appends the probe's `verdict` column for a partition aliased `p` held
-/// by `me`. The first test is whether any item is still open (neither
+/// by `me`, whose id the probes read as `partition` (`p.id`, or its
+/// value: see [`Store::one_partition`]). The first test is whether any item is still open (neither
 /// `complete` nor `cancelled`: three range probes), so a partition that is
 /// done costs three probes, one with work ready at its gate five. A partition no longer
 /// held (`lost`) is not probed; the ownership test sits here rather than in
 /// the `WHERE` clause so that the planner can only find the rows by their
 /// ids (with stale statistics PostgreSQL would otherwise read every held
 /// partition through the owner index and filter the ids).
-pub(super) fn verdict_column(s: &mut Sql, me: &SessionId) {
-    let rest = verdict_rest(s.driver());
+pub(super) fn verdict_column(s: &mut Sql, me: &SessionId, partition: &str) {
+    let rest = verdict_rest(s.driver(), partition);
     s.push("CASE WHEN p.owner = ").bind(me).push(&rest);
 }
 
-/// [`verdict_column`] after the owner's value.
-fn verdict_rest(d: Driver) -> String {
+/// [`verdict_column`] after the owner's value; `partition` is the
+/// partition's id in SQL (`p.id`, or its value).
+fn verdict_rest(d: Driver, partition: &str) -> String {
     let [available, _, _, failed] = KNOWN;
-    let on_p = |cond: &str| item_exists(d, cond, "p.id");
+    let on_p = |cond: &str| item_exists(d, cond, partition);
     let mut unknown = vec![
         on_p(&format!("i.status < '{available}'")),
         on_p(&format!("i.status > '{failed}'")),
@@ -139,7 +157,7 @@ fn verdict_rest(d: Driver) -> String {
          WHEN {below} OR {unknown} THEN 'unrunnable' \
          WHEN p.on_failure <> 'continue' AND {blocked} THEN 'blocked' \
          ELSE 'next' END ELSE 'lost' END AS verdict",
-        open = open_items(d, "p.id"),
+        open = open_items(d, partition),
         waiting = on_p("i.status = 'available' AND i.gate = p.gate"),
         ready = [
             "i.not_before IS NULL",

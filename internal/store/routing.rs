@@ -9,8 +9,10 @@ use std::future::Future;
 
 use futures_util::{StreamExt, TryStreamExt, stream};
 
+use super::driver::Sql;
 use super::{Driver, Store};
 use crate::Result;
+use crate::ids::PartitionId;
 
 /// Statements of one partition each in flight at once, for one call.
 const AT_ONCE: usize = 4;
@@ -36,5 +38,18 @@ impl Store {
             .try_collect()
             .await?;
         Ok(parts.into_iter().flatten().collect())
+    }
+
+    /// On Citus, for a statement of one partition: binds its id and
+    /// returns the placeholder, for the statement's subqueries to name
+    /// the partition by its value rather than by the outer row's column.
+    /// Citus routes a statement to one shard only when each table in it
+    /// is narrowed to the partition by a value; a correlated
+    /// `r.partition_id = p.id` sends it to every shard.
+    pub(super) fn one_partition(&self, s: &mut Sql, ids: &[PartitionId]) -> Option<String> {
+        match ids {
+            [one] if *self.driver == Driver::Citus => s.bound(one.as_str()),
+            _ => None,
+        }
     }
 }

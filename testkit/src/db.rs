@@ -291,7 +291,7 @@ impl Database {
         Ok(self
             .store
             .connection()
-            .execute_raw(crate::statement(self.store.backend(), sql, values))
+            .execute_raw(crate::statement(self.store.driver(), sql, values))
             .await
             .with_context(|| sql.to_string())?
             .rows_affected())
@@ -301,7 +301,7 @@ impl Database {
     pub async fn query(&self, sql: &str, values: Vec<Value>) -> Result<Vec<QueryResult>> {
         self.store
             .connection()
-            .query_all_raw(crate::statement(self.store.backend(), sql, values))
+            .query_all_raw(crate::statement(self.store.driver(), sql, values))
             .await
             .with_context(|| sql.to_string())
     }

@@ -6,11 +6,11 @@
 use feed::store::Driver;
 use sea_orm::{DbBackend, Statement, Value};
 
-/// A statement for `backend` from test SQL; a `?` inside single quotes is
+/// A statement for `driver` from test SQL; a `?` inside single quotes is
 /// text.
-pub fn statement(backend: DbBackend, sql: &str, values: Vec<Value>) -> Statement {
-    let now = Driver::of(backend).map_or("", Driver::clock);
-    let sql = sql.replace("{now}", now);
+pub fn statement(driver: Driver, sql: &str, values: Vec<Value>) -> Statement {
+    let backend = driver.backend();
+    let sql = sql.replace("{now}", driver.clock());
     if backend != DbBackend::Postgres {
         return Statement::from_sql_and_values(backend, sql, values);
     }

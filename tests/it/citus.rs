@@ -91,40 +91,11 @@ async fn tables_are_spread_over_the_workers(db: TestDb) {
     assert_eq!(db.store.retry_one(None, "b").await.unwrap().items, 1);
 }
 
-/// Calls of the statements Citus ran for this database that begin with
-/// one of `shapes`, routed to one worker (`true`) or not.
-async fn calls(db: &TestDb, shapes: &[&str], routed: bool) -> i64 {
-    let like: Vec<String> = shapes
-        .iter()
-        .map(|s| format!("query LIKE '{s}%'"))
-        .collect();
-    db.count(&format!(
-        "SELECT COALESCE(SUM(calls), 0)::bigint AS n FROM citus_stat_statements \
-         WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) \
-         AND ({}) AND (partition_key IS NOT NULL) = {routed}",
-        like.join(" OR ")
-    ))
-    .await
-}
-
-/// The item path's statements: the dispatch read, the result write, the
-/// gate check (its probe and the next gate's), the advance or close, and
-/// its event.
-const ITEM_PATH: [&str; 7] = [
-    "SELECT * FROM (SELECT i.id, i.partition_id",
-    "UPDATE feed_items",
-    "SELECT v.*, CASE WHEN v.verdict",
-    "SELECT p.id, (SELECT MIN(r.gate)",
-    "UPDATE feed_partitions SET gate",
-    "UPDATE feed_partitions SET status",
-    "INSERT INTO feed_events",
-];
-
 backend_tests!(a_drain_spreads_over_the_workers: citus => Citus [slow]);
 /// 1,000 partitions of 5 items drained by one processor: each worker
-/// holds 35–65 % of the items, every result write ran on the one worker
-/// that holds its partition, and so did at least 99 % of the item path's
-/// statements.
+/// holds 35–65 % of the items. (That each item-path statement runs on
+/// its partition's shard alone is held by the store's conformance suite,
+/// with Citus's own count of executions over several shards.)
 async fn a_drain_spreads_over_the_workers(db: TestDb) {
     db.sql("INSERT INTO feed_partitions (id) SELECT 'p' || g FROM generate_series(1, 1000) g")
         .await;
@@ -133,7 +104,6 @@ async fn a_drain_spreads_over_the_workers(db: TestDb) {
          FROM generate_series(1, 1000) g, generate_series(1, 5) k",
     )
     .await;
-    db.sql("SELECT citus_stat_statements_reset()").await;
     let handler = Handler::start(|_| done()).await;
     let _proc = Proc::start(&db, &handler.url(), &[]);
     let closed = "SELECT COUNT(*) AS n FROM feed_partitions WHERE status = 'complete'";
@@ -163,35 +133,5 @@ async fn a_drain_spreads_over_the_workers(db: TestDb) {
         );
     }
 
-    let writes = ["UPDATE feed_items"];
-    assert!(
-        calls(&db, &writes, true).await >= 1000,
-        "result writes routed"
-    );
-    assert_eq!(
-        calls(&db, &writes, false).await,
-        0,
-        "a result write over shards"
-    );
-    let routed = calls(&db, &ITEM_PATH, true).await;
-    let spread = calls(&db, &ITEM_PATH, false).await;
-    let share = routed as f64 / (routed + spread) as f64;
-    eprintln!(
-        "items per worker {per_worker:?}; the item path's statements: {routed} on one worker, \
-         {spread} over several ({:.1} % on one)",
-        share * 100.0
-    );
-    let over_several: Vec<(i64, String)> = db
-        .rows(
-            "SELECT calls, left(query, 160) AS query FROM citus_stat_statements \
-             WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) \
-             AND partition_key IS NULL ORDER BY calls DESC LIMIT 8",
-            &["calls", "query"],
-        )
-        .await;
-    assert!(
-        share >= 0.99,
-        "{:.1} % of the item path on one worker; the statements over several: {over_several:#?}",
-        share * 100.0
-    );
+    eprintln!("items per worker {per_worker:?}");
 }

@@ -22,12 +22,9 @@ impl TestDb {
                     vec![],
                 )
                 .await;
-                self.exec(
-                    &format!(
-                        "CREATE TRIGGER {name} BEFORE UPDATE ON {table} FOR EACH ROW EXECUTE FUNCTION {name}()"
-                    ),
-                    vec![],
-                )
+                self.triggers(&format!(
+                    "CREATE TRIGGER {name} BEFORE UPDATE ON {table} FOR EACH ROW EXECUTE FUNCTION {name}()"
+                ))
                 .await;
             }
             Backend::Mysql => {
@@ -55,11 +52,28 @@ impl TestDb {
 
     /// Removes the fault `name` on `table`.
     pub async fn allow(&self, name: &str, table: &str) {
-        let sql = match self.backend {
-            Backend::Postgres | Backend::Citus => format!("DROP TRIGGER {name} ON {table}"),
-            _ => format!("DROP TRIGGER {name}"),
+        match self.backend {
+            Backend::Postgres | Backend::Citus => {
+                self.triggers(&format!("DROP TRIGGER {name} ON {table}"))
+                    .await
+            }
+            _ => self.exec(&format!("DROP TRIGGER {name}"), vec![]).await,
         };
-        self.exec(&sql, vec![]).await;
+    }
+
+    /// Creates or drops a trigger on PostgreSQL; on Citus, whose
+    /// distributed tables take one only when told it is safe, on every
+    /// shard of the table (the workers run it).
+    async fn triggers(&self, sql: &str) -> u64 {
+        let txn = self.store.connection().begin().await.unwrap();
+        if self.backend == Backend::Citus {
+            txn.execute_unprepared("SET LOCAL citus.enable_unsafe_triggers = on")
+                .await
+                .unwrap();
+        }
+        let n = txn.execute_unprepared(sql).await.unwrap().rows_affected();
+        txn.commit().await.unwrap();
+        n
     }
 
     /// A condition, in this backend's SQL, that the new `data` of an item
@@ -80,9 +94,14 @@ impl TestDb {
     /// there it is any such statement still running.
     pub async fn lock_waits(&self, pattern: &str) -> i64 {
         let sql = match self.backend {
-            Backend::Postgres | Backend::Citus => {
+            Backend::Postgres => {
                 "SELECT COUNT(*) AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' \
                  AND datname = current_database() AND query LIKE ?"
+            }
+            // The wait is on the worker that holds the row; Citus's view of
+            // waits across its nodes names the statement that waits.
+            Backend::Citus => {
+                "SELECT COUNT(*) AS n FROM citus_lock_waits WHERE blocked_statement LIKE ?"
             }
             Backend::Mysql => {
                 "SELECT COUNT(*) AS n FROM information_schema.PROCESSLIST \
@@ -99,7 +118,7 @@ impl TestDb {
     /// that the row locks it took are held until the test commits it.
     pub async fn holding(&self, sql: &str) -> DatabaseTransaction {
         let txn = self.store.connection().begin().await.unwrap();
-        txn.execute_raw(testkit::statement(self.store.backend(), sql, vec![]))
+        txn.execute_raw(testkit::statement(self.store.driver(), sql, vec![]))
             .await
             .unwrap();
         txn
@@ -108,7 +127,7 @@ impl TestDb {
     /// How a result write's lock on its partition row reads in the list of
     /// running statements (see [`TestDb::lock_waits`]).
     pub fn result_lock(&self) -> &'static str {
-        if self.backend == Backend::Postgres {
+        if matches!(self.backend, Backend::Postgres | Backend::Citus) {
             "FOR SHARE"
         } else {
             "LOCK IN SHARE MODE"

@@ -46,7 +46,7 @@ async fn dead_connections_give_back_their_pool_slots(db: TestDb) {
     let run = |sql: &'static str| {
         let s = store.clone();
         async move {
-            let st = testkit::statement(s.backend(), sql, vec![]);
+            let st = testkit::statement(s.driver(), sql, vec![]);
             s.bounded(s.connection().query_all_raw(st)).await
         }
     };
@@ -87,13 +87,9 @@ async fn mariadb_ends_a_transaction_cut_off_before_its_commit(db: TestDb) {
         .unwrap();
     let txn = cut_off.connection().begin().await.unwrap();
     let lock = "UPDATE feed_partitions SET version = version + 1 WHERE id = ?";
-    txn.execute_raw(testkit::statement(
-        cut_off.backend(),
-        lock,
-        vec!["p".into()],
-    ))
-    .await
-    .unwrap();
+    txn.execute_raw(testkit::statement(cut_off.driver(), lock, vec!["p".into()]))
+        .await
+        .unwrap();
     proxy.cut();
     proxy.heal_fresh();
     // Without the server ending it, this waits out the lock wait timeout

@@ -32,7 +32,7 @@ async fn fence_holds_at_commit(db: TestDb) {
     let txn = db.store.connection().begin().await.unwrap();
     let moved = txn
         .execute_raw(testkit::statement(
-            db.store.backend(),
+            db.store.driver(),
             "UPDATE feed_partitions SET owner = ?, version = version + 1 WHERE id = 'p' AND owner = ?",
             vec![b_session.clone().into(), a_session.clone().into()],
         ))
@@ -71,7 +71,7 @@ on_all_backends!(two_producers_create_one_partition);
 async fn two_producers_create_one_partition(db: TestDb) {
     let txn = db.store.connection().begin().await.unwrap();
     txn.execute_raw(testkit::statement(
-        db.store.backend(),
+        db.store.driver(),
         "INSERT INTO feed_partitions (id) VALUES ('p')",
         vec![],
     ))

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use feed::Config;
-use sea_orm::{ConnectionTrait, DbBackend, QueryResult, Statement, TryGetableMany};
+use sea_orm::{ConnectionTrait, QueryResult, Statement, TryGetableMany};
 pub use testkit::{
     Backend, Call, Handler, Reserved, free_port, json, metric, signed, signed_event,
 };
@@ -22,30 +22,53 @@ pub struct TestDb {
     pub store: feed::Store,
     /// The database, dropped at the end (None for an alias).
     owned: Option<Database>,
+    /// On Citus, the test's place among those the cluster serves at once
+    /// (held until the database is dropped).
+    _turn: Option<tokio::sync::SemaphorePermit<'static>>,
 }
+
+/// Citus tests running at once. The cluster's four nodes share the
+/// machine's cores with everything else: six end-to-end tests on it at
+/// once held heartbeats past the session expiry, and a processor whose
+/// session lapses delivers its items again (at least once, as designed).
+static CITUS_TURNS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(3);
 
 impl TestDb {
     /// A fresh, migrated database; None (skip) when the server is unreachable
     /// outside CI. In CI an unreachable server fails the test.
     pub async fn new(backend: Backend) -> Option<TestDb> {
+        let turn = Self::turn(backend).await;
         let db = Database::fresh_migrated(backend, "feed_t_", 4).await?;
-        Some(TestDb {
-            backend,
-            url: db.url.clone(),
-            store: db.store.clone(),
-            owned: Some(db),
-        })
+        Some(Self::owning(backend, db, turn))
     }
 
     /// A fresh database without Feed's tables.
     pub async fn empty(backend: Backend) -> Option<TestDb> {
+        let turn = Self::turn(backend).await;
         let db = Database::fresh(backend, "feed_t_", 4).await?;
-        Some(TestDb {
+        Some(Self::owning(backend, db, turn))
+    }
+
+    /// Waits for a place among the Citus tests (none elsewhere).
+    async fn turn(backend: Backend) -> Option<tokio::sync::SemaphorePermit<'static>> {
+        match backend {
+            Backend::Citus => Some(CITUS_TURNS.acquire().await.expect("never closed")),
+            _ => None,
+        }
+    }
+
+    fn owning(
+        backend: Backend,
+        db: Database,
+        turn: Option<tokio::sync::SemaphorePermit<'static>>,
+    ) -> TestDb {
+        TestDb {
             backend,
             url: db.url.clone(),
             store: db.store.clone(),
             owned: Some(db),
-        })
+            _turn: turn,
+        }
     }
 
     /// Another handle on the same database under a different URL (e.g.
@@ -56,11 +79,8 @@ impl TestDb {
             url: url.to_string(),
             store: db.store.clone(),
             owned: None,
+            _turn: None,
         }
-    }
-
-    fn db_backend(&self) -> DbBackend {
-        self.store.backend()
     }
 
     /// Runs SQL written with `?` placeholders (numbered for PostgreSQL).
@@ -102,7 +122,7 @@ impl TestDb {
     }
 
     fn stmt(&self, sql: &str, values: Vec<sea_orm::Value>) -> Statement {
-        testkit::statement(self.db_backend(), sql, values)
+        testkit::statement(self.store.driver(), sql, values)
     }
 
     /// Creates a partition with plain SQL.
@@ -629,10 +649,10 @@ macro_rules! tiered {
 #[macro_export]
 macro_rules! on_all_backends {
     (alone $name:ident) => {
-        $crate::backend_tests!(alone $name: sqlite => Sqlite, postgres => Postgres, mariadb => Mysql);
+        $crate::backend_tests!(alone $name: sqlite => Sqlite, postgres => Postgres, mariadb => Mysql, citus => Citus [slow]);
     };
     ($name:ident) => {
-        $crate::backend_tests!($name: sqlite => Sqlite, postgres => Postgres, mariadb => Mysql);
+        $crate::backend_tests!($name: sqlite => Sqlite, postgres => Postgres, mariadb => Mysql, citus => Citus [slow]);
     };
 }
 

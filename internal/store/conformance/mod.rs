@@ -18,6 +18,7 @@ mod limits;
 mod listing;
 mod producer;
 mod prune;
+mod routing;
 mod sessions;
 mod spawn;
 mod statements;

@@ -90,6 +90,17 @@ impl Sql {
         self
     }
 
+    /// Binds `value` without writing its placeholder, and returns the
+    /// placeholder for the text to use (in several places if need be);
+    /// None where placeholders are `?`, each written once in order.
+    pub(crate) fn bound(&mut self, value: impl Into<Value>) -> Option<String> {
+        if !self.driver.dialect().numbered {
+            return None;
+        }
+        self.values.push(value.into());
+        Some(format!("${}", self.values.len()))
+    }
+
     /// Appends the values as a comma-separated list of placeholders.
     pub(crate) fn binds(&mut self, values: impl IntoIterator<Item = Value>) -> &mut Sql {
         for (k, v) in values.into_iter().enumerate() {

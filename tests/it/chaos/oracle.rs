@@ -118,8 +118,21 @@ pub fn one_key_per_step<'a>(recs: &'a [Rec], plans: &'a Plans) -> ByStep<'a> {
     by_step
 }
 
+/// A call answered while its partition had no owner, whose processor
+/// leased the partition again afterwards: a later answer to the same
+/// processor found it the owner. The fenced write may land after that
+/// re-lease (the item's version is still the one delivered), which is no
+/// stale write.
+fn leased_again(recs: &[Rec], r: &Rec) -> bool {
+    matches!(r.owner, Ok(None))
+        && recs.iter().any(|l| {
+            l.call.partition == r.call.partition && l.end > r.end && owner_was(l, &r.call.processor)
+        })
+}
+
 /// Fencing: every stored step comes from a call answered while its
-/// processor owned the partition. Returns when each step's accepted call
+/// processor owned the partition (or, without an owner, was leased again
+/// by it). Returns when each step's accepted call
 /// ended, and which calls were accepted.
 pub fn fenced<'a>(
     recs: &[Rec],
@@ -150,7 +163,7 @@ pub fn fenced<'a>(
             let owned: Vec<usize> = mine
                 .iter()
                 .copied()
-                .filter(|n| owner_was(&recs[*n], who))
+                .filter(|n| owner_was(&recs[*n], who) || leased_again(recs, &recs[*n]))
                 .collect();
             assert!(
                 !owned.is_empty(),

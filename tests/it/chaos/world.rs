@@ -62,7 +62,7 @@ pub async fn owner_of(store: &feed::Store, partition: &str) -> Result<Option<Str
     let mut last = String::new();
     for _ in 0..5 {
         let q = testkit::statement(
-            store.backend(),
+            store.driver(),
             "SELECT owner FROM feed_partitions WHERE id = ?",
             vec![partition.into()],
         );

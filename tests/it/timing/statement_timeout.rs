@@ -52,7 +52,7 @@ async fn a_failed_check_is_checked_again(db: TestDb) {
         "LOCK IN SHARE MODE"
     };
     txn.execute_raw(testkit::statement(
-        db.store.backend(),
+        db.store.driver(),
         &format!("SELECT id FROM feed_partitions WHERE id = 'k0' {share}"),
         vec![],
     ))
