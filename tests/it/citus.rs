@@ -91,17 +91,70 @@ async fn tables_are_spread_over_the_workers(db: TestDb) {
     assert_eq!(db.store.retry_one(None, "b").await.unwrap().items, 1);
 }
 
+/// The item path's statements: the shape of each on the coordinator (as
+/// `citus_stat_statements` writes it) and on a worker (a shard's query as
+/// Citus writes it, in `pg_stat_statements`): the dispatch read, the
+/// result write, the gate check and its next gate, the advance, the
+/// close, and its event read then written.
+const ITEM_PATH: [(&str, &str); 8] = [
+    (
+        "SELECT * FROM (SELECT i.id, i.partition_id%",
+        "%UNION ALL%feed_items%",
+    ),
+    ("UPDATE feed_items%", "UPDATE public.feed_items\\_%"),
+    ("SELECT v.*, CASE WHEN v.verdict%", "%verdict%"),
+    ("SELECT p.id, (SELECT MIN(r.gate)%", "%min(r.gate)%"),
+    (
+        "UPDATE feed_partitions SET gate%",
+        "UPDATE public.feed_partitions\\_% SET %gate = %",
+    ),
+    (
+        "UPDATE feed_partitions SET status%",
+        "UPDATE public.feed_partitions\\_% SET status%",
+    ),
+    ("SELECT p.id, % AS kind%", "% AS kind%"),
+    (
+        "INSERT INTO feed_events%",
+        "INSERT INTO public.feed_events\\_%",
+    ),
+];
+
+/// Calls of the statements of this database whose text is like
+/// `pattern`: on the coordinator, or on the workers (their shards' queries).
+async fn calls(db: &TestDb, pattern: &str, workers: bool) -> i64 {
+    let this_db = "dbid = (SELECT oid FROM pg_database WHERE datname = current_database())";
+    let sql = if workers {
+        format!(
+            "SELECT COALESCE(SUM(result::bigint), 0)::bigint AS n FROM run_command_on_workers(\
+             $$SELECT COALESCE(SUM(calls), 0) FROM pg_stat_statements WHERE {this_db} \
+             AND query ILIKE '{pattern}'$$)"
+        )
+    } else {
+        format!(
+            "SELECT COALESCE(SUM(calls), 0)::bigint AS n FROM citus_stat_statements \
+             WHERE {this_db} AND query LIKE '{pattern}'"
+        )
+    };
+    db.count(&sql).await
+}
+
 backend_tests!(a_drain_spreads_over_the_workers: citus => Citus [slow]);
-/// 1,000 partitions of 5 items drained by one processor: each worker
-/// holds 35–65 % of the items. (That each item-path statement runs on
-/// its partition's shard alone is held by the store's conformance suite,
-/// with Citus's own count of executions over several shards.)
+/// 1,000 partitions of 5 items (four at gate 0, one at gate 1) drained by
+/// one processor: each worker holds 35–65 % of the items, and at least 99 % of the item path's
+/// statements ran on one shard: for each of them the workers ran one
+/// shard's query (a statement over several shards runs one per shard).
 async fn a_drain_spreads_over_the_workers(db: TestDb) {
+    db.sql("SELECT citus_stat_statements_reset()").await;
+    db.sql(
+        "SELECT run_command_on_workers($$SELECT pg_stat_statements_reset(0, \
+         (SELECT oid FROM pg_database WHERE datname = current_database()), 0)$$)",
+    )
+    .await;
     db.sql("INSERT INTO feed_partitions (id) SELECT 'p' || g FROM generate_series(1, 1000) g")
         .await;
     db.sql(
-        "INSERT INTO feed_items (id, partition_id, data) SELECT 'i' || k, 'p' || g, '\\x7b7d' \
-         FROM generate_series(1, 1000) g, generate_series(1, 5) k",
+        "INSERT INTO feed_items (id, partition_id, gate, data) SELECT 'i' || k, 'p' || g, \
+         k / 5, '\\x7b7d' FROM generate_series(1, 1000) g, generate_series(1, 5) k",
     )
     .await;
     let handler = Handler::start(|_| done()).await;
@@ -133,5 +186,35 @@ async fn a_drain_spreads_over_the_workers(db: TestDb) {
         );
     }
 
-    eprintln!("items per worker {per_worker:?}");
+    // A statement over several shards runs a query on each: the queries
+    // beyond one per statement count the statements spread at most. (The
+    // workers' statistics keep a bounded number of statements, shared by
+    // every test's shards, so a few of their calls may be gone.)
+    let (mut statements, mut spread) = (0, 0);
+    let mut shapes = Vec::new();
+    for (on_coordinator, on_worker) in ITEM_PATH {
+        let (c, w) = (
+            calls(&db, on_coordinator, false).await,
+            calls(&db, on_worker, true).await,
+        );
+        shapes.push((on_coordinator, c, w));
+        statements += c;
+        spread += (w - c).max(0);
+    }
+    let share = 1.0 - spread as f64 / statements.max(1) as f64;
+    eprintln!(
+        "items per worker {per_worker:?}; the item path's statements and the shards' queries they ran: \
+         {shapes:?} ({:.1} % on one shard)",
+        share * 100.0
+    );
+    assert!(statements >= 5000, "the item path's statements: {shapes:?}");
+    assert!(
+        shapes.iter().all(|(_, c, w)| *w >= c * 9 / 10),
+        "a statement whose shard query was not found: {shapes:?}"
+    );
+    assert!(
+        share >= 0.99,
+        "{:.1} % of the item path on one shard: {shapes:?}",
+        share * 100.0
+    );
 }
