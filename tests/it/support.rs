@@ -649,10 +649,10 @@ macro_rules! tiered {
 #[macro_export]
 macro_rules! on_all_backends {
     (alone $name:ident) => {
-        $crate::backend_tests!(alone $name: sqlite => Sqlite, postgres => Postgres, mariadb => Mysql, citus => Citus [slow]);
+        $crate::backend_tests!(alone $name: sqlite => Sqlite, postgres => Postgres, mariadb => Mysql);
     };
     ($name:ident) => {
-        $crate::backend_tests!($name: sqlite => Sqlite, postgres => Postgres, mariadb => Mysql, citus => Citus [slow]);
+        $crate::backend_tests!($name: sqlite => Sqlite, postgres => Postgres, mariadb => Mysql);
     };
 }
 
