@@ -137,7 +137,9 @@ async fn scheduled_items_are_not_sent_before_their_time(db: TestDb) {
             "{id} was sent {} ms after its time",
             called - latest
         );
-        assert!(first < called, "the item due now goes first");
+        // Not later than any (on a loaded machine all four may be due
+        // by the time the partition is read, and go in the same ms).
+        assert!(first <= called, "the item due now goes first");
     }
     db.wait_partition("p", "complete").await;
     assert_eq!(scene.0.calls().len(), 4, "each item once");

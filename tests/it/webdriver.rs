@@ -121,28 +121,27 @@ impl Browser {
     }
 
     pub async fn click(&self, css: &str) {
-        self.client
-            .find(Locator::Css(css))
-            .await
-            .unwrap_or_else(|e| panic!("no {css}: {e}"))
-            .click()
-            .await
-            .unwrap();
+        self.click_found(Locator::Css(css), css).await
     }
 
-    /// Clicks the link whose text is `text`, finding it again while the
-    /// page replaces it (a live page redraws its table between the find
-    /// and the click).
+    /// Clicks the link whose text is `text`.
     pub async fn click_link(&self, text: &str) {
+        self.click_found(Locator::LinkText(text), text).await
+    }
+
+    /// Clicks what `locator` finds, finding it again while the page
+    /// replaces it (a live page redraws its tables between the find and
+    /// the click).
+    async fn click_found(&self, locator: Locator<'_>, what: &str) {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
-            let clicked = match self.client.find(Locator::LinkText(text)).await {
-                Ok(link) => link.click().await,
+            let clicked = match self.client.find(locator).await {
+                Ok(e) => e.click().await,
                 Err(e) => Err(e),
             };
             match clicked {
                 Ok(()) => return,
-                Err(e) if Instant::now() > deadline => panic!("link {text:?}: {e}"),
+                Err(e) if Instant::now() > deadline => panic!("{what:?}: {e}"),
                 Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
             }
         }
