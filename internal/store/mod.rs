@@ -64,7 +64,7 @@ pub(crate) use dispatch::{Ask, Fence, ReadyItem};
 pub(crate) use driver::Clocked;
 pub use driver::Driver;
 pub(crate) use driver::LEASE_CHUNK;
-pub(crate) use driver::is_transient;
+pub use driver::is_transient;
 pub(crate) use gates::GateProbe;
 pub(crate) use gates::HeldPartition;
 pub(crate) use hosts::primary_url;

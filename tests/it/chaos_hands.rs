@@ -92,7 +92,7 @@ async fn hand_changes_during_chaos_strand_nothing(db: TestDb) {
                     } else {
                         "UPDATE feed_items SET status = 'complete' WHERE id = ?"
                     };
-                    db.exec(sql, vec![id.clone().into()]).await;
+                    db.by_hand(sql, vec![id.clone().into()]).await;
                 }
             }
             _ => {
@@ -115,7 +115,7 @@ async fn hand_changes_during_chaos_strand_nothing(db: TestDb) {
                     );
                     let data = serde_json::to_vec(&json!({})).unwrap();
                     if db
-                        .exec(&sql, vec![id.clone().into(), data.into(), p.clone().into()])
+                        .by_hand(&sql, vec![id.clone().into(), data.into(), p.clone().into()])
                         .await
                         == 1
                     {

@@ -93,6 +93,27 @@ impl TestDb {
             .rows_affected()
     }
 
+    /// Runs a change made by hand beside running processors: a deadlock or
+    /// another conflict the database asks to retry is tried again, as an
+    /// operator would.
+    pub async fn by_hand(&self, sql: &str, values: Vec<sea_orm::Value>) -> u64 {
+        let mut tries = 0;
+        loop {
+            let run = self
+                .store
+                .connection()
+                .execute_raw(self.stmt(sql, values.clone()));
+            match run.await {
+                Ok(r) => return r.rows_affected(),
+                Err(e) if tries < 10 && feed::store::is_transient(&e) => {
+                    tries += 1;
+                    tokio::time::sleep(Duration::from_millis(20 * tries)).await;
+                }
+                Err(e) => panic!("{sql}: {e}"),
+            }
+        }
+    }
+
     /// Runs SQL that takes no values.
     pub async fn sql(&self, sql: &str) -> u64 {
         self.exec(sql, vec![]).await
@@ -605,7 +626,8 @@ pub fn fixture_for<D: Fixture, Fut>(
 
 /// Declares `async fn $name(db: TestDb)` (or `EmptyDb`) as one test per
 /// listed backend, in a module of that name. A backend marked `[slow]`
-/// runs in the slow tier only (`cargo test --workspace --tests -- --ignored`).
+/// runs in the slow tier only (`cargo test --workspace --tests -- --ignored`;
+/// a test named `citus`, in the Citus tier: README's third command).
 #[macro_export]
 macro_rules! backend_tests {
     (alone $name:ident: $($test:ident => $backend:ident $([$tier:ident])?),*) => {
@@ -643,16 +665,17 @@ macro_rules! tiered {
     };
 }
 
-/// Declares one test per backend (SQLite, PostgreSQL, MariaDB) for
-/// `async fn $name(db: TestDb)`: for what depends on the database
-/// (fencing, races, locking, SQL written by hand, network faults).
+/// Declares one test per backend (SQLite, PostgreSQL, MariaDB, and Citus
+/// in the Citus tier) for `async fn $name(db: TestDb)`: for what depends
+/// on the database (fencing, races, locking, SQL written by hand, network
+/// faults).
 #[macro_export]
 macro_rules! on_all_backends {
     (alone $name:ident) => {
-        $crate::backend_tests!(alone $name: sqlite => Sqlite, postgres => Postgres, mariadb => Mysql);
+        $crate::backend_tests!(alone $name: sqlite => Sqlite, postgres => Postgres, mariadb => Mysql, citus => Citus [slow]);
     };
     ($name:ident) => {
-        $crate::backend_tests!($name: sqlite => Sqlite, postgres => Postgres, mariadb => Mysql);
+        $crate::backend_tests!($name: sqlite => Sqlite, postgres => Postgres, mariadb => Mysql, citus => Citus [slow]);
     };
 }
 

@@ -188,9 +188,9 @@ impl Drop for Kit {
 }
 
 /// Declares `async fn $name(k: Kit)` as one test per backend (all four
-/// unless listed), in a module of that name. Citus runs in the slow tier
-/// (`cargo test --workspace --tests -- --ignored`), on the loopback
-/// cluster of `contrib/citus/cluster.sh`.
+/// unless listed), in a module of that name. Citus runs in the Citus tier
+/// (`cargo test --workspace --tests -- --ignored ::citus`), on the
+/// loopback cluster of `contrib/citus/cluster.sh`.
 macro_rules! conformance {
     ($($name:ident),* $(,)?) => {
         $( $crate::store::conformance::conformance!($name: sqlite => Sqlite, postgres => Postgres, mariadb => Mysql, citus => Citus [slow]); )*
