@@ -29,7 +29,8 @@
 //! of partitions with ready work), `gates` (fan-in: advancing, closing and
 //! failing partitions), `server` and `metrics` (health and Prometheus
 //! metrics), `retention` (pruning finished partitions, one processor at a
-//! time), `backoff` (retry delays), `ratelog` (a lasting fault logged at
+//! time), `backlog` (the fleet's backlog gauges, counted by one processor
+//! at a time), `backoff` (retry delays), `ratelog` (a lasting fault logged at
 //! a bounded rate), `validate` (what every entrance accepts: ids, gates,
 //! filters, traceparents), `rate` (a rate as users write it, below the
 //! config, the store and the limiter), `printable` (text made safe to
@@ -46,6 +47,7 @@
 #![deny(clippy::unwrap_used)]
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
+pub(crate) mod backlog;
 pub(crate) mod backoff;
 pub(crate) mod breaker;
 pub(crate) mod client;

@@ -6,6 +6,9 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
+use std::collections::HashSet;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 /// The `outcome` label of `feed_items`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -13,6 +16,65 @@ pub(crate) struct OutcomeLabel {
     /// done, stepped, retried, failed or rejected.
     pub outcome: &'static str,
 }
+
+/// The `tenant` label: a partition's tenant, "" for partitions of no
+/// tenant, and "other" for tenants past the first [`Tenants`] cap seen
+/// (the number of series stays bounded however many tenants there are).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct TenantLabel {
+    pub tenant: String,
+}
+
+/// The tenants given a label of their own, up to a cap
+/// (`--metrics-tenants`); the rest share "other".
+#[derive(Debug)]
+pub(crate) struct Tenants {
+    cap: AtomicUsize,
+    seen: Mutex<HashSet<String>>,
+}
+
+impl Default for Tenants {
+    fn default() -> Self {
+        Tenants {
+            cap: AtomicUsize::new(crate::Config::METRICS_TENANTS),
+            seen: Mutex::default(),
+        }
+    }
+}
+
+impl Tenants {
+    /// Sets how many tenants get a label of their own.
+    pub(crate) fn set_cap(&self, cap: usize) {
+        self.cap.store(cap, Ordering::Relaxed);
+    }
+
+    /// The label of `tenant` (None: a partition of no tenant).
+    pub(crate) fn label(&self, tenant: Option<&str>) -> TenantLabel {
+        let Some(t) = tenant else {
+            return TenantLabel {
+                tenant: String::new(),
+            };
+        };
+        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        let tenant = if seen.contains(t) {
+            t.to_string()
+        } else if seen.len() < self.cap.load(Ordering::Relaxed) {
+            seen.insert(t.to_string());
+            t.to_string()
+        } else {
+            "other".to_string()
+        };
+        TenantLabel { tenant }
+    }
+}
+
+/// A queue wait's buckets: 1 ms to about 4.6 hours.
+fn wait_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.001, 2.0, 24))
+}
+
+/// A gauge of seconds.
+type Seconds = Gauge<f64, AtomicU64>;
 
 /// Declares [`Metrics`] once per series: its field, type, initial value,
 /// exported name (under `feed_`) and help text.
@@ -22,12 +84,14 @@ macro_rules! metrics {
         #[derive(Debug)]
         pub(crate) struct Metrics {
             $($(#[$doc])* pub(crate) $field: $ty,)*
+            /// The tenants that label series of their own.
+            pub(crate) tenants: Tenants,
         }
 
         impl Metrics {
             /// Creates the metrics and registers them under `feed_`.
             pub(crate) fn new(registry: &mut Registry) -> Self {
-                let m = Metrics { $($field: $init,)* };
+                let m = Metrics { $($field: $init,)* tenants: Tenants::default() };
                 let r = registry.sub_registry_with_prefix("feed");
                 $(r.register($name, $help, m.$field.clone());)*
                 m
@@ -106,6 +170,22 @@ metrics! {
     /// Handler calls sent as probes while dispatch held off.
     probes: Counter = Counter::default(), "handler_probes",
         "Handler calls sent as probes, one at a time, while dispatch held off (the handler unreachable or the breaker open)";
+    /// How long items waited, from ready to delivered, by tenant.
+    queue_wait: Family<TenantLabel, Histogram, fn() -> Histogram> = Family::new_with_constructor(wait_histogram),
+        "queue_wait_seconds",
+        "How long items waited from the moment they became ready (written, their time come, their retry due, their gate opened) to their delivery, by tenant";
+    /// Ready items across the fleet, by tenant, as the counter last saw.
+    backlog_ready: Family<TenantLabel, Gauge> = Family::default(), "backlog_ready_items",
+        "Items ready now across the fleet (available, at their partition's gate, their time come, their partition not paused), by tenant; counted every 15 s by one processor (the others export none)";
+    /// Age of the oldest ready item, by tenant.
+    backlog_oldest: Family<TenantLabel, Seconds> = Family::default(), "backlog_oldest_ready_seconds",
+        "Age of the oldest ready item, from the moment it became ready, by tenant; counted with feed_backlog_ready_items";
+    /// Items waiting for a time set by their producer, by tenant.
+    backlog_scheduled: Family<TenantLabel, Gauge> = Family::default(), "backlog_scheduled_items",
+        "Items scheduled for later (not_before in the future, no attempt yet), by tenant; counted with feed_backlog_ready_items";
+    /// Items waiting out a retry's backoff, by tenant.
+    backlog_retrying: Family<TenantLabel, Gauge> = Family::default(), "backlog_retrying_items",
+        "Items waiting out a retry's backoff (not_before in the future, attempts above 0), by tenant; counted with feed_backlog_ready_items";
     /// SQL statements issued through the store (all its clones).
     statements: Counter = Counter::default(), "statements",
         "SQL statements issued by this processor";

@@ -46,6 +46,12 @@ pub fn metrics_page() -> String {
     let metrics = crate::metrics::Metrics::new(&mut registry);
     // A family is encoded only once it has a series: give each one.
     metrics.outcome("done");
+    let tenant = metrics.tenants.label(Some("acme"));
+    metrics.queue_wait.get_or_create(&tenant).observe(0.0);
+    metrics.backlog_ready.get_or_create(&tenant).set(0);
+    metrics.backlog_oldest.get_or_create(&tenant).set(0.0);
+    metrics.backlog_scheduled.get_or_create(&tenant).set(0);
+    metrics.backlog_retrying.get_or_create(&tenant).set(0);
     let mut text = String::new();
     prometheus_client::encoding::text::encode(&mut text, &registry)
         .expect("encoding into a String does not fail");

@@ -45,6 +45,10 @@ pub struct RunArgs {
     /// --session-expiry]
     #[arg(long, env = "FEED_INPUTS_TTL", value_parser = duration, hide = true)]
     inputs_ttl: Option<Duration>,
+    /// Tenants that label series of their own in /metrics (queue wait, backlog); the rest share
+    /// the label "other", so the number of series stays bounded
+    #[arg(long, env = "FEED_METRICS_TENANTS", default_value_t = feed::Config::METRICS_TENANTS, help_heading = "Listener and console")]
+    metrics_tenants: usize,
     #[command(flatten)]
     events: EventsArgs,
     /// Prune complete and cancelled partitions older than this every few minutes, e.g. 7d [default: off]
@@ -75,6 +79,7 @@ pub async fn run(a: RunArgs) -> anyhow::Result<()> {
     c.listen = a.listen.config(a.ui)?;
     c.listen.inputs_url = a.inputs_url.unwrap_or_default();
     c.listen.inputs_ttl = a.inputs_ttl.map(Into::into);
+    c.listen.metrics_tenants = Some(a.metrics_tenants);
     c.events = a.events.config();
     c.retention = a.retention.map(Into::into);
     let ran = feed::run(c, shutdown).await;

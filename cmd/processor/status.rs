@@ -73,6 +73,7 @@ pub async fn status(a: StatusArgs) -> anyhow::Result<()> {
     }
     let unsent = crate::events::unsent(&store, s.events_pending > 0).await;
     print_partitions(&s, a.partition.is_none());
+    print_backlog(&s);
     print_items(&s);
     print_events(&s, unsent);
     if s.failed_items.len() >= LIST_LIMIT {
@@ -82,6 +83,24 @@ pub async fn status(a: StatusArgs) -> anyhow::Result<()> {
     }
     print_processors(&s);
     Ok(())
+}
+
+/// The fleet's backlog, one line per tenant.
+fn print_backlog(s: &Status) {
+    for (n, t) in s.backlog.iter().enumerate() {
+        let oldest = t.oldest_ready_ms.map_or(String::new(), |ms| {
+            let age = std::time::Duration::from_secs((ms.max(0) / 1000) as u64);
+            format!(" (the oldest for {})", humantime::format_duration(age))
+        });
+        println!(
+            "{:<11} {}: {} ready{oldest}, {} scheduled, {} retrying",
+            if n == 0 { "backlog" } else { "" },
+            t.tenant.as_deref().map_or("no tenant".into(), clean),
+            t.ready,
+            t.scheduled,
+            t.retrying
+        );
+    }
 }
 
 /// The partitions: counts by status, the table, when the first scheduled

@@ -276,6 +276,9 @@ pub struct ListenConfig {
     /// How long an inputs URL stays valid; None = `--request-timeout`
     /// plus `--session-expiry`. Tests shorten it.
     pub inputs_ttl: Option<Duration>,
+    /// Tenants that label metrics of their own (`--metrics-tenants`); the
+    /// rest share "other". None = [`super::Config::METRICS_TENANTS`].
+    pub metrics_tenants: Option<usize>,
 }
 
 impl ListenConfig {

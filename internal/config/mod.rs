@@ -63,6 +63,8 @@ impl Config {
     pub const BACKOFF_BASE: Duration = Duration::from_secs(1);
     /// `--backoff-max`.
     pub const BACKOFF_MAX: Duration = Duration::from_secs(300);
+    /// `--metrics-tenants`: tenants that label series of their own.
+    pub const METRICS_TENANTS: usize = 50;
     /// `--content-type`.
     pub const CONTENT_TYPE: &str = "application/json";
     /// `--max-response-bytes`: 16 MiB.

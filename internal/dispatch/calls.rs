@@ -219,6 +219,16 @@ impl Dispatcher {
     fn start(&mut self, items: Vec<ReadyItem>, permit: Option<Permit>, counted: bool) {
         let ids: Vec<ItemKey> = items.iter().map(|i| i.fence.key()).collect();
         for item in &items {
+            if let Some(waited) = item.waited {
+                let metrics = &self.ctx.metrics;
+                let tenant = self.rotation.tenant(&item.fence.partition_id);
+                let label = metrics.tenants.label(tenant.map(|t| t.as_str()));
+                let wait = waited + item.read.elapsed();
+                metrics
+                    .queue_wait
+                    .get_or_create(&label)
+                    .observe(wait.as_secs_f64());
+            }
             self.calls
                 .in_flight
                 .insert(item.fence.key(), item.fence.clone());

@@ -202,6 +202,8 @@ mod tests {
             seq: 0,
             scheduled: false,
             traceparent: None,
+            waited: None,
+            read: std::time::Instant::now(),
         };
         let mut buffer: VecDeque<ReadyItem> = [item("a", 2), item("b", 0), item("c", 1)].into();
         p.prefer(&mut buffer);

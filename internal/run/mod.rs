@@ -124,6 +124,9 @@ async fn start(
 ) -> Result<Option<Arc<Context>>> {
     let mut registry = Registry::default();
     let metrics = Metrics::new(&mut registry);
+    if let Some(cap) = config.listen.metrics_tenants {
+        metrics.tenants.set_cap(cap);
+    }
     let health = Arc::new(Health::default());
     let wake = Arc::new(tokio::sync::Notify::new());
     let mut inputs = None;
@@ -206,6 +209,9 @@ async fn start(
     if let Some(webhooks) = Webhooks::new(&ctx.config, store, metrics, ctx.session.clone())? {
         work.spawn("webhooks", webhooks.run(work.token()));
     }
+    let (store, metrics) = (ctx.store.clone(), ctx.metrics.clone());
+    let backlog = crate::backlog::run(store, ctx.session.clone(), metrics, work.token());
+    work.spawn("backlog", backlog);
     if let Some(age) = ctx.config.retention {
         let prune = retention::run(ctx.store.clone(), ctx.session.clone(), age, work.token());
         work.spawn("retention", prune);

@@ -183,7 +183,7 @@ impl Store {
         let txn = self.begin_write().await?;
         let n = self
             .bounded(txn.execute_raw(sql!(self.driver;
-                "UPDATE feed_partitions SET gate = " {gate} ", version = version + 1, updated_at = {now} \
+                "UPDATE feed_partitions SET gate = " {gate} ", gate_at = {now}, version = version + 1, updated_at = {now} \
                  WHERE id = " {id} " AND manual_checkpoint AND status = 'available' AND gate < " {gate} " \
                  AND NOT EXISTS (SELECT 1 FROM feed_items i \
                  WHERE i.partition_id = " {id} " AND i.status = 'available' AND i.gate < " {gate} ")"

@@ -28,6 +28,12 @@ pub(crate) struct ReadyItem {
     pub scheduled: bool,
     /// The producer's W3C trace context, if it gave one.
     pub traceparent: Option<String>,
+    /// How long it had been ready when read (database clock): since it
+    /// was written, its time came or its gate opened, whichever was last.
+    /// None when a column of the row could not be read as a time.
+    pub waited: Option<std::time::Duration>,
+    /// When it was read, so the time it then spends in the buffer counts.
+    pub read: std::time::Instant,
 }
 
 /// What one refill asks of a partition: its first `n` ready items
@@ -179,22 +185,26 @@ impl Store {
         let (data, seq, index) = (d.data_column("i"), d.dialect().seq, d.dialect().ready_index);
         let head = format!(
             "SELECT i.id, i.partition_id, i.gate, {data} AS data, i.attempts, \
-             i.version, i.steps, i.{seq} AS seq, i.not_before, i.traceparent FROM feed_items i{index} \
-             WHERE i.partition_id = "
+             i.version, i.steps, i.{seq} AS seq, i.not_before, i.traceparent, i.updated_at, \
+             {{now}} AS read_at, (SELECT g.gate_at FROM feed_partitions g WHERE g.id = "
         );
+        let from = format!(") AS gate_at FROM feed_items i{index} WHERE i.partition_id = ");
         // One branch: the partition's available items of its gate in
         // `range` (which binds its own values), ordered, at most `limit`.
-        let branch =
-            |s: &mut Sql, partition: &Value, range: &dyn Fn(&mut Sql), order: &str, limit: i64| {
-                sql!(into s;
-                    [&head] {partition.clone()} " AND i.status = 'available' \
-                     AND i.gate = (SELECT p.gate FROM feed_partitions p WHERE p.id = "
-                    {partition.clone()} " AND p.owner = " {me}
-                    " AND p.status = 'available' AND NOT p.paused) AND "
-                );
-                range(s);
-                sql!(into s; " ORDER BY " [order] " LIMIT " {limit});
-            };
+        let branch = |s: &mut Sql,
+                      partition: &Value,
+                      range: &dyn Fn(&mut Sql),
+                      order: &str,
+                      limit: i64| {
+            sql!(into s;
+                [&head] {partition.clone()} [&from] {partition.clone()} " AND i.status = 'available' \
+                 AND i.gate = (SELECT p.gate FROM feed_partitions p WHERE p.id = "
+                {partition.clone()} " AND p.owner = " {me}
+                " AND p.status = 'available' AND NOT p.paused) AND "
+            );
+            range(s);
+            sql!(into s; " ORDER BY " [order] " LIMIT " {limit});
+        };
         let (now_order, due_order) = (
             d.unscheduled_order("i", false),
             format!("i.not_before, i.{seq}"),

@@ -194,7 +194,7 @@ impl Store {
     ) -> Result<bool> {
         let advance = |events: &str| {
             sql!(self.driver;
-                "UPDATE feed_partitions SET gate = " {gate} ", version = version + 1, updated_at = {now} \
+                "UPDATE feed_partitions SET gate = " {gate} ", gate_at = {now}, version = version + 1, updated_at = {now} \
                  WHERE id = " {p.id.clone()} " AND version = " {p.version} " AND owner = " {me}
                 " AND " [events] "gate_events AND NOT EXISTS (SELECT 1 FROM feed_items i \
                  WHERE i.partition_id = " {p.id.clone()} " AND i.status = 'available' AND i.gate < " {gate} ")"

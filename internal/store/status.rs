@@ -35,6 +35,9 @@ pub struct Status {
     /// Completion events kept as failed (delivery gave up); `processor
     /// events retry` sends them again.
     pub events_failed: i64,
+    /// The fleet's backlog by tenant (whichever partition was asked):
+    /// ready now with the age of the oldest, scheduled, retrying.
+    pub backlog: Vec<super::backlog::TenantBacklog>,
 }
 
 /// A processor session.
@@ -138,7 +141,9 @@ impl Store {
         let retrying_items = self.retrying_items(&ids, LIST_LIMIT).await?;
         let processors = self.processors().await?;
         let (events_pending, events_failed) = self.event_backlog(partition).await?;
+        let backlog = self.backlog().await?;
         Ok(Status {
+            backlog,
             partitions_by_status,
             partitions,
             failed_items,

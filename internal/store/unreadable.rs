@@ -84,7 +84,24 @@ pub(crate) fn ready_item(r: &QueryResult) -> std::result::Result<ReadyItem, Unre
         // Not null, even if not an integer: read by its due time.
         scheduled: !matches!(get::<Option<i64>>(r, "not_before"), Ok(None)),
         traceparent,
+        waited: waited(r),
+        read: std::time::Instant::now(),
     })
+}
+
+/// How long a ready row had been ready when read: from the last of its
+/// write, its due time and its gate's opening, to the read (all on the
+/// database clock). None when one of them is not an integer (written by
+/// hand): the row is still delivered, its wait is not counted.
+fn waited(r: &QueryResult) -> Option<std::time::Duration> {
+    let read_at = get::<i64>(r, "read_at").ok()?;
+    let written = get::<i64>(r, "updated_at").ok()?;
+    let due = get::<Option<i64>>(r, "not_before").ok()?.unwrap_or(0);
+    let opened = get::<i64>(r, "gate_at").ok()?;
+    let since = written.max(due).max(opened);
+    Some(std::time::Duration::from_millis(
+        (read_at - since).max(0) as u64
+    ))
 }
 
 /// A column's value as the message shows it: quoted text (cut short and

@@ -40,6 +40,7 @@ mod exports;
 mod failures;
 mod fan_in;
 mod fencing;
+mod figures;
 mod gates;
 mod hardening;
 mod held_off;

@@ -11,6 +11,7 @@ mod controls;
 mod dispatch;
 mod events;
 mod fence;
+mod figures;
 mod gates;
 mod keys;
 mod leasing;

@@ -1,0 +1,99 @@
+//! The figures operators watch, read from the database: the backlog by
+//! tenant, and how long a ready item has waited when dispatch reads it,
+//! counted from the moment it became ready (written, its time come, its
+//! gate opened), not from its enqueue.
+
+use super::{Kit, conformance};
+use crate::ids::PartitionId;
+use crate::store::Ask;
+use crate::store::backlog::TenantBacklog;
+
+conformance!(the_backlog_counts_by_tenant_from_when_items_became_ready);
+
+async fn the_backlog_counts_by_tenant_from_when_items_became_ready(k: Kit) {
+    k.session("s1").await;
+    for p in ["a", "b", "c", "d"] {
+        k.partition(p, Some("s1")).await;
+    }
+    k.sqls(&[
+        "UPDATE feed_partitions SET tenant = 'acme' WHERE id IN ('a', 'b')",
+        "UPDATE feed_partitions SET tenant = 'zed', gate = 1, gate_at = {now} - 5000 WHERE id = 'd'",
+        "UPDATE feed_partitions SET paused = TRUE WHERE id = 'b'",
+    ])
+    .await;
+    k.items(&[
+        ("a-written", "a", 0, "available"),
+        ("a-due", "a", 0, "available"),
+        ("a-later-gate", "a", 1, "available"),
+        ("a-scheduled", "a", 0, "available"),
+        ("a-retrying", "a", 0, "available"),
+        ("a-done", "a", 0, "complete"),
+        ("b-paused", "b", 0, "available"),
+        ("c-new", "c", 0, "available"),
+        ("d-opened", "d", 1, "available"),
+    ])
+    .await;
+    k.sqls(&[
+        "UPDATE feed_items SET updated_at = {now} - 20000 WHERE id = 'a-written'",
+        "UPDATE feed_items SET updated_at = {now} - 30000, not_before = {now} - 8000 WHERE id = 'a-due'",
+        "UPDATE feed_items SET not_before = {now} + 600000 WHERE id = 'a-scheduled'",
+        "UPDATE feed_items SET not_before = {now} + 600000, attempts = 2 WHERE id = 'a-retrying'",
+        "UPDATE feed_items SET updated_at = {now} - 60000 WHERE id = 'b-paused'",
+        "UPDATE feed_items SET updated_at = {now} - 1000 WHERE id = 'c-new'",
+        "UPDATE feed_items SET updated_at = {now} - 60000 WHERE id = 'd-opened'",
+    ])
+    .await;
+
+    let backlog = k.store.backlog().await.unwrap();
+    let row = |tenant: Option<&str>| -> &TenantBacklog {
+        backlog
+            .iter()
+            .find(|t| t.tenant.as_deref() == tenant)
+            .unwrap_or_else(|| panic!("no backlog for {tenant:?}: {backlog:?}"))
+    };
+    let within = |ms: Option<i64>, from: i64| {
+        let ms = ms.expect("an oldest age");
+        assert!(
+            (from..from + 10_000).contains(&ms),
+            "{ms} ms, want {from} ms or a little more: {backlog:?}"
+        );
+    };
+    assert_eq!(backlog.len(), 3, "{backlog:?}");
+    assert_eq!(backlog[0].tenant, None, "no tenant first: {backlog:?}");
+    let (none, acme, zed) = (row(None), row(Some("acme")), row(Some("zed")));
+    assert_eq!((none.ready, none.scheduled, none.retrying), (1, 0, 0));
+    within(none.oldest_ready_ms, 1_000);
+    // a-written and a-due; the paused partition's item and the one above
+    // its partition's gate are not ready.
+    assert_eq!(
+        (acme.ready, acme.scheduled, acme.retrying),
+        (2, 1, 1),
+        "{backlog:?}"
+    );
+    within(acme.oldest_ready_ms, 20_000);
+    // Written a minute ago, ready since its gate opened 5 s ago.
+    assert_eq!((zed.ready, zed.scheduled, zed.retrying), (1, 0, 0));
+    within(zed.oldest_ready_ms, 5_000);
+
+    let ask = |p: &str| Ask::from((PartitionId::from(p), 10));
+    let read = k
+        .store
+        .ready_items(&"s1".into(), &[ask("a"), ask("d")])
+        .await
+        .unwrap();
+    let waited = |id: &str| {
+        let item = read.iter().find(|i| i.fence.id.as_str() == id).unwrap();
+        item.waited.expect("a wait").as_millis() as i64
+    };
+    assert_eq!(read.len(), 3, "a-written, a-due, d-opened: {read:?}");
+    within(Some(waited("a-written")), 20_000);
+    within(Some(waited("a-due")), 8_000);
+    within(Some(waited("d-opened")), 5_000);
+
+    k.sql("DELETE FROM feed_items").await;
+    assert_eq!(
+        k.store.backlog().await.unwrap(),
+        vec![],
+        "nothing available"
+    );
+}

@@ -1,0 +1,40 @@
+//! The figures operators watch:
+//! - `feed_partitions.gate_at`: when the partition's gate last moved
+//!   (epoch ms, database clock; 0 = not since it was created). An item at
+//!   the partition's gate became ready when it was written, when its time
+//!   came, or when its gate opened, whichever is last: the queue wait and
+//!   the age of the oldest ready item are counted from there.
+//! - the `backlog` row of `feed_maintenance`: one processor at a time
+//!   counts the fleet's backlog.
+
+use sea_orm_migration::prelude::*;
+use sea_orm_migration::sea_orm::{ConnectionTrait, DbBackend};
+
+const COLUMNS: [crate::Column; 1] = [("feed_partitions", "gate_at", "BIGINT NOT NULL DEFAULT 0")];
+
+#[derive(DeriveMigrationName)]
+pub(crate) struct Migration;
+
+#[async_trait::async_trait]
+impl MigrationTrait for Migration {
+    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        crate::add_columns(manager, &COLUMNS).await?;
+        let insert = match manager.get_database_backend() {
+            DbBackend::Postgres => {
+                "INSERT INTO feed_maintenance (name) VALUES ('backlog') ON CONFLICT DO NOTHING"
+            }
+            DbBackend::MySql => "INSERT IGNORE INTO feed_maintenance (name) VALUES ('backlog')",
+            _ => "INSERT OR IGNORE INTO feed_maintenance (name) VALUES ('backlog')",
+        };
+        manager.get_connection().execute_unprepared(insert).await?;
+        Ok(())
+    }
+
+    async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        manager
+            .get_connection()
+            .execute_unprepared("DELETE FROM feed_maintenance WHERE name = 'backlog'")
+            .await?;
+        crate::drop_columns(manager, &COLUMNS).await
+    }
+}

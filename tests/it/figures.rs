@@ -1,0 +1,172 @@
+//! The figures operators watch, from a running processor: the queue wait
+//! (`feed_queue_wait_seconds`) counts from the moment an item became
+//! ready, so an item behind its gate or scheduled for later does not show
+//! its whole life as waiting; the backlog by tenant is counted by one
+//! processor of the fleet and agrees with `/api/v1/status` and
+//! `processor status`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use feed::store::{NewItem, PartitionSpec};
+use serde_json::json;
+use tokio::sync::Notify;
+
+use crate::behaviour;
+use crate::cli::processor;
+use crate::console_api::get;
+use crate::support::{Handler, Proc, TestDb, done, metric, wait_for};
+use crate::tenants::of;
+
+/// The queue wait series of `tenant` in `text`: the count, and how many
+/// waited at most `le` seconds (a bucket bound as Prometheus prints it).
+fn waits(text: &str, tenant: &str, le: &str) -> (f64, f64) {
+    (
+        metric(
+            text,
+            &format!("feed_queue_wait_seconds_count{{tenant=\"{tenant}\"}}"),
+        ),
+        metric(
+            text,
+            &format!("feed_queue_wait_seconds_bucket{{le=\"{le}\",tenant=\"{tenant}\"}}"),
+        ),
+    )
+}
+
+behaviour!(queue_wait_counts_from_the_moment_an_item_became_ready);
+/// `first` (gate 0) takes 4 s at the handler; `second`, written with it
+/// at gate 1, is ready only when the gate opens; `later` is scheduled 4 s
+/// ahead. Each waited under 2 s from the moment it became ready, although
+/// `second` and `later` were written 4 s before they went.
+async fn queue_wait_counts_from_the_moment_an_item_became_ready(db: TestDb) {
+    let h = Handler::start_async(|c| async move {
+        if c.item == "first" {
+            tokio::time::sleep(Duration::from_secs(4)).await;
+        }
+        done()
+    })
+    .await;
+    let p = Proc::start(&db, &h.url(), &["--request-timeout", "30s"]);
+    db.store
+        .enqueue(
+            "p",
+            &of("acme"),
+            vec![
+                NewItem::new(b"{}".to_vec()).with_id("first"),
+                NewItem::new(b"{}".to_vec()).with_id("second").at_gate(1),
+            ],
+        )
+        .await
+        .unwrap();
+    let due = db.store.now_ms().await.unwrap() + 4_000;
+    db.store
+        .enqueue(
+            "q",
+            &PartitionSpec::default(),
+            vec![
+                NewItem::new(b"{}".to_vec())
+                    .with_id("later")
+                    .not_before(due),
+            ],
+        )
+        .await
+        .unwrap();
+    db.wait_complete(3).await;
+    let text = p.metrics().await;
+    assert_eq!(waits(&text, "acme", "2.048"), (2.0, 2.0), "{text}");
+    assert_eq!(waits(&text, "", "2.048"), (1.0, 1.0), "{text}");
+}
+
+behaviour!(the_backlog_is_counted_by_one_processor_and_agrees_everywhere);
+/// Two processors, one call at a time each, a handler that holds every
+/// call: of tenant acme's six items one is scheduled an hour ahead and
+/// one waits out a retry; the other four are ready (those in flight
+/// included: they are ready until answered). One processor exports the
+/// backlog series, the other none; `/api/v1/status` and `processor
+/// status` (text and JSON) say the same.
+async fn the_backlog_is_counted_by_one_processor_and_agrees_everywhere(db: TestDb) {
+    let release = Arc::new(Notify::new());
+    let h = {
+        let release = release.clone();
+        Handler::start_async(move |_| {
+            let release = release.clone();
+            async move {
+                release.notified().await;
+                done()
+            }
+        })
+        .await
+    };
+    let items = (0..6).map(|i| NewItem::new(b"{}".to_vec()).with_id(format!("i{i}")));
+    db.store
+        .enqueue("p", &of("acme"), items.collect())
+        .await
+        .unwrap();
+    db.sql("UPDATE feed_items SET not_before = {now} + 3600000 WHERE id = 'i4'")
+        .await;
+    db.sql("UPDATE feed_items SET not_before = {now} + 3600000, attempts = 1 WHERE id = 'i5'")
+        .await;
+    let flags = ["--concurrency", "1", "--ui", "--request-timeout", "300s"];
+    let procs = [
+        Proc::start(&db, &h.url(), &flags),
+        Proc::start(&db, &h.url(), &flags),
+    ];
+    let ready = "feed_backlog_ready_items{tenant=\"acme\"}";
+    let read = || async {
+        let mut texts = Vec::new();
+        for p in &procs {
+            texts.push(p.metrics().await);
+        }
+        texts
+    };
+    wait_for(
+        "one processor counts the backlog",
+        Duration::from_secs(60),
+        || async { read().await.iter().any(|t| metric(t, ready) == 4.0) },
+    )
+    .await;
+    let texts = read().await;
+    let counting: Vec<&String> = texts.iter().filter(|t| t.contains(ready)).collect();
+    assert_eq!(
+        counting.len(),
+        1,
+        "one processor exports the backlog: {texts:?}"
+    );
+    let text = counting[0];
+    assert_eq!(
+        metric(text, "feed_backlog_scheduled_items{tenant=\"acme\"}"),
+        1.0
+    );
+    assert_eq!(
+        metric(text, "feed_backlog_retrying_items{tenant=\"acme\"}"),
+        1.0
+    );
+    let oldest = metric(text, "feed_backlog_oldest_ready_seconds{tenant=\"acme\"}");
+    assert!((0.0..120.0).contains(&oldest), "{text}");
+
+    let base = format!("http://{}", procs[0].listen.as_deref().unwrap());
+    let (_, status) = get(&base, "/api/v1/status").await;
+    let backlog = &status["backlog"];
+    assert_eq!(
+        (
+            &backlog[0]["tenant"],
+            &backlog[0]["ready"],
+            &backlog[0]["scheduled"],
+            &backlog[0]["retrying"]
+        ),
+        (&json!("acme"), &json!(4), &json!(1), &json!(1)),
+        "{status}"
+    );
+    assert!(backlog[0]["oldest_ready_ms"].as_i64().is_some(), "{status}");
+    let out = processor(&["status", "--json", "--database-url", &db.url], "");
+    let cli: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(cli["backlog"][0]["ready"], json!(4), "{cli}");
+    let out = processor(&["status", "--database-url", &db.url], "");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("backlog     acme: 4 ready (the oldest for ")
+            && text.contains("1 scheduled, 1 retrying"),
+        "{text}"
+    );
+    release.notify_waiters();
+}
