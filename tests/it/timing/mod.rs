@@ -5,6 +5,7 @@
 //! of them are few, not a whole module of heavy ones starting at once.
 
 mod live_limits;
+mod queue_wait;
 mod rate_limit;
 mod statement_timeout;
 mod tenant_rates;
