@@ -68,6 +68,19 @@ impl Tenants {
     }
 }
 
+/// The labels of `feed_tenant_items`: a tenant and an outcome.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct TenantOutcomeLabel {
+    pub tenant: String,
+    /// As [`OutcomeLabel`]'s.
+    pub outcome: &'static str,
+}
+
+/// Handler call latency's buckets (as `feed_handler_request_duration_seconds`).
+fn call_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.001, 2.0, 16))
+}
+
 /// A queue wait's buckets: 1 ms to about 4.6 hours.
 fn wait_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.001, 2.0, 24))
@@ -170,6 +183,13 @@ metrics! {
     /// Handler calls sent as probes while dispatch held off.
     probes: Counter = Counter::default(), "handler_probes",
         "Handler calls sent as probes, one at a time, while dispatch held off (the handler unreachable or the breaker open)";
+    /// Handler call latency by tenant.
+    tenant_handler_seconds: Family<TenantLabel, Histogram, fn() -> Histogram> = Family::new_with_constructor(call_histogram),
+        "tenant_handler_request_duration_seconds",
+        "Handler call latency by tenant (a batch holding items of several tenants counts for each)";
+    /// Handler results by tenant and outcome.
+    tenant_items: Family<TenantOutcomeLabel, Counter> = Family::default(), "tenant_items",
+        "Handler results by tenant and outcome (as feed_items_total)";
     /// How long items waited, from ready to delivered, by tenant.
     queue_wait: Family<TenantLabel, Histogram, fn() -> Histogram> = Family::new_with_constructor(wait_histogram),
         "queue_wait_seconds",
@@ -195,8 +215,11 @@ metrics! {
 }
 
 impl Metrics {
-    /// Counts one handler result.
-    pub(crate) fn outcome(&self, outcome: &'static str) {
+    /// Counts one handler result, of an item of `tenant`.
+    pub(crate) fn outcome(&self, outcome: &'static str, tenant: &TenantLabel) {
         self.items.get_or_create(&OutcomeLabel { outcome }).inc();
+        let tenant = tenant.tenant.clone();
+        let label = TenantOutcomeLabel { tenant, outcome };
+        self.tenant_items.get_or_create(&label).inc();
     }
 }

@@ -45,8 +45,12 @@ pub fn metrics_page() -> String {
     let mut registry = prometheus_client::registry::Registry::default();
     let metrics = crate::metrics::Metrics::new(&mut registry);
     // A family is encoded only once it has a series: give each one.
-    metrics.outcome("done");
     let tenant = metrics.tenants.label(Some("acme"));
+    metrics.outcome("done", &tenant);
+    metrics
+        .tenant_handler_seconds
+        .get_or_create(&tenant)
+        .observe(0.0);
     metrics.queue_wait.get_or_create(&tenant).observe(0.0);
     metrics.backlog_ready.get_or_create(&tenant).set(0);
     metrics.backlog_oldest.get_or_create(&tenant).set(0.0);

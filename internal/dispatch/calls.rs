@@ -9,10 +9,11 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use super::deliver::{self, Delivery, deliver};
+use super::deliver::{self, Call, Delivery, deliver};
 use super::{Dispatcher, HELD_BACK_ROUNDS, IN_FLIGHT_PER_SLOT};
-use crate::ids::{ItemKey, Tenant};
+use crate::ids::{ItemKey, PartitionId, Tenant};
 use crate::limits::{Blocked, Gate, Permit};
+use crate::metrics::TenantLabel;
 use crate::store::{Fence, ReadyItem};
 
 /// The handler calls and the items they carry.
@@ -218,16 +219,15 @@ impl Dispatcher {
     /// `counted`: its failures count attempts even while the breaker is open.
     fn start(&mut self, items: Vec<ReadyItem>, permit: Option<Permit>, counted: bool) {
         let ids: Vec<ItemKey> = items.iter().map(|i| i.fence.key()).collect();
-        for item in &items {
+        let tenants: Vec<TenantLabel> = items
+            .iter()
+            .map(|i| self.tenant_label(&i.fence.partition_id))
+            .collect();
+        for (item, tenant) in items.iter().zip(&tenants) {
             if let Some(waited) = item.waited {
-                let metrics = &self.ctx.metrics;
-                let tenant = self.rotation.tenant(&item.fence.partition_id);
-                let label = metrics.tenants.label(tenant.map(|t| t.as_str()));
                 let wait = waited + item.read.elapsed();
-                metrics
-                    .queue_wait
-                    .get_or_create(&label)
-                    .observe(wait.as_secs_f64());
+                let queue_wait = self.ctx.metrics.queue_wait.get_or_create(tenant);
+                queue_wait.observe(wait.as_secs_f64());
             }
             self.calls
                 .in_flight
@@ -240,12 +240,24 @@ impl Dispatcher {
         let ctx = self.ctx.clone();
         let me = self.me.clone();
         let answered = self.calls.answered.clone();
+        let call = Call {
+            items,
+            tenants,
+            permit,
+            counted,
+        };
         // Boxed: the delivery's state machine is kilobytes, and a task's
         // future is moved several times on its way into the scheduler.
         let task = self.calls.tasks.spawn(Box::pin(async move {
-            deliver(&ctx.delivering(), &me, items, permit, &answered, counted).await
+            deliver(&ctx.delivering(), &me, call, &answered).await
         }));
         self.calls.calling.insert(task.id());
         self.calls.task_items.insert(task.id(), ids);
+    }
+
+    /// The metrics' tenant label of a held partition.
+    pub(super) fn tenant_label(&self, partition: &PartitionId) -> TenantLabel {
+        let tenant = self.rotation.tenant(partition).map(|t| t.as_str());
+        self.ctx.metrics.tenants.label(tenant)
     }
 }

@@ -16,6 +16,7 @@ use crate::context::Delivering;
 use crate::handler::{Job, Outcome};
 use crate::ids::{ItemKey, SessionId};
 use crate::limits::Permit;
+use crate::metrics::TenantLabel;
 use crate::policy::Label;
 use crate::status::Status;
 use crate::store::{Ack, Fence, ItemWrite, ReadyItem, Written};
@@ -51,6 +52,17 @@ pub(super) enum Delivery {
 /// Where a delivery task reports (with its task id) that its handler call is over.
 pub(super) type Answered = mpsc::UnboundedSender<tokio::task::Id>;
 
+/// One handler call: its items (a batch, or one), each item's tenant
+/// label, the flow-control permit it holds, and whether its failures count
+/// attempts while the breaker is open (a probe of an item already probed
+/// in this outage).
+pub(super) struct Call {
+    pub items: Vec<ReadyItem>,
+    pub tenants: Vec<TenantLabel>,
+    pub permit: Option<Permit>,
+    pub counted: bool,
+}
+
 /// Calls the handler for `items` (one request; a batch when `--batch-size`
 /// is above 1), reports the answer on `answered`, then writes each item's
 /// fenced result. `counted`: its failures count attempts even while the
@@ -59,11 +71,15 @@ pub(super) type Answered = mpsc::UnboundedSender<tokio::task::Id>;
 pub(super) async fn deliver(
     ctx: &Delivering<'_>,
     me: &SessionId,
-    items: Vec<ReadyItem>,
-    permit: Option<Permit>,
+    call: Call,
     answered: &Answered,
-    counted: bool,
 ) -> Vec<(ItemKey, Delivery)> {
+    let Call {
+        items,
+        tenants,
+        permit,
+        counted,
+    } = call;
     let span = match items.as_slice() {
         [one] => item_span(&one.fence),
         many => tracing::debug_span!("batch", items = many.len()),
@@ -98,9 +114,15 @@ pub(super) async fn deliver(
         };
         drop(jobs);
         throttle(ctx, &outcomes);
-        ctx.metrics
-            .handler_seconds
-            .observe(started.elapsed().as_secs_f64());
+        let took = started.elapsed().as_secs_f64();
+        ctx.metrics.handler_seconds.observe(took);
+        let mut seen: Vec<&TenantLabel> = Vec::with_capacity(1);
+        for t in &tenants {
+            if !seen.contains(&t) {
+                seen.push(t);
+                ctx.metrics.tenant_handler_seconds.get_or_create(t).observe(took);
+            }
+        }
         if outcomes.len() != fences.len() {
             let message = format!(
                 "the handler returned {} outcomes for a batch of {}",
@@ -126,7 +148,8 @@ pub(super) async fn deliver(
         let _ = answered.send(tokio::task::id());
         let away = verdict == Verdict::Away;
         let policy = ctx.retries;
-        let mut each = fences.into_iter().zip(outcomes).map(|(fence, outcome)| {
+        let each = fences.into_iter().zip(outcomes).zip(&tenants);
+        let mut each = each.map(|((fence, outcome), tenant)| {
             let span = (!single).then(|| item_span(&fence));
             let id = fence.key();
             let done = async move {
@@ -144,7 +167,7 @@ pub(super) async fn deliver(
                     _ => String::new(),
                 };
                 let delivery = match policy.decide(&fence, outcome) {
-                    Some((write, label)) => record(ctx, me, fence, write, label).await,
+                    Some((write, label)) => record(ctx, me, fence, write, (label, tenant)).await,
                     None => Delivery::Unreachable("handler unreachable".into()),
                 };
                 match delivery {
@@ -206,7 +229,7 @@ pub(super) async fn record(
     me: &SessionId,
     fence: Fence,
     write: ItemWrite,
-    label: Label,
+    (label, tenant): (Label, &TenantLabel),
 ) -> Delivery {
     let policy = ctx.retries;
     let cool = policy.delay(attempt(&fence));
@@ -224,7 +247,7 @@ pub(super) async fn record(
             if let Some(n) = DEAD.due() {
                 tracing::warn!(%partition, %item, gate, attempt, results = n, "result not written: this processor's session is no longer live");
             }
-            ctx.metrics.outcome(Label::Rejected.as_str());
+            ctx.metrics.outcome(Label::Rejected.as_str(), tenant);
             return Delivery::Again(Duration::ZERO);
         }
         let ack = Ack {
@@ -234,7 +257,7 @@ pub(super) async fn record(
         };
         match ctx.completer.write(ack).await {
             Ok(Written::Yes) => {
-                ctx.metrics.outcome(label.as_str());
+                ctx.metrics.outcome(label.as_str(), tenant);
                 let error = write.last_error.as_deref().unwrap_or("");
                 match label {
                     Label::Failed => {
@@ -256,7 +279,7 @@ pub(super) async fn record(
                 };
             }
             Ok(Written::Stale) => {
-                ctx.metrics.outcome(Label::Rejected.as_str());
+                ctx.metrics.outcome(Label::Rejected.as_str(), tenant);
                 // A lease lost (a session that ended) rejects every answer
                 // in flight for its partitions: one line at a bounded rate.
                 static STALE: crate::ratelog::Every = crate::ratelog::Every::new();

@@ -189,10 +189,11 @@ impl Dispatcher {
         let item = id.clone();
         let ctx = self.ctx.clone();
         let me = self.me.clone();
+        let tenant = self.tenant_label(&fence.partition_id);
         let task = self.calls.tasks.spawn(async move {
             let view = ctx.delivering();
             let delivery = match view.retries.decide(&fence, outcome) {
-                Some((write, label)) => record(&view, &me, fence, write, label).await,
+                Some((write, label)) => record(&view, &me, fence, write, (label, &tenant)).await,
                 None => Delivery::Finished,
             };
             vec![(id, delivery)]

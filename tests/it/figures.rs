@@ -1,6 +1,6 @@
 //! The figures operators watch, from a running processor: the queue wait
 //! (`feed_queue_wait_seconds`) counts from the moment an item became
-//! ready, so an item behind its gate or scheduled for later does not show
+//! ready (and latency and outcomes are counted by tenant too), so an item behind its gate or scheduled for later does not show
 //! its whole life as waiting; the backlog by tenant is counted by one
 //! processor of the fleet and agrees with `/api/v1/status` and
 //! `processor status`.
@@ -75,6 +75,28 @@ async fn queue_wait_counts_from_the_moment_an_item_became_ready(db: TestDb) {
     let text = p.metrics().await;
     assert_eq!(waits(&text, "acme", "2.048"), (2.0, 2.0), "{text}");
     assert_eq!(waits(&text, "", "2.048"), (1.0, 1.0), "{text}");
+    // Latency and outcomes by tenant: acme's two calls, one of 4 s.
+    let acme = |s: &str| metric(&text, &format!("feed_tenant_{s}"));
+    assert_eq!(
+        acme("items_total{tenant=\"acme\",outcome=\"done\"}"),
+        2.0,
+        "{text}"
+    );
+    assert_eq!(
+        acme("items_total{tenant=\"\",outcome=\"done\"}"),
+        1.0,
+        "{text}"
+    );
+    let latency = "handler_request_duration_seconds";
+    assert_eq!(
+        acme(&format!("{latency}_count{{tenant=\"acme\"}}")),
+        2.0,
+        "{text}"
+    );
+    assert!(
+        acme(&format!("{latency}_sum{{tenant=\"acme\"}}")) >= 4.0,
+        "{text}"
+    );
 }
 
 behaviour!(the_backlog_is_counted_by_one_processor_and_agrees_everywhere);
