@@ -1,12 +1,12 @@
 //! The backlog gauges (`feed_backlog_*`): one processor at a time counts
-//! the fleet's backlog by tenant every [`INTERVAL`], so that an
-//! autoscaler reading any processor's metrics sums to the fleet's figure
-//! once. The processors race for the `backlog` row of `feed_maintenance`
-//! (a lease on the database clock, as retention's); the others export no
-//! backlog series.
+//! the fleet's backlog by tenant every [`INTERVAL`] (less often when one
+//! count takes long: see [`SPACING`]), so that an autoscaler reading any
+//! processor's metrics sums to the fleet's figure once. The processors
+//! race for the `backlog` row of `feed_maintenance` (a lease on the
+//! database clock, as retention's); the others export no backlog series.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
@@ -14,14 +14,18 @@ use crate::context::Session;
 use crate::metrics::Metrics;
 use crate::store::Store;
 
-/// How often the holder counts.
+/// How often the holder counts, at most.
 const INTERVAL: Duration = Duration::from_secs(15);
-/// How long the lease outlives a count: a dead holder is replaced within
-/// a few intervals.
-const LEASE: Duration = Duration::from_secs(45);
+/// A count waits at least this many times its own duration before the
+/// next: with millions of items available one count takes seconds, and
+/// the database then spends at most 1/20 of a core on it.
+const SPACING: u32 = 20;
+/// How long the lease outlives the wait before the next count: a dead
+/// holder is replaced within that.
+const LEASE: Duration = Duration::from_secs(30);
 
-/// Counts the backlog every [`INTERVAL`] while this processor holds the
-/// lease, until `cancel`.
+/// Counts the backlog while this processor holds the lease, until
+/// `cancel`.
 pub(crate) async fn run(
     store: Store,
     session: Arc<Session>,
@@ -29,29 +33,39 @@ pub(crate) async fn run(
     cancel: CancellationToken,
 ) {
     loop {
-        let r = tokio::select! {
+        let began = Instant::now();
+        let counted = tokio::select! {
             _ = cancel.cancelled() => return,
             r = count(&store, &session, &metrics) => r,
         };
-        if let Err(e) = r {
+        let wait = INTERVAL.max(began.elapsed() * SPACING);
+        let kept = match counted {
+            // The lease outlives the wait, so that no other processor
+            // counts meanwhile (a sum over processors counts once).
+            Ok(true) => store
+                .lease_maintenance("backlog", &session.id(), wait + LEASE)
+                .await
+                .map(drop),
+            Ok(false) => Ok(()),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = kept {
             clear(&metrics);
             tracing::warn!(error = %e, "counting the backlog failed; trying again later");
         }
         tokio::select! {
             _ = cancel.cancelled() => return,
-            _ = tokio::time::sleep(INTERVAL) => {}
+            _ = tokio::time::sleep(wait) => {}
         }
     }
 }
 
-/// One count, when the lease is this processor's.
-async fn count(store: &Store, session: &Session, metrics: &Metrics) -> crate::Result<()> {
-    if !store
-        .lease_maintenance("backlog", &session.id(), LEASE)
-        .await?
-    {
+/// One count, when the lease is this processor's (true: it counted).
+async fn count(store: &Store, session: &Session, metrics: &Metrics) -> crate::Result<bool> {
+    let me = session.id();
+    if !store.lease_maintenance("backlog", &me, LEASE).await? {
         clear(metrics);
-        return Ok(());
+        return Ok(false);
     }
     let backlog = store.backlog().await?;
     clear(metrics);
@@ -74,7 +88,7 @@ async fn count(store: &Store, session: &Session, metrics: &Metrics) -> crate::Re
             oldest.set(age);
         }
     }
-    Ok(())
+    Ok(true)
 }
 
 /// Removes the backlog series: a processor that does not count exports
