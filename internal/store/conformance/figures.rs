@@ -7,6 +7,7 @@ use super::{Kit, conformance};
 use crate::ids::PartitionId;
 use crate::store::Ask;
 use crate::store::backlog::TenantBacklog;
+use crate::store::driver::sql;
 
 conformance!(the_backlog_counts_by_tenant_from_when_items_became_ready);
 
@@ -96,4 +97,39 @@ async fn the_backlog_counts_by_tenant_from_when_items_became_ready(k: Kit) {
         vec![],
         "nothing available"
     );
+}
+
+conformance!(the_backlog_is_exact_over_ten_thousand_partitions);
+
+/// 10,000 partitions, half of tenant `x`, each with one ready item and
+/// one scheduled an hour ahead; one ready item written 30 s ago.
+async fn the_backlog_is_exact_over_ten_thousand_partitions(k: Kit) {
+    k.partitions("p", 10_000).await;
+    let data = b"{}".to_vec();
+    let d = k.store.driver();
+    k.exec(sql!(d; "INSERT INTO feed_items (id, partition_id, data) SELECT 'a', id, " {data.clone()} " FROM feed_partitions"))
+        .await;
+    k.exec(
+        sql!(d; "INSERT INTO feed_items (id, partition_id, data, not_before) \
+         SELECT 'b', id, " {data} ", {now} + 3600000 FROM feed_partitions"),
+    )
+    .await;
+    k.sqls(&[
+        "UPDATE feed_partitions SET tenant = 'x' WHERE id LIKE '%0' OR id LIKE '%2' \
+         OR id LIKE '%4' OR id LIKE '%6' OR id LIKE '%8'",
+        "UPDATE feed_items SET updated_at = {now} - 30000 WHERE partition_id = 'p1234' AND id = 'a'",
+    ])
+    .await;
+    let backlog = k.store.backlog().await.unwrap();
+    assert_eq!(backlog.len(), 2, "{backlog:?}");
+    for t in &backlog {
+        assert_eq!(
+            (t.ready, t.scheduled, t.retrying),
+            (5_000, 5_000, 0),
+            "{backlog:?}"
+        );
+    }
+    let oldest = backlog[1].oldest_ready_ms.unwrap();
+    assert!((30_000..40_000).contains(&oldest), "{backlog:?}");
+    assert!(backlog[0].oldest_ready_ms.unwrap() < 30_000, "{backlog:?}");
 }
