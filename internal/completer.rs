@@ -12,7 +12,7 @@ use tokio::sync::{Mutex, Semaphore, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use crate::status::Status;
-use crate::store::{Ack, Store, Written};
+use crate::store::{Ack, ItemWrite, Store, Written};
 use crate::tasks::Tasks;
 
 /// Most results written in one batch.
@@ -93,7 +93,7 @@ impl Completer {
     ) -> Completer {
         let (tx, rx) = mpsc::unbounded_channel();
         let rx = Arc::new(Mutex::new(rx));
-        let completed = Arc::new(AtomicU64::new(0));
+        let completed = Arc::new(Tally::default());
         let writers = writers(batch_size, store.driver().concurrent_writes());
         let turns = Arc::new(Semaphore::new(writers));
         for _ in 0..=writers {
@@ -133,7 +133,7 @@ async fn run(
     store: Store,
     expiry: Duration,
     queue: Queue,
-    completed: Arc<AtomicU64>,
+    completed: Arc<Tally>,
     stop: CancellationToken,
 ) {
     loop {
@@ -175,12 +175,13 @@ async fn run(
         let (acks, replies): (Vec<Ack>, Vec<Reply>) = batch.into_iter().unzip();
         match store.write_results(&acks, expiry).await {
             Ok(written) => {
-                let n = acks
+                let ok = acks
                     .iter()
                     .zip(&written)
-                    .filter(|(a, w)| a.write.status == Status::Complete && **w == Written::Yes)
-                    .count();
-                completed.fetch_add(n as u64, Ordering::Relaxed);
+                    .filter(|(_, w)| **w == Written::Yes);
+                for (a, _) in ok {
+                    completed.add(&a.write);
+                }
                 for (reply, w) in replies.into_iter().zip(written) {
                     let _ = reply.send(Ok(w));
                 }
@@ -195,11 +196,42 @@ async fn run(
     }
 }
 
-/// Adds the items completed since the last tick to the overview's count,
-/// once every [`COUNT_EVERY`], until `stop` (one last time then). Only the overview's chart reads this count: a failed
-/// write is tried again at the next tick, and a processor that dies loses
-/// at most its last second of it, never a result.
-async fn count(store: Store, completed: Arc<AtomicU64>, stop: CancellationToken) {
+/// Results written since the last tick: items completed, attempts failed
+/// to be retried, items failed for good.
+#[derive(Debug, Default)]
+struct Tally([AtomicU64; 3]);
+
+impl Tally {
+    /// Counts one written result.
+    fn add(&self, w: &ItemWrite) {
+        let slot = match w.status {
+            Status::Complete => 0,
+            Status::Available if !w.new_step => 1,
+            Status::Failed => 2,
+            _ => return,
+        };
+        self.0[slot].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Takes the counts, leaving zeros.
+    fn take(&self) -> [u64; 3] {
+        self.0.each_ref().map(|c| c.swap(0, Ordering::Relaxed))
+    }
+
+    /// Puts counts back (their write failed).
+    fn put(&self, n: [u64; 3]) {
+        for (c, n) in self.0.iter().zip(n) {
+            c.fetch_add(n, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Adds the results written since the last tick to the minute's counts
+/// (`feed_completions`), once every [`COUNT_EVERY`], until `stop` (one
+/// last time then). Only the overview and the throughput figures read
+/// them: a failed write is tried again at the next tick, and a processor
+/// that dies loses at most its last second of them, never a result.
+async fn count(store: Store, completed: Arc<Tally>, stop: CancellationToken) {
     let mut tick = tokio::time::interval(COUNT_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -207,12 +239,12 @@ async fn count(store: Store, completed: Arc<AtomicU64>, stop: CancellationToken)
             _ = tick.tick() => false,
             _ = stop.cancelled() => true,
         };
-        let n = completed.swap(0, Ordering::Relaxed);
-        if n > 0
+        let n = completed.take();
+        if n != [0; 3]
             && let Err(e) = store.add_completions(n).await
         {
-            tracing::warn!(error = %e, items = n, "counting completed items for the overview failed; trying again in a second");
-            completed.fetch_add(n, Ordering::Relaxed);
+            tracing::warn!(error = %e, results = ?n, "counting results for the overview failed; trying again in a second");
+            completed.put(n);
         }
         if stopping {
             return;

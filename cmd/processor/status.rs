@@ -73,6 +73,7 @@ pub async fn status(a: StatusArgs) -> anyhow::Result<()> {
     }
     let unsent = crate::events::unsent(&store, s.events_pending > 0).await;
     print_partitions(&s, a.partition.is_none());
+    print_throughput(&s);
     print_backlog(&s);
     print_items(&s);
     print_events(&s, unsent);
@@ -83,6 +84,24 @@ pub async fn status(a: StatusArgs) -> anyhow::Result<()> {
     }
     print_processors(&s);
     Ok(())
+}
+
+/// The fleet's results per second over the last 1, 5 and 15 minutes.
+fn print_throughput(s: &Status) {
+    let t = &s.throughput;
+    let windows = [
+        ("1 min", t.last_1m),
+        ("5 min", t.last_5m),
+        ("15 min", t.last_15m),
+    ];
+    let shown: Vec<String> = windows
+        .iter()
+        .map(|(w, r)| {
+            let (c, rt, f) = (r.completed, r.retried, r.failed);
+            format!("{w}: {c:.1} completed, {rt:.1} retried, {f:.1} failed")
+        })
+        .collect();
+    println!("throughput  per second over {}", shown.join("; "));
 }
 
 /// The fleet's backlog, one line per tenant.

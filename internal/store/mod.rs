@@ -42,6 +42,7 @@ mod sessions;
 mod spawn;
 mod statistics;
 pub mod status;
+pub mod throughput;
 mod timeout;
 pub mod tokens;
 mod unreadable;

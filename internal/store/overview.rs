@@ -49,13 +49,14 @@ struct MinuteCount {
 }
 
 impl Store {
-    /// Adds `items` completed now to the current minute's count (by the
-    /// database clock), which the overview's chart reads: 60 rows for the
-    /// hour, however many items were completed in it.
-    pub(crate) async fn add_completions(&self, items: u64) -> Result<()> {
+    /// Adds results written now (items completed, attempts retried, items
+    /// failed) to the current minute's counts (by the database clock),
+    /// which the overview's chart and the throughput read: 60 rows for
+    /// the hour, however many results were written in it.
+    pub(crate) async fn add_completions(&self, [items, retried, failed]: [u64; 3]) -> Result<()> {
         self.run(sql!(self.driver;
-            "INSERT INTO feed_completions (minute, items) VALUES ({now} - ({now} % 60000), "
-            {items as i64} ")" [self.driver.dialect().add_to_minute]
+            "INSERT INTO feed_completions (minute, items, retried, failed) VALUES ({now} - ({now} % 60000), "
+            {items as i64} ", " {retried as i64} ", " {failed as i64} ")" [self.driver.dialect().add_to_minute]
         ))
         .await?;
         Ok(())

@@ -38,6 +38,8 @@ pub struct Status {
     /// The fleet's backlog by tenant (whichever partition was asked):
     /// ready now with the age of the oldest, scheduled, retrying.
     pub backlog: Vec<super::backlog::TenantBacklog>,
+    /// The fleet's results per second over the last 1, 5 and 15 minutes.
+    pub throughput: super::throughput::Throughput,
 }
 
 /// A processor session.
@@ -142,8 +144,10 @@ impl Store {
         let processors = self.processors().await?;
         let (events_pending, events_failed) = self.event_backlog(partition).await?;
         let backlog = self.backlog().await?;
+        let throughput = self.throughput().await?;
         Ok(Status {
             backlog,
+            throughput,
             partitions_by_status,
             partitions,
             failed_items,

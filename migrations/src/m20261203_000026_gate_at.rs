@@ -6,11 +6,18 @@
 //!   the age of the oldest ready item are counted from there.
 //! - the `backlog` row of `feed_maintenance`: one processor at a time
 //!   counts the fleet's backlog.
+//! - `feed_completions.retried` and `.failed`: beside the items completed
+//!   each minute, the attempts that failed and will be retried and the
+//!   items that failed for good, for the throughput figures.
 
 use sea_orm_migration::prelude::*;
 use sea_orm_migration::sea_orm::{ConnectionTrait, DbBackend};
 
-const COLUMNS: [crate::Column; 1] = [("feed_partitions", "gate_at", "BIGINT NOT NULL DEFAULT 0")];
+const COLUMNS: [crate::Column; 3] = [
+    ("feed_partitions", "gate_at", "BIGINT NOT NULL DEFAULT 0"),
+    ("feed_completions", "retried", "BIGINT NOT NULL DEFAULT 0"),
+    ("feed_completions", "failed", "BIGINT NOT NULL DEFAULT 0"),
+];
 
 #[derive(DeriveMigrationName)]
 pub(crate) struct Migration;

@@ -15,7 +15,7 @@ use tokio::sync::Notify;
 use crate::behaviour;
 use crate::cli::processor;
 use crate::console_api::get;
-use crate::support::{Handler, Proc, TestDb, done, metric, wait_for};
+use crate::support::{Handler, Proc, TestDb, done, metric, wait_console, wait_for};
 use crate::tenants::of;
 
 /// The queue wait series of `tenant` in `text`: the count, and how many
@@ -191,4 +191,51 @@ async fn the_backlog_is_counted_by_one_processor_and_agrees_everywhere(db: TestD
         "{text}"
     );
     release.notify_waiters();
+}
+
+behaviour!(throughput_counts_completions_retries_and_failures);
+/// Ten items complete, `flaky` fails once and then completes, `bad` fails
+/// both of its two attempts: the fleet's throughput over the last 15
+/// minutes holds 11 completed, 2 retried and 1 failed (times 900 s), in
+/// `/api/v1/status` and `processor status --json` alike.
+async fn throughput_counts_completions_retries_and_failures(db: TestDb) {
+    let h = Handler::start(|c| match c.item.as_str() {
+        "bad" => no_retry_500(),
+        "flaky" if c.attempt == 1 => no_retry_500(),
+        _ => done(),
+    })
+    .await;
+    let p = Proc::start(&db, &h.url(), &["--ui", "--max-attempts", "2"]);
+    let mut items: Vec<NewItem> = (0..10)
+        .map(|i| NewItem::new(b"{}".to_vec()).with_id(format!("ok{i}")))
+        .collect();
+    items.push(NewItem::new(b"{}".to_vec()).with_id("flaky"));
+    items.push(NewItem::new(b"{}".to_vec()).with_id("bad"));
+    let spec = PartitionSpec::default();
+    db.store.enqueue("p", &spec, items).await.unwrap();
+    let base = format!("http://{}", p.listen.as_deref().unwrap());
+    wait_console(&base).await;
+    let counted = |s: &serde_json::Value| {
+        let w = &s["throughput"]["last_15m"];
+        let n = |k: &str| (w[k].as_f64().unwrap_or(0.0) * 900.0).round();
+        (n("completed"), n("retried"), n("failed"))
+    };
+    wait_for("the results counted", Duration::from_secs(60), || async {
+        counted(&get(&base, "/api/v1/status").await.1) == (11.0, 2.0, 1.0)
+    })
+    .await;
+    let out = processor(&["status", "--json", "--database-url", &db.url], "");
+    let cli: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(counted(&cli), (11.0, 2.0, 1.0), "{cli}");
+    let out = processor(&["status", "--database-url", &db.url], "");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("throughput  per second over 1 min: "),
+        "{text}"
+    );
+}
+
+/// A 500: an attempt that failed, to be retried while attempts last.
+fn no_retry_500() -> axum::response::Response {
+    crate::support::json(500, json!({"error": "no"}))
 }

@@ -18,7 +18,8 @@ pub(super) const DIALECT: Dialect = Dialect {
     seq: "seq",
     new_work: Some("status = 'available'"),
     keep_existing: " ON CONFLICT (id) DO NOTHING",
-    add_to_minute: " ON CONFLICT (minute) DO UPDATE SET items = feed_completions.items + excluded.items",
+    add_to_minute: " ON CONFLICT (minute) DO UPDATE SET items = feed_completions.items + excluded.items, \
+        retried = feed_completions.retried + excluded.retried, failed = feed_completions.failed + excluded.failed",
     id_starts: "SUBSTR(id, 1, ",
     // The result write locks the partition row it read, so a lease change
     // waits for the write (or the write sees the new owner).

@@ -18,7 +18,8 @@ pub(super) const DIALECT: Dialect = Dialect {
     seq: "rowid",
     new_work: None,
     keep_existing: " ON CONFLICT (id) DO NOTHING",
-    add_to_minute: " ON CONFLICT (minute) DO UPDATE SET items = feed_completions.items + excluded.items",
+    add_to_minute: " ON CONFLICT (minute) DO UPDATE SET items = feed_completions.items + excluded.items, \
+        retried = feed_completions.retried + excluded.retried, failed = feed_completions.failed + excluded.failed",
     // `LIKE` ignores case here; a byte-for-byte prefix does not.
     id_starts: "SUBSTR(id, 1, ",
     // One writer at a time: a write transaction already excludes others.

@@ -21,7 +21,8 @@ pub(super) const DIALECT: Dialect = Dialect {
     new_work: None,
     // MySQL counts an updated duplicate as 2 rows, a new one as 1.
     keep_existing: " ON DUPLICATE KEY UPDATE version = version + 1",
-    add_to_minute: " ON DUPLICATE KEY UPDATE items = items + VALUES(items)",
+    add_to_minute: " ON DUPLICATE KEY UPDATE items = items + VALUES(items), \
+        retried = retried + VALUES(retried), failed = failed + VALUES(failed)",
     // `=` ignores case under MariaDB's usual collations.
     id_starts: "BINARY SUBSTR(id, 1, ",
     // Result writes lock the partition in a statement of their own.
