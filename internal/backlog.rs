@@ -1,6 +1,6 @@
 //! The backlog gauges (`feed_backlog_*`): one processor at a time counts
 //! the fleet's backlog by tenant every [`INTERVAL`] (less often when one
-//! count takes long: see [`SPACING`]), so that an autoscaler reading any
+//! count takes long: it waits 20 times its own duration), so that an autoscaler reading any
 //! processor's metrics sums to the fleet's figure once. The processors
 //! race for the `backlog` row of `feed_maintenance` (a lease on the
 //! database clock, as retention's); the others export no backlog series.
@@ -13,13 +13,10 @@ use tokio_util::sync::CancellationToken;
 use crate::context::Session;
 use crate::metrics::Metrics;
 use crate::store::Store;
+use crate::store::backlog::SPACING;
 
 /// How often the holder counts, at most.
 const INTERVAL: Duration = Duration::from_secs(15);
-/// A count waits at least this many times its own duration before the
-/// next: with millions of items available one count takes seconds, and
-/// the database then spends at most 1/20 of a core on it.
-const SPACING: u32 = 20;
 /// How long the lease outlives the wait before the next count: a dead
 /// holder is replaced within that.
 const LEASE: Duration = Duration::from_secs(30);

@@ -4,6 +4,8 @@
 //! (the open-items index), grouped by the partition's tenant: its cost
 //! grows with the available items, not with the history.
 
+use std::time::{Duration, Instant};
+
 use sea_orm::FromQueryResult;
 use serde::Serialize;
 
@@ -32,7 +34,38 @@ pub struct TenantBacklog {
     pub retrying: i64,
 }
 
+/// A count is reused for at least this long by [`Store::recent_backlog`].
+const FRESH: Duration = Duration::from_secs(15);
+/// A count is reused for at least this many times its own duration (by
+/// [`Store::recent_backlog`] and the processors' gauges): with millions of
+/// items available one count takes seconds, and the database then spends
+/// at most 1/20 of a core on it.
+pub(crate) const SPACING: u32 = 20;
+
+/// The last count of this store (all its clones), with when it began and
+/// how long it took.
+#[derive(Debug, Default)]
+pub(crate) struct Recent(tokio::sync::Mutex<Option<(Instant, Duration, Vec<TenantBacklog>)>>);
+
 impl Store {
+    /// The backlog by tenant as [`Store::backlog`] counts it, counted
+    /// again only once the last count (by any clone of this store) is
+    /// older than 15 s and 20 times its own duration: pages refreshing
+    /// every few seconds and scripts polling the API cost one count per
+    /// spell, however many ask.
+    pub async fn recent_backlog(&self) -> Result<Vec<TenantBacklog>> {
+        let mut last = self.recent.0.lock().await;
+        if let Some((at, took, counted)) = &*last
+            && at.elapsed() < FRESH.max(*took * SPACING)
+        {
+            return Ok(counted.clone());
+        }
+        let began = Instant::now();
+        let counted = self.backlog().await?;
+        *last = Some((began, began.elapsed(), counted.clone()));
+        Ok(counted)
+    }
+
     /// The backlog by tenant, tenants in name order (no tenant first);
     /// tenants with nothing available are left out.
     pub async fn backlog(&self) -> Result<Vec<TenantBacklog>> {

@@ -207,6 +207,7 @@ async fn open(url: &str, options: &Options, create: bool) -> Result<Store> {
         bound,
         timeouts: Counter::default(),
         pooler,
+        recent: Arc::default(),
     };
     if target.driver == Driver::Postgres && store.citus().await {
         store.driver = Clocked::new(Driver::Citus, options.clock);

@@ -100,6 +100,8 @@ pub struct Store {
     pooler: Pooler,
     /// The hosts of a multi-host PostgreSQL URL, followed after a failover.
     hosts: Option<Arc<hosts::Hosts>>,
+    /// The last backlog count, reused while it is fresh.
+    recent: Arc<backlog::Recent>,
 }
 
 /// The value of `key` in the URL's query.

@@ -31,6 +31,10 @@ pub struct Overview {
     pub events_pending: i64,
     /// Completion events kept as failed (delivery gave up).
     pub events_failed: i64,
+    /// Results per second over the last 1, 5 and 15 minutes.
+    pub throughput: super::throughput::Throughput,
+    /// The backlog by tenant (a recent count: see [`Store::recent_backlog`]).
+    pub backlog: Vec<super::backlog::TenantBacklog>,
 }
 
 /// Partitions of one status and pause state (`status, paused, COUNT(*) AS n`).
@@ -100,6 +104,8 @@ impl Store {
             now: self.now_ms().await?,
             events_pending,
             events_failed,
+            throughput: self.throughput().await?,
+            backlog: self.recent_backlog().await?,
         })
     }
 }

@@ -143,7 +143,7 @@ impl Store {
         let retrying_items = self.retrying_items(&ids, LIST_LIMIT).await?;
         let processors = self.processors().await?;
         let (events_pending, events_failed) = self.event_backlog(partition).await?;
-        let backlog = self.backlog().await?;
+        let backlog = self.recent_backlog().await?;
         let throughput = self.throughput().await?;
         Ok(Status {
             backlog,

@@ -18,6 +18,7 @@ mod book;
 mod book_examples;
 mod breaker;
 mod browser;
+mod browser_overview;
 mod chaos;
 mod chaos_hands;
 mod citus;

@@ -14,8 +14,9 @@ const CHROMIUM: &str = "/usr/bin/chromium";
 const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
 
 /// The screenshots the book's console page shows.
-const BOOK: [&str; 6] = [
+const BOOK: [&str; 7] = [
     "overview",
+    "overview-live",
     "partitions",
     "partition-progress",
     "partition-failed",

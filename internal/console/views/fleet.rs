@@ -1,12 +1,15 @@
-//! The fleet's pages: the overview (counts, the completion chart) and the
-//! live processors, with a banner for each whose dispatch holds off.
+//! The fleet's pages: the overview (counts, throughput now, the backlog,
+//! the completion chart) and the live processors, with a banner for each
+//! whose dispatch holds off.
 
 use maud::{Markup, html};
 
 use super::{PARTITION_STATUSES, cut, text, time};
 use crate::console::limits::shown_rate;
+use crate::store::backlog::TenantBacklog;
 use crate::store::overview::Overview;
 use crate::store::status::ProcessorStatus;
+use crate::store::throughput::{Rates, Throughput};
 
 pub(crate) fn overview(o: &Overview) -> Markup {
     let peak = o
@@ -34,18 +37,13 @@ pub(crate) fn overview(o: &Overview) -> Markup {
                 span.count id="count-events-failed" { (o.events_failed) } span { "events failed" }
             }
         }
+        h2 { "Throughput now" }
+        (throughput(&o.throughput))
+        h2 { "Backlog" }
+        (backlog(&o.backlog))
+        p.muted { "counted at most every 15 s" }
         h2 { "Items completed per minute, last hour" }
-        svg.chart viewBox="0 0 600 100" preserveAspectRatio="none" role="img"
-            aria-label={ (o.completed_per_minute.iter().map(|(_, n)| n).sum::<i64>()) " items completed in the last hour" } {
-            @for (minute, n) in &o.completed_per_minute {
-                @let x = ((minute - start).max(0) as f64 / 60_000.0 * 10.0).min(590.0);
-                @let h = 100.0 * *n as f64 / peak as f64;
-                rect x=(format!("{x:.1}")) y=(format!("{:.1}", 100.0 - h)) width="9" height=(format!("{h:.1}")) {
-                    title { (n) " at " (time(*minute)) }
-                }
-            }
-        }
-        p.muted { "peak " (peak) " per minute" }
+        (chart(&o.completed_per_minute, start, peak))
         h2 { "Processors" }
         (processors(&o.processors))
     }
@@ -93,5 +91,76 @@ fn send_rate(rate: Option<f64>) -> String {
     match rate {
         Some(r) => format!("{} (after 429s)", shown_rate(Some(r))),
         None => "-".into(),
+    }
+}
+
+/// Results per second over the last 1, 5 and 15 minutes.
+fn throughput(t: &Throughput) -> Markup {
+    let per_second = |v: f64| format!("{v:.2}/s");
+    let row = |w: &str, r: &Rates| {
+        html! {
+            tr { th { (w) } td.completed { (per_second(r.completed)) } td.retried { (per_second(r.retried)) } td.failed { (per_second(r.failed)) } }
+        }
+    };
+    html! {
+        table #throughput {
+            thead { tr { th { "over the last" } th { "completed" } th title="attempts that failed and will be retried" { "retried" } th title="items failed for good" { "failed" } } }
+            tbody {
+                (row("1 minute", &t.last_1m)) (row("5 minutes", &t.last_5m)) (row("15 minutes", &t.last_15m))
+            }
+        }
+    }
+}
+
+/// What waits, by tenant: ready now and how long the oldest has waited,
+/// scheduled, retrying.
+fn backlog(list: &[TenantBacklog]) -> Markup {
+    html! {
+        @if list.is_empty() { p.muted #backlog { "Nothing waits." } } @else {
+            table #backlog {
+                thead { tr { th { "tenant" } th title="available at their partition's gate, their time come (in flight included)" { "ready" } th title="since the oldest ready item became ready" { "oldest ready" } th title="waiting for a time their producer set" { "scheduled" } th title="waiting out a retry's backoff" { "retrying" } } }
+                tbody {
+                    @for t in list {
+                        tr.tenant {
+                            td { @match &t.tenant { Some(name) => (text(name)), None => span.muted { "no tenant" } } }
+                            td.ready { (t.ready) }
+                            td.oldest { (t.oldest_ready_ms.map_or("-".into(), age)) }
+                            td { (t.scheduled) } td { (t.retrying) }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// "3s", "2m 5s": an age in milliseconds, to the second.
+fn age(ms: i64) -> String {
+    let whole = std::time::Duration::from_secs((ms.max(0) / 1000) as u64);
+    humantime::format_duration(whole).to_string()
+}
+
+/// The completion chart: one bar per minute of the last hour, with its
+/// axes labelled (items per minute, minutes before now) and each bar's
+/// value on hover.
+fn chart(per_minute: &[(i64, i64)], start: i64, peak: i64) -> Markup {
+    html! {
+        svg.chart #completions viewBox="0 0 640 130" preserveAspectRatio="xMinYMin meet" role="img"
+            aria-label={ (per_minute.iter().map(|(_, n)| n).sum::<i64>()) " items completed in the last hour" } {
+            text.axis x="4" y="12" { (peak) " items/min" }
+            text.axis x="4" y="104" { "0" }
+            line.axis x1="40" y1="6" x2="40" y2="106" {}
+            line.axis x1="40" y1="106" x2="640" y2="106" {}
+            @for (x, label) in [(40, "60 min ago"), (340, "30 min ago"), (600, "now")] {
+                text.axis x=(x) y="124" { (label) }
+            }
+            @for (minute, n) in per_minute {
+                @let x = 40.0 + ((minute - start).max(0) as f64 / 60_000.0 * 10.0).min(590.0);
+                @let h = 100.0 * *n as f64 / peak as f64;
+                rect x=(format!("{x:.1}")) y=(format!("{:.1}", 106.0 - h)) width="9" height=(format!("{h:.1}")) {
+                    title { (n) " items completed in the minute from " (time(*minute)) }
+                }
+            }
+        }
     }
 }

@@ -91,6 +91,9 @@ pub(super) fn layout(title: &str, viewer: &Viewer, body: Markup) -> Markup {
                     a href="/processors" { "Processors" }
                     a href="/limits" { "Limits" }
                     a href="/schedules" { "Schedules" }
+                    // The script puts the refresh control here; without
+                    // it, pages are refreshed by hand.
+                    span #refresh {}
                     span.who {
                         @match viewer {
                             Viewer::ReadOnly => "read-only",
