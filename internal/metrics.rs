@@ -196,7 +196,7 @@ metrics! {
         "How long items waited from the moment they became ready (written, their time come, their retry due, their gate opened) to their delivery, by tenant";
     /// Ready items across the fleet, by tenant, as the counter last saw.
     backlog_ready: Family<TenantLabel, Gauge> = Family::default(), "backlog_ready_items",
-        "Items ready now across the fleet (available, at their partition's gate, their time come, their partition not paused), by tenant; counted every 15 s by one processor (the others export none)";
+        "Items ready now across the fleet (available, at their partition's gate, their time come, their partition not paused), by tenant; counted at most every 15 s by one processor (the others export none)";
     /// Age of the oldest ready item, by tenant.
     backlog_oldest: Family<TenantLabel, Seconds> = Family::default(), "backlog_oldest_ready_seconds",
         "Age of the oldest ready item, from the moment it became ready, by tenant; counted with feed_backlog_ready_items";

@@ -233,6 +233,18 @@ async fn throughput_counts_completions_retries_and_failures(db: TestDb) {
         text.contains("throughput  per second over 1 min: "),
         "{text}"
     );
+    // The partition's page: its rate over the last minutes, and nothing left.
+    let html = crate::support::page(&format!("{base}/partitions/p")).await;
+    assert!(html.contains(r#"<dd id="eta">nothing left</dd>"#), "{html}");
+    assert!(
+        html.contains(r#"<dd id="rate">"#) && !html.contains(r#"<dd id="rate">0.00/s"#),
+        "{html}"
+    );
+    assert_eq!(cli["partitions"][0]["eta_ms"], json!(null), "{cli}");
+    assert!(
+        cli["partitions"][0]["rate"].as_f64().unwrap() > 0.0,
+        "{cli}"
+    );
 }
 
 /// A 500: an attempt that failed, to be retried while attempts last.

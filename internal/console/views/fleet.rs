@@ -4,7 +4,7 @@
 
 use maud::{Markup, html};
 
-use super::{PARTITION_STATUSES, cut, text, time};
+use super::{PARTITION_STATUSES, cut, duration, text, time};
 use crate::console::limits::shown_rate;
 use crate::store::backlog::TenantBacklog;
 use crate::store::overview::Overview;
@@ -124,7 +124,7 @@ fn backlog(list: &[TenantBacklog]) -> Markup {
                         tr.tenant {
                             td { @match &t.tenant { Some(name) => (text(name)), None => span.muted { "no tenant" } } }
                             td.ready { (t.ready) }
-                            td.oldest { (t.oldest_ready_ms.map_or("-".into(), age)) }
+                            td.oldest { (t.oldest_ready_ms.map_or("-".into(), duration)) }
                             td { (t.scheduled) } td { (t.retrying) }
                         }
                     }
@@ -132,12 +132,6 @@ fn backlog(list: &[TenantBacklog]) -> Markup {
             }
         }
     }
-}
-
-/// "3s", "2m 5s": an age in milliseconds, to the second.
-fn age(ms: i64) -> String {
-    let whole = std::time::Duration::from_secs((ms.max(0) / 1000) as u64);
-    humantime::format_duration(whole).to_string()
 }
 
 /// The completion chart: one bar per minute of the last hour, with its

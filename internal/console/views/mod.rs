@@ -64,6 +64,12 @@ fn text(s: &str) -> std::borrow::Cow<'_, str> {
     crate::printable::printable(s)
 }
 
+/// "3m 20s": milliseconds, to the second.
+pub(super) fn duration(ms: i64) -> String {
+    let whole = std::time::Duration::from_secs((ms.max(0) / 1000) as u64);
+    humantime::format_duration(whole).to_string()
+}
+
 /// Epoch milliseconds as a UTC time.
 pub(super) fn time(ms: i64) -> String {
     chrono::DateTime::from_timestamp_millis(ms)

@@ -5,8 +5,8 @@ use maud::{Markup, html};
 
 use super::fleet::held_banner;
 use super::{
-    ITEM_STATUSES, PARTITION_STATUSES, Viewer, action, bar, cut, enc, status_badge, summary, text,
-    time,
+    ITEM_STATUSES, PARTITION_STATUSES, Viewer, action, bar, cut, duration, enc, status_badge,
+    summary, text, time,
 };
 use crate::store::listing::{ItemView, Page, PartitionView};
 use crate::store::status::ProcessorStatus;
@@ -44,7 +44,7 @@ pub(crate) fn partitions(page: &Page<PartitionView>, status: &str, prefix: &str)
         }
         div #live {
             table {
-                thead { tr { th { "partition" } th { "tenant" } th { "status" } th { "gate" } th { "owner" } th { "progress by gate" } th title="available items that wait for their scheduled time" { "scheduled" } } }
+                thead { tr { th { "partition" } th { "tenant" } th { "status" } th { "gate" } th { "owner" } th { "progress by gate" } th title="available items that wait for their scheduled time" { "scheduled" } th title="items completed per second over the last 5 minutes" { "rate" } th title="until its available items are done at that rate" { "ETA" } } }
                 tbody {
                     @for p in &page.data {
                         tr.partition data-id=(p.id) {
@@ -57,6 +57,8 @@ pub(crate) fn partitions(page: &Page<PartitionView>, status: &str, prefix: &str)
                                 div.gate { span { "gate " (g) } (bar(counts)) span.summary { (summary(counts)) } }
                             } }
                             td.scheduled { (scheduled(p)) }
+                            td.rate { (format!("{:.2}/s", p.rate)) }
+                            td.eta { (eta(p)) }
                         }
                     }
                 }
@@ -111,6 +113,9 @@ pub(crate) fn partition(
                 dt title="served before the lower-priority partitions it shares turns with" { "priority" } dd #priority { (p.priority) }
                 dt { "settings" } dd { "auto_close " (p.auto_close) ", manual_checkpoint " (p.manual_checkpoint) ", on_failure " (p.on_failure) }
                 dt { "updated" } dd { (time(p.updated_at)) }
+                dt title="since it was created" { "age" } dd #age { (p.age_ms.map_or("unknown".into(), duration)) }
+                dt title="items completed per second over the last 5 minutes" { "rate" } dd #rate { (format!("{:.2}/s", p.rate)) }
+                dt title="until its available items are done at that rate" { "ETA" } dd #eta { (eta(p)) }
                 dt title="available items that wait for their scheduled time" { "scheduled" } dd #scheduled { (scheduled(p)) }
             }
             div.actions {
@@ -186,5 +191,17 @@ fn item_table(items: &[ItemView], viewer: &Viewer) -> Markup {
                 }
             }
         }
+    }
+}
+
+/// When a partition's available items are done at its recent rate.
+fn eta(p: &PartitionView) -> String {
+    match (
+        p.eta_ms,
+        p.items_by_status.get("available").copied().unwrap_or(0),
+    ) {
+        (Some(ms), _) => duration(ms),
+        (None, 0) => "nothing left".into(),
+        (None, _) => "unknown (no recent rate)".into(),
     }
 }

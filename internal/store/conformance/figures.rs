@@ -133,3 +133,35 @@ async fn the_backlog_is_exact_over_ten_thousand_partitions(k: Kit) {
     assert!((30_000..40_000).contains(&oldest), "{backlog:?}");
     assert!(backlog[0].oldest_ready_ms.unwrap() < 30_000, "{backlog:?}");
 }
+
+conformance!(a_partitions_rate_and_eta_come_from_its_last_five_minutes);
+
+/// Created 10 minutes ago: 30 items completed in the last 5 minutes, 5
+/// before, 60 left: 0.1 a second, done in 600 s. A partition with nothing
+/// completed lately has no ETA.
+async fn a_partitions_rate_and_eta_come_from_its_last_five_minutes(k: Kit) {
+    for p in ["busy", "idle"] {
+        k.partition(p, None).await;
+    }
+    for i in 0..95 {
+        let status = if i < 35 { "complete" } else { "available" };
+        k.item(&format!("b{i:02}"), "busy", 0, status).await;
+    }
+    k.item("i0", "idle", 0, "available").await;
+    k.sqls(&[
+        "UPDATE feed_partitions SET created_at = {now} - 600000",
+        "UPDATE feed_items SET updated_at = {now} - 10000 WHERE status = 'complete'",
+        "UPDATE feed_items SET updated_at = {now} - 400000 WHERE id IN ('b00', 'b01', 'b02', 'b03', 'b04')",
+    ])
+    .await;
+    let busy = k.store.partition("busy").await.unwrap();
+    assert!((busy.rate - 0.1).abs() < 1e-9, "{busy:?}");
+    let eta = busy.eta_ms.unwrap();
+    assert!((599_000..=601_000).contains(&eta), "{busy:?}");
+    assert!(
+        (600_000..610_000).contains(&busy.age_ms.unwrap()),
+        "{busy:?}"
+    );
+    let idle = k.store.partition("idle").await.unwrap();
+    assert_eq!((idle.rate, idle.eta_ms), (0.0, None), "{idle:?}");
+}

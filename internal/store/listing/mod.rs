@@ -80,7 +80,22 @@ pub struct PartitionView {
     /// Milliseconds from the database's now until then.
     #[sea_orm(skip)]
     pub next_due_in_ms: Option<i64>,
+    /// Items completed per second over the last 5 minutes (or since the
+    /// partition was created, when that is later).
+    #[sea_orm(skip)]
+    pub rate: f64,
+    /// Milliseconds until its available items are done at that rate;
+    /// None when it has no rate (unknown) or nothing is left.
+    #[sea_orm(skip)]
+    pub eta_ms: Option<i64>,
+    /// Milliseconds since it was created (None when it has no items: the
+    /// count that reads the clock read nothing).
+    #[sea_orm(skip)]
+    pub age_ms: Option<i64>,
 }
+
+/// The window a partition's rate is counted over.
+const RATE_WINDOW_MS: i64 = 300_000;
 
 /// Items of one partition at one gate with one status
 /// (`partition_id, gate, status, COUNT(*) AS n`), as the status is stored,
@@ -94,6 +109,7 @@ struct ItemCount {
     scheduled: Int,
     next_due: Option<i64>,
     now: i64,
+    recent: Int,
 }
 
 /// Filters of [`Store::partitions`].
@@ -207,7 +223,8 @@ impl Store {
         s.push(&format!(
             "SELECT partition_id, {gate}, status, COUNT(*) AS n, \
              COUNT(CASE WHEN {later} THEN 1 END) AS scheduled, \
-             MIN(CASE WHEN {later} THEN not_before END) AS next_due, {{now}} AS now \
+             MIN(CASE WHEN {later} THEN not_before END) AS next_due, {{now}} AS now, \
+             COUNT(CASE WHEN status = 'complete' AND updated_at >= {{now}} - {RATE_WINDOW_MS} THEN 1 END) AS recent \
              FROM feed_items i WHERE partition_id IN ("
         ))
         .binds(ids.iter().map(|i| Value::from(i.clone())))
@@ -227,11 +244,14 @@ impl Store {
                 scheduled,
                 next_due,
                 now,
+                recent,
             } = ItemCount::from_query_result(&r, "")?;
             let Some(&i) = index.get(&partition_id) else {
                 continue;
             };
             let p = &mut list[i];
+            p.age_ms = Some(now - p.created_at);
+            p.rate += recent.0 as f64;
             p.scheduled_items += scheduled.0;
             if let Some(due) = next_due.filter(|d| p.next_due.is_none_or(|n| d < &n)) {
                 p.next_due = Some(due);
@@ -243,6 +263,13 @@ impl Store {
                 .or_default()
                 .entry(status)
                 .or_default() += n;
+        }
+        for p in list.iter_mut() {
+            // `rate` holds the completions of the window until here.
+            let window = p.age_ms.unwrap_or(0).clamp(1_000, RATE_WINDOW_MS) as f64 / 1000.0;
+            p.rate /= window;
+            let left = p.items_by_status.get("available").copied().unwrap_or(0);
+            p.eta_ms = (p.rate > 0.0 && left > 0).then(|| (left as f64 / p.rate * 1000.0) as i64);
         }
         Ok(())
     }
