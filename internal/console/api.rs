@@ -118,6 +118,28 @@ pub(super) fn table() -> Vec<(Endpoint, MethodRouter<Console>)> {
         (
             e(
                 "POST",
+                "/bulk",
+                no_query,
+                "`{\"action\": \"retry\"|\"pause\"|\"resume\"|\"cancel\", \"status\"?: S, \"tenant\"?: T, \"prefix\"?: P, \"dry_run\"?: true}`",
+                Admin,
+                "applies the action to every partition the filter matches, 500 at a time, and records it in `feed_audit`: `{action, filter, matched, changed, dry_run, message}` (`dry_run` only counts; a filter matching nothing says so in `message`)",
+            ),
+            post(super::bulk::bulk),
+        ),
+        (
+            e(
+                "GET",
+                "/audit",
+                no_query,
+                "",
+                Admin,
+                "the last 100 bulk actions, newest first: `[{id, at, actor, action, filter, matched, changed}…]`",
+            ),
+            get(super::bulk::audit),
+        ),
+        (
+            e(
+                "POST",
                 "/items/{id}/retry",
                 fields::<ItemAt>,
                 "",

@@ -19,6 +19,7 @@ mod actions;
 mod admit;
 mod api;
 mod auth;
+mod bulk;
 mod client;
 mod completion;
 pub mod endpoints;

@@ -78,6 +78,7 @@ async fn overview(State(c): State<Console>, viewer: Viewer) -> Response {
 struct ListQuery {
     status: Option<String>,
     prefix: Option<String>,
+    tenant: Option<String>,
     after: Option<String>,
     done: Option<String>,
 }
@@ -90,12 +91,17 @@ async fn partitions(
     let f = PartitionFilter {
         status: q.status.clone().filter(|s| !s.is_empty()),
         prefix: q.prefix.clone(),
+        tenant: q.tenant.clone().filter(|t| !t.is_empty()),
         after: q.after.filter(|s| !s.is_empty()),
         limit: PAGE,
     };
     let r = async { c.store().await?.partitions(&f).await }.await;
-    let (status, prefix) = (q.status.unwrap_or_default(), q.prefix.unwrap_or_default());
-    let body = r.map(|p| views::partitions::partitions(&p, &status, &prefix));
+    let shown = views::partitions::Shown {
+        status: q.status.unwrap_or_default(),
+        prefix: q.prefix.unwrap_or_default(),
+        tenant: q.tenant.unwrap_or_default(),
+    };
+    let body = r.map(|p| views::partitions::partitions(&p, &shown));
     respond(&viewer, "Partitions", body)
 }
 

@@ -18,6 +18,7 @@ pub(super) async fn status(open: Admitted<Open>) -> Response {
 pub(super) struct PartitionQuery {
     status: Option<String>,
     prefix: Option<String>,
+    tenant: Option<String>,
     after: Option<String>,
     limit: Option<u64>,
 }
@@ -26,6 +27,7 @@ pub(super) async fn partitions(Query(q): Query<PartitionQuery>, open: Admitted<O
     let f = PartitionFilter {
         status: q.status.filter(|s| !s.is_empty()),
         prefix: q.prefix,
+        tenant: q.tenant.filter(|t| !t.is_empty()),
         after: q.after.filter(|s| !s.is_empty()),
         limit: q.limit.unwrap_or(50),
     };

@@ -5,6 +5,7 @@
 //! lives in `driver`, one file per database. Operator controls live in `controls`, the console's read
 //! models in [`listing`], retention in [`prune`].
 
+pub mod audit;
 pub mod backlog;
 mod batches;
 mod citus;

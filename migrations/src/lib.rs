@@ -36,6 +36,7 @@ mod m20261201_000023_wake_without_trigger;
 mod m20261201_000024_events_without_trigger;
 mod m20261202_000025_citus;
 mod m20261203_000026_gate_at;
+mod m20261203_000027_audit;
 
 /// Feed on Citus: which tables it distributes, and the step that does it.
 pub mod citus {
@@ -218,6 +219,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261201_000024_events_without_trigger::Migration),
             Box::new(m20261202_000025_citus::Migration),
             Box::new(m20261203_000026_gate_at::Migration),
+            Box::new(m20261203_000027_audit::Migration),
         ]
     }
 

@@ -19,6 +19,7 @@ mod book_examples;
 mod breaker;
 mod browser;
 mod browser_overview;
+mod bulk;
 mod chaos;
 mod chaos_hands;
 mod citus;

@@ -32,7 +32,19 @@ fn scheduled(p: &PartitionView) -> String {
     }
 }
 
-pub(crate) fn partitions(page: &Page<PartitionView>, status: &str, prefix: &str) -> Markup {
+/// The partitions page's filter, as the form shows it.
+pub(crate) struct Shown {
+    pub status: String,
+    pub prefix: String,
+    pub tenant: String,
+}
+
+pub(crate) fn partitions(page: &Page<PartitionView>, shown: &Shown) -> Markup {
+    let Shown {
+        status,
+        prefix,
+        tenant,
+    } = shown;
     html! {
         form.filters method="get" action="/partitions" {
             label { "Status " select name="status" {
@@ -40,6 +52,7 @@ pub(crate) fn partitions(page: &Page<PartitionView>, status: &str, prefix: &str)
                 @for s in PARTITION_STATUSES { option value=(s) selected[status == s] { (s) } }
             } }
             label { "Id starts with " input type="search" name="prefix" value=(prefix); }
+            label { "Tenant " input type="search" name="tenant" value=(tenant); }
             button type="submit" { "Filter" }
         }
         div #live {
@@ -65,7 +78,7 @@ pub(crate) fn partitions(page: &Page<PartitionView>, status: &str, prefix: &str)
             }
             @if page.data.is_empty() { p.muted { "No partitions match." } }
             @if let Some(next) = &page.next {
-                a.next href={ "/partitions?status=" (enc(status)) "&prefix=" (enc(prefix)) "&after=" (enc(next)) } { "Next page →" }
+                a.next href={ "/partitions?status=" (enc(status)) "&prefix=" (enc(prefix)) "&tenant=" (enc(tenant)) "&after=" (enc(next)) } { "Next page →" }
             }
         }
     }

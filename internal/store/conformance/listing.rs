@@ -23,6 +23,7 @@ async fn partitions_filter_by_prefix_and_page(k: Kit) {
             prefix: Some(prefix.into()),
             status: status.map(Into::into),
             after: after.map(Into::into),
+            tenant: None,
             limit,
         };
         let store = k.store.clone();

@@ -12,8 +12,8 @@ use serde::Serialize;
 
 pub use items::{ItemFilter, ItemView};
 
-use super::Store;
 use super::driver::{Int, Sql, sql};
+use super::{Store, get};
 use crate::ids::Tenant;
 use crate::{Error, Result, validate};
 
@@ -120,6 +120,8 @@ pub struct PartitionFilter {
     pub status: Option<String>,
     /// Only ids starting with this.
     pub prefix: Option<String>,
+    /// Only partitions of this tenant.
+    pub tenant: Option<String>,
     /// Ids after this one (keyset pagination).
     pub after: Option<String>,
     /// Page size (capped at [`MAX_PAGE`]).
@@ -169,17 +171,50 @@ fn clamp(limit: u64) -> u64 {
 impl Store {
     /// Partitions in id order, filtered, with per-gate item counts.
     pub async fn partitions(&self, f: &PartitionFilter) -> Result<Page<PartitionView>> {
-        check(f.status.as_deref(), f.after.as_deref())?;
-        if let Some(p) = &f.prefix {
-            validate::filter("prefix", p)?;
-        }
         let limit = clamp(f.limit);
         let mut s = Sql::new(self.driver);
         s.push(&format!(
             "SELECT {PARTITION_COLUMNS} FROM feed_partitions WHERE 1 = 1"
         ));
-        and_eq(&mut s, "status", f.status.clone().map(Into::into));
+        self.matching(&mut s, f)?;
+        s.push(" ORDER BY id LIMIT ").bind((limit + 1) as i64);
+        let rows = self.fetch(s.statement()).await?;
+        let mut list = rows.iter().map(partition_row).collect::<Result<Vec<_>>>()?;
+        let ids: Vec<String> = list
+            .iter()
+            .take(limit as usize)
+            .map(|p| p.id.clone())
+            .collect();
+        self.add_counts(&mut list, &ids).await?;
+        Ok(page(list, limit, |p| p.id.clone()))
+    }
+
+    /// The ids of the partitions `f` matches, in id order, a page at a time.
+    pub async fn partition_ids(&self, f: &PartitionFilter) -> Result<Page<String>> {
+        let limit = clamp(f.limit);
+        let mut s = Sql::new(self.driver);
+        s.push("SELECT id FROM feed_partitions WHERE 1 = 1");
+        self.matching(&mut s, f)?;
+        s.push(" ORDER BY id LIMIT ").bind((limit + 1) as i64);
+        let rows = self.fetch(s.statement()).await?;
+        let ids = rows
+            .iter()
+            .map(|r| get(r, "id"))
+            .collect::<Result<Vec<String>>>()?;
+        Ok(page(ids, limit, Clone::clone))
+    }
+
+    /// Appends `f`'s conditions (after a `WHERE`), refusing filters no
+    /// row can match or a database cannot compare.
+    fn matching(&self, s: &mut Sql, f: &PartitionFilter) -> Result<()> {
+        check(f.status.as_deref(), f.after.as_deref())?;
+        and_eq(s, "status", f.status.clone().map(Into::into));
+        if let Some(t) = &f.tenant {
+            validate::filter("tenant", t)?;
+            s.push(" AND tenant = ").bind(t.clone());
+        }
         if let Some(p) = f.prefix.as_deref().filter(|p| !p.is_empty()) {
+            validate::filter("prefix", p)?;
             let escaped: String = p
                 .chars()
                 .flat_map(|c| match c {
@@ -192,21 +227,12 @@ impl Store {
             s.push(" AND id LIKE ")
                 .bind(format!("{escaped}%"))
                 .push(" ESCAPE '!' AND ");
-            self.driver.id_starts(&mut s, p);
+            self.driver.id_starts(s, p);
         }
         if let Some(a) = &f.after {
             s.push(" AND id > ").bind(a.clone());
         }
-        s.push(" ORDER BY id LIMIT ").bind((limit + 1) as i64);
-        let rows = self.fetch(s.statement()).await?;
-        let mut list = rows.iter().map(partition_row).collect::<Result<Vec<_>>>()?;
-        let ids: Vec<String> = list
-            .iter()
-            .take(limit as usize)
-            .map(|p| p.id.clone())
-            .collect();
-        self.add_counts(&mut list, &ids).await?;
-        Ok(page(list, limit, |p| p.id.clone()))
+        Ok(())
     }
 
     pub(super) async fn add_counts(
