@@ -163,6 +163,20 @@ pub async fn distribute(db: &impl ConnectionTrait) -> Result<(), DbErr> {
     Ok(())
 }
 
+/// On Citus, one connection per node for the rest of the transaction:
+/// a later migration that changes a distributed table calls this first,
+/// so that this migration's `down` (function calls) can follow it in the
+/// same transaction.
+pub(crate) async fn sequential(manager: &SchemaManager<'_>) -> Result<(), DbErr> {
+    if citus(manager).await? {
+        manager
+            .get_connection()
+            .execute_unprepared(SEQUENTIAL)
+            .await?;
+    }
+    Ok(())
+}
+
 /// Whether the database is PostgreSQL with the Citus extension.
 async fn citus(manager: &SchemaManager<'_>) -> Result<bool, DbErr> {
     if manager.get_database_backend() != DbBackend::Postgres {

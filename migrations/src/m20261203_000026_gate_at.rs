@@ -25,6 +25,7 @@ pub(crate) struct Migration;
 #[async_trait::async_trait]
 impl MigrationTrait for Migration {
     async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        crate::m20261202_000025_citus::sequential(manager).await?;
         crate::add_columns(manager, &COLUMNS).await?;
         let insert = match manager.get_database_backend() {
             DbBackend::Postgres => {
@@ -38,6 +39,7 @@ impl MigrationTrait for Migration {
     }
 
     async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        crate::m20261202_000025_citus::sequential(manager).await?;
         manager
             .get_connection()
             .execute_unprepared("DELETE FROM feed_maintenance WHERE name = 'backlog'")

@@ -449,3 +449,37 @@ async fn events_without_trigger_up_and_down(db: TestDb) {
     db.store.migrate().await.unwrap();
     assert_eq!(triggers(&db).await, 0);
 }
+
+on_all_backends!(figures_and_audit_up_and_down);
+/// From the schema before the figures: `up` adds `gate_at` (0 on existing
+/// partitions: not moved since created), the backlog's lease row, the
+/// retried and failed counts per minute and the audit table; the backlog
+/// and the audit work on the migrated rows; `down` and `up` again keep the
+/// work.
+async fn figures_and_audit_up_and_down(db: TestDb) {
+    down_before(&db, "m20261203_000026").await;
+    db.partition_of("p", true, false, "block", &["a", "b"])
+        .await;
+    db.store.migrate().await.unwrap();
+    assert_eq!(
+        db.count("SELECT gate_at AS n FROM feed_partitions WHERE id = 'p'")
+            .await,
+        0
+    );
+    let backlog_row = "SELECT COUNT(*) AS n FROM feed_maintenance WHERE name = 'backlog'";
+    assert_eq!(db.count(backlog_row).await, 1);
+    assert_eq!(db.store.backlog().await.unwrap()[0].ready, 2);
+    db.store
+        .record_audit("me", "pause", "tenant=x", 1, 1)
+        .await
+        .unwrap();
+    assert_eq!(db.store.audit(10).await.unwrap()[0].action, "pause");
+    down_before(&db, "m20261203_000026").await;
+    assert_eq!(db.count("SELECT COUNT(*) AS n FROM feed_items").await, 2);
+    db.store.migrate().await.unwrap();
+    assert_eq!(
+        db.store.audit(10).await.unwrap().len(),
+        0,
+        "down dropped the audit"
+    );
+}
