@@ -1,27 +1,28 @@
-//! The backlog gauges (`feed_backlog_*`): one processor at a time counts
-//! the fleet's backlog by tenant every [`INTERVAL`] (less often when one
-//! count takes long: it waits 20 times its own duration), so that an autoscaler reading any
-//! processor's metrics sums to the fleet's figure once. The processors
-//! race for the `backlog` row of `feed_maintenance` (a lease on the
-//! database clock, as retention's); the others export no backlog series.
+//! The backlog gauges (`feed_backlog_*`): one processor at a time sets
+//! them from the fleet's backlog by tenant every [`INTERVAL`], so that an
+//! autoscaler reading any processor's metrics sums to the fleet's figure
+//! once. The processors race for the `backlog` row of `feed_maintenance`
+//! (a lease on the database clock, as retention's); the others export no
+//! backlog series. The count is the store's recent one
+//! ([`Store::recent_backlog`]), shared with the console and the API of the
+//! same process and counted again only as often as its cost allows.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
 use crate::context::Session;
 use crate::metrics::Metrics;
 use crate::store::Store;
-use crate::store::backlog::SPACING;
 
-/// How often the holder counts, at most.
+/// How often the holder sets the gauges.
 const INTERVAL: Duration = Duration::from_secs(15);
-/// How long the lease outlives the wait before the next count: a dead
-/// holder is replaced within that.
-const LEASE: Duration = Duration::from_secs(30);
+/// How long the lease lasts: the holder renews it every [`INTERVAL`], and
+/// a dead holder is replaced within this.
+const LEASE: Duration = Duration::from_secs(45);
 
-/// Counts the backlog while this processor holds the lease, until
+/// Sets the backlog gauges while this processor holds the lease, until
 /// `cancel`.
 pub(crate) async fn run(
     store: Store,
@@ -30,41 +31,29 @@ pub(crate) async fn run(
     cancel: CancellationToken,
 ) {
     loop {
-        let began = Instant::now();
-        let counted = tokio::select! {
+        let r = tokio::select! {
             _ = cancel.cancelled() => return,
             r = count(&store, &session, &metrics) => r,
         };
-        let wait = INTERVAL.max(began.elapsed() * SPACING);
-        let kept = match counted {
-            // The lease outlives the wait, so that no other processor
-            // counts meanwhile (a sum over processors counts once).
-            Ok(true) => store
-                .lease_maintenance("backlog", &session.id(), wait + LEASE)
-                .await
-                .map(drop),
-            Ok(false) => Ok(()),
-            Err(e) => Err(e),
-        };
-        if let Err(e) = kept {
+        if let Err(e) = r {
             clear(&metrics);
             tracing::warn!(error = %e, "counting the backlog failed; trying again later");
         }
         tokio::select! {
             _ = cancel.cancelled() => return,
-            _ = tokio::time::sleep(wait) => {}
+            _ = tokio::time::sleep(INTERVAL) => {}
         }
     }
 }
 
-/// One count, when the lease is this processor's (true: it counted).
-async fn count(store: &Store, session: &Session, metrics: &Metrics) -> crate::Result<bool> {
+/// Sets the gauges, when the lease is this processor's.
+async fn count(store: &Store, session: &Session, metrics: &Metrics) -> crate::Result<()> {
     let me = session.id();
     if !store.lease_maintenance("backlog", &me, LEASE).await? {
         clear(metrics);
-        return Ok(false);
+        return Ok(());
     }
-    let backlog = store.backlog().await?;
+    let backlog = store.recent_backlog().await?;
     clear(metrics);
     for t in &backlog {
         let label = metrics.tenants.label(t.tenant.as_deref());
@@ -85,7 +74,7 @@ async fn count(store: &Store, session: &Session, metrics: &Metrics) -> crate::Re
             oldest.set(age);
         }
     }
-    Ok(true)
+    Ok(())
 }
 
 /// Removes the backlog series: a processor that does not count exports

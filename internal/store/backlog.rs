@@ -36,11 +36,10 @@ pub struct TenantBacklog {
 
 /// A count is reused for at least this long by [`Store::recent_backlog`].
 const FRESH: Duration = Duration::from_secs(15);
-/// A count is reused for at least this many times its own duration (by
-/// [`Store::recent_backlog`] and the processors' gauges): with millions of
-/// items available one count takes seconds, and the database then spends
-/// at most 1/20 of a core on it.
-pub(crate) const SPACING: u32 = 20;
+/// A count is reused for at least this many times its own duration: with
+/// millions of items available one count takes seconds, and the database
+/// then spends at most 1/20 of a core on it.
+const SPACING: u32 = 20;
 
 /// The last count of this store (all its clones), with when it began and
 /// how long it took.
