@@ -30,7 +30,8 @@
 //! failing partitions), `server` and `metrics` (health and Prometheus
 //! metrics), `retention` (pruning finished partitions, one processor at a
 //! time), `backlog` (the fleet's backlog gauges, counted by one processor
-//! at a time), `backoff` (retry delays), `ratelog` (a lasting fault logged at
+//! at a time), `backoff` (retry delays), `recent` (the last five minutes of handler calls
+//! and queue waits, written with the heartbeat for the fleet's figures), `ratelog` (a lasting fault logged at
 //! a bounded rate), `validate` (what every entrance accepts: ids, gates,
 //! filters, traceparents), `rate` (a rate as users write it, below the
 //! config, the store and the limiter), `printable` (text made safe to
@@ -75,6 +76,7 @@ pub(crate) mod policy;
 pub mod printable;
 pub mod rate;
 pub(crate) mod ratelog;
+pub mod recent;
 pub mod recurring;
 pub mod reference;
 pub(crate) mod retention;

@@ -99,12 +99,14 @@ macro_rules! metrics {
             $($(#[$doc])* pub(crate) $field: $ty,)*
             /// The tenants that label series of their own.
             pub(crate) tenants: Tenants,
+            /// The last five minutes, for the session row.
+            pub(crate) recent: crate::recent::Recent,
         }
 
         impl Metrics {
             /// Creates the metrics and registers them under `feed_`.
             pub(crate) fn new(registry: &mut Registry) -> Self {
-                let m = Metrics { $($field: $init,)* tenants: Tenants::default() };
+                let m = Metrics { $($field: $init,)* tenants: Tenants::default(), recent: Default::default() };
                 let r = registry.sub_registry_with_prefix("feed");
                 $(r.register($name, $help, m.$field.clone());)*
                 m

@@ -13,7 +13,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use prometheus_client::metrics::counter::Counter;
 use tokio_util::sync::CancellationToken;
 
 use crate::Config;
@@ -40,6 +39,18 @@ fn beat_limit(config: &Config) -> Duration {
     (config.leases.session_expiry / 2).min(config.database.statement_timeout)
 }
 
+/// What a heartbeat writes of the metrics: the rate the processor holds
+/// itself to after "too many" answers, and its last five minutes.
+fn beat(metrics: &crate::metrics::Metrics, config: &Config) -> crate::store::Beat {
+    let in_flight = metrics.in_flight.get().max(0) as u64;
+    crate::store::Beat {
+        send_rate: metrics.adaptive_rate.get(),
+        figures: metrics
+            .recent
+            .figures(in_flight, config.handler.request_timeout),
+    }
+}
+
 /// After a good heartbeat, whether the database answers everything: no
 /// statement timed out within the statement timeout (a stuck one would have).
 fn database_ok(store: &Store, config: &Config) -> bool {
@@ -56,11 +67,10 @@ pub(crate) struct Keeper {
     pub session: Arc<Session>,
     /// What `/readyz` reports.
     pub health: Arc<Health>,
-    /// `feed_sessions_lost`.
-    pub sessions_lost: Counter,
-    /// `feed_adaptive_rate`, written with each heartbeat so that the
-    /// console shows what the handler's "too many" answers did.
-    pub send_rate: prometheus_client::metrics::gauge::Gauge,
+    /// The metrics: `feed_sessions_lost`, the adaptive rate and the last
+    /// five minutes, written with each heartbeat so that the console
+    /// shows them.
+    pub metrics: Arc<crate::metrics::Metrics>,
     /// Settings.
     pub config: Config,
 }
@@ -74,8 +84,7 @@ pub(crate) async fn keep(keeper: Keeper, cancel: CancellationToken) {
         store,
         session,
         health,
-        sessions_lost,
-        send_rate,
+        metrics,
         config,
     } = keeper;
     let expiry = config.leases.session_expiry;
@@ -102,7 +111,10 @@ pub(crate) async fn keep(keeper: Keeper, cancel: CancellationToken) {
             config.leases.max_partitions
         };
         let beat = store
-            .within(limit, store.heartbeat(&id, send_rate.get(), held, cap))
+            .within(
+                limit,
+                store.heartbeat(&id, &beat(&metrics, &config), held, cap),
+            )
             .await;
         match beat {
             Ok(true) => {
@@ -121,7 +133,7 @@ pub(crate) async fn keep(keeper: Keeper, cancel: CancellationToken) {
             }
             Ok(false) => {
                 tracing::warn!(session = %id, "session row is gone (declared dead): every lease is lost; registering a new session");
-                sessions_lost.inc();
+                metrics.sessions_lost.inc();
                 let new = SessionId::random();
                 match register(&store, &config, &new).await {
                     Ok(()) => {

@@ -11,6 +11,7 @@ mod secret;
 mod controls;
 mod db;
 mod events;
+mod fleet;
 mod items;
 mod limits;
 mod listen;

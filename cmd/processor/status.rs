@@ -8,7 +8,7 @@ use clap::Args;
 use feed::store::listing::PartitionView;
 use feed::store::status::{LIST_LIMIT, Status};
 
-use super::{DbArgs, connect};
+use super::{DbArgs, connect, fleet};
 
 #[derive(Args)]
 pub struct StatusArgs {
@@ -73,8 +73,8 @@ pub async fn status(a: StatusArgs) -> anyhow::Result<()> {
     }
     let unsent = crate::events::unsent(&store, s.events_pending > 0).await;
     print_partitions(&s, a.partition.is_none());
-    print_throughput(&s);
-    print_backlog(&s);
+    fleet::print_throughput(&s);
+    fleet::print_backlog(&s);
     print_items(&s);
     print_events(&s, unsent);
     if s.failed_items.len() >= LIST_LIMIT {
@@ -82,44 +82,8 @@ pub async fn status(a: StatusArgs) -> anyhow::Result<()> {
             "showing the first {LIST_LIMIT} failed items (by partition and id); more may be failed"
         );
     }
-    print_processors(&s);
+    fleet::print_processors(&s);
     Ok(())
-}
-
-/// The fleet's results per second over the last 1, 5 and 15 minutes.
-fn print_throughput(s: &Status) {
-    let t = &s.throughput;
-    let windows = [
-        ("1 min", t.last_1m),
-        ("5 min", t.last_5m),
-        ("15 min", t.last_15m),
-    ];
-    let shown: Vec<String> = windows
-        .iter()
-        .map(|(w, r)| {
-            let (c, rt, f) = (r.completed, r.retried, r.failed);
-            format!("{w}: {c:.1} completed, {rt:.1} retried, {f:.1} failed")
-        })
-        .collect();
-    println!("throughput  per second over {}", shown.join("; "));
-}
-
-/// The fleet's backlog, one line per tenant.
-fn print_backlog(s: &Status) {
-    for (n, t) in s.backlog.iter().enumerate() {
-        let oldest = t.oldest_ready_ms.map_or(String::new(), |ms| {
-            let age = std::time::Duration::from_secs((ms.max(0) / 1000) as u64);
-            format!(" (the oldest for {})", humantime::format_duration(age))
-        });
-        println!(
-            "{:<11} {}: {} ready{oldest}, {} scheduled, {} retrying",
-            if n == 0 { "backlog" } else { "" },
-            t.tenant.as_deref().map_or("no tenant".into(), clean),
-            t.ready,
-            t.scheduled,
-            t.retrying
-        );
-    }
 }
 
 /// The partitions: counts by status, the table, when the first scheduled
@@ -251,44 +215,6 @@ fn print_events(s: &Status, unsent: bool) {
     }
     if unsent {
         println!("            {}", crate::events::NO_SENDER);
-    }
-}
-
-/// The live processors, and why any of them holds dispatch off.
-fn print_processors(s: &Status) {
-    let mut t = table([
-        "processor",
-        "host",
-        "pid",
-        "version",
-        "partitions",
-        "last heartbeat",
-    ]);
-    for p in &s.processors {
-        t.add_row([
-            clean(&p.id),
-            clean(&p.hostname),
-            p.pid.to_string(),
-            clean(&p.software_version),
-            p.partitions.to_string(),
-            format!("{:.1}s ago", p.heartbeat_age_ms as f64 / 1000.0),
-        ]);
-    }
-    if s.processors.is_empty() {
-        println!("no live processors");
-    } else {
-        println!("{t}");
-    }
-    for p in &s.processors {
-        if let (Some(why), Some(since)) = (&p.held_reason, p.held_since) {
-            let held = (p.heartbeat_at - since + p.heartbeat_age_ms).max(0) as u64;
-            println!(
-                "processor {} holds dispatch off (for {}, no attempts counted): {}",
-                clean(&p.id),
-                humantime::format_duration(Duration::from_secs(held / 1000)),
-                clean(why)
-            );
-        }
     }
 }
 

@@ -11,7 +11,7 @@ use axum::routing::{get, post};
 use serde::Deserialize;
 
 use super::forms::{self, done_message};
-use super::html::{html_live, respond};
+use super::html::{html_live, page, respond};
 use super::views::{self, Viewer};
 use super::{Console, login};
 use crate::store::listing::{ItemFilter, PartitionFilter};
@@ -69,9 +69,22 @@ impl FromRequestParts<Console> for Viewer {
 }
 
 async fn overview(State(c): State<Console>, viewer: Viewer) -> Response {
-    let r = async { c.store().await?.overview().await }.await;
-    let body = r.map(|o| html_live(views::fleet::overview(&o)));
-    respond(&viewer, "Overview", body)
+    match async { c.store().await?.overview().await }.await {
+        Ok(o) => respond(
+            &viewer,
+            "Overview",
+            Ok(html_live(views::fleet::overview(&o))),
+        ),
+        Err(e) => {
+            let (code, why) = super::errors::public(e);
+            page(
+                code,
+                "Overview",
+                &viewer,
+                html_live(views::fleet::unknown(&why)),
+            )
+        }
+    }
 }
 
 #[derive(Deserialize, Default)]

@@ -228,6 +228,7 @@ impl Dispatcher {
                 let wait = waited + item.read.elapsed();
                 let queue_wait = self.ctx.metrics.queue_wait.get_or_create(tenant);
                 queue_wait.observe(wait.as_secs_f64());
+                self.ctx.metrics.recent.wait(wait);
             }
             self.calls
                 .in_flight

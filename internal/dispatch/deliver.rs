@@ -134,11 +134,13 @@ pub(super) async fn deliver(
             outcomes = vec![failed; fences.len()];
         }
         // The call failed when all of its items did (for a batch).
+        let failed = outcomes.iter().all(|o| o.error_type().is_some());
         if let Some(e) = outcomes.first().and_then(Outcome::error_type)
-            && outcomes.iter().all(|o| o.error_type().is_some())
+            && failed
         {
             crate::otel::failed(&traced, e);
         }
+        ctx.metrics.recent.call(started.elapsed(), failed);
         let first = fences.first().map_or("", |f| f.id.as_str());
         let (outcomes, verdict) = breaker(ctx, outcomes, started, first, counted);
         // The slot is freed once the breaker has the answer: every call

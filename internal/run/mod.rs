@@ -244,8 +244,7 @@ fn keeper(ctx: &Context) -> session::Keeper {
         store: ctx.store.clone(),
         session: ctx.session.clone(),
         health: ctx.health.clone(),
-        sessions_lost: ctx.metrics.sessions_lost.clone(),
-        send_rate: ctx.metrics.adaptive_rate.clone(),
+        metrics: ctx.metrics.clone(),
         config: ctx.config.clone(),
     }
 }

@@ -78,6 +78,7 @@ pub(crate) use results::{Ack, ItemWrite, Written, sanitize_error};
 pub use schedules::ScheduleRow;
 pub use schema::SchemaError;
 pub use scope::ProducerScope;
+pub(crate) use sessions::Beat;
 use timeout::Bound;
 pub use timeout::DEFAULT_STATEMENT_TIMEOUT;
 

@@ -35,6 +35,11 @@ pub struct Overview {
     pub throughput: super::throughput::Throughput,
     /// The backlog by tenant (a recent count: see [`Store::recent_backlog`]).
     pub backlog: Vec<super::backlog::TenantBacklog>,
+    /// The handler's state and the queue wait over the last 5 minutes.
+    pub fleet: crate::recent::Fleet,
+    /// Whether the database takes writes (a primary); None where that
+    /// cannot be told.
+    pub primary: Option<bool>,
 }
 
 /// Partitions of one status and pause state (`status, paused, COUNT(*) AS n`).
@@ -96,16 +101,48 @@ impl Store {
             })
             .collect::<Result<Vec<_>>>()?;
         let (events_pending, events_failed) = self.event_backlog(None).await?;
+        let processors = self.processors().await?;
         Ok(Overview {
+            fleet: ProcessorStatus::fleet(&processors),
+            primary: self.takes_writes().await?,
             partitions_by_status,
             paused,
             completed_per_minute,
-            processors: self.processors().await?,
+            processors,
             now: self.now_ms().await?,
             events_pending,
             events_failed,
             throughput: self.throughput().await?,
             backlog: self.recent_backlog().await?,
         })
+    }
+}
+
+/// `v`: whether the server is read-only, as the backend says it.
+#[derive(FromQueryResult)]
+struct ReadOnly {
+    v: String,
+}
+
+impl Store {
+    /// Whether the database takes writes: on PostgreSQL not a standby
+    /// nor a read-only server (`transaction_read_only`), on MariaDB and
+    /// MySQL not `read_only`; SQLite always does.
+    pub async fn takes_writes(&self) -> Result<Option<bool>> {
+        let ask = match self.backend() {
+            sea_orm::DbBackend::Postgres => {
+                sql!(self.driver; "SELECT current_setting('transaction_read_only') AS v")
+            }
+            sea_orm::DbBackend::MySql => {
+                sql!(self.driver; "SELECT CAST(@@global.read_only AS CHAR) AS v")
+            }
+            _ => return Ok(Some(true)),
+        };
+        let rows = self.fetch(ask).await?;
+        Ok(rows
+            .first()
+            .map(|r| ReadOnly::from_query_result(r, ""))
+            .transpose()?
+            .map(|r| matches!(r.v.to_ascii_lowercase().as_str(), "off" | "0")))
     }
 }

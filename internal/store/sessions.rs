@@ -7,6 +7,15 @@ use super::{Store, get, ms};
 use crate::Result;
 use crate::ids::SessionId;
 
+/// What a heartbeat records of its processor's work.
+#[derive(Debug, Default)]
+pub(crate) struct Beat {
+    /// The rate it holds itself to after throttle answers; 0 = none.
+    pub send_rate: i64,
+    /// Its last five minutes.
+    pub figures: crate::recent::Figures,
+}
+
 impl Store {
     /// Registers a session row for a starting processor; `max_partitions`
     /// is its cap, so that others can take up the share it cannot.
@@ -26,7 +35,8 @@ impl Store {
     }
 
     /// Heartbeats a session, recording the rate it holds itself to after
-    /// throttle answers (0: none), why its dispatch holds off, for how
+    /// throttle answers (0: none) and its last five minutes, why its
+    /// dispatch holds off, for how
     /// long (None: it does not) and its cap (`--max-partitions`, or 0
     /// while it gives its partitions back, so that the others' shares
     /// cover them); false when the row is gone (the session was declared
@@ -34,17 +44,18 @@ impl Store {
     pub(crate) async fn heartbeat(
         &self,
         id: &SessionId,
-        send_rate: i64,
+        beat: &Beat,
         held: Option<(&str, Duration)>,
         cap: Option<usize>,
     ) -> Result<bool> {
-        let rate = (send_rate > 0).then_some(send_rate as f64);
+        let rate = (beat.send_rate > 0).then_some(beat.send_rate as f64);
+        let figures = serde_json::to_string(&beat.figures).ok();
         let (reason, held_for) = held.map_or((None, None), |(r, d)| (Some(r), Some(ms(d))));
         let n = self
             .run(sql!(self.driver;
                 "UPDATE feed_processors SET heartbeat_at = {now}, send_rate = " {rate} ", \
                      held_reason = " {reason} ", held_since = {now} - " {held_for} ", \
-                     max_partitions = " {cap.map(|n| n as i64)} " WHERE id = " {id}
+                     max_partitions = " {cap.map(|n| n as i64)} ", figures = " {figures} " WHERE id = " {id}
             ))
             .await?;
         Ok(n == 1)

@@ -40,6 +40,12 @@ pub struct Status {
     pub backlog: Vec<super::backlog::TenantBacklog>,
     /// The fleet's results per second over the last 1, 5 and 15 minutes.
     pub throughput: super::throughput::Throughput,
+    /// The handler as the fleet saw it over the last 5 minutes: its
+    /// state, calls per second, failed share and latency percentiles.
+    pub handler: crate::recent::HandlerState,
+    /// Items' queue wait (ready to delivered) over the last 5 minutes,
+    /// fleet-wide; None when nothing was delivered.
+    pub queue_wait: Option<crate::recent::Percentiles>,
 }
 
 /// A processor session.
@@ -73,6 +79,24 @@ pub struct ProcessorStatus {
     pub held_reason: Option<String>,
     /// Since when its dispatch holds off (epoch ms, database clock).
     pub held_since: Option<i64>,
+    /// Its last five minutes, as of its last heartbeat (None: not
+    /// written yet, or unreadable).
+    #[sea_orm(skip)]
+    pub figures: Option<crate::recent::Figures>,
+    /// The stored `figures` JSON.
+    #[serde(skip)]
+    #[sea_orm(from_alias = "figures")]
+    stored_figures: Option<String>,
+}
+
+impl ProcessorStatus {
+    /// The fleet's figures, merged from `list`.
+    pub fn fleet(list: &[ProcessorStatus]) -> crate::recent::Fleet {
+        crate::recent::Fleet::merge(
+            list.iter().filter_map(|p| p.figures.as_ref()),
+            list.iter().filter_map(|p| p.held_reason.as_deref()),
+        )
+    }
 }
 
 /// Rows of one status with their count (`status, COUNT(*) AS n`).
@@ -145,9 +169,12 @@ impl Store {
         let (events_pending, events_failed) = self.event_backlog(partition).await?;
         let backlog = self.recent_backlog().await?;
         let throughput = self.throughput().await?;
+        let fleet = ProcessorStatus::fleet(&processors);
         Ok(Status {
             backlog,
             throughput,
+            handler: fleet.handler,
+            queue_wait: fleet.queue_wait,
             partitions_by_status,
             partitions,
             failed_items,
@@ -186,7 +213,7 @@ impl Store {
     pub async fn processors(&self) -> Result<Vec<ProcessorStatus>> {
         self.fetch(sql!(self.driver;
             "SELECT s.id, s.hostname, s.pid, s.software_version, s.started_at, s.heartbeat_at, s.send_rate, \
-                 s.held_reason, s.held_since, \
+                 s.held_reason, s.held_since, s.figures, \
                  {now} - s.heartbeat_at AS age, COALESCE(h.n, 0) AS n \
                  FROM feed_processors s LEFT JOIN (SELECT owner, COUNT(*) AS n FROM feed_partitions \
                  WHERE status = 'available' AND owner IS NOT NULL GROUP BY owner) h ON h.owner = s.id \
@@ -194,7 +221,11 @@ impl Store {
         ))
             .await?
             .iter()
-            .map(|r| Ok(ProcessorStatus::from_query_result(r, "")?))
+            .map(|r| {
+                let mut p = ProcessorStatus::from_query_result(r, "")?;
+                p.figures = p.stored_figures.as_deref().and_then(|j| serde_json::from_str(j).ok());
+                Ok(p)
+            })
             .collect::<Result<Vec<_>>>()
     }
 

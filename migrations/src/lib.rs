@@ -37,6 +37,7 @@ mod m20261201_000024_events_without_trigger;
 mod m20261202_000025_citus;
 mod m20261203_000026_gate_at;
 mod m20261203_000027_audit;
+mod m20261205_000028_figures;
 
 /// Feed on Citus: which tables it distributes, and the step that does it.
 pub mod citus {
@@ -220,6 +221,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261202_000025_citus::Migration),
             Box::new(m20261203_000026_gate_at::Migration),
             Box::new(m20261203_000027_audit::Migration),
+            Box::new(m20261205_000028_figures::Migration),
         ]
     }
 

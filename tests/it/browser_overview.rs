@@ -2,7 +2,8 @@
 //! throughput figure and the chart change between two refreshes without a
 //! reload; the chart's axes and units are there; the refresh control
 //! changes the interval, pauses, and is remembered; the figures on the
-//! page match `/api/v1/status`.
+//! page match `/api/v1/status` (and the handler's state and latency
+//! `/metrics`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -145,6 +146,28 @@ async fn the_overview_is_live() {
         format!("{api:.2}"),
         "{status}"
     );
+    // The handler's state and latency as the processors' heartbeats
+    // carry them: on the page, in the API and in /metrics alike.
+    wait_for(
+        "every call in a heartbeat",
+        Duration::from_secs(30),
+        || async {
+            get(&base, "/api/v1/status").await.1["handler"]["latency"]["count"] == json!(30)
+        },
+    )
+    .await;
+    let (_, status) = get(&base, "/api/v1/status").await;
+    b.goto(&format!("{base}/")).await;
+    let state = b
+        .eval("document.getElementById('handler-state').dataset.state")
+        .await;
+    assert_eq!(state, status["handler"]["state"], "{status}");
+    assert_eq!(state, json!("answering"));
+    assert_eq!(b.text("#handler-latency td.count").await, "30");
+    assert_eq!(b.text("#queue-wait td.count").await, "30");
+    let metrics = proc.metrics().await;
+    let calls = crate::support::metric(&metrics, "feed_handler_request_duration_seconds_count");
+    assert_eq!(calls, 30.0, "{metrics}");
     b.close().await;
 }
 

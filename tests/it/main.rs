@@ -43,6 +43,7 @@ mod failures;
 mod fan_in;
 mod fencing;
 mod figures;
+mod fleet;
 mod gates;
 mod hardening;
 mod held_off;

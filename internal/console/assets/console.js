@@ -44,7 +44,9 @@
     if (a && live.contains(a) && (a.tagName === "INPUT" || a.tagName === "BUTTON")) return;
     var started = generation;
     fetch(location.href, { credentials: "same-origin", headers: { "X-Feed-Refresh": "1" } })
-      .then(function (r) { return r.ok ? r.text() : null; })
+      // An error page that still has a live part (the overview when the
+      // database cannot be reached says "unknown") replaces the figures.
+      .then(function (r) { return r.text(); })
       .then(function (text) {
         if (!text || started !== generation) return;
         var fresh = new DOMParser().parseFromString(text, "text/html").getElementById("live");

@@ -6,6 +6,7 @@ use maud::{Markup, html};
 
 use super::{PARTITION_STATUSES, cut, duration, text, time};
 use crate::console::limits::shown_rate;
+use crate::recent::{Fleet, Percentiles};
 use crate::store::backlog::TenantBacklog;
 use crate::store::overview::Overview;
 use crate::store::status::ProcessorStatus;
@@ -37,8 +38,12 @@ pub(crate) fn overview(o: &Overview) -> Markup {
                 span.count id="count-events-failed" { (o.events_failed) } span { "events failed" }
             }
         }
+        h2 { "Health" }
+        (health(&o.fleet, o.primary))
         h2 { "Throughput now" }
         (throughput(&o.throughput))
+        h2 { "Latency, last 5 minutes" }
+        (latency(&o.fleet))
         h2 { "Backlog" }
         (backlog(&o.backlog))
         p.muted { "counted at most every 15 s" }
@@ -46,6 +51,33 @@ pub(crate) fn overview(o: &Overview) -> Markup {
         (chart(&o.completed_per_minute, start, peak))
         h2 { "Processors" }
         (processors(&o.processors))
+    }
+}
+
+/// The overview when the database cannot be reached: every figure says
+/// "unknown" (none is shown as zero), and the database's line says why.
+pub(crate) fn unknown(why: &str) -> Markup {
+    html! {
+        div.banner.held role="alert" #database-unreachable {
+            strong { "The database cannot be reached" } ": " (text(why))
+            " — every figure below is unknown until it answers again."
+        }
+        section.cards {
+            @for s in PARTITION_STATUSES.iter().chain(&["paused", "processors", "events pending", "events failed"]) {
+                div.card { span.count.unknown { "unknown" } span { (s) } }
+            }
+        }
+        h2 { "Health" }
+        table #health {
+            tbody {
+                tr { th { "handler" } td #handler-state data-state="unknown" { "unknown (the processors' figures are in the database)" } }
+                tr { th { "database" } td #database-state { "unreachable: " (text(why)) } }
+            }
+        }
+        @for section in ["Throughput now", "Latency, last 5 minutes", "Backlog", "Items completed per minute, last hour", "Processors"] {
+            h2 { (section) }
+            p.unknown { "unknown" }
+        }
     }
 }
 
@@ -70,12 +102,15 @@ pub(crate) fn processors(list: &[ProcessorStatus]) -> Markup {
         (held_banner(list))
         @if list.is_empty() { p.muted { "No live processors." } } @else {
             table {
-                thead { tr { th { "session" } th { "host" } th { "pid" } th { "version" } th { "partitions held" } th { "heartbeat age" } th title="the rate it holds itself to after the handler answered 429 (too many requests)" { "send rate" } } }
+                thead { tr { th { "session" } th { "host" } th { "pid" } th { "version" } th { "partitions held" } th { "in flight" } th title="handler calls per second over the last minute" { "calls/s" } th { "dispatch" } th { "heartbeat age" } th title="the rate it holds itself to after the handler answered 429 (too many requests)" { "send rate" } } }
                 tbody {
                     @for p in list {
                         tr.processor data-id=(p.id) {
                             td { code { (p.id) } } td { (p.hostname) } td { (p.pid) }
                             td { (p.software_version) } td { (p.partitions) }
+                            td.in-flight { (p.figures.as_ref().map_or("unknown".into(), |f| f.in_flight.to_string())) }
+                            td.calls { (p.figures.as_ref().map_or("unknown".into(), |f| format!("{:.1}", f.calls_per_second))) }
+                            td.hold { @if p.held_reason.is_some() { "held off" } @else { "dispatching" } }
                             td { (format!("{:.1}s", p.heartbeat_age_ms as f64 / 1000.0)) }
                             td.send-rate { (send_rate(p.send_rate)) }
                         }
@@ -91,6 +126,60 @@ fn send_rate(rate: Option<f64>) -> String {
     match rate {
         Some(r) => format!("{} (after 429s)", shown_rate(Some(r))),
         None => "-".into(),
+    }
+}
+
+/// The handler's state (as the fleet saw it over the last 5 minutes) and
+/// the database's: reachable (this page came from it) and a primary.
+fn health(f: &Fleet, primary: Option<bool>) -> Markup {
+    let h = &f.handler;
+    html! {
+        table #health {
+            tbody {
+                tr { th { "handler" } td #handler-state data-state=(h.state) { strong { (h.state) } ": " (text(&h.reason)) } }
+                tr { th { "handler calls" } td #handler-calls {
+                    (format!("{:.1}/s", h.calls_per_second))
+                    @if let Some(s) = h.failed_share { ", " (format!("{:.1} %", s * 100.0)) " failed (5 min)" }
+                } }
+                tr { th { "database" } td #database-state { "reachable, " (match primary {
+                    Some(true) => "primary (takes writes)",
+                    Some(false) => "read-only (a standby or a demoted primary)",
+                    None => "role unknown",
+                }) } }
+            }
+        }
+    }
+}
+
+/// Queue wait and handler latency percentiles, fleet-wide, over the last
+/// 5 minutes.
+fn latency(f: &Fleet) -> Markup {
+    let ms = |v: f64| {
+        if v >= 1000.0 {
+            format!("{:.2} s", v / 1000.0)
+        } else {
+            format!("{v:.0} ms")
+        }
+    };
+    let row = |what: &str, id: &str, p: Option<Percentiles>| {
+        html! {
+            tr #(id) {
+                th { (what) }
+                @match p {
+                    Some(p) => { td.p50 { (ms(p.p50_ms)) } td.p95 { (ms(p.p95_ms)) } td.p99 { (ms(p.p99_ms)) } td.count { (p.count) } }
+                    None => { td colspan="4" .muted { "none in the last 5 minutes" } }
+                }
+            }
+        }
+    };
+    html! {
+        table #latency {
+            thead { tr { th {} th { "p50" } th { "p95" } th { "p99" } th { "count" } } }
+            tbody {
+                (row("queue wait (ready to delivered)", "queue-wait", f.queue_wait))
+                (row("handler call", "handler-latency", f.handler.latency))
+            }
+        }
     }
 }
 

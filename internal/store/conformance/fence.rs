@@ -291,7 +291,7 @@ async fn an_expired_session_writes_nothing(k: Kit) {
     assert_eq!(k.item_row("x").await, ("available".into(), 0, 0, 0));
     assert!(
         k.store
-            .heartbeat(&"s1".into(), 0, None, None)
+            .heartbeat(&"s1".into(), &Default::default(), None, None)
             .await
             .unwrap()
     );

@@ -16,7 +16,7 @@ async fn a_heartbeat_records_why_dispatch_holds_off(k: Kit) {
     let held = Some((why, Duration::from_secs(90)));
     assert!(
         k.store
-            .heartbeat(&"s1".into(), 0, held, None)
+            .heartbeat(&"s1".into(), &Default::default(), held, None)
             .await
             .unwrap()
     );
@@ -30,7 +30,7 @@ async fn a_heartbeat_records_why_dispatch_holds_off(k: Kit) {
     );
     assert!(
         k.store
-            .heartbeat(&"s1".into(), 0, None, None)
+            .heartbeat(&"s1".into(), &Default::default(), None, None)
             .await
             .unwrap()
     );
@@ -41,7 +41,7 @@ async fn a_heartbeat_records_why_dispatch_holds_off(k: Kit) {
     let expiry = Duration::from_secs(60);
     assert!(
         k.store
-            .heartbeat(&"s1".into(), 0, held, Some(0))
+            .heartbeat(&"s1".into(), &Default::default(), held, Some(0))
             .await
             .unwrap()
     );
@@ -51,7 +51,7 @@ async fn a_heartbeat_records_why_dispatch_holds_off(k: Kit) {
     assert_eq!(k.store.dispatching_peers(&s2, expiry).await.unwrap(), 0);
     assert!(
         k.store
-            .heartbeat(&"s1".into(), 0, None, None)
+            .heartbeat(&"s1".into(), &Default::default(), None, None)
             .await
             .unwrap()
     );
