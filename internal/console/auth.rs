@@ -156,6 +156,16 @@ fn cookie(headers: &HeaderMap) -> Option<String> {
         .map(|(_, value)| value.to_string())
 }
 
+/// How the audit names a console login: the first 8 hex digits of its
+/// session id's SHA-256 (the id itself is a secret), so that the actions
+/// of one login can be told apart from another's.
+pub(super) fn login_tag(headers: &HeaderMap) -> String {
+    use sha2::Digest;
+    let id = cookie(headers).unwrap_or_default();
+    let digest = sha2::Sha256::digest(id.as_bytes());
+    format!("console login {}", &hex::encode(digest)[..8])
+}
+
 /// Page actions: a live login and its CSRF token in the form.
 pub(super) fn check_form(
     token: Option<&AdminToken>,

@@ -29,100 +29,138 @@ pub(super) struct Bulk {
     dry_run: bool,
 }
 
-/// What a bulk action did (or, in a dry run, would apply to).
-#[derive(serde::Serialize)]
-struct Done {
-    action: &'static str,
-    filter: String,
-    matched: u64,
-    changed: u64,
-    dry_run: bool,
-    message: String,
+/// Which partitions a bulk action applies to (every one when empty).
+#[derive(Deserialize, Default, Clone)]
+pub(super) struct Filter {
+    pub(super) status: Option<String>,
+    pub(super) tenant: Option<String>,
+    pub(super) prefix: Option<String>,
 }
 
-/// The filter as the audit records it.
-fn described(b: &Bulk) -> String {
-    let parts = [
-        ("status", &b.status),
-        ("tenant", &b.tenant),
-        ("prefix", &b.prefix),
-    ];
-    let set: Vec<String> = parts
-        .iter()
-        .filter_map(|(k, v)| v.as_deref().map(|v| format!("{k}={v}")))
-        .collect();
-    if set.is_empty() {
-        "every partition".into()
-    } else {
-        set.join(", ")
+impl Filter {
+    /// The filter as the audit records it.
+    pub(super) fn described(&self) -> String {
+        let parts = [
+            ("status", &self.status),
+            ("tenant", &self.tenant),
+            ("prefix", &self.prefix),
+        ];
+        let set: Vec<String> = parts
+            .iter()
+            .filter_map(|(k, v)| v.as_deref().map(|v| format!("{k}={v}")))
+            .collect();
+        if set.is_empty() {
+            "every partition".into()
+        } else {
+            set.join(", ")
+        }
+    }
+}
+
+/// What a bulk action did (or, in a dry run, would apply to).
+#[derive(serde::Serialize)]
+pub(super) struct Done {
+    action: &'static str,
+    filter: String,
+    pub(super) matched: u64,
+    changed: u64,
+    dry_run: bool,
+    pub(super) message: String,
+}
+
+/// The actions a filter may apply in bulk.
+pub(super) fn action(name: &str) -> Option<Action> {
+    match Action::parse(name, None, None) {
+        Some(a @ (Action::Retry | Action::Pause | Action::Resume | Action::Cancel)) => Some(a),
+        _ => None,
     }
 }
 
 /// `POST /bulk`: applies `action` to every partition the filter matches.
-/// The work runs as a task of its own: a request stopped at its time
-/// limit does not stop it half-way, and it is recorded when it ends.
 pub(super) async fn bulk(admin: Admitted<Admin>, body: Bytes) -> Response {
-    let run = tokio::spawn(run(admin.store, body));
-    match run.await {
-        Ok(r) => r,
-        Err(e) => api_error(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            &format!("the bulk action stopped: {e}; see GET /api/v1/audit for what it did"),
-        ),
-    }
-}
-
-/// The bulk action itself.
-async fn run(store: crate::Store, body: Bytes) -> Response {
     let Ok(b) = serde_json::from_slice::<Bulk>(&body) else {
         return api_error(
             StatusCode::BAD_REQUEST,
             "the body must be JSON: {\"action\": \"retry\"|\"pause\"|\"resume\"|\"cancel\", \"status\"?, \"tenant\"?, \"prefix\"?, \"dry_run\"?}",
         );
     };
-    let action = match Action::parse(&b.action, None, None) {
-        Some(a @ (Action::Retry | Action::Pause | Action::Resume | Action::Cancel)) => a,
-        _ => {
-            return api_error(
-                StatusCode::BAD_REQUEST,
-                "unknown bulk action; use retry, pause, resume or cancel",
-            );
-        }
+    let Some(action) = action(&b.action) else {
+        return api_error(
+            StatusCode::BAD_REQUEST,
+            "unknown bulk action; use retry, pause, resume or cancel",
+        );
     };
+    let actor = "api (admin token)".to_string();
+    let filter = Filter {
+        status: b.status,
+        tenant: b.tenant,
+        prefix: b.prefix,
+    };
+    match spawned(admin.store, actor, action, filter, b.dry_run).await {
+        Ok(done) => answer(Ok(done)),
+        Err(e) => json_error(e),
+    }
+}
+
+/// Runs [`apply`] as a task of its own: a request stopped at its time
+/// limit does not stop it half-way, and it is recorded when it ends.
+pub(super) async fn spawned(
+    store: crate::Store,
+    actor: String,
+    action: Action,
+    filter: Filter,
+    dry_run: bool,
+) -> crate::Result<Done> {
+    let run = tokio::spawn(async move { apply(&store, &actor, action, &filter, dry_run).await });
+    run.await.unwrap_or_else(|e| {
+        Err(crate::Error::Unavailable(format!(
+            "the bulk action stopped: {e}; the audit says what it did"
+        )))
+    })
+}
+
+/// Applies `action` to every partition `filter` matches, a page at a
+/// time, through the one-partition code path; records it in the audit
+/// and the log (what it did so far, when an error stops it).
+pub(super) async fn apply(
+    store: &crate::Store,
+    actor: &str,
+    action: Action,
+    filter: &Filter,
+    dry_run: bool,
+) -> crate::Result<Done> {
     let mut f = PartitionFilter::default();
-    (f.status, f.tenant, f.prefix) = (b.status.clone(), b.tenant.clone(), b.prefix.clone());
+    (f.status, f.tenant, f.prefix) = (
+        filter.status.clone(),
+        filter.tenant.clone(),
+        filter.prefix.clone(),
+    );
     f.limit = BATCH;
-    let filter = described(&b);
-    let (store, actor) = (&store, "api (admin token)");
+    let described = filter.described();
     let (mut matched, mut changed) = (0u64, 0u64);
+    let stopped = async |e: crate::Error, matched, changed| {
+        if !dry_run && changed > 0 {
+            let what = format!("{} (stopped: {e})", action.name());
+            let _ = store
+                .record_audit(actor, &what, &described, matched, changed)
+                .await;
+        }
+        Err(e)
+    };
     loop {
         let page = match store.partition_ids(&f).await {
             Ok(p) => p,
-            Err(e) => {
-                return stopped(
-                    store,
-                    actor,
-                    action,
-                    &filter,
-                    (matched, changed),
-                    b.dry_run,
-                    e,
-                )
-                .await;
-            }
+            Err(e) => return stopped(e, matched, changed).await,
         };
         matched += page.data.len() as u64;
-        if !b.dry_run {
+        if !dry_run {
             for id in &page.data {
                 match action.apply(store, id).await {
                     Ok(()) => changed += 1,
                     // Not applicable to this one: nothing to retry, already
                     // finished or cancelled; the rest go on.
                     Err(crate::Error::Conflict(_) | crate::Error::NotFound(_)) => {}
-                    Err(e) => {
-                        let done = (matched, changed);
-                        return stopped(store, actor, action, &filter, done, false, e).await;
-                    }
+                    Err(e) => return stopped(e, matched, changed).await,
                 }
             }
         }
@@ -131,50 +169,31 @@ async fn run(store: crate::Store, body: Bytes) -> Response {
             None => break,
         }
     }
-    if !b.dry_run {
-        tracing::info!(%actor, action = action.name(), %filter, matched, changed, "bulk action");
-        if let Err(e) = store
-            .record_audit(actor, action.name(), &filter, matched, changed)
-            .await
-        {
-            return json_error(e);
-        }
+    if !dry_run {
+        tracing::info!(%actor, action = action.name(), filter = %described, matched, changed, "bulk action");
+        store
+            .record_audit(actor, action.name(), &described, matched, changed)
+            .await?;
     }
-    let message = match (matched, b.dry_run) {
-        (0, _) => format!("no partition matches {filter}"),
-        (n, true) => format!("{} would apply to {n} partitions ({filter})", action.name()),
+    let message = match (matched, dry_run) {
+        (0, _) => format!("no partition matches {described}"),
+        (n, true) => format!(
+            "{} would apply to {n} partitions ({described})",
+            action.name()
+        ),
         (n, false) => format!(
-            "{} changed {changed} of {n} partitions ({filter})",
+            "{} changed {changed} of {n} partitions ({described})",
             action.name()
         ),
     };
-    answer(Ok(Done {
+    Ok(Done {
         action: action.name(),
-        filter,
+        filter: described,
         matched,
         changed,
-        dry_run: b.dry_run,
+        dry_run,
         message,
-    }))
-}
-
-/// A bulk action cut short by an error: what was done is recorded first.
-async fn stopped(
-    store: &crate::Store,
-    actor: &str,
-    action: Action,
-    filter: &str,
-    (matched, changed): (u64, u64),
-    dry_run: bool,
-    e: crate::Error,
-) -> Response {
-    if !dry_run && changed > 0 {
-        let what = format!("{} (stopped: {e})", action.name());
-        let _ = store
-            .record_audit(actor, &what, filter, matched, changed)
-            .await;
-    }
-    json_error(e)
+    })
 }
 
 /// `GET /audit`: the last bulk actions, newest first.

@@ -13,7 +13,7 @@ use super::actions::{Action, ItemAt};
 use super::admit::{Admitted, LoggedIn};
 use super::html::{failure, page};
 use super::views::{self, enc};
-use super::{Console, auth, limits};
+use super::{Console, auth, bulk, limits};
 use crate::Store;
 
 #[derive(Deserialize)]
@@ -244,6 +244,92 @@ pub(super) async fn limits_clear(
     .await
 }
 
+/// The partitions page's bulk form: an action and the list's filter.
+#[derive(Deserialize)]
+pub(super) struct BulkForm {
+    #[serde(default)]
+    csrf: String,
+    confirm: Option<String>,
+    #[serde(default)]
+    action: String,
+    #[serde(default)]
+    status: String,
+    #[serde(default)]
+    tenant: String,
+    #[serde(default)]
+    prefix: String,
+}
+
+/// `POST /bulk` (a page form): counts what the filter matches and asks; once
+/// confirmed, applies the action to every one (as `POST /api/v1/bulk`
+/// does) and shows the audit, where it is recorded with the login.
+pub(super) async fn partitions_bulk(
+    State(c): State<Console>,
+    headers: HeaderMap,
+    admitted: Admitted<LoggedIn>,
+    Form(form): Form<BulkForm>,
+) -> Response {
+    let viewer = c.viewer(&headers);
+    let Some(action) = bulk::action(&form.action) else {
+        let text = "unknown bulk action; use retry, pause, resume or cancel";
+        return page(
+            StatusCode::BAD_REQUEST,
+            "Error",
+            &viewer,
+            views::message(text),
+        );
+    };
+    let given = |v: &str| (!v.is_empty()).then(|| v.to_string());
+    let filter = bulk::Filter {
+        status: given(&form.status),
+        tenant: given(&form.tenant),
+        prefix: given(&form.prefix),
+    };
+    let sent = Sent {
+        csrf: &form.csrf,
+        confirmed: form.confirm.as_deref() == Some("yes"),
+    };
+    let store = &admitted.store;
+    // The question counts what the filter matches now.
+    let question = if sent.confirmed {
+        String::new()
+    } else {
+        let counted = bulk::apply(store, "", action, &filter, true).await;
+        match counted {
+            Ok(d) if d.matched == 0 => {
+                let body = views::message(&format!("{}; nothing to do.", d.message));
+                return page(StatusCode::OK, "Nothing matches", &viewer, body);
+            }
+            Ok(d) => format!(
+                "{} every partition matching {}: {} partitions?",
+                views::audit::verb(action.name()),
+                filter.described(),
+                d.matched
+            ),
+            Err(e) => return failure(e, &viewer),
+        }
+    };
+    let ask = Ask {
+        path: "/bulk".into(),
+        question,
+        back: "/audit".into(),
+        done: "bulk",
+        fields: vec![
+            ("action", form.action.clone()),
+            ("status", form.status.clone()),
+            ("tenant", form.tenant.clone()),
+            ("prefix", form.prefix.clone()),
+        ],
+    };
+    let actor = auth::login_tag(&headers);
+    act(&c, &headers, store, sent, ask, async |s| {
+        bulk::spawned(s.clone(), actor, action, filter, false)
+            .await
+            .map(|_| ())
+    })
+    .await
+}
+
 /// The note shown after an action; only fixed texts, never the query's own.
 pub(super) fn done_message(done: Option<&str>) -> &'static str {
     match done {
@@ -258,6 +344,7 @@ pub(super) fn done_message(done: Option<&str>) -> &'static str {
             "The tenant's limits were saved; processors apply them within a heartbeat."
         }
         Some("limits-cleared") => "The tenant's limits were removed.",
+        Some("bulk") => "The bulk action ran; its record is the newest below.",
         _ => "",
     }
 }

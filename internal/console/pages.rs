@@ -33,6 +33,8 @@ pub(super) fn routes() -> Router<Console> {
         .route("/processors", get(processors))
         .route("/limits", get(limits_page).post(forms::limits_set))
         .route("/schedules", get(schedules_page))
+        .route("/bulk", post(forms::partitions_bulk))
+        .route("/audit", get(audit_page))
         .route("/limits/{tenant}/clear", post(forms::limits_clear))
         .route("/login", get(login::login_form).post(login::login))
         .route("/logout", post(login::logout))
@@ -114,7 +116,7 @@ async fn partitions(
         prefix: q.prefix.unwrap_or_default(),
         tenant: q.tenant.unwrap_or_default(),
     };
-    let body = r.map(|p| views::partitions::partitions(&p, &shown));
+    let body = r.map(|p| views::partitions::partitions(&p, &shown, &viewer));
     respond(&viewer, "Partitions", body)
 }
 
@@ -179,6 +181,27 @@ async fn limits_page(
     let done = done_message(q.done.as_deref());
     let body = r.map(|list| views::limits::limits(&list, &viewer, done));
     respond(&viewer, "Limits", body)
+}
+
+/// The bulk actions' record: for a logged-in admin only, as the API's.
+async fn audit_page(
+    State(c): State<Console>,
+    viewer: Viewer,
+    Query(q): Query<ListQuery>,
+) -> Response {
+    if !matches!(viewer, Viewer::Admin(_)) {
+        let text = "log in with the admin token to see the audit";
+        return page(
+            axum::http::StatusCode::UNAUTHORIZED,
+            "Audit",
+            &viewer,
+            views::message(text),
+        );
+    }
+    let r = async { c.store().await?.audit(100).await }.await;
+    let done = done_message(q.done.as_deref());
+    let body = r.map(|list| views::audit::audit(&list, done));
+    respond(&viewer, "Audit", body)
 }
 
 async fn schedules_page(State(c): State<Console>, viewer: Viewer) -> Response {

@@ -18,6 +18,7 @@ mod book;
 mod book_examples;
 mod breaker;
 mod browser;
+mod browser_bulk;
 mod browser_overview;
 mod bulk;
 mod chaos;

@@ -14,8 +14,10 @@ const CHROMIUM: &str = "/usr/bin/chromium";
 const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
 
 /// The screenshots the book's console page shows.
-const BOOK: [&str; 7] = [
+const BOOK: [&str; 9] = [
     "overview",
+    "bulk-confirm",
+    "audit",
     "overview-live",
     "partitions",
     "partition-progress",

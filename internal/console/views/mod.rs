@@ -4,8 +4,9 @@
 //! in an error, data or id shows as an escape). Only what can change lives in
 //! `#live`, which the script re-fetches every few seconds. Here: the frame
 //! and the pieces every page shares; each page's own markup is in `fleet`
-//! (overview, processors), `partitions`, `limits` and `schedules`.
+//! (overview, processors), `partitions`, `limits`, `schedules` and `audit`.
 
+pub(super) mod audit;
 pub(super) mod fleet;
 pub(super) mod limits;
 pub(super) mod partitions;
@@ -97,6 +98,7 @@ pub(super) fn layout(title: &str, viewer: &Viewer, body: Markup) -> Markup {
                     a href="/processors" { "Processors" }
                     a href="/limits" { "Limits" }
                     a href="/schedules" { "Schedules" }
+                    @if let Viewer::Admin(_) = viewer { a href="/audit" { "Audit" } }
                     // The script puts the refresh control here; without
                     // it, pages are refreshed by hand.
                     span #refresh {}

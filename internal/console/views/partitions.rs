@@ -39,7 +39,7 @@ pub(crate) struct Shown {
     pub tenant: String,
 }
 
-pub(crate) fn partitions(page: &Page<PartitionView>, shown: &Shown) -> Markup {
+pub(crate) fn partitions(page: &Page<PartitionView>, shown: &Shown, viewer: &Viewer) -> Markup {
     let Shown {
         status,
         prefix,
@@ -54,6 +54,23 @@ pub(crate) fn partitions(page: &Page<PartitionView>, shown: &Shown) -> Markup {
             label { "Id starts with " input type="search" name="prefix" value=(prefix); }
             label { "Tenant " input type="search" name="tenant" value=(tenant); }
             button type="submit" { "Filter" }
+        }
+        @if let Viewer::Admin(csrf) = viewer {
+            // Acts on every partition the filter above matches (all
+            // pages); the next page counts them and asks first.
+            form.bulk #bulk method="post" action="/bulk" {
+                input type="hidden" name="csrf" value=(csrf);
+                input type="hidden" name="status" value=(status);
+                input type="hidden" name="tenant" value=(tenant);
+                input type="hidden" name="prefix" value=(prefix);
+                label { "To every matching partition: " select name="action" {
+                    option value="retry" { "retry failed items" }
+                    option value="pause" { "pause" }
+                    option value="resume" { "resume" }
+                    option value="cancel" { "cancel" }
+                } }
+                button type="submit" { "Apply…" }
+            }
         }
         div #live {
             table {
