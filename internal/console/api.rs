@@ -120,7 +120,7 @@ pub(super) fn table() -> Vec<(Endpoint, MethodRouter<Console>)> {
                 "POST",
                 "/bulk",
                 no_query,
-                "`{\"action\": \"retry\"|\"pause\"|\"resume\"|\"cancel\", \"status\"?: S, \"tenant\"?: T, \"prefix\"?: P, \"dry_run\"?: true}`",
+                "`{\"action\": \"retry\"|\"pause\"|\"resume\"|\"cancel\", \"status\"?: S, \"tenant\"?: T, \"prefix\"?: P, \"gate\"?: N, \"older_than\"?: \"2h\", \"error\"?: E, \"dry_run\"?: true}` (the filter of `GET /api/v1/partitions`)",
                 Admin,
                 "applies the action to every partition the filter matches, 500 at a time, and records it in `feed_audit`: `{action, filter, matched, changed, dry_run, message}` (`dry_run` only counts; a filter matching nothing says so in `message`)",
             ),

@@ -11,8 +11,8 @@ use serde::Deserialize;
 
 use super::actions::Action;
 use super::admit::{Admin, Admitted};
+use super::matching::Matching;
 use super::{answer, api_error, json_error};
-use crate::store::listing::PartitionFilter;
 
 /// Partitions read and acted on per page.
 const BATCH: u64 = 500;
@@ -25,36 +25,11 @@ pub(super) struct Bulk {
     status: Option<String>,
     tenant: Option<String>,
     prefix: Option<String>,
+    gate: Option<i64>,
+    older_than: Option<String>,
+    error: Option<String>,
     #[serde(default)]
     dry_run: bool,
-}
-
-/// Which partitions a bulk action applies to (every one when empty).
-#[derive(Deserialize, Default, Clone)]
-pub(super) struct Filter {
-    pub(super) status: Option<String>,
-    pub(super) tenant: Option<String>,
-    pub(super) prefix: Option<String>,
-}
-
-impl Filter {
-    /// The filter as the audit records it.
-    pub(super) fn described(&self) -> String {
-        let parts = [
-            ("status", &self.status),
-            ("tenant", &self.tenant),
-            ("prefix", &self.prefix),
-        ];
-        let set: Vec<String> = parts
-            .iter()
-            .filter_map(|(k, v)| v.as_deref().map(|v| format!("{k}={v}")))
-            .collect();
-        if set.is_empty() {
-            "every partition".into()
-        } else {
-            set.join(", ")
-        }
-    }
 }
 
 /// What a bulk action did (or, in a dry run, would apply to).
@@ -81,7 +56,7 @@ pub(super) async fn bulk(admin: Admitted<Admin>, body: Bytes) -> Response {
     let Ok(b) = serde_json::from_slice::<Bulk>(&body) else {
         return api_error(
             StatusCode::BAD_REQUEST,
-            "the body must be JSON: {\"action\": \"retry\"|\"pause\"|\"resume\"|\"cancel\", \"status\"?, \"tenant\"?, \"prefix\"?, \"dry_run\"?}",
+            "the body must be JSON: {\"action\": \"retry\"|\"pause\"|\"resume\"|\"cancel\", \"status\"?, \"tenant\"?, \"prefix\"?, \"gate\"?, \"older_than\"?, \"error\"?, \"dry_run\"?}",
         );
     };
     let Some(action) = action(&b.action) else {
@@ -91,10 +66,13 @@ pub(super) async fn bulk(admin: Admitted<Admin>, body: Bytes) -> Response {
         );
     };
     let actor = "api (admin token)".to_string();
-    let filter = Filter {
+    let filter = Matching {
         status: b.status,
         tenant: b.tenant,
         prefix: b.prefix,
+        gate: b.gate.map(|g| g.to_string()),
+        older_than: b.older_than,
+        error: b.error,
     };
     match spawned(admin.store, actor, action, filter, b.dry_run).await {
         Ok(done) => answer(Ok(done)),
@@ -108,7 +86,7 @@ pub(super) async fn spawned(
     store: crate::Store,
     actor: String,
     action: Action,
-    filter: Filter,
+    filter: Matching,
     dry_run: bool,
 ) -> crate::Result<Done> {
     let run = tokio::spawn(async move { apply(&store, &actor, action, &filter, dry_run).await });
@@ -126,15 +104,10 @@ pub(super) async fn apply(
     store: &crate::Store,
     actor: &str,
     action: Action,
-    filter: &Filter,
+    filter: &Matching,
     dry_run: bool,
 ) -> crate::Result<Done> {
-    let mut f = PartitionFilter::default();
-    (f.status, f.tenant, f.prefix) = (
-        filter.status.clone(),
-        filter.tenant.clone(),
-        filter.prefix.clone(),
-    );
+    let mut f = filter.filter()?;
     f.limit = BATCH;
     let described = filter.described();
     let (mut matched, mut changed) = (0u64, 0u64);

@@ -12,6 +12,7 @@ use serde::Deserialize;
 use super::actions::{Action, ItemAt};
 use super::admit::{Admitted, LoggedIn};
 use super::html::{failure, page};
+use super::matching::Matching;
 use super::views::{self, enc};
 use super::{Console, auth, bulk, limits};
 use crate::Store;
@@ -252,12 +253,8 @@ pub(super) struct BulkForm {
     confirm: Option<String>,
     #[serde(default)]
     action: String,
-    #[serde(default)]
-    status: String,
-    #[serde(default)]
-    tenant: String,
-    #[serde(default)]
-    prefix: String,
+    #[serde(flatten)]
+    matching: Matching,
 }
 
 /// `POST /bulk` (a page form): counts what the filter matches and asks; once
@@ -279,12 +276,7 @@ pub(super) async fn partitions_bulk(
             views::message(text),
         );
     };
-    let given = |v: &str| (!v.is_empty()).then(|| v.to_string());
-    let filter = bulk::Filter {
-        status: given(&form.status),
-        tenant: given(&form.tenant),
-        prefix: given(&form.prefix),
-    };
+    let filter = form.matching.clone();
     let sent = Sent {
         csrf: &form.csrf,
         confirmed: form.confirm.as_deref() == Some("yes"),
@@ -314,12 +306,10 @@ pub(super) async fn partitions_bulk(
         question,
         back: "/audit".into(),
         done: "bulk",
-        fields: vec![
-            ("action", form.action.clone()),
-            ("status", form.status.clone()),
-            ("tenant", form.tenant.clone()),
-            ("prefix", form.prefix.clone()),
-        ],
+        fields: [("action", form.action.clone())]
+            .into_iter()
+            .chain(form.matching.fields())
+            .collect(),
     };
     let actor = auth::login_tag(&headers);
     act(&c, &headers, store, sent, ask, async |s| {

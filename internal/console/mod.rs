@@ -30,6 +30,7 @@ mod forms;
 mod html;
 mod limits;
 mod login;
+mod matching;
 mod pages;
 mod reads;
 mod schedules;

@@ -12,9 +12,10 @@ use serde::Deserialize;
 
 use super::forms::{self, done_message};
 use super::html::{html_live, page, respond};
+use super::matching::Matching;
 use super::views::{self, Viewer};
 use super::{Console, login};
-use crate::store::listing::{ItemFilter, PartitionFilter};
+use crate::store::listing::{DataMatch, ItemFilter};
 
 const STYLE: &str = include_str!("assets/style.css");
 const SCRIPT: &str = include_str!("assets/console.js");
@@ -92,31 +93,35 @@ async fn overview(State(c): State<Console>, viewer: Viewer) -> Response {
 #[derive(Deserialize, Default)]
 struct ListQuery {
     status: Option<String>,
-    prefix: Option<String>,
-    tenant: Option<String>,
     after: Option<String>,
     done: Option<String>,
+    /// A partition's item search: ids starting with this.
+    prefix: Option<String>,
+    /// A partition's item search: a field of the data (`customer = "acme"`).
+    data: Option<String>,
+}
+
+/// The partitions page's query: its filter and where the page starts.
+#[derive(Deserialize, Default)]
+struct PartitionsQuery {
+    #[serde(flatten)]
+    matching: Matching,
+    after: Option<String>,
 }
 
 async fn partitions(
     State(c): State<Console>,
     viewer: Viewer,
-    Query(q): Query<ListQuery>,
+    Query(q): Query<PartitionsQuery>,
 ) -> Response {
-    let f = PartitionFilter {
-        status: q.status.clone().filter(|s| !s.is_empty()),
-        prefix: q.prefix.clone(),
-        tenant: q.tenant.clone().filter(|t| !t.is_empty()),
-        after: q.after.filter(|s| !s.is_empty()),
-        limit: PAGE,
-    };
-    let r = async { c.store().await?.partitions(&f).await }.await;
-    let shown = views::partitions::Shown {
-        status: q.status.unwrap_or_default(),
-        prefix: q.prefix.unwrap_or_default(),
-        tenant: q.tenant.unwrap_or_default(),
-    };
-    let body = r.map(|p| views::partitions::partitions(&p, &shown, &viewer));
+    let r = async {
+        let mut f = q.matching.filter()?;
+        f.after = q.after.filter(|s| !s.is_empty());
+        f.limit = PAGE;
+        c.store().await?.partitions(&f).await
+    }
+    .await;
+    let body = r.map(|p| views::partitions::partitions(&p, &q.matching.fields(), &viewer));
     respond(&viewer, "Partitions", body)
 }
 
@@ -143,13 +148,24 @@ async fn partition(
             .into_iter()
             .filter(|s| p.owner.as_deref() == Some(s.id.as_str()))
             .collect();
+        let given = |v: &Option<String>| v.clone().filter(|v| !v.trim().is_empty());
         let all = ItemFilter {
-            status: q.status.clone().filter(|s| !s.is_empty()),
-            after: q.after.clone().filter(|s| !s.is_empty()),
+            status: given(&q.status),
+            prefix: given(&q.prefix),
+            after: given(&q.after),
             limit: PAGE,
             ..Default::default()
         };
-        let items = s.items(&id, &all).await?;
+        let items = match given(&q.data) {
+            Some(d) => s.search_items(&id, &DataMatch::parse(&d)?, &all).await?,
+            None => s.items(&id, &all).await?,
+        };
+        let search = [
+            ("status", &q.status),
+            ("prefix", &q.prefix),
+            ("data", &q.data),
+        ]
+        .map(|(n, v)| (n, v.clone().unwrap_or_default()));
         Ok::<_, crate::Error>(views::partitions::partition(
             &p,
             &viewer,
@@ -158,6 +174,7 @@ async fn partition(
                 retrying: &retrying,
                 items: &items,
                 owner: &held,
+                search: &search,
             },
             done_message(q.done.as_deref()),
         ))

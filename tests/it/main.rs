@@ -70,6 +70,7 @@ mod retention;
 mod scale;
 mod schedule;
 mod schedules;
+mod search;
 mod sessions;
 mod signatures;
 mod spawn;

@@ -32,27 +32,36 @@ fn scheduled(p: &PartitionView) -> String {
     }
 }
 
-/// The partitions page's filter, as the form shows it.
-pub(crate) struct Shown {
-    pub status: String,
-    pub prefix: String,
-    pub tenant: String,
+/// A filter field's value in `fields` (name, value).
+fn field<'a>(fields: &'a [(&str, String)], name: &str) -> &'a str {
+    fields
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map_or("", |(_, v)| v.as_str())
 }
 
-pub(crate) fn partitions(page: &Page<PartitionView>, shown: &Shown, viewer: &Viewer) -> Markup {
-    let Shown {
-        status,
-        prefix,
-        tenant,
-    } = shown;
+/// `fields` is the filter as given (every field, "" when not set).
+pub(crate) fn partitions(
+    page: &Page<PartitionView>,
+    fields: &[(&str, String)],
+    viewer: &Viewer,
+) -> Markup {
+    let status = field(fields, "status");
+    let query: String = fields
+        .iter()
+        .map(|(n, v)| format!("{n}={}&", enc(v)))
+        .collect();
     html! {
         form.filters method="get" action="/partitions" {
             label { "Status " select name="status" {
                 option value="" { "any" }
                 @for s in PARTITION_STATUSES { option value=(s) selected[status == s] { (s) } }
             } }
-            label { "Id starts with " input type="search" name="prefix" value=(prefix); }
-            label { "Tenant " input type="search" name="tenant" value=(tenant); }
+            label { "Id starts with " input type="search" name="prefix" value=(field(fields, "prefix")); }
+            label { "Tenant " input type="search" name="tenant" value=(field(fields, "tenant")); }
+            label { "Gate " input type="number" min="0" name="gate" value=(field(fields, "gate")); }
+            label title="created at least this long ago: 30m, 2h, 1d" { "Older than " input type="search" name="older_than" placeholder="2h" value=(field(fields, "older_than")); }
+            label title="text in the last error of one of its items (any case)" { "Error text " input type="search" name="error" value=(field(fields, "error")); }
             button type="submit" { "Filter" }
         }
         @if let Viewer::Admin(csrf) = viewer {
@@ -60,9 +69,7 @@ pub(crate) fn partitions(page: &Page<PartitionView>, shown: &Shown, viewer: &Vie
             // pages); the next page counts them and asks first.
             form.bulk #bulk method="post" action="/bulk" {
                 input type="hidden" name="csrf" value=(csrf);
-                input type="hidden" name="status" value=(status);
-                input type="hidden" name="tenant" value=(tenant);
-                input type="hidden" name="prefix" value=(prefix);
+                @for (name, value) in fields { input type="hidden" name=(name) value=(value); }
                 label { "To every matching partition: " select name="action" {
                     option value="retry" { "retry failed items" }
                     option value="pause" { "pause" }
@@ -95,7 +102,7 @@ pub(crate) fn partitions(page: &Page<PartitionView>, shown: &Shown, viewer: &Vie
             }
             @if page.data.is_empty() { p.muted { "No partitions match." } }
             @if let Some(next) = &page.next {
-                a.next href={ "/partitions?status=" (enc(status)) "&prefix=" (enc(prefix)) "&tenant=" (enc(tenant)) "&after=" (enc(next)) } { "Next page →" }
+                a.next href={ "/partitions?" (query) "after=" (enc(next)) } { "Next page →" }
             }
         }
     }
@@ -111,6 +118,8 @@ pub(crate) struct Lists<'a> {
     pub items: &'a Page<ItemView>,
     /// The session that holds it (none when it is not held).
     pub owner: &'a [ProcessorStatus],
+    /// The item search as given: status, prefix, data ("" when not set).
+    pub search: &'a [(&'static str, String)],
 }
 
 pub(crate) fn partition(
@@ -125,7 +134,13 @@ pub(crate) fn partition(
         retrying,
         items,
         owner,
+        search,
     } = lists;
+    let query: String = search
+        .iter()
+        .map(|(n, v)| format!("{n}={}&", enc(v)))
+        .collect();
+    let searched = !field(search, "data").is_empty();
     html! {
         @if !done.is_empty() { p.flash { (done) } }
         div #live {
@@ -185,9 +200,23 @@ pub(crate) fn partition(
                 h2 #retrying { "Waiting to retry" }
                 (item_table(retrying, viewer))
             }
-            h2 { "Items" }
+            h2 #items { "Items" }
+            form.filters #item-search method="get" action=(base) {
+                label { "Status " select name="status" {
+                    option value="" { "any" }
+                    @for s in ITEM_STATUSES { option value=(s) selected[field(search, "status") == s] { (s) } }
+                } }
+                label { "Id starts with " input type="search" name="prefix" value=(field(search, "prefix")); }
+                label title="a field of the item's JSON data: customer = \"acme\", address.city = Paris" {
+                    "Data " input type="search" name="data" placeholder="customer = \"acme\"" value=(field(search, "data"));
+                }
+                button type="submit" { "Search" }
+            }
             (item_table(&items.data, viewer))
-            @if let Some(next) = &items.next { a.next href={ (base) "?after=" (enc(next)) } { "Next page →" } }
+            @if searched && items.next.is_some() {
+                p.muted { "A data search reads at most " (crate::store::listing::SEARCH_SPAN) " items a page; the next page goes on from where this one stopped." }
+            }
+            @if let Some(next) = &items.next { a.next href={ (base) "?" (query) "after=" (enc(next)) } { "Next page →" } }
         }
     }
 }

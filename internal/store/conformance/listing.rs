@@ -23,8 +23,8 @@ async fn partitions_filter_by_prefix_and_page(k: Kit) {
             prefix: Some(prefix.into()),
             status: status.map(Into::into),
             after: after.map(Into::into),
-            tenant: None,
             limit,
+            ..Default::default()
         };
         let store = k.store.clone();
         async move {
@@ -63,6 +63,7 @@ async fn items_filter_and_page_in_write_order(k: Kit) {
             status: status.map(Into::into),
             after: after.map(Into::into),
             limit: 2,
+            ..Default::default()
         };
         let store = k.store.clone();
         async move {

@@ -4,7 +4,7 @@
 use sea_orm::FromQueryResult;
 use serde::Serialize;
 
-use super::{ERROR_CHARS, PREVIEW_BYTES, Page, and_eq, check, clamp, page};
+use super::{ERROR_CHARS, PREVIEW_BYTES, Page, and_eq, check, clamp, like_escaped, page};
 use crate::store::Store;
 use crate::store::driver::{Int, Sql};
 use crate::{Error, Result, validate};
@@ -47,6 +47,8 @@ pub struct ItemFilter {
     pub gate: Option<i64>,
     /// Only this status.
     pub status: Option<String>,
+    /// Only ids starting with this (a range of the partition's key).
+    pub prefix: Option<String>,
     /// Ids after this one (keyset pagination).
     pub after: Option<String>,
     /// Page size (capped at [`MAX_PAGE`](super::MAX_PAGE)).
@@ -98,6 +100,9 @@ impl Store {
         if let Some(g) = f.gate {
             validate::gate("gate", g)?;
         }
+        if let Some(p) = &f.prefix {
+            validate::filter("prefix", p)?;
+        }
         let limit = clamp(f.limit);
         let seq = self.driver.dialect().seq;
         let items = self
@@ -105,6 +110,12 @@ impl Store {
                 s.push(" WHERE i.partition_id = ").bind(partition);
                 and_eq(s, "i.gate", f.gate.map(Into::into));
                 and_eq(s, "i.status", f.status.clone().map(Into::into));
+                if let Some(p) = f.prefix.as_deref().filter(|p| !p.is_empty()) {
+                    s.push(" AND i.id LIKE ")
+                        .bind(format!("{}%", like_escaped(p)))
+                        .push(" ESCAPE '!' AND ");
+                    self.driver.id_starts(s, p);
+                }
                 if let Some(a) = &f.after {
                     // The cursor is the last item's id; the page goes on
                     // after it in write order.

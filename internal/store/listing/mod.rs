@@ -6,11 +6,13 @@
 use std::collections::BTreeMap;
 
 mod items;
+mod search;
 
 use sea_orm::{FromQueryResult, QueryResult, Value};
 use serde::Serialize;
 
 pub use items::{ItemFilter, ItemView};
+pub use search::{DataMatch, SEARCH_SPAN};
 
 use super::driver::{Int, Sql, sql};
 use super::{Store, get};
@@ -122,6 +124,13 @@ pub struct PartitionFilter {
     pub prefix: Option<String>,
     /// Only partitions of this tenant.
     pub tenant: Option<String>,
+    /// Only partitions at this gate.
+    pub gate: Option<i64>,
+    /// Only partitions created at least this long ago (ms).
+    pub min_age_ms: Option<i64>,
+    /// Only partitions with an item whose `last_error` holds this text
+    /// (any case); reads the items of each partition it checks.
+    pub error: Option<String>,
     /// Ids after this one (keyset pagination).
     pub after: Option<String>,
     /// Page size (capped at [`MAX_PAGE`]).
@@ -133,6 +142,17 @@ pub(super) const PARTITION_COLUMNS: &str = "id, status, paused, gate, owner, aut
 
 pub(super) fn partition_row(r: &QueryResult) -> Result<PartitionView> {
     Ok(PartitionView::from_query_result(r, "")?)
+}
+
+/// `text` for a LIKE pattern with `ESCAPE '!'`: its wildcards match
+/// themselves.
+fn like_escaped(text: &str) -> String {
+    text.chars()
+        .flat_map(|c| match c {
+            '!' | '%' | '_' => vec!['!', c],
+            c => vec![c],
+        })
+        .collect()
 }
 
 /// Appends `AND column = <value>` when `value` is set.
@@ -215,19 +235,29 @@ impl Store {
         }
         if let Some(p) = f.prefix.as_deref().filter(|p| !p.is_empty()) {
             validate::filter("prefix", p)?;
-            let escaped: String = p
-                .chars()
-                .flat_map(|c| match c {
-                    '!' | '%' | '_' => vec!['!', c],
-                    c => vec![c],
-                })
-                .collect();
+            let escaped = like_escaped(p);
             // LIKE finds the range through the primary key; the exact
             // comparison makes case count on every backend.
             s.push(" AND id LIKE ")
                 .bind(format!("{escaped}%"))
                 .push(" ESCAPE '!' AND ");
             self.driver.id_starts(s, p);
+        }
+        if let Some(g) = f.gate {
+            validate::gate("gate", g)?;
+            s.push(" AND gate = ").bind(g);
+        }
+        if let Some(age) = f.min_age_ms {
+            s.push(" AND created_at <= {now} - ").bind(age.max(0));
+        }
+        if let Some(text) = f.error.as_deref().filter(|t| !t.is_empty()) {
+            validate::filter("error text", text)?;
+            s.push(
+                " AND EXISTS (SELECT 1 FROM feed_items e WHERE e.partition_id = feed_partitions.id \
+                 AND e.last_error IS NOT NULL AND LOWER(e.last_error) LIKE ",
+            )
+            .bind(format!("%{}%", like_escaped(&text.to_lowercase())))
+            .push(" ESCAPE '!')");
         }
         if let Some(a) = &f.after {
             s.push(" AND id > ").bind(a.clone());
