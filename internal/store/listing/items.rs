@@ -91,42 +91,29 @@ impl From<ItemRow> for ItemView {
     }
 }
 
+/// Refuses an item filter no row can match or a database cannot compare.
+pub(super) fn check_items(partition: &str, f: &ItemFilter) -> Result<()> {
+    validate::filter("partition id", partition)?;
+    check(f.status.as_deref(), f.after.as_deref())?;
+    if let Some(g) = f.gate {
+        validate::gate("gate", g)?;
+    }
+    if let Some(p) = &f.prefix {
+        validate::filter("prefix", p)?;
+    }
+    Ok(())
+}
+
 impl Store {
     /// A partition's items in the order they were written, filtered;
     /// NotFound for an unknown partition.
     pub async fn items(&self, partition: &str, f: &ItemFilter) -> Result<Page<ItemView>> {
-        validate::filter("partition id", partition)?;
-        check(f.status.as_deref(), f.after.as_deref())?;
-        if let Some(g) = f.gate {
-            validate::gate("gate", g)?;
-        }
-        if let Some(p) = &f.prefix {
-            validate::filter("prefix", p)?;
-        }
         let limit = clamp(f.limit);
         let seq = self.driver.dialect().seq;
+        check_items(partition, f)?;
         let items = self
             .item_views(|s| {
-                s.push(" WHERE i.partition_id = ").bind(partition);
-                and_eq(s, "i.gate", f.gate.map(Into::into));
-                and_eq(s, "i.status", f.status.clone().map(Into::into));
-                if let Some(p) = f.prefix.as_deref().filter(|p| !p.is_empty()) {
-                    s.push(" AND i.id LIKE ")
-                        .bind(format!("{}%", like_escaped(p)))
-                        .push(" ESCAPE '!' AND ");
-                    self.driver.id_starts(s, p);
-                }
-                if let Some(a) = &f.after {
-                    // The cursor is the last item's id; the page goes on
-                    // after it in write order.
-                    s.push(&format!(
-                        " AND i.{seq} > (SELECT a.{seq} FROM feed_items a WHERE a.partition_id = "
-                    ))
-                    .bind(partition)
-                    .push(" AND a.id = ")
-                    .bind(a.clone())
-                    .push(")");
-                }
+                self.picked(s, partition, f, f.after.as_deref());
                 s.push(&format!(" ORDER BY i.{seq} LIMIT "))
                     .bind((limit + 1) as i64);
             })
@@ -135,6 +122,33 @@ impl Store {
             self.partition_exists(partition).await?;
         }
         Ok(page(items, limit, |i| i.id.clone()))
+    }
+
+    /// Appends ` WHERE` and the conditions of the items of `partition`
+    /// that `f` picks (gate, status, id prefix) after the item `after`
+    /// in write order, to a read of `feed_items i`.
+    pub(super) fn picked(&self, s: &mut Sql, partition: &str, f: &ItemFilter, after: Option<&str>) {
+        let seq = self.driver.dialect().seq;
+        s.push(" WHERE i.partition_id = ").bind(partition);
+        and_eq(s, "i.gate", f.gate.map(Into::into));
+        and_eq(s, "i.status", f.status.clone().map(Into::into));
+        if let Some(p) = f.prefix.as_deref().filter(|p| !p.is_empty()) {
+            s.push(" AND i.id LIKE ")
+                .bind(format!("{}%", like_escaped(p)))
+                .push(" ESCAPE '!' AND ");
+            self.driver.id_starts(s, p);
+        }
+        if let Some(a) = after {
+            // The cursor is the last item's id; the page goes on after
+            // it in write order.
+            s.push(&format!(
+                " AND i.{seq} > (SELECT a.{seq} FROM feed_items a WHERE a.partition_id = "
+            ))
+            .bind(partition)
+            .push(" AND a.id = ")
+            .bind(a)
+            .push(")");
+        }
     }
 
     /// One item, its data cut to a preview: item `id` of `partition`, or

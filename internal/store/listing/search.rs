@@ -7,11 +7,11 @@
 
 use sea_orm::Value;
 
-use super::items::{ItemFilter, ItemView};
-use super::{Page, and_eq, clamp, like_escaped};
+use super::items::{ItemFilter, ItemView, check_items};
+use super::{Page, clamp};
 use crate::store::Store;
 use crate::store::driver::Sql;
-use crate::{Error, Result, validate};
+use crate::{Error, Result};
 
 /// Items read per statement while searching.
 const CHUNK: u64 = 500;
@@ -83,40 +83,15 @@ impl Store {
         m: &DataMatch,
         f: &ItemFilter,
     ) -> Result<Page<ItemView>> {
-        validate::filter("partition id", partition)?;
-        if let Some(s) = &f.status {
-            validate::status(s)?;
-        }
-        if let Some(p) = &f.prefix {
-            validate::filter("prefix", p)?;
-        }
+        check_items(partition, f)?;
         let limit = clamp(f.limit);
         let seq = self.driver.dialect().seq;
         let data = self.driver.data_column("i");
         let (mut cursor, mut read, mut found) = (f.after.clone(), 0, Vec::new());
         let stopped = loop {
             let mut s = Sql::new(self.driver);
-            s.push(&format!(
-                "SELECT i.id, {data} AS data FROM feed_items i WHERE i.partition_id = "
-            ))
-            .bind(partition);
-            and_eq(&mut s, "i.status", f.status.clone().map(Into::into));
-            and_eq(&mut s, "i.gate", f.gate.map(Into::into));
-            if let Some(p) = f.prefix.as_deref().filter(|p| !p.is_empty()) {
-                s.push(" AND i.id LIKE ")
-                    .bind(format!("{}%", like_escaped(p)))
-                    .push(" ESCAPE '!' AND ");
-                self.driver.id_starts(&mut s, p);
-            }
-            if let Some(a) = &cursor {
-                s.push(&format!(
-                    " AND i.{seq} > (SELECT a.{seq} FROM feed_items a WHERE a.partition_id = "
-                ))
-                .bind(partition)
-                .push(" AND a.id = ")
-                .bind(a.clone())
-                .push(")");
-            }
+            s.push(&format!("SELECT i.id, {data} AS data FROM feed_items i"));
+            self.picked(&mut s, partition, f, cursor.as_deref());
             s.push(&format!(" ORDER BY i.{seq} LIMIT "))
                 .bind(CHUNK as i64);
             let rows = self.fetch(s.statement()).await?;
