@@ -20,7 +20,7 @@ behaviour!(the_overview_says_how_the_handler_does);
 /// Twenty items, each call 40 ms at the handler; the first five fail
 /// their first attempt (a 500) and complete on the second: 25 calls, 5 of
 /// them failed (20 %, above the 10 % that makes the handler "failing"),
-/// the median call above 32 ms. `/api/v1/status`, `processor
+/// every call above 32 ms. `/api/v1/status`, `processor
 /// status` (JSON and text), the overview and `/metrics` say the same.
 async fn the_overview_says_how_the_handler_does(db: TestDb) {
     let h = Handler::start_async(|c| async move {
@@ -50,8 +50,10 @@ async fn the_overview_says_how_the_handler_does(db: TestDb) {
     assert_eq!(handler["state"], json!("failing"), "{status}");
     assert_eq!(handler["failed_share"], json!(0.2), "{status}");
     let p50 = handler["latency"]["p50_ms"].as_f64().unwrap();
-    // 40 ms asleep, and the rest of the call on a busy test machine.
-    assert!((32.0..=128.0).contains(&p50), "{status}");
+    // Every call sleeps 40 ms (the bucket above 32 ms); how much longer
+    // it takes depends on the machine's load.
+    let p95 = handler["latency"]["p95_ms"].as_f64().unwrap();
+    assert!(p50 > 32.0 && p50 <= p95, "{status}");
     assert_eq!(status["queue_wait"]["count"], json!(25), "{status}");
     let figures = &status["processors"][0]["figures"];
     assert_eq!(
@@ -85,7 +87,11 @@ async fn the_overview_says_how_the_handler_does(db: TestDb) {
     let html = page(&format!("{base}/")).await;
     assert!(html.contains(r#"data-state="failing""#), "{html}");
     assert!(html.contains("reachable, primary (takes writes)"), "{html}");
-    let shown = format!(r#"<td class="p50">{p50:.0} ms</td>"#);
+    let shown = if p50 >= 1000.0 {
+        format!(r#"<td class="p50">{:.2} s</td>"#, p50 / 1000.0)
+    } else {
+        format!(r#"<td class="p50">{p50:.0} ms</td>"#)
+    };
     assert!(html.contains(&shown), "{shown} in {html}");
     let metrics = p.metrics().await;
     let counted = metric(&metrics, "feed_handler_request_duration_seconds_count");
