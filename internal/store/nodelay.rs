@@ -92,7 +92,10 @@ mod tests {
         let stream = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
         stream.set_nodelay(false).unwrap();
         assert!(!stream.nodelay().unwrap());
-        assert!(set_on_open_sockets() >= 1);
+        // Other tests of this process connect stores, which call it too:
+        // which call sets the option is theirs to race for; that it is
+        // set is what counts.
+        set_on_open_sockets();
         assert!(stream.nodelay().unwrap());
         let fd = stream.as_raw_fd();
         assert!(is_tcp(fd));
