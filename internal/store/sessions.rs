@@ -18,7 +18,9 @@ pub(crate) struct Beat {
 
 impl Store {
     /// Registers a session row for a starting processor; `max_partitions`
-    /// is its cap, so that others can take up the share it cannot.
+    /// is its cap, so that others can take up the share it cannot. A row
+    /// of the same id is kept: ids are random, so it is this session's own,
+    /// from an earlier try that committed after its caller stopped waiting.
     pub(crate) async fn register_session(
         &self,
         id: &SessionId,
@@ -26,9 +28,10 @@ impl Store {
         pid: u32,
         max_partitions: Option<usize>,
     ) -> Result<()> {
+        let again = self.driver.upsert("id", &["heartbeat_at"]);
         self.run(sql!(self.driver;
             "INSERT INTO feed_processors (id, hostname, pid, software_version, max_partitions, started_at, heartbeat_at) \
-             VALUES (" {id} ", " {hostname} ", " {i64::from(pid)} ", " {env!("CARGO_PKG_VERSION")} ", " {max_partitions.map(|n| n as i64)} ", {now}, {now})"
+             VALUES (" {id} ", " {hostname} ", " {i64::from(pid)} ", " {env!("CARGO_PKG_VERSION")} ", " {max_partitions.map(|n| n as i64)} ", {now}, {now})" [&again]
         ))
         .await?;
         Ok(())

@@ -60,3 +60,23 @@ async fn a_heartbeat_records_why_dispatch_holds_off(k: Kit) {
     let itself = k.store.dispatching_peers(&s1, expiry).await.unwrap();
     assert_eq!(itself, 0, "not itself");
 }
+
+conformance!(registering_again_keeps_the_session);
+
+/// A registration tried again after its first try committed unseen (the
+/// caller stopped waiting) keeps the one row and refreshes its heartbeat.
+async fn registering_again_keeps_the_session(k: Kit) {
+    k.dead_session("s1").await;
+    k.session("s1").await;
+    let p = k.store.processors().await.unwrap();
+    assert_eq!(p.len(), 1, "one row");
+    let expiry = Duration::from_secs(60);
+    assert_eq!(
+        k.store
+            .dispatching_peers(&"s2".into(), expiry)
+            .await
+            .unwrap(),
+        1,
+        "the heartbeat is fresh again"
+    );
+}
