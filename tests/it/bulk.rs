@@ -18,7 +18,11 @@ on_all_backends!(a_filtered_retry_reaches_every_partition_it_matches);
 async fn a_filtered_retry_reaches_every_partition_it_matches(db: TestDb) {
     // Failed partitions, each with one failed item; three in five of
     // tenant acme, the rest of tenant zed.
-    let partitions = if db.backend == Backend::Citus { 200 } else { 1_000 };
+    let partitions = if db.backend == Backend::Citus {
+        200
+    } else {
+        1_000
+    };
     let (acme, zed) = (partitions * 3 / 5, partitions * 2 / 5);
     let rows: Vec<String> = (0..partitions)
         .map(|i| {
@@ -74,7 +78,9 @@ async fn a_filtered_retry_reaches_every_partition_it_matches(db: TestDb) {
         wait_for(
             "the bulk action's record",
             Duration::from_secs(300),
-            || async { get_with_token(&base, "/api/v1/audit").await.1[0]["changed"] == json!(acme) },
+            || async {
+                get_with_token(&base, "/api/v1/audit").await.1[0]["changed"] == json!(acme)
+            },
         )
         .await;
     } else {
