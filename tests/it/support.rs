@@ -703,14 +703,14 @@ macro_rules! slow {
     };
 }
 
-/// A test of wall-clock rates: the slow tier, alone, on SQLite and
-/// PostgreSQL. The rates come from the engine, not the database; the SQL
-/// of the buckets that processors share is held on every backend by the
-/// store's conformance suite.
+/// A test of wall-clock rates: the slow tier, alone, on PostgreSQL (what
+/// a fleet of processors shares). The rates come from the engine, not the
+/// database; the SQL of the buckets that processors share is held on every
+/// backend by the store's conformance suite.
 #[macro_export]
 macro_rules! timing {
     ($name:ident) => {
-        $crate::backend_tests!(alone $name: sqlite => Sqlite [slow], postgres => Postgres [slow]);
+        $crate::backend_tests!(alone $name: postgres => Postgres [slow]);
     };
 }
 
