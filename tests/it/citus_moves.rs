@@ -166,6 +166,24 @@ async fn move_a_shard(db: &TestDb, from: u16, to: u16) {
     .await;
 }
 
+/// Changes the cluster's nodes (`citus_add_node`, `citus_remove_node`…).
+/// Citus may answer "tuple concurrently deleted" or "updated" while its
+/// maintenance daemon touches the node catalog at the same moment: the
+/// change is tried again, as an operator would.
+pub(crate) async fn change_nodes(db: &TestDb, sql: &str) {
+    use sea_orm::ConnectionTrait;
+    for _ in 0..20 {
+        match db.store.connection().execute_unprepared(sql).await {
+            Ok(_) => return,
+            Err(e) if e.to_string().contains("concurrently") => {
+                tokio::time::sleep(Duration::from_millis(250)).await
+            }
+            Err(e) => panic!("{sql}: {e}"),
+        }
+    }
+    panic!("{sql}: the node catalog stayed busy");
+}
+
 /// The ports of the nodes holding shards of the partitions' table.
 pub(crate) async fn shard_ports(db: &TestDb) -> Vec<i32> {
     db.rows(
@@ -200,9 +218,10 @@ backend_tests!(a_drain_goes_on_while_a_new_worker_takes_shards: citus => Citus [
 async fn a_drain_goes_on_while_a_new_worker_takes_shards(db: TestDb) {
     let drain = Drain::start(&db).await;
     drain.release(100).await;
-    db.sql(&format!(
-        "SELECT citus_add_node('127.0.0.1', {CITUS_SPARE})"
-    ))
+    change_nodes(
+        &db,
+        &format!("SELECT citus_add_node('127.0.0.1', {CITUS_SPARE})"),
+    )
     .await;
     let rebalance = async {
         db.sql("SELECT citus_rebalance_start(shard_transfer_mode => 'block_writes')")

@@ -6,7 +6,7 @@
 use std::process::Output;
 
 use crate::backend_tests;
-use crate::citus_moves::shard_ports;
+use crate::citus_moves::{change_nodes, shard_ports};
 use crate::cli::processor;
 use crate::support::{EmptyDb, TestDb};
 
@@ -54,8 +54,11 @@ backend_tests!(a_cluster_without_a_node_for_shards_is_named: citus => Citus [slo
 async fn a_cluster_without_a_node_for_shards_is_named(db: EmptyDb) {
     let db = db.0;
     for port in [9701, 9702] {
-        db.sql(&format!("SELECT citus_remove_node('127.0.0.1', {port})"))
-            .await;
+        change_nodes(
+            &db,
+            &format!("SELECT citus_remove_node('127.0.0.1', {port})"),
+        )
+        .await;
     }
     let out = command("migrate", &db.url);
     assert!(!out.status.success());
@@ -70,8 +73,11 @@ async fn a_cluster_without_a_node_for_shards_is_named(db: EmptyDb) {
     let tables = "SELECT COUNT(*) AS n FROM pg_tables WHERE tablename = 'feed_partitions'";
     assert_eq!(db.count(tables).await, 0, "nothing created");
 
-    db.sql("SELECT citus_set_node_property('127.0.0.1', 9700, 'shouldhaveshards', true)")
-        .await;
+    change_nodes(
+        &db,
+        "SELECT citus_set_node_property('127.0.0.1', 9700, 'shouldhaveshards', true)",
+    )
+    .await;
     let out = command("migrate", &db.url);
     assert!(out.status.success(), "{}", said(&out));
     says(&out, &["Citus has no worker node", "citus_rebalance_start"]);
