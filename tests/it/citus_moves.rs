@@ -171,17 +171,8 @@ async fn move_a_shard(db: &TestDb, from: u16, to: u16) {
 /// maintenance daemon touches the node catalog at the same moment: the
 /// change is tried again, as an operator would.
 pub(crate) async fn change_nodes(db: &TestDb, sql: &str) {
-    use sea_orm::ConnectionTrait;
-    for _ in 0..20 {
-        match db.store.connection().execute_unprepared(sql).await {
-            Ok(_) => return,
-            Err(e) if e.to_string().contains("concurrently") => {
-                tokio::time::sleep(Duration::from_millis(250)).await
-            }
-            Err(e) => panic!("{sql}: {e}"),
-        }
-    }
-    panic!("{sql}: the node catalog stayed busy");
+    let busy = |e: &sea_orm::DbErr| e.to_string().contains("concurrently");
+    db.retried(sql, vec![], busy).await;
 }
 
 /// The ports of the nodes holding shards of the partitions' table.

@@ -97,6 +97,17 @@ impl TestDb {
     /// another conflict the database asks to retry is tried again, as an
     /// operator would.
     pub async fn by_hand(&self, sql: &str, values: Vec<sea_orm::Value>) -> u64 {
+        self.retried(sql, values, feed::store::is_transient).await
+    }
+
+    /// Runs `sql`, trying it again (ten times at most, each a little
+    /// later) while `again` says its error will pass.
+    pub async fn retried(
+        &self,
+        sql: &str,
+        values: Vec<sea_orm::Value>,
+        again: impl Fn(&sea_orm::DbErr) -> bool,
+    ) -> u64 {
         let mut tries = 0;
         loop {
             let run = self
@@ -105,9 +116,9 @@ impl TestDb {
                 .execute_raw(self.stmt(sql, values.clone()));
             match run.await {
                 Ok(r) => return r.rows_affected(),
-                Err(e) if tries < 10 && feed::store::is_transient(&e) => {
+                Err(e) if tries < 10 && again(&e) => {
                     tries += 1;
-                    tokio::time::sleep(Duration::from_millis(20 * tries)).await;
+                    tokio::time::sleep(Duration::from_millis(50 * tries)).await;
                 }
                 Err(e) => panic!("{sql}: {e}"),
             }
