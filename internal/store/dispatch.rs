@@ -246,7 +246,7 @@ impl Store {
                 );
             });
         }
-        let rows = self.fetch(s.statement()).await?;
+        let rows = self.fetch_planned_once(s.statement()).await?;
         let mut items = Vec::with_capacity(rows.len());
         for r in &rows {
             match ready_item(r) {

@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use sea_orm::{
-    DatabaseTransaction, DbErr, IsolationLevel, QueryResult, SqliteTransactionMode,
-    TransactionOptions, TransactionTrait,
+    ConnectionTrait, DatabaseTransaction, DbErr, IsolationLevel, QueryResult,
+    SqliteTransactionMode, TransactionOptions, TransactionTrait,
 };
 
 use super::{Pooler, Store, driver, hosts, is_transient};
@@ -31,6 +31,32 @@ impl Store {
         self.retry(|| async {
             self.count(1);
             self.query_all_raw(st.clone()).await
+        })
+        .await
+    }
+
+    /// [`Store::fetch`] for a large read whose shape stays from call to
+    /// call (the dispatch read): PostgreSQL would plan it anew on every
+    /// call (a custom plan, milliseconds for a hundred branches), so it
+    /// runs in a transaction that asks for the plan prepared once per
+    /// connection. Behind a transaction pooler nothing is prepared to keep.
+    pub(super) async fn fetch_planned_once(
+        &self,
+        st: sea_orm::Statement,
+    ) -> Result<Vec<QueryResult>> {
+        let Some(plan_once) = self.driver.dialect().plan_once else {
+            return self.fetch(st).await;
+        };
+        if self.pooler == Pooler::Transaction {
+            return self.fetch(st).await;
+        }
+        self.retry(|| async {
+            self.count(1);
+            let txn = self.db.begin().await?;
+            txn.execute_unprepared(plan_once).await?;
+            let rows = txn.query_all_raw(st.clone()).await?;
+            txn.commit().await?;
+            Ok(rows)
         })
         .await
     }

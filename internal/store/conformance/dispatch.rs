@@ -2,6 +2,8 @@
 //! a gate, at most as many per partition as asked (fairness), only from
 //! partitions the caller holds; and the positions of new writes.
 
+use testkit::Backend;
+
 use super::{Kit, conformance};
 use crate::ids::PartitionId;
 use crate::store::Ask;
@@ -11,6 +13,7 @@ conformance!(
     a_read_after_a_position_skips_what_came_before,
     new_writes_are_found_by_position,
     scheduled_items_are_read_once_due,
+    postgres_plans_the_dispatch_read_once,
 );
 
 async fn ready_items_come_in_write_order_per_partition(k: Kit) {
@@ -147,4 +150,44 @@ async fn scheduled_items_are_read_once_due(k: Kit) {
     let few = read(2, 1).await;
     let ids: Vec<&str> = few.iter().map(|r| r.fence.id.as_str()).collect();
     assert_eq!(ids, ["a", "b", "due1"], "the first due of the scheduled");
+}
+
+/// PostgreSQL plans the dispatch read once per connection: it chose a
+/// custom plan for every call otherwise (milliseconds of planning at a
+/// hundred branches, on every refill). Its own count of each prepared
+/// statement's plans says which it used; the other databases (Citus
+/// included, whose coordinator plans each call's shards) keep none.
+async fn postgres_plans_the_dispatch_read_once(k: Kit) {
+    if k.backend != Backend::Postgres {
+        return;
+    }
+    k.session("s1").await;
+    k.partition("p", Some("s1")).await;
+    k.item("a", "p", 0, "available").await;
+    for _ in 0..8 {
+        let ask = Ask::from((PartitionId::from("p"), 5));
+        let got = k.store.ready_items(&"s1".into(), &[ask]).await.unwrap();
+        assert_eq!(got.len(), 1);
+    }
+    // The pool may have read on more than one connection; a check lands
+    // on one of them, and every one that read has the statement.
+    let check = "SELECT generic_plans, custom_plans FROM pg_prepared_statements \
+                 WHERE statement LIKE '%AS gate_at FROM feed_items%' \
+                 AND statement NOT LIKE '%pg_prepared_statements%'";
+    let mut seen = Vec::new();
+    for _ in 0..20 {
+        seen = k
+            .rows::<(i64, i64)>(check, &["generic_plans", "custom_plans"])
+            .await;
+        if !seen.is_empty() {
+            break;
+        }
+    }
+    assert!(!seen.is_empty(), "no connection checked had read");
+    for (generic, custom) in seen {
+        assert!(
+            generic > 0 && custom == 0,
+            "{generic} generic, {custom} custom plans"
+        );
+    }
 }

@@ -15,6 +15,8 @@ use super::{Dialect, Sql, postgres};
 pub(super) const DIALECT: Dialect = Dialect {
     now: "feed_now()",
     item_delete,
+    // The coordinator plans each shard's part anew whatever the mode.
+    plan_once: None,
     ..postgres::DIALECT
 };
 

@@ -67,6 +67,10 @@ pub(crate) struct Dialect {
     pub(super) several_hosts: bool,
     /// It may sit behind a pooler in transaction mode (PostgreSQL).
     pub(super) transaction_pooler: bool,
+    /// Run first, in the same transaction, before a large read that keeps
+    /// its shape from call to call, so that it is planned once per
+    /// connection (see `Store::fetch_planned_once`).
+    pub(crate) plan_once: Option<&'static str>,
     /// How to create a missing database, said as a hint: from the host,
     /// the port, the user (may be empty), the name and whether the URL
     /// has a password (a client asked for one then prompts).

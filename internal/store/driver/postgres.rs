@@ -46,6 +46,7 @@ pub(super) const DIALECT: Dialect = Dialect {
     embedded: false,
     several_hosts: true,
     transaction_pooler: true,
+    plan_once: Some("SET LOCAL plan_cache_mode = force_generic_plan"),
     create_database: super::connect::createdb,
     item_delete,
     stale_statistics: Some(

@@ -38,6 +38,7 @@ pub(super) const DIALECT: Dialect = Dialect {
     embedded: true,
     several_hosts: false,
     transaction_pooler: false,
+    plan_once: None,
     create_database: super::connect::createdb,
     item_delete,
     stale_statistics: None,

@@ -46,6 +46,7 @@ pub(super) const DIALECT: Dialect = Dialect {
     embedded: false,
     several_hosts: false,
     transaction_pooler: false,
+    plan_once: None,
     create_database,
     item_delete,
     stale_statistics: None,
