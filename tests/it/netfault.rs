@@ -318,14 +318,18 @@ async fn cut_off_processor_is_taken_over_and_recovers(db: TestDb) {
         session_of(&db, &a).await.is_some_and(|s| s != a_old)
     })
     .await;
-    let a_new = session_of(&db, &a).await.unwrap();
+    let healed = Instant::now();
     let second = enqueue(&db, "q", 6, 10).await;
     wait_for("second batch done", WAIT, || async {
         all_complete(&db, &second).await
     })
     .await;
+    // Under whichever session it holds now (a heavy load may have cost
+    // it the first one after the heal too).
     assert!(
-        h.calls().iter().any(|c| c.processor == a_new),
+        h.calls()
+            .iter()
+            .any(|c| c.at > healed && c.processor != a_old && c.processor != b_session),
         "the healed processor took part"
     );
     assert_exactly_once(&db, &second, 10).await;
