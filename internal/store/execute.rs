@@ -214,6 +214,7 @@ impl Store {
             h.suspect();
         }
         self.bound.timed_out();
+        self.sweep_idle();
         self.timeouts.inc();
         Error::StatementTimeout(limit)
     }

@@ -43,6 +43,7 @@ mod sessions;
 mod spawn;
 mod statistics;
 pub mod status;
+mod sweep;
 pub mod throughput;
 mod timeout;
 pub mod tokens;

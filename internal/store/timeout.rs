@@ -11,6 +11,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Mutex;
+use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use sea_orm::sqlx;
@@ -30,6 +31,8 @@ pub(crate) struct Bound {
     /// When a statement was last refused because its connection's server
     /// takes no writes (see `role`).
     wrong_node: Mutex<Option<Instant>>,
+    /// A sweep of the idle connections is under way (see `sweep`).
+    pub(crate) sweeping: AtomicBool,
 }
 
 impl Bound {
@@ -38,6 +41,7 @@ impl Bound {
             limit,
             last: Mutex::new(None),
             wrong_node: Mutex::new(None),
+            sweeping: AtomicBool::new(false),
         }
     }
 

@@ -28,11 +28,9 @@ on_network_backends!(dead_connections_give_back_their_pool_slots);
 async fn dead_connections_give_back_their_pool_slots(db: TestDb) {
     let proxy = Proxy::start(upstream(&db.url)).await;
     let limit = Duration::from_secs(1);
-    let url = match db.backend {
-        Backend::Postgres => format!("{}?sslmode=disable", proxy.url(&db.url)),
-        _ => format!("{}?ssl-mode=disabled", proxy.url(&db.url)),
-    };
-    let store = feed::Store::connect_with(&url, 2, limit).await.unwrap();
+    let store = feed::Store::connect_with(&plain(&proxy, &db), 2, limit)
+        .await
+        .unwrap();
     let (sleep, sleeping) = match db.backend {
         Backend::Postgres => (
             "SELECT pg_sleep(5)",
@@ -69,6 +67,55 @@ async fn dead_connections_give_back_their_pool_slots(db: TestDb) {
         || async { run("SELECT 1").await.is_ok() },
     )
     .await;
+}
+
+/// `db` through `proxy`, over plain TCP.
+fn plain(proxy: &Proxy, db: &TestDb) -> String {
+    match db.backend {
+        Backend::Postgres => format!("{}?sslmode=disable", proxy.url(&db.url)),
+        _ => format!("{}?ssl-mode=disabled", proxy.url(&db.url)),
+    }
+}
+
+on_network_backends!(one_cut_off_statement_retires_the_idle_connections);
+/// Connections idle in the pool when the network died are as dead as the
+/// one a statement was cut off on: once a statement has been cut off, the
+/// next ones do not wait out a timeout each on the others, they get fresh
+/// connections (a heartbeat meeting two dead connections in a row would
+/// outlive its session). Over TLS, PostgreSQL's default here, as a
+/// processor connects.
+async fn one_cut_off_statement_retires_the_idle_connections(db: TestDb) {
+    let proxy = Proxy::start(upstream(&db.url)).await;
+    let store = feed::Store::connect_with(&proxy.url(&db.url), 8, Duration::from_secs(1))
+        .await
+        .unwrap();
+    let run = |sql: &'static str| {
+        let s = store.clone();
+        async move {
+            let st = testkit::statement(s.driver(), sql, vec![]);
+            s.bounded(s.connection().query_all_raw(st)).await
+        }
+    };
+    let sleep = match db.backend {
+        Backend::Postgres => "SELECT pg_sleep(0.3)",
+        _ => "SELECT SLEEP(0.3)",
+    };
+    // Four connections opened at once, then idle.
+    let opened: Vec<_> = (0..4).map(|_| tokio::spawn(run(sleep))).collect();
+    for call in opened {
+        call.await.unwrap().unwrap();
+    }
+    proxy.cut();
+    proxy.heal_fresh();
+    let first = run("SELECT 1").await;
+    assert!(
+        matches!(first, Err(feed::Error::StatementTimeout(_))),
+        "the first statement meets a dead idle connection: {first:?}"
+    );
+    for n in 2..=4 {
+        let next = run("SELECT 1").await;
+        assert!(next.is_ok(), "statement {n} after the cut-off: {next:?}");
+    }
 }
 
 backend_tests!(mariadb_ends_a_transaction_cut_off_before_its_commit: mariadb => Mysql);
