@@ -276,16 +276,18 @@ async fn completions_are_counted_per_minute(db: TestDb) {
     drop(scene);
     let overview = db.store.overview().await.unwrap();
     assert_eq!(counted(&overview), 30, "every completed item counted once");
+    // One row, or two when the drain crossed a minute.
+    let recent = count(&db, "feed_completions").await;
     db.exec(
         "INSERT INTO feed_completions (minute, items) VALUES ({now} - 7200000, 5)",
         vec![],
     )
     .await;
-    assert_eq!(count(&db, "feed_completions").await, 2);
+    assert_eq!(count(&db, "feed_completions").await, recent + 1);
     db.store.prune(Duration::ZERO, false).await.unwrap();
     assert_eq!(
         count(&db, "feed_completions").await,
-        1,
+        recent,
         "the old minute is gone"
     );
     let overview = db.store.overview().await.unwrap();
